@@ -1,0 +1,1 @@
+"""Command modules: each parses its arguments, calls the library, renders, returns an exit code."""
