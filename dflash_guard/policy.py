@@ -1,0 +1,521 @@
+"""The deploy policy: a versioned YAML file, validated on load, that fails closed.
+
+A policy (`policy_version: 1`) says which Hub organisations are trusted at which tier, what each
+tier may do (signatures, remote code, pickle formats, staging), which remote code was reviewed,
+which staging approvals and GGUF comparisons were recorded, the engine, scan and difftest rules,
+the signer identities and keys accepted, and the waivers in force. Every field is checked on load:
+an unknown or missing field, a wrong type or an impossible combination is an `InputError` naming
+the file, the line and the field. Nothing is optional in a way that could mean "allow": a policy
+that requires a signature but names nobody who could make one is rejected, like sigstore's `AllOf`
+refusing an empty list of policies.
+
+The three shipped policies live in `dflash_guard/policies/` (package data, so an installed
+package has them); the repository's top-level `policies/` is a link to that folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import importlib.resources
+import re
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dflash_guard.errors import InputError
+
+POLICY_VERSION = 1
+TIERS = ("official", "community", "unknown")
+SEVERITIES = ("low", "medium", "high", "critical")
+BUILTIN_POLICIES = ("default", "strict", "dev")
+WAIVER_KINDS = ("engine", "remote-code", "staging", "scan", "pickle", "gguf-comparison")
+
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+REPO_AT_COMMIT_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)@(?P<commit>[0-9a-f]{40})$")
+ORG_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
+
+
+class RemoteCode(StrEnum):
+    """What a tier may do with remote code (`*.py`, `auto_map` targets)."""
+
+    reviewed_only = "reviewed-only"
+    deny = "deny"
+    allow = "allow"
+
+
+@dataclasses.dataclass(frozen=True)
+class TierRule:
+    """What an artifact of one trust tier must satisfy."""
+
+    signature_required: bool
+    remote_code: RemoteCode
+    pickle_allowed: bool
+    staging_required: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """A Sigstore signer: certificate identity (SAN) and OIDC issuer, both matched exactly."""
+
+    identity: str
+    issuer: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Signers:
+    """Who may sign one kind of object: Sigstore identities and/or public key files (PEM)."""
+
+    identities: tuple[Identity, ...]
+    public_keys: tuple[Path, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.identities and not self.public_keys
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewedCode:
+    """A remote-code file someone reviewed, known by its sha256."""
+
+    sha256: str
+    path: str
+    reviewer: str
+    date: dt.date
+
+
+@dataclasses.dataclass(frozen=True)
+class StagingApproval:
+    """A community or unknown artifact that ran in staging and was approved for production."""
+
+    repo: str
+    commit: str
+    approver: str
+    date: dt.date
+
+
+@dataclasses.dataclass(frozen=True)
+class GgufComparison:
+    """A GGUF draft whose greedy output was compared against the safetensors path."""
+
+    repo: str
+    commit: str
+    compared_with: str
+    approver: str
+    date: dt.date
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiver:
+    """A recorded, owned and dated exception to one rule (`covers` = `KIND:TARGET`)."""
+
+    id: str
+    kind: str
+    target: str
+    reason: str
+    owner: str
+    expires: dt.date
+
+    @property
+    def covers(self) -> str:
+        return f"{self.kind}:{self.target}"
+
+    def expired(self, today: dt.date) -> bool:
+        """A waiver is valid through its expiry date and expired the day after."""
+        return today > self.expires
+
+
+@dataclasses.dataclass(frozen=True)
+class DifftestRules:
+    """How the gate runs the greedy lossless diff test."""
+
+    prompts: str | None  # None: the built-in prompt set; else a JSONL path
+    max_new_tokens: int
+    near_tie_allowance: int
+    min_tau: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A validated policy. Build it with `load_policy`; `digest` is the sha256 of the file."""
+
+    source: str
+    digest: str
+    name: str
+    official_orgs: tuple[str, ...]
+    community_orgs: tuple[str, ...]
+    local_tier: str
+    tiers: Mapping[str, TierRule]
+    require_full_sha: bool
+    gguf_requires_comparison: bool
+    allow_pr_head: bool
+    require_release: bool
+    fail_on: str
+    difftest: DifftestRules
+    drafter_max_params: int
+    lockfile_signature_required: bool
+    lockfile_signers: Signers
+    model_signers: Signers
+    approval_signers: Signers
+    reviewed_code: tuple[ReviewedCode, ...]
+    staging_approvals: tuple[StagingApproval, ...]
+    gguf_comparisons: tuple[GgufComparison, ...]
+    waivers: tuple[Waiver, ...]
+    document: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+
+    def tier_of(self, source: str, repo: str | None) -> str:
+        """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
+        if source != "hub" or not repo:
+            return self.local_tier
+        org = repo.split("/", 1)[0].casefold()
+        if org in {o.casefold() for o in self.official_orgs}:
+            return "official"
+        if org in {o.casefold() for o in self.community_orgs}:
+            return "community"
+        return "unknown"
+
+    def rule(self, tier: str) -> TierRule:
+        return self.tiers[tier]
+
+    @property
+    def reviewed_sha256(self) -> frozenset[str]:
+        return frozenset(r.sha256 for r in self.reviewed_code)
+
+    def staging_approved(self, repo: str | None, commit: str | None) -> StagingApproval | None:
+        return next(
+            (s for s in self.staging_approvals if s.repo == repo and s.commit == commit), None
+        )
+
+    def gguf_compared(self, repo: str | None, commit: str | None) -> GgufComparison | None:
+        return next(
+            (g for g in self.gguf_comparisons if g.repo == repo and g.commit == commit), None
+        )
+
+    def waiver(self, kind: str, target: str, today: dt.date) -> Waiver | None:
+        """The unexpired waiver covering `kind:target`, if any."""
+        return next(
+            (
+                w
+                for w in self.waivers
+                if w.kind == kind and w.target == target and not w.expired(today)
+            ),
+            None,
+        )
+
+    def expired_waivers(self, today: dt.date) -> list[Waiver]:
+        return [w for w in self.waivers if w.expired(today)]
+
+    def to_json(self) -> dict[str, Any]:
+        """The effective policy, as loaded (every default filled in), plus source and digest."""
+        defaults = {key: [] for key in OPTIONAL_LISTS}
+        return {"source": self.source, "digest": self.digest, **defaults,
+                **_jsonable(self.document)}
+
+
+# --- locating --------------------------------------------------------------------------------
+
+
+def builtin_policy_path(name: str = "default") -> Path:
+    """The path of a shipped policy (`default`, `strict`, `dev`), inside the installed package."""
+    if name not in BUILTIN_POLICIES:
+        raise InputError(f"no built-in policy {name!r} (built-in: {', '.join(BUILTIN_POLICIES)})")
+    resource = importlib.resources.files("dflash_guard") / "policies" / f"{name}.yaml"
+    return Path(str(resource))
+
+
+def resolve_policy(spec: str | Path | None) -> Path:
+    """A policy argument as a path: None is the built-in default; a built-in name, or a file."""
+    if spec is None:
+        return builtin_policy_path("default")
+    path = Path(spec)
+    if path.exists() or str(spec) not in BUILTIN_POLICIES:
+        return path
+    return builtin_policy_path(str(spec))
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+class _Field:
+    """One YAML value with the node it came from, so errors can name its line."""
+
+    def __init__(self, reader: _Reader, node: yaml.Node, where: str) -> None:
+        self.reader = reader
+        self.node = node
+        self.where = where
+
+    def fail(self, message: str) -> InputError:
+        line = self.node.start_mark.line + 1
+        return InputError(f"{self.reader.source}:{line}: {self.where or 'top level'}: {message}")
+
+    def value(self) -> Any:
+        return self.reader.loader.construct_object(self.node, deep=True)
+
+    def mapping(self, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[str, _Field]:
+        """The keys of a mapping node; unknown, duplicate and missing keys are errors."""
+        if not isinstance(self.node, yaml.MappingNode):
+            raise self.fail(f"expected a mapping, got {_kind(self.node)}")
+        fields: dict[str, _Field] = {}
+        for key_node, value_node in self.node.value:
+            key = self.reader.loader.construct_object(key_node, deep=True)
+            here = f"{self.where}.{key}" if self.where else str(key)
+            key_field = _Field(self.reader, key_node, here)
+            if not isinstance(key, str) or key not in allowed:
+                raise key_field.fail(f"unknown field (allowed: {', '.join(allowed)})")
+            if key in fields:
+                raise key_field.fail("field given twice")
+            fields[key] = _Field(self.reader, value_node, here)
+        for key in required:
+            if key not in fields:
+                raise self.fail(f"missing required field {key!r}")
+        return fields
+
+    def items(self) -> list[_Field]:
+        if not isinstance(self.node, yaml.SequenceNode):
+            raise self.fail(f"expected a list, got {_kind(self.node)}")
+        return [_Field(self.reader, n, f"{self.where}[{i}]") for i, n in enumerate(self.node.value)]
+
+    def typed(self, kind: type | tuple[type, ...], check: Callable[[Any], Any] | None = None,
+              expect: str = "") -> Any:
+        value = self.value()
+        ok_type = isinstance(value, kind) and not (
+            isinstance(value, bool) and bool not in _as_tuple(kind)
+        )
+        if not ok_type or (check is not None and not check(value)):
+            wanted = expect or " or ".join(k.__name__ for k in _as_tuple(kind))
+            raise self.fail(f"expected {wanted}, got {value!r}")
+        return value
+
+    def text(self, check: Callable[[str], Any] | None = None, expect: str = "") -> str:
+        return self.typed(str, lambda v: v.strip() and (check is None or check(v)),
+                          expect or "a non-empty string")
+
+    def flag(self) -> bool:
+        return self.typed(bool, expect="true or false")
+
+    def date(self) -> dt.date:
+        return self.typed(dt.date, lambda v: not isinstance(v, dt.datetime), "a date YYYY-MM-DD")
+
+    def choice(self, choices: tuple[str, ...]) -> str:
+        return self.typed(str, lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind(node: yaml.Node) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return f"{node.value!r}" if node.value != "" else "nothing"
+
+
+class _Reader:
+    def __init__(self, text: str, source: str) -> None:
+        self.source = source
+        self.loader = yaml.SafeLoader(text)
+
+
+def _signers(field: _Field, base: Path) -> Signers:
+    f = field.mapping(("identities", "public_keys"), ("identities", "public_keys"))
+    identities = []
+    for item in f["identities"].items():
+        i = item.mapping(("identity", "issuer"), ("identity", "issuer"))
+        identities.append(Identity(i["identity"].text(), i["issuer"].text(
+            lambda v: v.startswith("https://"), "an https:// issuer URL")))
+    keys = []
+    for item in f["public_keys"].items():
+        key = base / item.text()
+        if not key.is_file():
+            raise item.fail(f"public key file {key} not found")
+        keys.append(key)
+    return Signers(tuple(identities), tuple(keys))
+
+
+def _tier_rule(field: _Field) -> TierRule:
+    names = ("signature_required", "remote_code", "pickle_allowed", "staging_required")
+    f = field.mapping(names, names)
+    return TierRule(
+        signature_required=f["signature_required"].flag(),
+        remote_code=RemoteCode(f["remote_code"].choice(tuple(r.value for r in RemoteCode))),
+        pickle_allowed=f["pickle_allowed"].flag(),
+        staging_required=f["staging_required"].flag(),
+    )
+
+
+def _repo_at_commit(field: _Field) -> tuple[str, str]:
+    value = field.text(REPO_AT_COMMIT_RE.match, "ORG/NAME@<40-hex commit>")
+    repo, commit = value.rsplit("@", 1)
+    return repo, commit
+
+
+def _orgs(field: _Field) -> tuple[str, ...]:
+    return tuple(item.text(ORG_RE.match, "a Hub organisation name") for item in field.items())
+
+
+TOP_LEVEL = (
+    "policy_version", "name", "description", "orgs", "local_tier", "tiers", "artifacts",
+    "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
+    "gguf_comparisons", "waivers",
+)
+OPTIONAL_LISTS = ("reviewed_code", "staging_approvals", "gguf_comparisons", "waivers")
+REQUIRED = (
+    "policy_version", "name", "orgs", "local_tier", "tiers", "artifacts", "engines", "scan",
+    "difftest", "drafter", "signatures",
+)
+
+
+def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) -> Policy:
+    """Parse and validate policy text; raise `InputError` naming `source`, line and field."""
+    reader = _Reader(text, source)
+    try:
+        node = reader.loader.get_single_node()
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise InputError(f"{source}{line}: not valid YAML: {problem}") from None
+    finally:
+        reader.loader.dispose()
+    if node is None:
+        raise InputError(f"{source}: the policy is empty (an empty policy never means allow)")
+    base = base if base is not None else Path(".")
+    top = _Field(reader, node, "")
+    f = top.mapping(TOP_LEVEL, REQUIRED)
+
+    version = f["policy_version"].typed(int)
+    if version != POLICY_VERSION:
+        raise f["policy_version"].fail(f"unsupported version {version} (this tool reads 1)")
+
+    orgs = f["orgs"].mapping(("official", "community"), ("official", "community"))
+    tiers_f = f["tiers"].mapping(TIERS, TIERS)
+    artifacts = f["artifacts"].mapping(
+        ("require_full_sha", "gguf_requires_comparison"),
+        ("require_full_sha", "gguf_requires_comparison"),
+    )
+    engines = f["engines"].mapping(
+        ("allow_pr_head", "require_release"), ("allow_pr_head", "require_release")
+    )
+    scan = f["scan"].mapping(("fail_on",), ("fail_on",))
+    difftest_names = ("prompts", "max_new_tokens", "near_tie_allowance", "min_tau")
+    difftest = f["difftest"].mapping(difftest_names, difftest_names)
+    drafter = f["drafter"].mapping(("max_params",), ("max_params",))
+    sig_names = ("lockfile_required", "lockfile", "models", "approvals")
+    sigs = f["signatures"].mapping(sig_names, sig_names)
+
+    prompts = difftest["prompts"].value()
+    if prompts is not None and prompts != "builtin":
+        prompts = str(base / difftest["prompts"].text())
+        if not Path(prompts).is_file():
+            raise difftest["prompts"].fail(f"prompt file {prompts} not found")
+    rules = DifftestRules(
+        prompts=None if prompts in (None, "builtin") else prompts,
+        max_new_tokens=difftest["max_new_tokens"].typed(int, lambda v: v > 0, "an integer > 0"),
+        near_tie_allowance=difftest["near_tie_allowance"].typed(
+            int, lambda v: v >= 0, "an integer >= 0"
+        ),
+        min_tau=float(difftest["min_tau"].typed((int, float), lambda v: v >= 1, "a number >= 1")),
+    )
+
+    tiers = {name: _tier_rule(tiers_f[name]) for name in TIERS}
+    lockfile_signers = _signers(sigs["lockfile"], base)
+    model_signers = _signers(sigs["models"], base)
+    approval_signers = _signers(sigs["approvals"], base)
+    lockfile_required = sigs["lockfile_required"].flag()
+    if lockfile_required and lockfile_signers.empty:
+        raise sigs["lockfile"].fail(
+            "lockfile_required is true but no identity or key is accepted: nothing could pass"
+        )
+    needs_models = [t for t, r in tiers.items() if r.signature_required]
+    if needs_models and model_signers.empty:
+        raise sigs["models"].fail(
+            f"tier {needs_models[0]} requires model signatures but no identity or key is "
+            "accepted: nothing could pass"
+        )
+
+    reviewed = []
+    for item in f["reviewed_code"].items() if "reviewed_code" in f else []:
+        r = item.mapping(("sha256", "path", "reviewer", "date"), ("sha256", "path", "reviewer",
+                                                                  "date"))
+        reviewed.append(ReviewedCode(r["sha256"].text(SHA256_RE.match, "a 64-hex sha256"),
+                                     r["path"].text(), r["reviewer"].text(), r["date"].date()))
+    staging = []
+    for item in f["staging_approvals"].items() if "staging_approvals" in f else []:
+        s = item.mapping(("artifact", "approver", "date"), ("artifact", "approver", "date"))
+        repo, commit = _repo_at_commit(s["artifact"])
+        staging.append(StagingApproval(repo, commit, s["approver"].text(), s["date"].date()))
+    comparisons = []
+    for item in f["gguf_comparisons"].items() if "gguf_comparisons" in f else []:
+        names = ("artifact", "compared_with", "approver", "date")
+        g = item.mapping(names, names)
+        repo, commit = _repo_at_commit(g["artifact"])
+        comparisons.append(GgufComparison(repo, commit, g["compared_with"].text(),
+                                          g["approver"].text(), g["date"].date()))
+    waivers = []
+    for item in f["waivers"].items() if "waivers" in f else []:
+        names = ("id", "covers", "reason", "owner", "expires")
+        w = item.mapping(names, names)
+        covers = w["covers"].text(
+            lambda v: ":" in v and v.split(":", 1)[0] in WAIVER_KINDS and v.split(":", 1)[1],
+            f"KIND:TARGET with KIND one of {', '.join(WAIVER_KINDS)}",
+        )
+        kind, target = covers.split(":", 1)
+        waivers.append(Waiver(w["id"].text(), kind, target, w["reason"].text(),
+                              w["owner"].text(), w["expires"].date()))
+    ids = [w.id for w in waivers]
+    if len(set(ids)) != len(ids):
+        raise f["waivers"].fail("a waiver id appears more than once")
+
+    raw = top.value()
+    return Policy(
+        source=source,
+        digest="sha256:" + hashlib.sha256(text.encode()).hexdigest(),
+        name=f["name"].text(),
+        official_orgs=_orgs(orgs["official"]),
+        community_orgs=_orgs(orgs["community"]),
+        local_tier=f["local_tier"].choice(TIERS),
+        tiers=tiers,
+        require_full_sha=artifacts["require_full_sha"].flag(),
+        gguf_requires_comparison=artifacts["gguf_requires_comparison"].flag(),
+        allow_pr_head=engines["allow_pr_head"].flag(),
+        require_release=engines["require_release"].flag(),
+        fail_on=scan["fail_on"].choice(SEVERITIES),
+        difftest=rules,
+        drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),
+        lockfile_signature_required=lockfile_required,
+        lockfile_signers=lockfile_signers,
+        model_signers=model_signers,
+        approval_signers=approval_signers,
+        reviewed_code=tuple(reviewed),
+        staging_approvals=tuple(staging),
+        gguf_comparisons=tuple(comparisons),
+        waivers=tuple(waivers),
+        document=raw,
+    )
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """Read and validate a policy file (None: the built-in default); `InputError` when bad."""
+    resolved = resolve_policy(path)
+    try:
+        text = resolved.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"cannot read policy {resolved}: {error}") from None
+    return parse_policy(text, str(resolved), base=resolved.parent)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
