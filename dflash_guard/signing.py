@@ -1,0 +1,425 @@
+"""Signatures: Sigstore bundles for the lockfile, OpenSSF model signatures, ECDSA keys offline.
+
+Three kinds of signature, each made and checked by a library, never by hand:
+- `dflash.lock.sigstore.json`: a Sigstore bundle over the lockfile bytes (keyless, `sigstore`),
+  verified against the policy's identity/issuer pairs, online (`Verifier.production()`) or offline
+  with a trusted root file (`TrustedRoot.from_file`).
+- `model.sig` in a model folder: an OpenSSF Model Signing bundle whose DSSE payload is an in-toto
+  statement listing each file's sha256. A certificate-signed one is verified with `sigstore`
+  (`verify_dsse` with the policy's identities); a key-signed one with `model_signing`'s elliptic
+  key verifier. Either way its per-file digests must then equal the lockfile's.
+- `FILE.sig` (air-gapped sites): an ECDSA P-256 signature over one file (the lockfile or an
+  approval record) in the same OpenSSF format, made and verified by `model_signing`'s key signer
+  and verifier, so one format and one library cover every key-based signature.
+
+Checking a signature never raises for a bad signature: it returns a `SignatureCheck` with the
+reason (a finding). Only what prevents the check (an unreadable trust root) raises `InputError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dflash_guard.errors import InputError
+from dflash_guard.fileio import write_atomic
+from dflash_guard.policy import Identity, Signers
+
+SIGSTORE_SUFFIX = ".sigstore.json"
+KEY_SIG_SUFFIX = ".sig"
+MODEL_SIG = "model.sig"
+IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+IN_TOTO_STATEMENT_V1 = "https://in-toto.io/Statement/v1"
+MODEL_SIGNING_PREDICATE = "https://model_signing/signature/v1.0"
+# Files a model signature need not cover: git metadata model_signing ignores by default.
+UNSIGNED_METADATA = (".gitattributes", ".gitignore")
+UNSIGNED_METADATA_DIRS = (".git/", ".github/")
+
+
+@dataclasses.dataclass(frozen=True)
+class SignatureCheck:
+    """The outcome of checking one signature: who signed it, or why it was refused."""
+
+    subject: str
+    signature: str
+    ok: bool
+    signer: str | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --- trust -----------------------------------------------------------------------------------
+
+
+def sigstore_verifier(trust_root: Path | None = None):  # -> sigstore.verify.Verifier
+    """A Sigstore verifier: offline from a trusted root file, else the production instance."""
+    from sigstore.models import TrustedRoot
+    from sigstore.verify import Verifier
+
+    if trust_root is None:
+        try:
+            return Verifier.production()
+        except Exception as error:  # noqa: BLE001 - TUF refresh fails in many ways, all "offline"
+            raise InputError(
+                f"cannot fetch Sigstore's trust root ({type(error).__name__}: {error}); "
+                "pass --trust-root FILE to verify offline"
+            ) from None
+    try:
+        return Verifier(trusted_root=TrustedRoot.from_file(str(trust_root)))
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot read trusted root {trust_root}: {error}") from None
+
+
+def production_trust_root() -> Path:
+    """The production trusted root shipped inside the `sigstore` package (for offline checks)."""
+    import sigstore
+
+    path = (
+        Path(sigstore.__file__).parent / "_store" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"
+        / "trusted_root.json"
+    )
+    if not path.is_file():
+        raise InputError(f"the sigstore package ships no production trusted root at {path}")
+    return path
+
+
+def _identity_policy(identities: Sequence[Identity]):
+    from sigstore.verify import policy
+
+    if len(identities) == 1:
+        return policy.Identity(identity=identities[0].identity, issuer=identities[0].issuer)
+    # AnyOf refuses an empty list by itself; callers never pass one (see _no_signer_reason).
+    return policy.AnyOf(
+        [policy.Identity(identity=i.identity, issuer=i.issuer) for i in identities]
+    )
+
+
+def _describe(identities: Sequence[Identity]) -> str:
+    return ", ".join(f"{i.identity} ({i.issuer})" for i in identities)
+
+
+def _load_bundle(path: Path):
+    """A Sigstore bundle, or the reason it cannot be one (a refusal, not an input error)."""
+    from sigstore.models import Bundle
+
+    try:
+        return Bundle.from_json(path.read_bytes()), ""
+    except OSError as error:
+        return None, f"cannot read {path}: {error}"
+    except Exception as error:  # noqa: BLE001 - InvalidBundle, pydantic and JSON errors alike
+        return None, f"not a valid Sigstore bundle: {_first_line(error)}"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+# --- blobs (the lockfile) --------------------------------------------------------------------
+
+
+def verify_blob_bundle(
+    data: bytes,
+    bundle_path: Path,
+    identities: Sequence[Identity],
+    *,
+    trust_root: Path | None = None,
+    subject: str = "artifact",
+) -> SignatureCheck:
+    """Check a Sigstore bundle over `data` against any of the accepted identities."""
+    from sigstore.errors import Error as SigstoreError
+
+    name = str(bundle_path)
+    if not identities:
+        return SignatureCheck(subject, name, False,
+                              reason="the policy accepts no Sigstore identity for it")
+    bundle, problem = _load_bundle(bundle_path)
+    if bundle is None:
+        return SignatureCheck(subject, name, False, reason=problem)
+    verifier = sigstore_verifier(trust_root)
+    try:
+        verifier.verify_artifact(data, bundle, _identity_policy(identities))
+    except SigstoreError as error:
+        return SignatureCheck(subject, name, False, reason=_refusal(error, identities))
+    return SignatureCheck(subject, name, True, signer=_signer_of(bundle, identities))
+
+
+def _refusal(error: BaseException, identities: Sequence[Identity]) -> str:
+    message = _first_line(error)
+    if "policies succeeded" in message:
+        return f"signed by none of the accepted identities: {_describe(identities)}"
+    return message
+
+
+def _signer_of(bundle: Any, identities: Sequence[Identity]) -> str:
+    """Which accepted identity the verified bundle's certificate carries."""
+    from sigstore.errors import VerificationError
+
+    cert = bundle.signing_certificate
+    for identity in identities:
+        try:
+            _identity_policy([identity]).verify(cert)
+        except VerificationError:
+            continue
+        return f"{identity.identity} ({identity.issuer})"
+    return "an accepted identity"
+
+
+# --- key-based (air-gapped) ------------------------------------------------------------------
+
+
+def sign_with_key(path: Path, key: Path, *, out: Path | None = None) -> Path:
+    """Sign one file with an ECDSA private key (PEM) in the OpenSSF format; write `FILE.sig`."""
+    from model_signing import signing
+
+    out = out or path.with_name(path.name + KEY_SIG_SUFFIX)
+    if not path.is_file():
+        raise InputError(f"cannot sign {path}: no such file")
+    tmp = out.with_name(f".{out.name}.partial")
+    try:
+        signing.Config().use_elliptic_key_signer(private_key=key).sign(path, tmp)
+        write_atomic(out, tmp.read_bytes())
+    except (OSError, ValueError, TypeError) as error:
+        raise InputError(f"cannot sign {path} with key {key}: {_first_line(error)}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _verify_with_keys(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | None, str]:
+    """Verify an OpenSSF key signature over `target` (file or folder): (key that verified, why)."""
+    from model_signing import verifying
+
+    if not keys:
+        return None, "the policy accepts no public key for it"
+    reasons = []
+    for key in keys:
+        try:
+            verifying.Config().use_elliptic_key_verifier(public_key=key).verify(target, sig)
+        except Exception as error:  # noqa: BLE001 - model_signing raises ValueError, KeyError,
+            # InvalidSignature, protobuf errors...: any failure means "not verified"
+            reasons.append(f"{key.name}: {_first_line(error)}")
+            continue
+        return f"key {key.name} (sha256 {_key_fingerprint(key)[:16]})", ""
+    return None, "; ".join(reasons)
+
+
+def _key_fingerprint(key: Path) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    public = serialization.load_pem_public_key(key.read_bytes())
+    der = public.public_bytes(serialization.Encoding.DER,
+                              serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(der).hexdigest()
+
+
+def verify_key_signature(path: Path, sig: Path, keys: Sequence[Path],
+                         *, subject: str = "artifact") -> SignatureCheck:
+    """Check `FILE.sig` (OpenSSF format, ECDSA key) over one file against accepted keys."""
+    signer, reason = _verify_with_keys(path, sig, keys)
+    return SignatureCheck(subject, str(sig), signer is not None, signer=signer, reason=reason)
+
+
+# --- the lockfile ----------------------------------------------------------------------------
+
+
+def lock_signature_paths(lock_path: Path) -> tuple[Path, Path]:
+    """Where a lockfile's signatures live: `LOCK.sigstore.json` (keyless) and `LOCK.sig` (key)."""
+    return (lock_path.with_name(lock_path.name + SIGSTORE_SUFFIX),
+            lock_path.with_name(lock_path.name + KEY_SIG_SUFFIX))
+
+
+def verify_lockfile_signature(
+    lock_path: Path, signers: Signers, *, required: bool, trust_root: Path | None = None
+) -> list[SignatureCheck]:
+    """Check every signature next to the lockfile; none present is a refusal when `required`."""
+    bundle, keysig = lock_signature_paths(lock_path)
+    checks = []
+    if bundle.exists():
+        checks.append(verify_blob_bundle(lock_path.read_bytes(), bundle, signers.identities,
+                                         trust_root=trust_root, subject=lock_path.name))
+    if keysig.exists():
+        checks.append(verify_key_signature(lock_path, keysig, signers.public_keys,
+                                           subject=lock_path.name))
+    if not checks and required:
+        checks.append(SignatureCheck(lock_path.name, str(bundle), False,
+                                     reason="the policy requires a signed lockfile; none found"))
+    return checks
+
+
+# --- model signatures (OpenSSF Model Signing) ------------------------------------------------
+
+
+def signed_file_digests(sig: Path) -> dict[str, str]:
+    """The per-file sha256 digests of a model signature's in-toto payload (not yet verified)."""
+    try:
+        bundle = json.loads(sig.read_text(encoding="utf-8"))
+        payload = base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"no DSSE payload: {_first_line(error)}") from None
+    return _statement_digests(payload)
+
+
+def _statement_digests(payload: bytes) -> dict[str, str]:
+    statement = json.loads(payload)
+    if statement.get("_type") != IN_TOTO_STATEMENT_V1:
+        raise ValueError(f"not an in-toto Statement v1: {statement.get('_type')!r}")
+    if statement.get("predicateType") != MODEL_SIGNING_PREDICATE:
+        raise ValueError(f"unexpected predicate type {statement.get('predicateType')!r}")
+    digests = {}
+    for resource in statement["predicate"]["resources"]:
+        if resource.get("algorithm") != "sha256":
+            raise ValueError(f"{resource.get('name')}: algorithm {resource.get('algorithm')!r}"
+                             " is not sha256: cannot compare with the lockfile")
+        digests[str(resource["name"])] = str(resource["digest"])
+    return digests
+
+
+def _needs_signature(path: str, sig_name: str) -> bool:
+    if path == sig_name or path in UNSIGNED_METADATA:
+        return False
+    return not path.startswith(UNSIGNED_METADATA_DIRS)
+
+
+def compare_digests(signed: Mapping[str, str], locked: Mapping[str, str],
+                    sig_name: str = MODEL_SIG) -> list[str]:
+    """Every locked file must be signed with the same sha256, and nothing else signed."""
+    problems = []
+    for path, sha in sorted(locked.items()):
+        if not _needs_signature(path, sig_name):
+            continue
+        if path not in signed:
+            problems.append(f"{path}: locked but not covered by the signature")
+        elif signed[path] != sha:
+            problems.append(f"{path}: signed sha256 {signed[path][:16]}... but locked "
+                            f"{sha[:16]}...")
+    for path in sorted(set(signed) - set(locked)):
+        problems.append(f"{path}: signed but not in the lockfile")
+    return problems
+
+
+def verify_model_signature(
+    model_dir: Path,
+    locked: Mapping[str, str],
+    signers: Signers,
+    *,
+    trust_root: Path | None = None,
+    sig_name: str = MODEL_SIG,
+    subject: str = "model",
+) -> SignatureCheck:
+    """Check `model_dir/model.sig` against the accepted signers and the locked file digests.
+
+    `locked` maps each locked file's path (relative to the folder) to its sha256.
+    """
+    sig = model_dir / sig_name
+    name = str(sig)
+    try:
+        raw = json.loads(sig.read_text(encoding="utf-8"))
+        material = raw["verificationMaterial"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return SignatureCheck(subject, name, False,
+                              reason=f"not a model signature: {_first_line(error)}")
+    if "publicKey" in material:
+        signer, reason = _verify_with_keys(model_dir, sig, signers.public_keys)
+        if signer is None:
+            return SignatureCheck(subject, name, False, reason=reason)
+        try:
+            signed = signed_file_digests(sig)
+        except ValueError as error:
+            return SignatureCheck(subject, name, False, reason=str(error))
+    else:
+        signer, signed, reason = _verify_sigstore_dsse(sig, signers.identities, trust_root)
+        if signer is None:
+            return SignatureCheck(subject, name, False, reason=reason)
+    problems = compare_digests(signed, locked, sig_name)
+    if problems:
+        return SignatureCheck(subject, name, False, signer=signer,
+                              reason="; ".join(problems[:5]) + (" ..." if problems[5:] else ""))
+    return SignatureCheck(subject, name, True, signer=signer)
+
+
+def _verify_sigstore_dsse(
+    sig: Path, identities: Sequence[Identity], trust_root: Path | None
+) -> tuple[str | None, dict[str, str], str]:
+    from sigstore.errors import Error as SigstoreError
+
+    if not identities:
+        return None, {}, "the policy accepts no Sigstore identity for model signatures"
+    bundle, problem = _load_bundle(sig)
+    if bundle is None:
+        return None, {}, problem
+    try:
+        payload_type, payload = sigstore_verifier(trust_root).verify_dsse(
+            bundle, _identity_policy(identities))
+    except SigstoreError as error:
+        return None, {}, _refusal(error, identities)
+    if payload_type != IN_TOTO_PAYLOAD_TYPE:
+        return None, {}, f"unexpected DSSE payload type {payload_type!r}"
+    try:
+        signed = _statement_digests(payload)
+    except (ValueError, KeyError, TypeError) as error:
+        return None, {}, f"bad in-toto payload: {_first_line(error)}"
+    return _signer_of(bundle, identities), signed, ""
+
+
+# --- keyless signing -------------------------------------------------------------------------
+
+
+def _identity_token(interactive: bool):
+    """An OIDC token: ambient CI credentials first, else the browser flow when interactive."""
+    from sigstore.oidc import IdentityError, IdentityToken, Issuer, detect_credential
+
+    try:
+        raw = detect_credential()
+    except IdentityError as error:
+        raise InputError(f"ambient OIDC credential found but unusable: {error}") from None
+    if raw:
+        return IdentityToken(raw)
+    if not interactive:
+        raise InputError(
+            "no ambient OIDC credential found (in GitHub Actions grant `id-token: write`); "
+            "run interactively to sign in through a browser, or sign with --key KEY"
+        )
+    from sigstore.models import ClientTrustConfig
+
+    issuer = Issuer(ClientTrustConfig.production().signing_config.get_oidc_url())
+    try:
+        return issuer.identity_token()
+    except IdentityError as error:
+        raise InputError(f"sign-in failed: {error}") from None
+
+
+def sign_keyless(path: Path, *, interactive: bool, statement: bytes | None = None,
+                 out: Path | None = None) -> Path:
+    """Sign `path` with Sigstore (keyless) and write `PATH.sigstore.json`.
+
+    With `statement`, sign that in-toto statement as DSSE instead of the file's bytes (used for
+    approval records, whose subjects name the file's digest).
+    """
+    from sigstore.dsse import Statement
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.models import ClientTrustConfig
+    from sigstore.sign import SigningContext
+
+    out = out or path.with_name(path.name + SIGSTORE_SUFFIX)
+    if not path.is_file():
+        raise InputError(f"cannot sign {path}: no such file")
+    token = _identity_token(interactive)
+    try:
+        context = SigningContext.from_trust_config(ClientTrustConfig.production())
+        with context.signer(token) as signer:
+            if statement is not None:
+                bundle = signer.sign_dsse(Statement(statement))
+            else:
+                bundle = signer.sign_artifact(path.read_bytes())
+    except SigstoreError as error:
+        raise InputError(f"Sigstore signing failed: {error.diagnostics()}") from None
+    write_atomic(out, bundle.to_json())
+    return out
