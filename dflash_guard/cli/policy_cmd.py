@@ -1,9 +1,69 @@
-"""`dflash-guard policy` (not yet implemented)."""
+"""`dflash-guard policy check FILE` and `dflash-guard policy show [FILE]`."""
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Annotated
+
 import typer
+import yaml
+
+from dflash_guard.cli.common import OutputFormat, print_json, stdout
+from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+from dflash_guard.policy import load_policy
+
+policy_app = typer.Typer(
+    help="Validate or show a deploy policy.", no_args_is_help=True, add_completion=False
+)
+
+FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Report format.")]
+
+
+@policy_app.command("check")
+def check(
+    file: Annotated[str, typer.Argument(help="Policy file, or a built-in name (default, strict, "
+                                        "dev).")],
+    output: FormatOption = OutputFormat.text,
+) -> None:
+    """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid."""
+    policy = load_policy(file)
+    expired = policy.expired_waivers(dt.datetime.now(dt.UTC).date())
+    if output is OutputFormat.json:
+        print_json({
+            "source": policy.source,
+            "name": policy.name,
+            "digest": policy.digest,
+            "valid": True,
+            "expired_waivers": [
+                {"id": w.id, "covers": w.covers, "expires": w.expires.isoformat()}
+                for w in expired
+            ],
+        })
+    else:
+        stdout.print(f"{policy.source}: valid (policy {policy.name!r}, {policy.digest})",
+                     highlight=False, soft_wrap=True)
+        for waiver in expired:
+            stdout.print(f"  waiver {waiver.id} ({waiver.covers}) expired on "
+                         f"{waiver.expires.isoformat()}: the gate will refuse",
+                         highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_FINDING if expired else EXIT_OK)
+
+
+@policy_app.command("show")
+def show(
+    file: Annotated[str | None, typer.Argument(help="Policy file or built-in name; default: "
+                                               "the built-in default policy.")] = None,
+    output: FormatOption = OutputFormat.text,
+) -> None:
+    """Print the effective policy (every section, with its source and digest)."""
+    effective = load_policy(file).to_json()
+    if output is OutputFormat.json:
+        print_json(effective)
+    else:
+        stdout.out(yaml.safe_dump(effective, sort_keys=False, width=100), end="",
+                   highlight=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
+    app.add_typer(policy_app, name="policy")

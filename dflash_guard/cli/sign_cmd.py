@@ -1,9 +1,37 @@
-"""`dflash-guard sign` (not yet implemented)."""
+"""`dflash-guard sign LOCK [--key KEY]`: sign a lockfile with Sigstore (keyless) or a key."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from dflash_guard.cli.common import stderr
+from dflash_guard.signing import sign_keyless, sign_with_key
+
+
+def sign(
+    lock: Annotated[Path, typer.Argument(help="The lockfile to sign (e.g. dflash.lock).")],
+    key: Annotated[Path | None, typer.Option(
+        "--key", help="ECDSA P-256 private key (PEM) for offline signing: writes LOCK.sig.")
+    ] = None,
+    interactive: Annotated[bool | None, typer.Option(
+        "--interactive/--no-interactive",
+        help="Allow the browser sign-in when no ambient CI credential exists (default: when "
+             "stdin is a terminal).")
+    ] = None,
+) -> None:
+    """Sign LOCK: keyless with Sigstore (writes LOCK.sigstore.json) or with --key (LOCK.sig)."""
+    if key is not None:
+        out = sign_with_key(lock, key)
+    else:
+        allow_browser = sys.stdin.isatty() if interactive is None else interactive
+        out = sign_keyless(lock, interactive=allow_browser)
+    stderr.print(f"signed {lock} -> {out}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
+    app.command("sign")(sign)

@@ -1,0 +1,152 @@
+"""The approval record: an in-toto Statement v1 saying what the gate approved, and why.
+
+Subjects are the lockfile and every locked artifact file, each with its sha256; the predicate
+records the policy (name and digest), the tool version, the engines as resource descriptors with
+`gitCommit` digests, the checks that ran, the scan summary, the difftest result, the acceptance
+length and the time. The record is written atomically and can be signed with Sigstore (a DSSE
+bundle over the statement, `RECORD.sigstore.json`) or an ECDSA key (`RECORD.sig`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dflash_guard import __version__
+from dflash_guard.errors import InputError
+from dflash_guard.fileio import write_atomic
+from dflash_guard.signing import sign_keyless, sign_with_key
+
+if TYPE_CHECKING:
+    from dflash_guard.lockfile import Lockfile
+    from dflash_guard.policy import Policy
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/approval/v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One step of the gate: its name, whether it passed, and a one-line detail."""
+
+    name: str
+    ok: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _engine_descriptor(engine: Any) -> dict[str, Any]:
+    descriptor: dict[str, Any] = {
+        "name": engine.name,
+        "uri": f"git+{engine.url}@{engine.commit}",
+        "digest": {"gitCommit": engine.commit},
+    }
+    if engine.ref:
+        descriptor["annotations"] = {"ref": engine.ref}
+    return descriptor
+
+
+def approval_statement(
+    lock_path: Path,
+    lock: Lockfile,
+    policy: Policy,
+    *,
+    checks: Sequence[CheckResult],
+    scan_summary: Mapping[str, Any],
+    difftest: Mapping[str, Any],
+    acceptance_length: float,
+    tiers: Mapping[str, str],
+    waivers_used: Sequence[str] = (),
+    time: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """The approval record as an in-toto Statement v1 (a dict ready for JSON)."""
+    subjects = [{"name": lock_path.name, "digest": {"sha256": _sha256_file(lock_path)}}]
+    for artifact in lock.artifacts:
+        for locked in sorted(artifact.files, key=lambda f: f.path):
+            subjects.append(
+                {"name": f"{artifact.role}/{locked.path}", "digest": {"sha256": locked.sha256}}
+            )
+    when = (time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
+    predicate = {
+        "decision": "approved",
+        "approvedAt": when.isoformat().replace("+00:00", "Z"),
+        "tool": {"name": "dflash-guard", "version": __version__},
+        "policy": {
+            "name": policy.name,
+            "uri": Path(policy.source).name,
+            "digest": {"sha256": policy.digest.removeprefix("sha256:")},
+        },
+        "lockfile": {"name": lock_path.name, "contentDigest": lock.digest()},
+        "artifacts": [
+            {
+                "role": a.role,
+                "source": a.source,
+                "repo": a.repo,
+                "commit": a.commit,
+                "name": getattr(a, "name", None),
+                "tier": tiers.get(a.role),
+                "files": len(a.files),
+            }
+            for a in lock.artifacts
+        ],
+        "engines": [_engine_descriptor(e) for e in lock.engines],
+        "checks": [c.to_json() for c in checks],
+        "scan": dict(scan_summary),
+        "difftest": dict(difftest),
+        "acceptanceLength": acceptance_length,
+        "waivers": list(waivers_used),
+    }
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects,
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+
+
+def dumps_statement(statement: Mapping[str, Any]) -> bytes:
+    """Stable JSON bytes for a statement (what is written, and what a signature covers)."""
+    return (json.dumps(statement, indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_approval(statement: Mapping[str, Any], out: Path) -> None:
+    """Write the approval record atomically (whole or not at all)."""
+    try:
+        write_atomic(out, dumps_statement(statement))
+    except OSError as error:
+        raise InputError(f"cannot write approval record {out}: {error}") from None
+
+
+def sign_approval(out: Path, *, key: Path | None = None, interactive: bool = False) -> Path:
+    """Sign a written approval record: with `key` (`OUT.sig`), else Sigstore DSSE."""
+    if key is not None:
+        return sign_with_key(out, key)
+    return sign_keyless(out, interactive=interactive, statement=out.read_bytes())
+
+
+def read_approval(path: Path) -> dict[str, Any]:
+    """Read an approval record and check it is an in-toto Statement v1 from dflash-guard."""
+    try:
+        statement = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot read approval record {path}: {error}") from None
+    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
+        raise InputError(f"{path}: _type: not an in-toto Statement v1")
+    if statement.get("predicateType") != PREDICATE_TYPE:
+        raise InputError(f"{path}: predicateType: not a dflash-guard approval")
+    return statement
