@@ -136,7 +136,7 @@ class DifftestRules:
 
     prompts: str | None  # None: the built-in prompt set; else a JSONL path
     max_new_tokens: int
-    near_tie_allowance: int
+    near_tie_allowance: float  # a divergence whose top-2 logit margin is below this is tolerated
     min_tau: float
 
 
@@ -212,9 +212,10 @@ class Policy:
 
     def to_json(self) -> dict[str, Any]:
         """The effective policy, as loaded (every default filled in), plus source and digest."""
-        defaults = {key: [] for key in OPTIONAL_LISTS}
-        return {"source": self.source, "digest": self.digest, **defaults,
-                **_jsonable(self.document)}
+        effective = {"source": self.source, "digest": self.digest, **_jsonable(self.document)}
+        for key in OPTIONAL_LISTS:
+            effective.setdefault(key, [])
+        return effective
 
 
 # --- locating --------------------------------------------------------------------------------
@@ -418,9 +419,9 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
     rules = DifftestRules(
         prompts=None if prompts in (None, "builtin") else prompts,
         max_new_tokens=difftest["max_new_tokens"].typed(int, lambda v: v > 0, "an integer > 0"),
-        near_tie_allowance=difftest["near_tie_allowance"].typed(
-            int, lambda v: v >= 0, "an integer >= 0"
-        ),
+        near_tie_allowance=float(difftest["near_tie_allowance"].typed(
+            (int, float), lambda v: v >= 0, "a logit margin >= 0"
+        )),
         min_tau=float(difftest["min_tau"].typed((int, float), lambda v: v >= 1, "a number >= 1")),
     )
 

@@ -132,11 +132,13 @@ def write_approval(statement: Mapping[str, Any], out: Path) -> None:
         raise InputError(f"cannot write approval record {out}: {error}") from None
 
 
-def sign_approval(out: Path, *, key: Path | None = None, interactive: bool = False) -> Path:
-    """Sign a written approval record: with `key` (`OUT.sig`), else Sigstore DSSE."""
+def sign_approval(out: Path, *, key: Path | None = None, token: Any = None,
+                  interactive: bool = False) -> Path:
+    """Sign a written approval record: with `key` (`OUT.sig`), else Sigstore DSSE over it
+    (`OUT.sigstore.json`; `token` from `signing.identity_token`)."""
     if key is not None:
         return sign_with_key(out, key)
-    return sign_keyless(out, interactive=interactive, statement=out.read_bytes())
+    return sign_keyless(out, token=token, interactive=interactive, statement=out.read_bytes())
 
 
 def read_approval(path: Path) -> dict[str, Any]:

@@ -372,8 +372,11 @@ def _verify_sigstore_dsse(
 # --- keyless signing -------------------------------------------------------------------------
 
 
-def _identity_token(interactive: bool):
-    """An OIDC token: ambient CI credentials first, else the browser flow when interactive."""
+def identity_token(interactive: bool):  # -> sigstore.oidc.IdentityToken
+    """An OIDC token: ambient CI credentials first, else the browser flow when interactive.
+
+    Raises `InputError` when there is none, so a caller can ask before doing any work.
+    """
     from sigstore.oidc import IdentityError, IdentityToken, Issuer, detect_credential
 
     try:
@@ -396,12 +399,13 @@ def _identity_token(interactive: bool):
         raise InputError(f"sign-in failed: {error}") from None
 
 
-def sign_keyless(path: Path, *, interactive: bool, statement: bytes | None = None,
-                 out: Path | None = None) -> Path:
+def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
+                 statement: bytes | None = None, out: Path | None = None) -> Path:
     """Sign `path` with Sigstore (keyless) and write `PATH.sigstore.json`.
 
-    With `statement`, sign that in-toto statement as DSSE instead of the file's bytes (used for
-    approval records, whose subjects name the file's digest).
+    `token` is an identity token from `identity_token` (else one is obtained here). With
+    `statement`, sign that in-toto statement as DSSE instead of the file's bytes (used for
+    approval records).
     """
     from sigstore.dsse import Statement
     from sigstore.errors import Error as SigstoreError
@@ -411,7 +415,7 @@ def sign_keyless(path: Path, *, interactive: bool, statement: bytes | None = Non
     out = out or path.with_name(path.name + SIGSTORE_SUFFIX)
     if not path.is_file():
         raise InputError(f"cannot sign {path}: no such file")
-    token = _identity_token(interactive)
+    token = token or identity_token(interactive)
     try:
         context = SigningContext.from_trust_config(ClientTrustConfig.production())
         with context.signer(token) as signer:
