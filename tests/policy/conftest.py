@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -64,3 +67,90 @@ def policy_text(*replacements: tuple[str, str]) -> str:
 @pytest.fixture
 def key_pair(tmp_path: Path) -> tuple[Path, Path]:
     return make_key_pair(tmp_path)
+
+
+# --- the gate's fixture pair -----------------------------------------------------------------
+
+GATE_PROMPTS = [
+    {"id": "code", "prompt": "def binary_search(items, target):\n    lo, hi = 0, len(items)\n"},
+    {"id": "loop", "prompt": "total = 0\nfor i in range(10):\n    total = total + i * "},
+]
+SMALL_DIFFTEST = ("  prompts: builtin\n  max_new_tokens: 32\n",
+                  "  prompts: prompts.jsonl\n  max_new_tokens: 8\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """The built-in fixture pair, locked once per module (read-only: copy before changing)."""
+
+    base: Path
+    target: Path
+    drafter: Path
+    lock: Any  # dflash_guard.lockfile.Lockfile
+
+    @property
+    def roots(self) -> dict[str, Path]:
+        return {"target": self.target, "drafter": self.drafter}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    from dflash_guard.locking import build_lock
+    from kernels_ref.fixtures import make_fixture_pair
+
+    base = tmp_path_factory.mktemp("pair")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DFLASH_GUARD_CACHE_DIR", str(base / "cache"))
+        target, drafter = make_fixture_pair(base / "fixtures")
+        lock = build_lock({"target": str(target), "drafter": str(drafter)})
+    return Pair(base, target, drafter, lock)
+
+
+@pytest.fixture(autouse=True)
+def _private_stat_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never write dflash-guard's stat cache under the home folder during tests."""
+    monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / ".dflash-guard-cache"))
+
+
+def write_policy(folder: Path, *replacements: tuple[str, str], base: str | None = None) -> Path:
+    """A policy file in `folder`: the default (or `base` text) with the small diff-test
+    settings and `replacements` applied, plus its two-prompt JSONL set."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in GATE_PROMPTS))
+    text = base if base is not None else DEFAULT_POLICY.read_text()
+    for old, new in (SMALL_DIFFTEST, *replacements):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = folder / "policy.yaml"
+    path.write_text(text)
+    return path
+
+
+def write_lock(lock: Any, path: Path) -> Path:
+    from dflash_guard.lockfile import write_lockfile
+
+    write_lockfile(lock, path)
+    return path
+
+
+def copy_folder(source: Path, dest: Path) -> Path:
+    shutil.copytree(source, dest)
+    return dest
+
+
+def relock(pair: Pair, drafter: Path) -> Any:
+    """The pair's lock with the drafter re-locked from another folder."""
+    from dflash_guard.locking import build_lock
+
+    return build_lock({"target": str(pair.target), "drafter": str(drafter)})
+
+
+def as_hub(artifact: Any, repo: str, commit: str = "c" * 40, revision: str | None = None) -> Any:
+    """The same locked files, presented as a Hub artifact `repo@commit`."""
+    return dataclasses.replace(artifact, source="hub", repo=repo, commit=commit,
+                               revision=commit if revision is None else revision, name=None)
+
+
+def with_artifact(lock: Any, artifact: Any) -> Any:
+    others = tuple(a for a in lock.artifacts if a.role != artifact.role)
+    return dataclasses.replace(lock, artifacts=(*others, artifact))
