@@ -1,5 +1,73 @@
 #!/usr/bin/env bash
-# `make demo`: the whole gate on the built-in tiny target/drafter pair.
+# `make demo`: the whole deploy gate on the built-in tiny target/drafter pair.
+#   1. write the fixture pair into demo-out/, 2. lock it (with an engine pinned to a release),
+#   3. gate it under policies/dev.yaml and show the approval record,
+#   4. tamper with one byte of the drafter and show the same gate refusing it.
 set -euo pipefail
-echo "demo: not wired yet" >&2
-exit 1
+cd "$(dirname "$0")/.."
+
+if command -v dflash-guard >/dev/null 2>&1; then
+  guard=(dflash-guard)
+else
+  guard=("${PYTHON:-python3}" -m dflash_guard)
+fi
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null 2>&1 || python=python
+out=demo-out
+policy=policies/dev.yaml
+vllm_release="vllm=https://github.com/vllm-project/vllm@a1b2c3d4e5f60718293a4b5c6d7e8f9012345678#v0.11.0"
+
+step() { printf '\n== %s\n' "$*"; }
+
+rm -rf "$out"
+mkdir -p "$out"
+
+step "1. the built-in tiny pair"
+"${guard[@]}" fixtures make "$out"
+
+step "2. lock it: every file's sha256, the engine at a full commit"
+"${guard[@]}" lock --target "$out/target" --drafter "$out/drafter" --engine "$vllm_release" \
+  -o "$out/dflash.lock"
+
+step "3. gate it under $policy"
+"${guard[@]}" gate --lock "$out/dflash.lock" --policy "$policy" \
+  --root target="$out/target" --root drafter="$out/drafter" --out "$out/approval.json"
+
+step "the approval record ($out/approval.json): an in-toto statement"
+"$python" - "$out/approval.json" <<'PY'
+import json, sys
+statement = json.load(open(sys.argv[1]))
+predicate = statement["predicate"]
+print("predicateType:", statement["predicateType"])
+print("subjects:     ", len(statement["subject"]), "(the lockfile and every locked file)")
+for subject in statement["subject"][:3]:
+    print("   ", subject["name"], subject["digest"]["sha256"][:16] + "...")
+print("policy:       ", predicate["policy"]["name"], predicate["policy"]["digest"]["sha256"][:16] + "...")
+print("engines:      ", [e["uri"] for e in predicate["engines"]])
+print("difftest:     ", "identical" if predicate["difftest"]["identical"] else "DIVERGED",
+      f"over {predicate['difftest']['prompts']} prompts, tau {predicate['acceptanceLength']}")
+print("approvedAt:   ", predicate["approvedAt"])
+PY
+
+step "4. the same gate, after one byte of the drafter's weights changed"
+cp -R "$out/drafter" "$out/drafter-tampered"
+"$python" - "$out/drafter-tampered/model.safetensors" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+data[-1] ^= 0x01
+open(path, "wb").write(bytes(data))
+print(f"flipped the last byte of {path}")
+PY
+set +e
+"${guard[@]}" gate --lock "$out/dflash.lock" --policy "$policy" \
+  --root target="$out/target" --root drafter="$out/drafter-tampered" \
+  --out "$out/approval-tampered.json"
+status=$?
+set -e
+if [ "$status" -eq 1 ] && [ ! -e "$out/approval-tampered.json" ]; then
+  printf '\ndemo: the tampered drafter was refused (exit 1) and no approval was written.\n'
+else
+  printf '\ndemo: FAILED: expected a refusal (exit 1), got exit %s\n' "$status" >&2
+  exit 1
+fi
