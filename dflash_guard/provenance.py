@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, Any
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.signing import sign_keyless, sign_with_key
+from dflash_guard.policy import Signers
+from dflash_guard.signing import (
+    KEY_SIG_SUFFIX,
+    SIGSTORE_SUFFIX,
+    SignatureCheck,
+    sign_keyless,
+    sign_with_key,
+    verify_dsse_bundle,
+    verify_key_signature,
+)
 
 if TYPE_CHECKING:
     from dflash_guard.lockfile import Lockfile
@@ -152,3 +161,23 @@ def read_approval(path: Path) -> dict[str, Any]:
     if statement.get("predicateType") != PREDICATE_TYPE:
         raise InputError(f"{path}: predicateType: not a dflash-guard approval")
     return statement
+
+
+def verify_approval(path: Path, signers: Signers, *, trust_root: Path | None = None
+                    ) -> list[SignatureCheck]:
+    """Check every signature next to an approval record against the policy's approval signers.
+
+    `RECORD.sig` (key) is checked with `model_signing`; `RECORD.sigstore.json` must be a DSSE
+    bundle whose statement is byte for byte the record. No signature at all is a refusal.
+    """
+    keyed = path.with_name(path.name + KEY_SIG_SUFFIX)
+    bundle = path.with_name(path.name + SIGSTORE_SUFFIX)
+    checks = []
+    if keyed.exists():
+        checks.append(verify_key_signature(path, keyed, signers.public_keys, subject=path.name))
+    if bundle.exists():
+        checks.append(verify_dsse_bundle(path.read_bytes(), bundle, signers.identities,
+                                         trust_root=trust_root, subject=path.name))
+    if not checks:
+        checks.append(SignatureCheck(path.name, str(bundle), False, reason="not signed"))
+    return checks

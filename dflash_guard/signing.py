@@ -28,7 +28,7 @@ from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.policy import Identity, Signers
+from dflash_guard.policy import Identity, Policy, Signers
 
 SIGSTORE_SUFFIX = ".sigstore.json"
 KEY_SIG_SUFFIX = ".sig"
@@ -345,6 +345,35 @@ def verify_model_signature(
     return SignatureCheck(subject, name, True, signer=signer)
 
 
+def verify_dsse_bundle(
+    payload: bytes,
+    bundle_path: Path,
+    identities: Sequence[Identity],
+    *,
+    trust_root: Path | None = None,
+    subject: str = "statement",
+) -> SignatureCheck:
+    """Check a Sigstore DSSE bundle whose in-toto statement must be exactly `payload`."""
+    from sigstore.errors import Error as SigstoreError
+
+    name = str(bundle_path)
+    if not identities:
+        return SignatureCheck(subject, name, False,
+                              reason="the policy accepts no Sigstore identity for it")
+    bundle, problem = _load_bundle(bundle_path)
+    if bundle is None:
+        return SignatureCheck(subject, name, False, reason=problem)
+    try:
+        payload_type, signed = sigstore_verifier(trust_root).verify_dsse(
+            bundle, _identity_policy(identities))
+    except SigstoreError as error:
+        return SignatureCheck(subject, name, False, reason=_refusal(error, identities))
+    if payload_type != IN_TOTO_PAYLOAD_TYPE or signed != payload:
+        return SignatureCheck(subject, name, False,
+                              reason="the signed statement is not this record")
+    return SignatureCheck(subject, name, True, signer=_signer_of(bundle, identities))
+
+
 def _verify_sigstore_dsse(
     sig: Path, identities: Sequence[Identity], trust_root: Path | None
 ) -> tuple[str | None, dict[str, str], str]:
@@ -427,3 +456,28 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
         raise InputError(f"Sigstore signing failed: {error.diagnostics()}") from None
     write_atomic(out, bundle.to_json())
     return out
+
+
+# --- every signature of a deploy -------------------------------------------------------------
+
+
+def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Policy,
+                            *, trust_root: Path | None = None) -> list[SignatureCheck]:
+    """Check the `model.sig` of every verified folder; a missing one where the tier requires it
+    is a refusal. `lock` is a `dflash_guard.lockfile.Lockfile`."""
+    checks = []
+    for artifact in lock.artifacts:
+        folder = locations.get(artifact.role)
+        if folder is None:
+            continue
+        tier = policy.tier_of(artifact.source, artifact.repo)
+        if not (folder / MODEL_SIG).is_file():
+            if policy.rule(tier).signature_required:
+                checks.append(SignatureCheck(artifact.role, str(folder / MODEL_SIG), False,
+                                             reason=f"missing, and the {tier} tier requires one"))
+            continue
+        checks.append(verify_model_signature(
+            folder, {f.path: f.sha256 for f in artifact.files}, policy.model_signers,
+            trust_root=trust_root, subject=artifact.role,
+        ))
+    return checks

@@ -13,6 +13,7 @@ from dflash_guard.policy import Identity, Signers
 from dflash_guard.signing import (
     production_trust_root,
     verify_blob_bundle,
+    verify_dsse_bundle,
     verify_model_signature,
 )
 
@@ -215,3 +216,20 @@ def test_signing_model_sig_must_cover_every_locked_file(sigstore_model):
     check = verify_model_signature(sigstore_model, fewer, Signers((IBM,), ()),
                                    trust_root=production_trust_root())
     assert not check.ok and "signme-2: signed but not in the lockfile" in check.reason
+
+
+def test_signing_dsse_bundle_binds_the_exact_statement(sigstore_model):
+    """A Sigstore DSSE bundle verifies only for the very statement bytes it signed."""
+    import base64
+    import json
+
+    sig = sigstore_model / "model.sig"
+    payload = base64.b64decode(json.loads(sig.read_text())["dsseEnvelope"]["payload"])
+    root = production_trust_root()
+    assert verify_dsse_bundle(payload, sig, [IBM], trust_root=root).ok
+    changed = verify_dsse_bundle(payload.replace(b"signme-1", b"signme-3"), sig, [IBM],
+                                 trust_root=root)
+    assert not changed.ok and "not this record" in changed.reason
+    other = verify_dsse_bundle(payload, sig, [Identity("eve@us.ibm.com", IBM.issuer)],
+                               trust_root=root)
+    assert not other.ok
