@@ -481,3 +481,13 @@ def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Po
             trust_root=trust_root, subject=artifact.role,
         ))
     return checks
+
+
+def verify_signatures(lock_path: Path, lock: Any, locations: Mapping[str, Path], policy: Policy,
+                      *, trust_root: Path | None = None) -> list[SignatureCheck]:
+    """Every signature check of `dflash-guard verify`: the lockfile's (when one exists or the
+    policy requires it) and each verified folder's `model.sig` (when present or required)."""
+    checks = verify_lockfile_signature(lock_path, policy.lockfile_signers,
+                                       required=policy.lockfile_signature_required,
+                                       trust_root=trust_root)
+    return checks + verify_model_signatures(lock, locations, policy, trust_root=trust_root)
