@@ -2,7 +2,7 @@
 # The script a deploy pipeline calls before rolling out a DFlash target/drafter pair.
 # Its exit status is the decision: 0 approved (deploy), 1 refused, 2 usage or input error.
 #
-#   scripts/pre-deploy-gate.sh [--lock dflash.lock] [--policy policies/strict.yaml] \
+#   scripts/pre-deploy-gate.sh [--lock dflash.lock] [--policy strict] \
 #       [--root target=DIR --root drafter=DIR] [--out approval.json] [--sign | --key KEY] ...
 #
 # Every argument is passed to `dflash-guard gate`; the defaults below apply when not given.
@@ -14,7 +14,7 @@ read -r -a guard <<< "${DFLASH_GUARD:-dflash-guard}"
 args=("$@")
 has() { local flag=$1; for a in "${args[@]}"; do [[ $a == "$flag" || $a == "$flag="* ]] && return 0; done; return 1; }
 has --lock || args+=(--lock "${DFLASH_LOCK:-dflash.lock}")
-has --policy || args+=(--policy "${DFLASH_POLICY:-policies/strict.yaml}")
+has --policy || args+=(--policy "${DFLASH_POLICY:-strict}")
 has --out || args+=(--out "${DFLASH_APPROVAL:-approval.json}")
 
 "${guard[@]}" gate "${args[@]}"
