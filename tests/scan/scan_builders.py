@@ -22,8 +22,11 @@ def gadget_pickle(module: str, name: str, arg: str = "x", protocol: int = 4) -> 
     if protocol == 0:
         return f"c{module}\n{name}\n(V{arg}\ntR.".encode()
     if protocol == 1:
-        return f"c{module}\n{name}\n(X".encode() + struct.pack("<I", len(arg)) + arg.encode() + (
-            b"tR."
+        return (
+            f"c{module}\n{name}\n(X".encode()
+            + struct.pack("<I", len(arg))
+            + arg.encode()
+            + (b"tR.")
         )
     head = b"\x80" + bytes([protocol])
     if protocol <= 3:
@@ -31,13 +34,16 @@ def gadget_pickle(module: str, name: str, arg: str = "x", protocol: int = 4) -> 
     # protocol 4/5: STACK_GLOBAL over memoized strings fetched back with BINGET
     return (
         head
-        + _unicode(module) + b"\x94"  # MEMOIZE 0
-        + _unicode(name) + b"\x94"  # MEMOIZE 1
+        + _unicode(module)
+        + b"\x94"  # MEMOIZE 0
+        + _unicode(name)
+        + b"\x94"  # MEMOIZE 1
         + b"0"  # POP (the name) ... then fetch both from the memo
         + b"0"  # POP (the module)
         + b"h\x00h\x01"  # BINGET 0, BINGET 1
         + b"\x93"  # STACK_GLOBAL
-        + _unicode(arg) + b"\x85R."
+        + _unicode(arg)
+        + b"\x85R."
     )
 
 
@@ -103,7 +109,8 @@ def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch
 class DFlashAttention(nn.Module):
     def __init__(self, config: DFlashConfig, layer_idx: int) -> None:
         super().__init__()
-        self.head_dim = getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
+        heads = config.num_attention_heads
+        self.head_dim = getattr(config, "head_dim", config.hidden_size // heads)
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim)
         self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim)
@@ -146,25 +153,59 @@ class DFlashDraftModel(PreTrainedModel):
 '''
 
 
-def make_pair(root: Path, *, drafter: dict | None = None, target: dict | None = None,
-              generation: dict | None = None, tokenizer: dict | None = None) -> tuple[Path, Path]:
+def make_pair(
+    root: Path,
+    *,
+    drafter: dict | None = None,
+    target: dict | None = None,
+    generation: dict | None = None,
+    tokenizer: dict | None = None,
+) -> tuple[Path, Path]:
     """A target and a drafter folder with configs (weights: one small safetensors each)."""
     target_dir, drafter_dir = root / "target", root / "drafter"
     target_dir.mkdir(parents=True)
     drafter_dir.mkdir(parents=True)
-    write_json(target_dir / "config.json", {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 1000,
-        "hidden_size": 64, "num_hidden_layers": 8, "num_attention_heads": 4, "head_dim": 16,
-        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, **(target or {})})
-    write_json(target_dir / "generation_config.json",
-               {"eos_token_id": [2, 3], **(generation or {})})
-    write_json(target_dir / "tokenizer_config.json", {
-        "added_tokens_decoder": {"4": {"content": "<|endoftext|>"}, "5": {"content": "<|pad|>"}},
-        "eos_token": "<|endoftext|>", "pad_token": "<|pad|>", **(tokenizer or {})})
+    write_json(
+        target_dir / "config.json",
+        {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "vocab_size": 1000,
+            "hidden_size": 64,
+            "num_hidden_layers": 8,
+            "num_attention_heads": 4,
+            "head_dim": 16,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+            **(target or {}),
+        },
+    )
+    write_json(
+        target_dir / "generation_config.json", {"eos_token_id": [2, 3], **(generation or {})}
+    )
+    write_json(
+        target_dir / "tokenizer_config.json",
+        {
+            "added_tokens_decoder": {
+                "4": {"content": "<|endoftext|>"},
+                "5": {"content": "<|pad|>"},
+            },
+            "eos_token": "<|endoftext|>",
+            "pad_token": "<|pad|>",
+            **(tokenizer or {}),
+        },
+    )
     config = {
-        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "vocab_size": 1000,
-        "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "head_dim": 16,
-        "block_size": 16, "num_target_layers": 8,
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "vocab_size": 1000,
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "head_dim": 16,
+        "block_size": 16,
+        "num_target_layers": 8,
         "dflash_config": {"mask_token_id": 999, "target_layer_ids": [1, 4, 6]},
     }
     for key, value in (drafter or {}).items():

@@ -78,8 +78,9 @@ def test_inst_opcode_is_resolved(tmp_path: Path) -> None:
     path = tmp_path / "inst.pkl"
     path.write_bytes(inst_pickle("os", "system", "id"))
     findings = scan_pickle_file(path, "inst.pkl")
-    assert any(f.rule_id == "DG-PICKLE-DANGEROUS-GLOBAL" and "os.system" in f.message
-               for f in findings)
+    assert any(
+        f.rule_id == "DG-PICKLE-DANGEROUS-GLOBAL" and "os.system" in f.message for f in findings
+    )
 
 
 def test_build_on_an_allowlisted_global_is_flagged(tmp_path: Path) -> None:
@@ -182,7 +183,9 @@ def test_numpy_object_array_with_a_payload(tmp_path: Path) -> None:
     assert findings_at_least(scan_pickle_file(benign, "objects.npy"), Severity.medium) == []
     header_end = benign.read_bytes().index(b"\n") + 1
     evil = tmp_path / "evil.npy"
-    evil.write_bytes(benign.read_bytes()[:header_end] + gadget_pickle("socket", "create_connection"))
+    evil.write_bytes(
+        benign.read_bytes()[:header_end] + gadget_pickle("socket", "create_connection")
+    )
     assert findings_at_least(scan_pickle_file(evil, "evil.npy"), Severity.critical)
 
 

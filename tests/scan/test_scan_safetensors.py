@@ -26,8 +26,10 @@ def test_library_written_file_is_clean_and_counted(tmp_path: Path) -> None:
 
 
 def test_duplicate_json_key(tmp_path: Path) -> None:
-    header = ('{"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},'
-              '"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}')
+    header = (
+        '{"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},'
+        '"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    )
     path = tmp_path / "dup.safetensors"
     path.write_bytes(raw_safetensors(header, b"\x00" * 16))
     assert "DG-ST-DUPLICATE-KEY" in _rules(check_safetensors(path, "dup")[0])
@@ -73,8 +75,9 @@ def test_truncated_and_not_json(tmp_path: Path) -> None:
 def test_big_sparse_file_is_checked_from_its_header(tmp_path: Path) -> None:
     """A 2 GiB (sparse) file scans without reading its data; the parameter count comes out."""
     rows = 2**29 // 4  # 2**29 float32 values = 2 GiB
-    header = json.dumps({"w": {"dtype": "F32", "shape": [4, rows],
-                               "data_offsets": [0, 4 * rows * 4]}})
+    header = json.dumps(
+        {"w": {"dtype": "F32", "shape": [4, rows], "data_offsets": [0, 4 * rows * 4]}}
+    )
     path = tmp_path / "big.safetensors"
     with path.open("wb") as handle:
         handle.write(raw_safetensors(header))
@@ -88,9 +91,17 @@ def test_big_sparse_file_is_checked_from_its_header(tmp_path: Path) -> None:
 def _sharded(folder: Path) -> Path:
     write_safetensors(folder / "model-00001-of-00002.safetensors", {"a": (2,), "b": (2,)})
     write_safetensors(folder / "model-00002-of-00002.safetensors", {"c": (2,)})
-    return write_json(folder / "model.safetensors.index.json", {"metadata": {}, "weight_map": {
-        "a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors",
-        "c": "model-00002-of-00002.safetensors"}})
+    return write_json(
+        folder / "model.safetensors.index.json",
+        {
+            "metadata": {},
+            "weight_map": {
+                "a": "model-00001-of-00002.safetensors",
+                "b": "model-00001-of-00002.safetensors",
+                "c": "model-00002-of-00002.safetensors",
+            },
+        },
+    )
 
 
 def test_good_sharded_checkpoint(tmp_path: Path) -> None:
@@ -115,8 +126,11 @@ def test_index_tensor_in_two_shards_or_absent(tmp_path: Path) -> None:
     value = json.loads(index.read_text())
     value["weight_map"]["zzz"] = "model-00002-of-00002.safetensors"
     index.write_text(json.dumps(value))
-    messages = [f.message for f in check_index(index, "index", lambda p: p.name)
-                if f.severity >= Severity.high]
+    messages = [
+        f.message
+        for f in check_index(index, "index", lambda p: p.name)
+        if f.severity >= Severity.high
+    ]
     assert any("two shards" in m for m in messages)
     assert any("'zzz'" in m and "lacks it" in m for m in messages)
 

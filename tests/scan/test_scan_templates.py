@@ -53,9 +53,15 @@ def test_syntax_error_is_a_finding() -> None:
 
 
 def test_template_sources_in_a_folder(tmp_path: Path) -> None:
-    write_json(tmp_path / "tokenizer_config.json", {"chat_template": [
-        {"name": "default", "template": BENIGN},
-        {"name": "tool_use", "template": SSTI["cve-2024-34359"]}]})
+    write_json(
+        tmp_path / "tokenizer_config.json",
+        {
+            "chat_template": [
+                {"name": "default", "template": BENIGN},
+                {"name": "tool_use", "template": SSTI["cve-2024-34359"]},
+            ]
+        },
+    )
     (tmp_path / "chat_template.jinja").write_text(SSTI["attr-filter"])
     report = scan_paths([tmp_path])
     bad = {(f.file, f.member) for f in report.findings if f.severity >= Severity.high}
