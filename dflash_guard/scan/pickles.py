@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from dflash_guard.scan.interface import Finding, Severity
-from dflash_guard.scan.sniff import Format, sniff_bytes
+from dflash_guard.scan.sniff import PICKLE_SUFFIXES, Format, sniff_bytes
 
 DETECTOR = "pickle"
 PRESENT_RULE = "DG-PICKLE-PRESENT"  # marks a file as pickle-family in the report
@@ -372,6 +372,8 @@ class _Scan:
         legacy = _LEGACY_TORCH_MAGIC in first.ints
         index = 1
         while first.error is None:
+            if legacy and index >= _LEGACY_TORCH_PICKLES:
+                break  # raw storage bytes follow; torch.load unpickles nothing more
             peek = _peek(stream, 2)
             more_legacy = legacy and index < _LEGACY_TORCH_PICKLES
             if not (more_legacy or (len(peek) == 2 and peek[0] == 0x80 and peek[1] <= 5)):
@@ -645,18 +647,7 @@ _MODELSCAN_SUFFIXES = frozenset(
 
 def scan_pickle_file(path: Path, display: str) -> list[Finding]:
     """Findings for one pickle-family file: modelscan's denylist, then the allowlist pass."""
-    from_extension = path.suffix.lower() in {
-        ".bin",
-        ".pt",
-        ".pth",
-        ".ckpt",
-        ".pkl",
-        ".pickle",
-        ".joblib",
-        ".dill",
-        ".npy",
-        ".npz",
-    }
+    from_extension = path.suffix.lower() in PICKLE_SUFFIXES
     scan = _Scan(display)
     try:
         with path.open("rb") as handle:

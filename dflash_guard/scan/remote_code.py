@@ -8,9 +8,9 @@ Rules (severity):
 - DG-RC-ENCODED-BLOB: base64/zlib/hex/codecs decoding calls, long encoded string constants (high).
 - DG-RC-CREDENTIALS: `os.environ`/`getenv` (medium); token or key paths and names (high).
 - DG-RC-FS-WRITE: file writes or deletions (`open(..., "w")`, `shutil.rmtree`, `os.remove`) (high).
-- DG-RC-IMPORT-TIME-SIDE-EFFECT: one of the above at import time (module level, class body,
-  default argument, decorator) (critical); any other module-level call not on a short list of
-  usual ones (low).
+- DG-RC-IMPORT-TIME-SIDE-EFFECT: a call above made at import time (module level, class body,
+  default argument, decorator), one level above the call's own severity; any other module-level
+  call not on a short list of usual ones (low).
 - DG-RC-UNREVIEWED: the file's sha256 is not in the reviewed set (low).
 """
 
@@ -158,17 +158,21 @@ class _Visitor(ast.NodeVisitor):
         self.context: list[str] = ["module level"]
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def add(self, rule: str, severity: Severity, node: ast.AST, message: str) -> None:
+    def add(
+        self, rule: str, severity: Severity, node: ast.AST, message: str, *, runs: bool = False
+    ) -> None:
+        """Record a finding; an action (`runs`) at import time is also an import-time finding."""
         where = self.context[-1]
         line = getattr(node, "lineno", None)
         self.findings.append(
             Finding(rule, severity, self.display, message, line=line, detector=DETECTOR)
         )
-        if where in _IMPORT_TIME and rule != "DG-RC-IMPORT-TIME-SIDE-EFFECT":
+        if runs and where in _IMPORT_TIME and rule != "DG-RC-IMPORT-TIME-SIDE-EFFECT":
+            raised = Severity(min(severity + 1, Severity.critical))
             self.findings.append(
                 Finding(
                     "DG-RC-IMPORT-TIME-SIDE-EFFECT",
-                    Severity.critical,
+                    raised,
                     self.display,
                     f"runs at import time ({where}): {message}",
                     line=line,
@@ -244,15 +248,16 @@ class _Visitor(ast.NodeVisitor):
 
     def check_call(self, node: ast.Call, name: str, last: str) -> None:
         if name in ("eval", "exec", "builtins.eval", "builtins.exec"):
-            self.add("DG-RC-DYNAMIC-CODE", Severity.critical, node, f"calls {last}()")
+            self.add("DG-RC-DYNAMIC-CODE", Severity.critical, node, f"calls {last}()", runs=True)
         elif name in ("compile", "__import__", "builtins.compile", "builtins.__import__"):
-            self.add("DG-RC-DYNAMIC-CODE", Severity.high, node, f"calls {last}()")
+            self.add("DG-RC-DYNAMIC-CODE", Severity.high, node, f"calls {last}()", runs=True)
         elif name in ("getattr", "builtins.getattr") and self.computed_getattr(node):
             self.add(
                 "DG-RC-DYNAMIC-CODE",
                 Severity.high,
                 node,
                 "getattr() with a computed name on a module or builtins",
+                runs=True,
             )
         elif (
             name.startswith(("os.", "posix.", "nt."))
@@ -260,9 +265,9 @@ class _Visitor(ast.NodeVisitor):
             or name.split(".")[0] in _PROCESS_MODULES
             and "." in name
         ):
-            self.add("DG-RC-PROCESS", Severity.critical, node, f"calls {name}()")
+            self.add("DG-RC-PROCESS", Severity.critical, node, f"calls {name}()", runs=True)
         elif name.split(".")[0] in _NETWORK_MODULES and "." in name:
-            self.add("DG-RC-NETWORK", Severity.high, node, f"calls {name}()")
+            self.add("DG-RC-NETWORK", Severity.high, node, f"calls {name}()", runs=True)
         elif last in _DECODERS and name.split(".")[0] in {
             "base64",
             "zlib",
@@ -278,19 +283,37 @@ class _Visitor(ast.NodeVisitor):
                 Severity.high,
                 node,
                 f"decodes an encoded payload with {name}()",
+                runs=True,
             )
         elif name == "codecs.decode" or last == "fromhex":
-            self.add("DG-RC-ENCODED-BLOB", Severity.high, node, f"decodes data with {name}()")
+            self.add(
+                "DG-RC-ENCODED-BLOB", Severity.high, node, f"decodes data with {name}()", runs=True
+            )
         elif name in ("os.getenv", "os.getenvb"):
-            self.add("DG-RC-CREDENTIALS", Severity.medium, node, "reads environment variables")
+            self.add(
+                "DG-RC-CREDENTIALS", Severity.medium, node, "reads environment variables", runs=True
+            )
         elif name.startswith(("os.", "shutil.")) and (
             last in _OS_WRITE or name.startswith("shutil.")
         ):
-            self.add("DG-RC-FS-WRITE", Severity.high, node, f"changes the file system: {name}()")
+            self.add(
+                "DG-RC-FS-WRITE",
+                Severity.high,
+                node,
+                f"changes the file system: {name}()",
+                runs=True,
+            )
         elif name in ("open", "builtins.open", "io.open") and self.write_mode(node):
-            self.add("DG-RC-FS-WRITE", Severity.high, node, "opens a file for writing")
+            severity, message = self.write_target(node)
+            self.add("DG-RC-FS-WRITE", severity, node, message, runs=True)
         elif last in ("write_text", "write_bytes", "unlink", "rmdir", "rmtree", "touch"):
-            self.add("DG-RC-FS-WRITE", Severity.high, node, f"changes the file system: .{last}()")
+            self.add(
+                "DG-RC-FS-WRITE",
+                Severity.high,
+                node,
+                f"changes the file system: .{last}()",
+                runs=True,
+            )
         elif self.context[-1] == "module level" and last not in _USUAL_MODULE_CALLS:
             self.add(
                 "DG-RC-IMPORT-TIME-SIDE-EFFECT",
@@ -314,6 +337,17 @@ class _Visitor(ast.NodeVisitor):
             "builtins",
             "__builtins__",
         }
+
+    @staticmethod
+    def write_target(node: ast.Call) -> tuple[Severity, str]:
+        """Writes inside the working folder (a plain relative path) are medium, others high."""
+        path = node.args[0] if node.args else None
+        if isinstance(path, ast.Constant) and isinstance(path.value, str):
+            value = path.value
+            if not value.startswith(("/", "~", "\\")) and ".." not in value:
+                return Severity.medium, f"opens {value!r} for writing (working folder)"
+            return Severity.high, f"opens {value!r} for writing, outside the working folder"
+        return Severity.high, "opens a computed path for writing"
 
     @staticmethod
     def write_mode(node: ast.Call) -> bool:

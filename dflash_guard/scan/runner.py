@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from dflash_guard.errors import InputError
@@ -130,7 +131,19 @@ class _Run:
         self.findings.append(finding)
 
     def python_file(self, path: Path, display: str) -> None:
-        source = path.read_bytes()
+        try:
+            source = path.read_bytes()
+        except OSError as error:
+            self.add(
+                Finding(
+                    "DG-UNSCANNABLE",
+                    Severity.high,
+                    display,
+                    f"cannot read: {error}",
+                    detector=remote_code.DETECTOR,
+                )
+            )
+            return
         digest = hashlib.sha256(source).hexdigest()
         reviewed = digest in self.reviewed
         self.remote_code[display] = RemoteCodeFile(display, digest, reviewed)
@@ -212,7 +225,8 @@ class _Run:
             )
 
 
-def _sibling(index_display: str):
+def _sibling(index_display: str) -> Callable[[Path], str]:
+    """How the shards of an index are named in the report: next to the index."""
     parent = Path(index_display).parent
 
     def display_of(shard: Path) -> str:

@@ -107,3 +107,17 @@ def test_auto_map_missing_file_and_foreign_repo(tmp_path: Path, benign_modeling:
     assert paths["modeling_dflash.py"].sha256
     assert not paths["other-org/tok--tokenization_x.py"].reviewed
     assert not paths["configuration_dflash.py"].reviewed
+
+
+def test_imports_and_constants_are_not_import_time_actions() -> None:
+    source = "import requests\nTOKEN_FILE = '~/.cache/huggingface/token'\n"
+    rules = {f.rule_id for f in check_source(source.encode(), "x.py")}
+    assert {"DG-RC-NETWORK", "DG-RC-CREDENTIALS"} <= rules
+    assert "DG-RC-IMPORT-TIME-SIDE-EFFECT" not in rules
+
+
+def test_writes_inside_the_folder_are_medium_outside_high() -> None:
+    inside = check_source(b"def f():\n    open('cache.txt', 'w')\n", "x.py")
+    outside = check_source(b"def f():\n    open('../../x', 'a')\n", "x.py")
+    assert [f.severity for f in inside] == [Severity.medium]
+    assert [f.severity for f in outside] == [Severity.high]
