@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from dflash_guard.errors import InputError
@@ -89,7 +88,7 @@ class _Run:
             self.python_file(path, display)
             return
         if name.endswith(".index.json") and "safetensors" in name:
-            self.findings += safetensors_check.check_index(path, display, _sibling(display))
+            self.findings += safetensors_check.check_index(path, display)
             return
         if name in _TEMPLATE_CONFIGS:
             self.findings += templates.scan_config_templates(path, display)
@@ -223,16 +222,6 @@ class _Run:
                     detector="scan",
                 )
             )
-
-
-def _sibling(index_display: str) -> Callable[[Path], str]:
-    """How the shards of an index are named in the report: next to the index."""
-    parent = Path(index_display).parent
-
-    def display_of(shard: Path) -> str:
-        return str(parent / shard.name)
-
-    return display_of
 
 
 def _files(root: Path) -> list[Path]:

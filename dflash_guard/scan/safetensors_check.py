@@ -12,7 +12,6 @@ import dataclasses
 import json
 import math
 import struct
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from dflash_guard.scan.interface import Finding, Severity
@@ -242,11 +241,9 @@ def _library_check(path: Path, check: _Checker) -> None:
         check.add("DG-ST-INVALID", Severity.high, f"rejected by the safetensors loader: {error}")
 
 
-def check_index(index_path: Path, display: str, display_of: Callable[[Path], str]) -> list[Finding]:
+def check_index(index_path: Path, display: str) -> list[Finding]:
     """A sharded checkpoint's `*.index.json`: every shard present and inside the folder, every
     tensor in exactly one shard and present in that shard's header.
-
-    `display_of(path)` gives the name a shard's findings are reported under.
     """
     check = _Checker(display)
     try:
@@ -276,7 +273,7 @@ def check_index(index_path: Path, display: str, display_of: Callable[[Path], str
         if not shard_path.is_file():
             check.add("DG-ST-INDEX-MISSING", Severity.high, f"shard {shard!r} is missing")
             continue
-        findings, header = check_safetensors(shard_path, display_of(shard_path))
+        _, header = check_safetensors(shard_path, shard)  # its own findings come from its scan
         shard_tensors[shard] = set(header.tensors) if header else set()
     for tensor, shard in weight_map.items():
         if shard in shard_tensors and tensor not in shard_tensors[shard]:

@@ -106,7 +106,7 @@ def _sharded(folder: Path) -> Path:
 
 def test_good_sharded_checkpoint(tmp_path: Path) -> None:
     index = _sharded(tmp_path)
-    assert check_index(index, "index", lambda p: p.name) == []
+    assert check_index(index, "index") == []
     assert scan_paths([tmp_path]).param_count == 6
 
 
@@ -116,7 +116,7 @@ def test_index_missing_shard_and_path_escape(tmp_path: Path) -> None:
     value["weight_map"]["c"] = "../../etc/model.safetensors"
     value["weight_map"]["d"] = "model-00003-of-00003.safetensors"
     index.write_text(json.dumps(value))
-    rules = _rules(check_index(index, "index", lambda p: p.name))
+    rules = _rules(check_index(index, "index"))
     assert {"DG-ST-INDEX-PATH", "DG-ST-INDEX-MISSING"} <= rules
 
 
@@ -126,11 +126,7 @@ def test_index_tensor_in_two_shards_or_absent(tmp_path: Path) -> None:
     value = json.loads(index.read_text())
     value["weight_map"]["zzz"] = "model-00002-of-00002.safetensors"
     index.write_text(json.dumps(value))
-    messages = [
-        f.message
-        for f in check_index(index, "index", lambda p: p.name)
-        if f.severity >= Severity.high
-    ]
+    messages = [f.message for f in check_index(index, "index") if f.severity >= Severity.high]
     assert any("two shards" in m for m in messages)
     assert any("'zzz'" in m and "lacks it" in m for m in messages)
 
@@ -138,4 +134,4 @@ def test_index_tensor_in_two_shards_or_absent(tmp_path: Path) -> None:
 def test_index_duplicate_key(tmp_path: Path) -> None:
     index = tmp_path / "model.safetensors.index.json"
     index.write_text('{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}')
-    assert "DG-ST-INDEX" in _rules(check_index(index, "index", lambda p: p.name))
+    assert "DG-ST-INDEX" in _rules(check_index(index, "index"))
