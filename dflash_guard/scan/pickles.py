@@ -585,6 +585,7 @@ def _modelscan_findings(path: Path, display: str) -> list[Finding]:
     from modelscan.modelscan import ModelScan
     from modelscan.settings import DEFAULT_SETTINGS
 
+    # modelscan logs every error it also returns; without a handler they would reach stderr.
     logging.getLogger("modelscan").setLevel(logging.CRITICAL)
     try:
         report = ModelScan(settings=DEFAULT_SETTINGS).scan(path)

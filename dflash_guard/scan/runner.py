@@ -267,9 +267,8 @@ def scan_paths(
     for root, display in folders:
         config_path = root / "config.json"
         config = _read_json(config_path)
-        if config_path.is_file() and (
-            target is not None or drafter_config.is_drafter_config(config)
-        ):
+        if target is not None or drafter_config.is_drafter_config(config):
+            # check_drafter reports a missing config.json itself: --target needs one to compare
             run.findings += drafter_config.check_drafter(
                 root,
                 display,

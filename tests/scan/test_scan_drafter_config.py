@@ -102,3 +102,11 @@ def test_unknown_architecture_without_target(tmp_path: Path) -> None:
 def test_plain_model_folder_without_target_is_not_a_drafter(tmp_path: Path) -> None:
     target, _ = make_pair(tmp_path)
     assert scan_paths([target]).findings == []
+
+
+def test_target_given_but_no_drafter_config(tmp_path: Path) -> None:
+    target, _ = make_pair(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rules = [f.rule_id for f in scan_paths([empty], target=target).findings]
+    assert rules == ["DG-CONFIG-INVALID"]
