@@ -121,7 +121,14 @@ def test_classify_global() -> None:
 
 
 def _state_dict() -> dict[str, torch.Tensor]:
-    return {"layer.weight": torch.zeros(3, 4), "layer.bias": torch.ones(4)}
+    return {
+        "layer.weight": torch.zeros(3, 4),
+        "layer.bias": torch.ones(4),
+        "emb.weight": torch.zeros(2, 2, dtype=torch.bfloat16),
+        "fp8.weight": torch.zeros(2, dtype=torch.float8_e4m3fn),  # saved as UntypedStorage
+        "mask": torch.zeros(3, dtype=torch.bool)[1:],
+        "param": torch.nn.Parameter(torch.ones(2)),  # state_dict(keep_vars=True)
+    }
 
 
 def test_real_torch_checkpoints_are_only_a_low_note(tmp_path: Path) -> None:
