@@ -323,7 +323,7 @@ class HubEmulator:
     # lifecycle
     def start(self) -> HubEmulator:
         for server in (self._hub, self._cdn):
-            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
