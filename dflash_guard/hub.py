@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import shutil
@@ -145,6 +146,9 @@ def hub_errors(repo: str, revision: str | None) -> Iterator[None]:
     from huggingface_hub import errors as hf_errors
 
     where = f"{repo}@{revision or 'main'}"
+    client_log = logging.getLogger("huggingface_hub")
+    level = client_log.level
+    client_log.setLevel(logging.ERROR)  # retry chatter would break the one-line contract
     try:
         yield
     except hf_errors.OfflineModeIsEnabled:
@@ -163,6 +167,8 @@ def hub_errors(repo: str, revision: str | None) -> Iterator[None]:
         raise HubError(f"hub: {where}: HTTP {_status(error)} from {endpoint()}") from None
     except httpx2.TimeoutException:
         raise HubError(f"hub: {where}: timed out after {timeout_s():g}s ({endpoint()})") from None
+    except httpx2.RemoteProtocolError as error:
+        raise HubError(f"hub: {where}: truncated download ({error})") from None
     except httpx2.HTTPError as error:
         raise HubError(f"hub: {where}: {type(error).__name__}: {error}") from None
     except hf_errors.LocalEntryNotFoundError as error:
@@ -170,6 +176,8 @@ def hub_errors(repo: str, revision: str | None) -> Iterator[None]:
     except (OSError, ValueError) as error:  # consistency checks: truncated body, bad size
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise HubError(f"hub: {where}: download failed: {first}") from None
+    finally:
+        client_log.setLevel(level)
 
 
 def _status(error: Exception) -> str:
