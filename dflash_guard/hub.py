@@ -253,15 +253,18 @@ def install_snapshot(repo: str, commit: str, staging: Path, cache: Path | None =
     dest_repo = repo_folder(repo, cache)
     dest = dest_repo / "snapshots" / commit
     (dest_repo / "blobs").mkdir(parents=True, exist_ok=True)
-    for link in sorted(p for p in source.rglob("*") if p.is_symlink()):
-        rel = link.relative_to(source)
-        blob = Path(os.path.realpath(link))
+    for entry in sorted(p for p in source.rglob("*") if p.is_symlink() or p.is_file()):
+        rel = entry.relative_to(source)
+        dest_file = dest / rel
+        dest_file.parent.mkdir(parents=True, exist_ok=True)
+        if dest_file.is_symlink() or dest_file.exists():
+            dest_file.unlink()
+        if not entry.is_symlink():  # a cache written without symlinks holds plain files
+            os.replace(entry, dest_file)
+            continue
+        blob = Path(os.path.realpath(entry))
         target_blob = dest_repo / "blobs" / blob.name
         if not target_blob.exists():
             os.replace(blob, target_blob)
-        dest_link = dest / rel
-        dest_link.parent.mkdir(parents=True, exist_ok=True)
-        if dest_link.is_symlink() or dest_link.exists():
-            dest_link.unlink()
-        dest_link.symlink_to(os.path.relpath(target_blob, dest_link.parent))
+        dest_file.symlink_to(os.path.relpath(target_blob, dest_file.parent))
     return dest

@@ -56,6 +56,8 @@ def lock_source(role: str, src: str) -> Artifact:
             repo, commit = identity
             return _lock_folder(role, path, repo=repo, commit=commit, revision=commit)
         return _lock_folder(role, path)
+    if src.startswith((".", "/", "~")):
+        raise InputError(f"--{role} {src}: no such folder")
     parsed = hub.parse_hub_source(src)
     if parsed is None:
         raise InputError(f"--{role} {src}: neither an existing folder nor ORG/NAME[@REV]")

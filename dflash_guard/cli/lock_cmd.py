@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
-from dflash_guard.errors import EXIT_FINDING
+from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.lockfile import load_lockfile, write_lockfile
 from dflash_guard.locking import LockRefused, build_lock, requirements_text
@@ -43,6 +43,8 @@ def lock(
     ] = OutputFormat.text,
 ) -> None:
     """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile."""
+    if not output.parent.is_dir():
+        raise InputError(f"-o {output}: folder {output.parent} does not exist")
     sources = {"target": target, "drafter": drafter}
     if gguf:
         sources["gguf"] = gguf
@@ -77,6 +79,8 @@ def export_requirements(
 ) -> None:
     """Write a pip --require-hashes requirements file for the locked packages."""
     text = requirements_text(load_lockfile(lock_path))
+    if output is not None and not output.parent.is_dir():
+        raise InputError(f"-o {output}: folder {output.parent} does not exist")
     if output is None:
         typer.echo(text, nl=False)
     else:
