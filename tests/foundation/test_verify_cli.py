@@ -212,3 +212,29 @@ def test_library_api_reports_locations_and_problems(locked):
     (problem,) = report.problems
     assert (problem.role, problem.path, problem.kind) == ("drafter", "extra.json", "extra")
     assert report.to_json()["problems"][0]["kind"] == "extra"
+
+
+def test_pinned_remote_code_is_verified_too(cli, hub, hf_env, tmp_path):
+    from conftest import CODE_REPO, make_repo
+
+    drafter = "acme/remote-code-drafter"
+    make_repo(hub.root, drafter, drafter_files(f"{CODE_REPO}--dflash.DFlashDraftModel"))
+    lock = tmp_path / "dflash.lock"
+    assert_ok(cli("lock", "--target", TARGET_REPO, "--drafter", drafter, "-o", lock))
+    assert_ok(cli("verify", "--lock", lock, "--download"))
+    code_snapshot = hf_env / "models--acme--dflash-code" / "snapshots" / hub.commits[CODE_REPO]
+    assert (code_snapshot / "dflash.py").is_file()
+    # The remote module changes in the cache: verify names it under the code role.
+    (code_snapshot / "dflash.py").unlink()
+    (code_snapshot / "dflash.py").write_bytes(b"import os  # swapped\n")
+    r = cli("verify", "--lock", lock, "--format", "json")
+    assert r.exit_code == 1
+    assert _problems(json.loads(r.stdout)) == {
+        (f"drafter:code:{CODE_REPO}", "dflash.py", "size")
+    }
+    shutil.rmtree(code_snapshot.parent.parent)
+    r = cli("verify", "--lock", lock, "--format", "json")
+    assert r.exit_code == 1
+    assert _problems(json.loads(r.stdout)) == {
+        (f"drafter:code:{CODE_REPO}", "dflash.py", "missing")
+    }
