@@ -91,7 +91,9 @@ def _lock_folder(
         raise LockRefused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
     if not files:
         raise InputError(f"{folder}: the folder has no files to lock")
-    hashes = hash_files(files.values(), cache=StatCache())
+    stat_cache = StatCache()
+    hashes = hash_files(files.values(), cache=stat_cache)
+    stat_cache.save()  # a verify right after the lock is then a stat per file
     locked = tuple(
         LockedFile(
             path=rel,
