@@ -89,13 +89,13 @@ def verify_lock(
     report = VerifyReport(problems=[], locations={})
     cache = StatCache() if use_cache else None
     for artifact in lock.artifacts:
-        target = _locate(artifact, roots.get(artifact.role), download, cache, report)
+        target = _locate(artifact, roots.get(artifact.role), download, report)
         if target is None:
             continue
         report.locations[artifact.role] = target.folder
         _compare(target, cache, progress, report)
         for ref in artifact.code_refs:
-            code = _locate_code_ref(artifact.role, ref, download, cache, report)
+            code = _locate_code_ref(artifact.role, ref, download, report)
             if code is not None:
                 _compare(code, cache, progress, report)
     if cache is not None:
@@ -104,12 +104,9 @@ def verify_lock(
 
 
 def _locate(
-    artifact: Artifact,
-    root: Path | None,
-    download: bool,
-    cache: StatCache | None,
-    report: VerifyReport,
+    artifact: Artifact, root: Path | None, download: bool, report: VerifyReport
 ) -> _Target | None:
+    """The folder to compare for `artifact`; None when a download failed its check."""
     if root is not None:
         if not root.is_dir():
             raise InputError(f"--root {artifact.role}={root}: no such folder")
@@ -122,8 +119,9 @@ def _locate(
     assert artifact.repo is not None and artifact.commit is not None
     snapshot = hub.cached_snapshot(artifact.repo, artifact.commit)
     if snapshot is None and download:
-        snapshot = _download_checked(artifact.role, artifact.repo, artifact.commit,
-                                     artifact.files, cache, report)
+        snapshot = _download_checked(
+            artifact.role, artifact.repo, artifact.commit, artifact.files, report
+        )
         if snapshot is None:
             return None
     if snapshot is None:
@@ -135,12 +133,13 @@ def _locate(
 
 
 def _locate_code_ref(
-    role: str, ref: CodeRef, download: bool, cache: StatCache | None, report: VerifyReport
+    role: str, ref: CodeRef, download: bool, report: VerifyReport
 ) -> _Target | None:
+    """The cached snapshot of a pinned remote-code repo; its absence is a `missing` problem."""
     label = f"{role}:code:{ref.repo}"
     snapshot = hub.cached_snapshot(ref.repo, ref.commit)
     if snapshot is None and download:
-        snapshot = _download_checked(label, ref.repo, ref.commit, ref.files, cache, report)
+        snapshot = _download_checked(label, ref.repo, ref.commit, ref.files, report)
         if snapshot is None:
             return None
     if snapshot is None:
@@ -157,7 +156,6 @@ def _download_checked(
     repo: str,
     commit: str,
     files: tuple[LockedFile, ...],
-    cache: StatCache | None,
     report: VerifyReport,
 ) -> Path | None:
     """Download the locked files into a staging cache, verify them, and only then keep them."""
