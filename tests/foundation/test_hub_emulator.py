@@ -79,3 +79,23 @@ def test_faults_reach_the_client(hub):
 
 def test_agent_harnesses_is_a_404(hub):
     assert httpx2.get(f"{hub.url}/api/agent-harnesses").status_code == 404
+
+
+def test_emulator_runs_standalone(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import make_repo
+
+    make_repo(tmp_path, TARGET_REPO, {"config.json": b"{}"})
+    script = Path(__file__).resolve().parents[1] / "hub_emulator.py"
+    proc = subprocess.Popen([sys.executable, str(script), "--repos", str(tmp_path), "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().strip()
+        assert line.startswith("HF_ENDPOINT=http://127.0.0.1:")
+        info = HfApi(endpoint=line.split("=", 1)[1]).model_info(TARGET_REPO)
+        assert [s.rfilename for s in info.siblings] == ["config.json"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

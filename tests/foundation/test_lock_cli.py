@@ -191,3 +191,20 @@ def test_packages_and_export_requirements(cli, local_pair, tmp_path):
     no_hash = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1],
                   "--package", "vllm==0.11.0", "-o", out)
     assert no_hash.exit_code == 2 and "no hash" in no_hash.stderr
+
+
+def test_lock_json_and_requirements_on_stdout(cli, local_pair, tmp_path):
+    out = tmp_path / "dflash.lock"
+    r = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1], "--package",
+            f"torch==2.13.0@sha256:{'b' * 64}", "-o", out, "--format", "json")
+    assert r.exit_code == 0
+    report = json.loads(r.stdout)
+    assert report["digest"] == load_lockfile(out).digest()
+    assert report["artifacts"] == {"target": "local:tiny-target", "drafter": "local:tiny-drafter"}
+    r = cli("export", "requirements", "--lock", out)
+    assert r.exit_code == 0 and f"torch==2.13.0 \\\n    --hash=sha256:{'b' * 64}" in r.stdout
+    bare = tmp_path / "bare.lock"
+    r = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1], "-o", bare)
+    assert r.exit_code == 0
+    r = cli("export", "requirements", "--lock", bare)
+    assert r.exit_code == 2 and "no packages" in r.stderr
