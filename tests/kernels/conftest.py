@@ -15,16 +15,36 @@ from kernels_ref.model import ModelConfig, Target
 
 
 def random_configs(
-    *, hidden: int = 32, target_layers: int = 3, drafter_layers: int = 1, block_size: int = 4,
-    layer_ids: tuple[int, ...] = (0, 2), tie: bool = False,
+    *,
+    hidden: int = 32,
+    target_layers: int = 3,
+    drafter_layers: int = 1,
+    block_size: int = 4,
+    layer_ids: tuple[int, ...] = (0, 2),
+    tie: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Configs of a tiny random pair (4 heads, 2 KV heads, head_dim 8)."""
-    shape = {"hidden_size": hidden, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "head_dim": 8, "intermediate_size": 2 * hidden}
-    target = {**copy.deepcopy(TARGET_CONFIG), **shape, "num_hidden_layers": target_layers,
-              "tie_word_embeddings": tie, "max_position_embeddings": 128}
-    drafter = {**copy.deepcopy(DRAFTER_CONFIG), **shape, "num_hidden_layers": drafter_layers,
-               "num_target_layers": target_layers, "block_size": block_size}
+    shape = {
+        "hidden_size": hidden,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "intermediate_size": 2 * hidden,
+    }
+    target = {
+        **copy.deepcopy(TARGET_CONFIG),
+        **shape,
+        "num_hidden_layers": target_layers,
+        "tie_word_embeddings": tie,
+        "max_position_embeddings": 128,
+    }
+    drafter = {
+        **copy.deepcopy(DRAFTER_CONFIG),
+        **shape,
+        "num_hidden_layers": drafter_layers,
+        "num_target_layers": target_layers,
+        "block_size": block_size,
+    }
     drafter["dflash_config"]["target_layer_ids"] = list(layer_ids)
     return target, drafter
 
@@ -40,11 +60,25 @@ def random_pair(out_dir: Path, seed: int, **shape: Any) -> tuple[Path, Path]:
             for name, param in module.named_parameters():
                 if name.endswith("norm.weight"):
                     param.add_(0.1 * torch.randn_like(param))
-    return write_pair(out_dir, target_config=target_config, drafter_config=drafter_config,
-                      target_weights=target.state_dict(), drafter_weights=drafter.state_dict())
+    return write_pair(
+        out_dir,
+        target_config=target_config,
+        drafter_config=drafter_config,
+        target_weights=target.state_dict(),
+        drafter_weights=drafter.state_dict(),
+    )
 
 
 @pytest.fixture(scope="session")
 def fixture_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The shipped trained pair, written once per session."""
     return make_fixture_pair(tmp_path_factory.mktemp("fixture-pair"))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and the machine's cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -33,24 +33,65 @@ def test_fixtures_make_writes_the_pair(cli, tmp_path: Path) -> None:
 
 def test_identical_pair_exits_0_with_a_json_report(cli, fixture_pair, fast_prompts) -> None:
     target, drafter = fixture_pair
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--prompts", fast_prompts,
-                 "--max-new-tokens", "32", "--format", "json")
+    result = cli(
+        "difftest",
+        "--target",
+        target,
+        "--drafter",
+        drafter,
+        "--prompts",
+        fast_prompts,
+        "--max-new-tokens",
+        "32",
+        "--format",
+        "json",
+    )
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["overall"]["identical"] is True
     assert {"tau_mean", "histogram", "forwards_saved", "warnings"} <= set(report["overall"])
     first = report["prompts"][0]
-    assert {"id", "identical", "first_diff_position", "ar_token", "spec_token", "top2_margin",
-            "tau", "steps", "target_forwards_ar", "target_forwards_spec"} <= set(first)
-    text = cli("difftest", "--target", target, "--drafter", drafter, "--prompts", fast_prompts,
-               "--max-new-tokens", "16")
+    assert {
+        "id",
+        "identical",
+        "first_diff_position",
+        "ar_token",
+        "spec_token",
+        "top2_margin",
+        "tau",
+        "steps",
+        "target_forwards_ar",
+        "target_forwards_spec",
+    } <= set(first)
+    text = cli(
+        "difftest",
+        "--target",
+        target,
+        "--drafter",
+        drafter,
+        "--prompts",
+        fast_prompts,
+        "--max-new-tokens",
+        "16",
+    )
     assert text.exit_code == 0 and "identical" in text.stdout
 
 
 def test_injected_fault_exits_1(cli, fixture_pair, fast_prompts) -> None:
     target, drafter = fixture_pair
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--prompts", fast_prompts,
-                 "--inject", "stale-kv", "--format", "json")
+    result = cli(
+        "difftest",
+        "--target",
+        target,
+        "--drafter",
+        drafter,
+        "--prompts",
+        fast_prompts,
+        "--inject",
+        "stale-kv",
+        "--format",
+        "json",
+    )
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["overall"]["identical"] is False

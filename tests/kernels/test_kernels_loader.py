@@ -19,11 +19,26 @@ from kernels_ref.loop import generate
 from kernels_ref.model import load_target
 
 HF_TARGET_NAMES = {
-    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-    *(f"model.layers.{n}.{part}.weight" for n in range(3) for part in (
-        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "self_attn.q_norm", "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-        "input_layernorm", "post_attention_layernorm")),
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+    "lm_head.weight",
+    *(
+        f"model.layers.{n}.{part}.weight"
+        for n in range(3)
+        for part in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "self_attn.q_norm",
+            "self_attn.k_norm",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+            "input_layernorm",
+            "post_attention_layernorm",
+        )
+    ),
 }
 
 
@@ -69,29 +84,37 @@ def test_sharded_checkpoint_loads_to_the_same_outputs(tmp_path: Path) -> None:
     sharded.mkdir()
     tensors = load_file(str(target_dir / "model.safetensors"))
     names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[::2],
-              "model-00002-of-00002.safetensors": names[1::2]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
     weight_map = {}
     for shard, members in shards.items():
         save_file({n: tensors[n] for n in members}, str(sharded / shard))
         weight_map.update({n: shard for n in members})
     (sharded / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": weight_map}))
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
     (sharded / "config.json").write_bytes((target_dir / "config.json").read_bytes())
     one, two = load_target(target_dir), load_target(sharded)
     drafter = load_drafter(drafter_dir, two)
     prompt = [10, 20, 30]
-    assert generate(one, None, prompt, max_new_tokens=12, stop_ids=set()).tokens == generate(
-        two, drafter, prompt, max_new_tokens=12, stop_ids=set()).tokens
+    assert (
+        generate(one, None, prompt, max_new_tokens=12, stop_ids=set()).tokens
+        == generate(two, drafter, prompt, max_new_tokens=12, stop_ids=set()).tokens
+    )
 
 
 def test_shard_missing_a_mapped_tensor_is_refused(tmp_path: Path) -> None:
     target_dir, _ = random_pair(tmp_path, seed=5)
     tensors = load_file(str(target_dir / "model.safetensors"))
-    save_file({k: v for k, v in tensors.items() if k != "model.norm.weight"},
-              str(target_dir / "shard.safetensors"))
+    save_file(
+        {k: v for k, v in tensors.items() if k != "model.norm.weight"},
+        str(target_dir / "shard.safetensors"),
+    )
     (target_dir / "model.safetensors.index.json").write_text(
-        json.dumps({"weight_map": dict.fromkeys(tensors, "shard.safetensors")}))
+        json.dumps({"weight_map": dict.fromkeys(tensors, "shard.safetensors")})
+    )
     with pytest.raises(InputError, match="model.norm.weight"):
         load_target(target_dir)
 
@@ -118,8 +141,10 @@ def test_missing_and_misshapen_tensors_are_named(tmp_path: Path) -> None:
     target_dir, drafter_dir = random_pair(tmp_path, seed=7)
     target = load_target(target_dir)
     tensors = load_file(str(drafter_dir / "model.safetensors"))
-    save_file({k: v for k, v in tensors.items() if k != "layers.0.mlp.up_proj.weight"},
-              str(drafter_dir / "model.safetensors"))
+    save_file(
+        {k: v for k, v in tensors.items() if k != "layers.0.mlp.up_proj.weight"},
+        str(drafter_dir / "model.safetensors"),
+    )
     with pytest.raises(InputError, match="missing tensor 'layers.0.mlp.up_proj.weight'"):
         load_drafter(drafter_dir, target)
     tensors["fc.weight"] = torch.zeros(32, 32)
@@ -130,11 +155,15 @@ def test_missing_and_misshapen_tensors_are_named(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("changes", "message"),
-    [({"rope_scaling": {"type": "yarn"}}, "rope_scaling"),
-     ({"num_hidden_layers": "three"}, "num_hidden_layers"),
-     ({"model_type": "llama"}, "model_type")],
+    [
+        ({"rope_scaling": {"type": "yarn"}}, "rope_scaling"),
+        ({"num_hidden_layers": "three"}, "num_hidden_layers"),
+        ({"model_type": "llama"}, "model_type"),
+    ],
 )
-def test_unsupported_or_malformed_target_config(tmp_path: Path, changes: dict, message: str) -> None:
+def test_unsupported_or_malformed_target_config(
+    tmp_path: Path, changes: dict, message: str
+) -> None:
     target_dir, _ = random_pair(tmp_path, seed=8)
     edit_config(target_dir, **changes)
     with pytest.raises(InputError, match=message):
@@ -152,17 +181,25 @@ def test_missing_folder_and_corrupt_weights(tmp_path: Path) -> None:
 
 def test_fixture_pair_is_byte_deterministic(tmp_path: Path) -> None:
     def digest(folder: Path) -> dict[str, str]:
-        return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(folder.rglob("*")) if p.is_file()}
+        return {
+            str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*"))
+            if p.is_file()
+        }
 
     make_fixture_pair(tmp_path / "a")
     make_fixture_pair(tmp_path / "b")
     make_fixture_pair(tmp_path / "b")  # rewriting in place gives the same bytes again
     assert digest(tmp_path / "a") == digest(tmp_path / "b")
     assert sorted(digest(tmp_path / "a")) == [
-        "drafter/config.json", "drafter/dflash.py", "drafter/model.safetensors",
-        "target/config.json", "target/generation_config.json", "target/model.safetensors",
-        "target/tokenizer.json", "target/tokenizer_config.json",
+        "drafter/config.json",
+        "drafter/dflash.py",
+        "drafter/model.safetensors",
+        "target/config.json",
+        "target/generation_config.json",
+        "target/model.safetensors",
+        "target/tokenizer.json",
+        "target/tokenizer_config.json",
     ]
     config = json.loads((tmp_path / "a" / "drafter" / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"]

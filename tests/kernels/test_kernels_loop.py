@@ -63,7 +63,9 @@ def test_float64_matches_too(tmp_path: Path) -> None:
     drafter = load_drafter(drafter_dir, target, dtype="float64")
     assert target.model.embed_tokens.weight.dtype == torch.float64
     ar = generate(target, None, [5, 6, 7], max_new_tokens=20, stop_ids=set())
-    assert generate(target, drafter, [5, 6, 7], max_new_tokens=20, stop_ids=set()).tokens == ar.tokens
+    assert (
+        generate(target, drafter, [5, 6, 7], max_new_tokens=20, stop_ids=set()).tokens == ar.tokens
+    )
 
 
 def test_stop_token_inside_a_block_and_budget(fixture_models) -> None:
@@ -73,12 +75,14 @@ def test_stop_token_inside_a_block_and_budget(fixture_models) -> None:
     stop = free[10]  # a token the greedy continuation reaches mid-way
     ar = generate(target, None, prompt, max_new_tokens=48, stop_ids={stop})
     for block_size in (4, 8, 16):
-        spec = generate(target, drafter, prompt, max_new_tokens=48, stop_ids={stop},
-                        block_size=block_size)
+        spec = generate(
+            target, drafter, prompt, max_new_tokens=48, stop_ids={stop}, block_size=block_size
+        )
         assert spec.tokens == ar.tokens == free[: free.index(stop) + 1]
         assert spec.stop_reason == "stop"
-        budget = generate(target, drafter, prompt, max_new_tokens=5, stop_ids=set(),
-                          block_size=block_size)
+        budget = generate(
+            target, drafter, prompt, max_new_tokens=5, stop_ids=set(), block_size=block_size
+        )
         assert budget.tokens == free[:5]
 
 
@@ -90,7 +94,9 @@ def test_context_limit_and_single_token_prompt(fixture_models) -> None:
     spec = generate(target, drafter, long_prompt, max_new_tokens=50, stop_ids=set())
     assert len(ar.tokens) == 3 and spec.tokens == ar.tokens
     one = generate(target, drafter, [ord("d")], max_new_tokens=30, stop_ids=set())
-    assert one.tokens == generate(target, None, [ord("d")], max_new_tokens=30, stop_ids=set()).tokens
+    assert (
+        one.tokens == generate(target, None, [ord("d")], max_new_tokens=30, stop_ids=set()).tokens
+    )
 
 
 def test_kv_cache_crop_is_exact(fixture_models) -> None:
