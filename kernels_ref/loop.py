@@ -8,7 +8,7 @@ one known engine bug in the speculative path so the diff test can prove it catch
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -66,7 +66,6 @@ class Generation:
     margins: list[float]
     prefill_forwards: int = 1
     stop_reason: str = "length"
-    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def target_forwards(self) -> int:

@@ -142,6 +142,8 @@ def train_drafter(
     opt = torch.optim.AdamW(drafter.parameters(), lr=2e-3, weight_decay=0.01)
     length = tokens.shape[1]
     ctx_positions = torch.arange(length)
+    # Early block positions decide most of the acceptance length: weight them more.
+    weights = torch.exp(-torch.arange(size - 1) / 4.0)
     for step in range(steps):
         rows = torch.tensor(rng.sample(range(tokens.shape[0]), batch))
         anchors = sorted(rng.sample(range(PROMPT_LEN, length - size + 1), blocks))
@@ -160,7 +162,12 @@ def train_drafter(
             target.model.embed_tokens(ids), block_positions, list(context), mask
         )
         logits = target.head(hidden.view(batch, blocks, size, -1)[:, :, 1:])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        losses = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
+        )
+        loss = (losses.view(batch, blocks, size - 1) * weights).sum() / (
+            weights.sum() * batch * blocks
+        )
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, 2e-3)
         opt.zero_grad()
@@ -179,7 +186,7 @@ def round_bf16(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target-steps", type=int, default=2000)
-    parser.add_argument("--drafter-steps", type=int, default=1500)
+    parser.add_argument("--drafter-steps", type=int, default=3000)
     parser.add_argument("--out", type=Path, default=WEIGHTS)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -193,7 +200,7 @@ def main() -> None:
     print(f"target trained at {time.perf_counter() - began:.0f} s", flush=True)
     target_state = round_bf16(target)
     target.eval().requires_grad_(False)
-    tokens, features = greedy_corpus(target, text, count=256)
+    tokens, features = greedy_corpus(target, text, count=512)
     print(f"greedy continuations ready at {time.perf_counter() - began:.0f} s", flush=True)
     drafter = Drafter(DrafterConfig.from_dict(DRAFTER_CONFIG, "DRAFTER_CONFIG"))
     init_weights(drafter)
