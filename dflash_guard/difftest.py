@@ -32,6 +32,14 @@ LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many step
 COLLAPSE_TAU = 1.25  # tau at or below this with a drafter: the mask-token-aliasing symptom
 COLLAPSE_MIN_STEPS = 8
 REGRESSION_RATIO = 0.95  # tau under test below this share of the reference tau is flagged
+# A divergence whose top-2 logit margin is below this (per compute dtype) is reported as a likely
+# numerical near-tie: block verification and single-token decoding round differently.
+NEAR_TIE_MARGIN = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-4,
+    torch.bfloat16: 0.125,
+    torch.float16: 0.02,
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class PromptResult:
     ar_text: str = ""
     spec_text: str = ""
     histogram: dict[str, int] = field(default_factory=dict)
+    near_tie: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,8 +213,10 @@ def compare(
     prompt_id: str,
     tokenizer: ByteTokenizer | None,
     block_size: int,
+    near_tie_margin: float = 0.0,
 ) -> PromptResult:
-    """Compare one prompt's two generations."""
+    """Compare one prompt's two generations (a divergence at a margin below
+    `near_tie_margin` is marked as a likely numerical near-tie)."""
     a, s = ar.tokens, spec.tokens
     decode = tokenizer.decode_bytes if tokenizer is not None else (lambda ids: b"")
     identical = a == s and decode(a) == decode(s)
@@ -213,17 +224,14 @@ def compare(
     if position is None and len(a) != len(s):
         position = min(len(a), len(s))
     histogram = Counter(step.accepted + 1 for step in spec.steps)
+    margin = ar.margins[position] if position is not None and position < len(ar.margins) else None
     return PromptResult(
         id=prompt_id,
         identical=identical,
         first_diff_position=position,
         ar_token=a[position] if position is not None and position < len(a) else None,
         spec_token=s[position] if position is not None and position < len(s) else None,
-        top2_margin=(
-            round(ar.margins[position], 6)
-            if position is not None and position < len(ar.margins)
-            else None
-        ),
+        top2_margin=None if margin is None else round(margin, 6),
         tau=round(spec.tau, 4),
         steps=len(spec.steps),
         target_forwards_ar=ar.target_forwards,
@@ -231,6 +239,7 @@ def compare(
         ar_text=decode(a).decode("utf-8", errors="replace"),
         spec_text=decode(s).decode("utf-8", errors="replace"),
         histogram={str(n): histogram[n] for n in range(1, block_size + 1)},
+        near_tie=not identical and margin is not None and margin < near_tie_margin,
     )
 
 
@@ -286,6 +295,7 @@ def difftest_models(
     if size < 1:
         raise InputError("block size must be at least 1")
     results, spec_runs, reference_runs = [], [], []
+    near_tie = NEAR_TIE_MARGIN.get(target.model.embed_tokens.weight.dtype, 0.0)
     for prompt in prompts:
         budget = prompt.max_new_tokens or max_new_tokens or DEFAULT_MAX_NEW_TOKENS
         if max_new_tokens is not None:
@@ -300,7 +310,7 @@ def difftest_models(
                 generate(target, drafter, list(prompt.ids), block_size=size, **args)
             )
         spec_runs.append(spec)
-        results.append(compare(ar, spec, prompt.id, tokenizer, size))
+        results.append(compare(ar, spec, prompt.id, tokenizer, size, near_tie))
     steps = [step for gen in spec_runs for step in gen.steps]
     histogram = Counter(step.accepted + 1 for step in steps)
     tau_reference = None

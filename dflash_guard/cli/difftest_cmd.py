@@ -26,6 +26,7 @@ def render_text(report: DifftestReport) -> None:
             else (
                 f"@{r.first_diff_position}: AR {r.ar_token} vs spec {r.spec_token}, "
                 f"top-2 margin {r.top2_margin}"
+                + (" (likely numerical near-tie)" if r.near_tie else "")
             )
         )
         table.add_row(

@@ -73,6 +73,7 @@ def test_output_fault_makes_difftest_fail(
     assert first.first_diff_position is not None
     assert first.ar_token != first.spec_token
     assert first.top2_margin is None or first.top2_margin > 0
+    assert not first.near_tie  # a logic bug, not a rounding tie
     assert run_difftest(*fixture_pair, prompts=prompts).identical  # the clean path passes
 
 

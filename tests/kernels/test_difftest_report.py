@@ -11,6 +11,7 @@ from conftest import random_pair
 from dflash_guard.difftest import (
     DEFAULT_PROMPTS,
     Prompt,
+    compare,
     default_stop_ids,
     difftest_models,
     load_prompts,
@@ -18,6 +19,7 @@ from dflash_guard.difftest import (
 from dflash_guard.errors import InputError
 from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import EOS_ID, MASK_ID, TARGET_CONFIG
+from kernels_ref.loop import Generation
 from kernels_ref.model import load_target
 from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
 
@@ -91,3 +93,15 @@ def test_collapsed_acceptance_and_mask_as_stop_are_flagged(tmp_path: Path) -> No
         target, drafter, prompts, stop_ids=frozenset({MASK_ID}), max_new_tokens=4
     )
     assert any("also a stop token" in w for w in aliased.warnings)
+
+
+def test_divergence_reports_position_tokens_and_near_tie() -> None:
+    ar = Generation(tokens=[5, 6, 7], steps=[], margins=[2.0, 0.01, 3.0])
+    tie = compare(ar, Generation([5, 9, 7], [], []), "p", None, 8, near_tie_margin=0.125)
+    assert (tie.first_diff_position, tie.ar_token, tie.spec_token) == (1, 6, 9)
+    assert tie.top2_margin == 0.01 and tie.near_tie
+    bug = compare(ar, Generation([4], [], []), "p", None, 8, near_tie_margin=0.125)
+    assert (bug.first_diff_position, bug.ar_token, bug.spec_token, bug.near_tie) == (0, 5, 4, False)
+    short = compare(ar, Generation([5, 6], [], []), "p", None, 8)
+    assert (short.first_diff_position, short.ar_token, short.spec_token) == (2, 7, None)
+    assert compare(ar, Generation([5, 6, 7], [], []), "p", None, 8).identical
