@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except Error as error:
-        stderr.print(f"[bold red]error:[/] {error.diagnostics()}", highlight=False)
+        stderr.print(
+            f"[bold red]error:[/] {error.diagnostics()}", highlight=False, soft_wrap=True
+        )
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
         stderr.print("[bold red]interrupted[/]")
@@ -79,5 +81,6 @@ def main(argv: list[str] | None = None) -> None:
             f"[bold red]internal error:[/] {type(error).__name__}: {error} "
             "(set DFLASH_GUARD_DEBUG=1 for the traceback)",
             highlight=False,
+            soft_wrap=True,
         )
         sys.exit(EXIT_ERROR)

@@ -12,3 +12,12 @@ def test_version(cli):
 def test_unknown_command_is_a_usage_error(cli):
     result = cli("no-such-command")
     assert result.exit_code == 2
+
+
+def test_error_is_one_unwrapped_line(cli, tmp_path):
+    missing = tmp_path / ("a-deliberately-long-folder-name-" * 4) / "dflash.lock"
+    result = cli("verify", "--lock", missing)
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr

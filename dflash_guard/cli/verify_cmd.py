@@ -1,9 +1,87 @@
-"""`dflash-guard verify` (not yet implemented)."""
+"""`dflash-guard verify`: compare what is on disk with the lockfile, byte for byte."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.table import Table
+
+from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
+from dflash_guard.errors import EXIT_FINDING, InputError
+from dflash_guard.lockfile import ROLES, load_lockfile
+from dflash_guard.verify import VerifyReport, verify_lock
+
+
+def parse_roots(specs: list[str]) -> dict[str, Path]:
+    """`ROLE=DIR` options -> {role: Path}."""
+    roots: dict[str, Path] = {}
+    for spec in specs:
+        role, sep, folder = spec.partition("=")
+        if not sep or role not in ROLES or not folder:
+            raise InputError(
+                f"--root {spec!r}: expected ROLE=DIR with ROLE one of {', '.join(ROLES)}"
+            )
+        if role in roots:
+            raise InputError(f"--root {role}: given twice")
+        roots[role] = Path(folder).expanduser()
+    return roots
+
+
+def render(report: VerifyReport) -> None:
+    """The text report: one line per role, then a table of the files that differ."""
+    for role, folder in sorted(report.locations.items()):
+        stdout.print(f"{role:8} {folder}", highlight=False)
+    if report.ok:
+        stdout.print(
+            f"[green]OK[/]: {report.files_checked} files match the lockfile "
+            f"({report.cache_hits} from the stat cache)"
+        )
+        return
+    table = Table(title="files that differ from the lockfile")
+    for column in ("role", "path", "problem", "expected", "actual"):
+        table.add_column(column, overflow="fold")
+    for p in report.problems:
+        table.add_row(p.role, p.path, p.kind, p.expected or "", p.actual or "")
+    stdout.print(table)
+    stdout.print(f"[red]MISMATCH[/]: {len(report.problems)} problem(s)")
+
+
+def verify(
+    lock_path: Annotated[Path, typer.Option("--lock", help="Lockfile to check against.")] = Path(
+        "dflash.lock"
+    ),
+    root: Annotated[
+        list[str] | None, typer.Option("--root", help="ROLE=DIR: where that artifact lives.")
+    ] = None,
+    download: Annotated[
+        bool, typer.Option("--download", help="Fetch missing artifacts at the pinned SHA.")
+    ] = False,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Ignore the stat cache; hash everything.")
+    ] = False,
+    fmt: Annotated[
+        OutputFormat, typer.Option("--format", help="text or json.")
+    ] = OutputFormat.text,
+) -> None:
+    """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch)."""
+    lockfile = load_lockfile(lock_path)
+    report = verify_lock(
+        lockfile,
+        parse_roots(root or []),
+        download=download,
+        use_cache=not no_cache,
+        progress=stderr.is_terminal,
+    )
+    if fmt is OutputFormat.json:
+        print_json({"lockfile": str(lock_path), "digest": lockfile.digest(), **report.to_json()})
+    else:
+        render(report)
+    if not report.ok:
+        raise typer.Exit(EXIT_FINDING)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add `verify` to `app`."""
+    app.command("verify")(verify)

@@ -1,0 +1,282 @@
+"""Build a lockfile from sources: Hub repos, HF-cache snapshots, local folders, engines, packages.
+
+`build_lock` is what `dflash-guard lock` runs. A Hub source is resolved once to a commit through
+`huggingface_hub`; files without an LFS sha256 are fetched (into a temporary cache, never the
+user's) at that commit, checked against their git blob id and hashed. `auto_map` entries naming
+another repo are pinned too, or the lock is refused (`LockRefused`, exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from dflash_guard import hub
+from dflash_guard.errors import EXIT_FINDING, Error, HubError, InputError
+from dflash_guard.folder import list_folder
+from dflash_guard.hashing import StatCache, git_blob_id, hash_files, sha256_file
+from dflash_guard.lockfile import (
+    COMMIT_RE,
+    PACKAGE_RE,
+    SHA256_RE,
+    Artifact,
+    CodeRef,
+    Engine,
+    LockedFile,
+    Lockfile,
+    Package,
+    is_safe_relpath,
+)
+
+AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
+ENGINE_RE = re.compile(
+    r"^(?P<name>[A-Za-z0-9][\w.\-]*)=(?P<url>\S+)@(?P<sha>[^@#\s]*)(?:#(?P<ref>\S+))?$"
+)
+WHEEL_RE = re.compile(r"^(?P<name>[A-Za-z0-9][\w.]*)-(?P<version>[^-]+)(?:-[^-]+){3}\.whl$")
+
+
+class LockRefused(Error):
+    """The inputs are well-formed but cannot be locked safely (exit 1, with the reason)."""
+
+    exit_code = EXIT_FINDING
+
+
+# --- artifacts -----------------------------------------------------------------------------------
+
+
+def lock_source(role: str, src: str) -> Artifact:
+    """Lock one SRC: a local folder, an HF-cache snapshot, or `ORG/NAME[@REV]` on the Hub."""
+    path = Path(src).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(f"--{role} {src}: not a folder")
+        if (identity := hub.snapshot_identity(path)) is not None:
+            repo, commit = identity
+            return _lock_folder(role, path, repo=repo, commit=commit, revision=commit)
+        return _lock_folder(role, path)
+    if src.startswith((".", "/", "~")):
+        raise InputError(f"--{role} {src}: no such folder")
+    parsed = hub.parse_hub_source(src)
+    if parsed is None:
+        raise InputError(f"--{role} {src}: neither an existing folder nor ORG/NAME[@REV]")
+    repo, revision = parsed
+    if hub.is_offline():
+        commit = hub.cached_commit(repo, revision)
+        snapshot = hub.cached_snapshot(repo, commit) if commit else None
+        if snapshot is None:
+            raise HubError(
+                f"hub: {repo}@{revision or 'main'}: HF_HUB_OFFLINE is set and the HF cache "
+                f"({hub.hub_cache_dir()}) has no snapshot for it"
+            )
+        return _lock_folder(role, snapshot, repo=repo, commit=commit, revision=revision)
+    return _lock_hub(role, repo, revision)
+
+
+def _lock_folder(
+    role: str,
+    folder: Path,
+    *,
+    repo: str | None = None,
+    commit: str | None = None,
+    revision: str | None = None,
+) -> Artifact:
+    """Hash every file of a folder (or a cached snapshot) into an artifact."""
+    in_cache = repo is not None
+    boundary = folder.resolve().parent.parent if in_cache else None
+    files, unsafe = list_folder(folder, boundary)
+    if unsafe:
+        first = unsafe[0]
+        raise LockRefused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
+    if not files:
+        raise InputError(f"{folder}: the folder has no files to lock")
+    stat_cache = StatCache()
+    hashes = hash_files(files.values(), cache=stat_cache)
+    stat_cache.save()  # a verify right after the lock is then a stat per file
+    locked = tuple(
+        LockedFile(
+            path=rel,
+            size=path.stat().st_size,
+            sha256=hashes[path],
+            blob_id=hub.cached_blob_id(path) if in_cache else None,
+        )
+        for rel, path in sorted(files.items())
+    )
+    code_refs = _lock_code_refs(role, {rel: files[rel] for rel in AUTO_MAP_FILES if rel in files})
+    if in_cache:
+        return Artifact(role, "hub", repo, revision, commit, locked, code_refs)
+    return Artifact(role, "local", None, None, None, locked, code_refs, name=folder.resolve().name)
+
+
+def _lock_hub(role: str, repo: str, revision: str | None) -> Artifact:
+    """Resolve a Hub repo at `revision` and lock every file at the commit it names."""
+    state = hub.resolve_repo(repo, revision)
+    for f in state.files:
+        if not is_safe_relpath(f.path):
+            raise LockRefused(f"hub: {repo}@{state.commit}: unsafe file path {f.path!r}")
+    with hub.staging_cache() as staging:
+        fetched = {
+            f.path: _fetch_checked(repo, state.commit, f, staging)
+            for f in state.files
+            if f.lfs_sha256 is None
+        }
+        locked = tuple(
+            LockedFile(
+                path=f.path,
+                size=f.size,
+                sha256=f.lfs_sha256 or sha256_file(fetched[f.path]),
+                blob_id=f.blob_id,
+            )
+            for f in sorted(state.files, key=lambda f: f.path)
+        )
+        code_refs = _lock_code_refs(role, {p: fetched[p] for p in AUTO_MAP_FILES if p in fetched})
+    return Artifact(role, "hub", repo, revision, state.commit, locked, code_refs)
+
+
+def _fetch_checked(repo: str, commit: str, f: hub.HubFile, staging: Path) -> Path:
+    """Download a non-LFS file and check it is the blob the Hub listed (size and git blob id)."""
+    path = hub.download(repo, commit, f.path, staging)
+    data = path.read_bytes()
+    if len(data) != f.size or (f.blob_id and git_blob_id(data) != f.blob_id):
+        raise HubError(
+            f"hub: {repo}@{commit}: {f.path}: downloaded content does not match the listed "
+            f"size/blob id (truncated or altered in transit)"
+        )
+    return path
+
+
+# --- remote code named by auto_map ---------------------------------------------------------------
+
+
+def auto_map_refs(config_files: dict[str, Path]) -> dict[str, set[str]]:
+    """Remote repos named by `auto_map` entries (`org/repo--module.Class`) -> module files."""
+    refs: dict[str, set[str]] = {}
+    for rel, path in config_files.items():
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise InputError(f"{path}: cannot read {rel}: {error}") from None
+        auto_map = config.get("auto_map") if isinstance(config, dict) else None
+        if not isinstance(auto_map, dict):
+            continue
+        for value in auto_map.values():
+            for entry in value if isinstance(value, list) else [value]:
+                if not isinstance(entry, str) or "--" not in entry:
+                    continue
+                repo, reference = entry.split("--", 1)
+                module = reference.rsplit(".", 1)[0]
+                refs.setdefault(repo, set()).add(module.replace(".", "/") + ".py")
+    return refs
+
+
+def _lock_code_refs(role: str, config_files: dict[str, Path]) -> tuple[CodeRef, ...]:
+    refs = []
+    for repo, modules in sorted(auto_map_refs(config_files).items()):
+        if hub.parse_hub_source(repo) is None:
+            raise LockRefused(f"--{role}: auto_map names {repo!r}, which is not an ORG/NAME repo")
+        refs.append(_lock_code_ref(role, repo, sorted(modules)))
+    return tuple(refs)
+
+
+def _lock_code_ref(role: str, repo: str, modules: list[str]) -> CodeRef:
+    """Pin the module files of a remote-code repo at its default branch's current commit."""
+    if hub.is_offline():
+        commit = hub.cached_commit(repo, None)
+        snapshot = hub.cached_snapshot(repo, commit) if commit else None
+        missing = [m for m in modules if snapshot is None or not (snapshot / m).is_file()]
+        if snapshot is None or missing:
+            raise LockRefused(
+                f"--{role}: auto_map points at remote code in {repo} ({', '.join(modules)}), "
+                "which cannot be pinned: HF_HUB_OFFLINE is set and it is not in the HF cache"
+            )
+        files = tuple(_local_locked(snapshot / m, m) for m in modules)
+        return CodeRef(repo, None, commit, files)
+    try:
+        state = hub.resolve_repo(repo, None)
+    except HubError as error:
+        raise LockRefused(
+            f"--{role}: auto_map points at remote code in {repo} that cannot be pinned: {error}"
+        ) from None
+    listed = {f.path: f for f in state.files}
+    missing = [m for m in modules if m not in listed]
+    if missing:
+        raise LockRefused(
+            f"--{role}: auto_map points at {repo}, which has no {', '.join(missing)} "
+            f"at {state.commit}"
+        )
+    with hub.staging_cache() as staging:
+        files = []
+        for m in modules:
+            path = _fetch_checked(repo, state.commit, listed[m], staging)
+            files.append(_local_locked(path, m, listed[m].blob_id))
+    return CodeRef(repo, None, state.commit, tuple(files))
+
+
+def _local_locked(path: Path, rel: str, blob_id: str | None = None) -> LockedFile:
+    return LockedFile(rel, path.stat().st_size, sha256_file(path), blob_id)
+
+
+# --- engines and packages ------------------------------------------------------------------------
+
+
+def parse_engine(spec: str) -> Engine:
+    """`NAME=GIT_URL@SHA[#REF]`; the SHA must be the full 40-hex commit."""
+    match = ENGINE_RE.match(spec)
+    if not match:
+        raise InputError(f"--engine {spec!r}: expected NAME=GIT_URL@SHA[#REF]")
+    sha = match["sha"]
+    if not COMMIT_RE.match(sha):
+        raise InputError(
+            f"--engine {spec!r}: {sha!r} is not a full 40-hex lowercase commit SHA; a branch, "
+            "tag, PR number or short SHA can move: record it after '#', beside the full SHA"
+        )
+    return Engine(name=match["name"], url=match["url"], commit=sha, ref=match["ref"])
+
+
+def parse_package(spec: str) -> Package:
+    """`NAME==VERSION@SRC[,SRC...]` (SRC: `sha256:HEX` or a local wheel/sdist), or a wheel path."""
+    path = Path(spec).expanduser()
+    if path.is_file() and (wheel := WHEEL_RE.match(path.name)):
+        return Package(wheel["name"], wheel["version"], (sha256_file(path),))
+    head, _, sources = spec.partition("@")
+    name, sep, version = head.partition("==")
+    if not sep or not PACKAGE_RE.match(name) or not version:
+        raise InputError(f"--package {spec!r}: expected NAME==VERSION@sha256:HEX|FILE[,...]")
+    if not sources:
+        raise InputError(
+            f"--package {spec!r}: no hash given; add @sha256:HEX or @path/to/the.whl "
+            "(pip --require-hashes needs every wheel/sdist hash)"
+        )
+    hashes = []
+    for item in sources.split(","):
+        if item.startswith("sha256:") and SHA256_RE.match(item[7:]):
+            hashes.append(item[7:])
+        elif Path(item).expanduser().is_file():
+            hashes.append(sha256_file(Path(item).expanduser()))
+        else:
+            raise InputError(f"--package {spec!r}: {item!r} is neither sha256:<64 hex> nor a file")
+    return Package(name, version, tuple(sorted(set(hashes))))
+
+
+def build_lock(
+    sources: dict[str, str],
+    engines: Iterable[str] = (),
+    packages: Iterable[str] = (),
+) -> Lockfile:
+    """Resolve every source (`{role: SRC}`), engine and package spec into a `Lockfile`."""
+    parsed_engines = tuple(parse_engine(e) for e in engines)
+    parsed_packages = tuple(parse_package(p) for p in packages)
+    artifacts = tuple(lock_source(role, src) for role, src in sources.items())
+    return Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)
+
+
+def requirements_text(lock: Lockfile) -> str:
+    """A pip `--require-hashes` requirements file for the locked packages."""
+    if not lock.packages:
+        raise InputError("the lockfile pins no packages: nothing to export")
+    lines = ["# generated by `dflash-guard export requirements`; install with pip --require-hashes"]
+    for p in sorted(lock.packages, key=lambda p: p.name.lower()):
+        hashes = " \\\n    ".join(f"--hash=sha256:{h}" for h in sorted(p.sha256))
+        lines.append(f"{p.name}=={p.version} \\\n    {hashes}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,233 @@
+"""A DFlash drafter's `config.json` against its target's (`--target`).
+
+Rules: DG-DRAFTER-ARCH (unknown architecture/model_type, medium), DG-DRAFTER-MASK (mask_token_id
+missing, outside the vocabulary, or equal to a pad/eos/bos/stop id of the target: high),
+DG-DRAFTER-LAYERS (target_layer_ids out of range or num_target_layers disagreeing, high),
+DG-DRAFTER-SHAPE (hidden_size/vocab_size/head_dim incompatible, high), DG-DRAFTER-BLOCK
+(block_size outside 2..64, medium), DG-DRAFTER-PARAMS (parameter budget exceeded, medium),
+DG-CONFIG-INVALID (a config that cannot be read, medium).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dflash_guard.scan.interface import Finding, Severity
+
+DETECTOR = "drafter-config"
+KNOWN_ARCHITECTURES = frozenset({"DFlashDraftModel", "DFlash2DraftModel"})
+KNOWN_MODEL_TYPES = frozenset({"dflash", "dflash2", "qwen3", "llama"})
+DEFAULT_PARAM_BUDGET = 3_000_000_000
+BLOCK_RANGE = (2, 64)
+
+
+def is_drafter_config(config: object) -> bool:
+    """Whether a `config.json` describes a DFlash drafter."""
+    if not isinstance(config, dict):
+        return False
+    names = [str(a) for a in config.get("architectures") or [] if isinstance(a, str)]
+    return (
+        "dflash_config" in config
+        or any("dflash" in n.lower() for n in names)
+        or ("dflash" in str(config.get("model_type", "")).lower())
+    )
+
+
+def _load(path: Path) -> tuple[dict | None, str | None]:
+    if not path.is_file():
+        return None, None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        return None, f"{path.name} is not readable JSON: {error}"
+    return (value if isinstance(value, dict) else None), None
+
+
+def _ids(value: object) -> set[int]:
+    if isinstance(value, bool):
+        return set()
+    if isinstance(value, int):
+        return {value}
+    if isinstance(value, list):
+        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
+    return set()
+
+
+def reserved_token_ids(target_dir: Path) -> dict[int, str]:
+    """Token ids a mask token must not reuse: pad, eos, bos and stop ids, named by source."""
+    reserved: dict[int, str] = {}
+    for filename in ("config.json", "generation_config.json"):
+        config, _ = _load(target_dir / filename)
+        for key in ("pad_token_id", "eos_token_id", "bos_token_id", "stop_token_ids"):
+            for token in _ids((config or {}).get(key)):
+                reserved.setdefault(token, f"{filename} {key}")
+    tokenizer, _ = _load(target_dir / "tokenizer_config.json")
+    tokenizer = tokenizer or {}
+    by_content = {}
+    decoder = tokenizer.get("added_tokens_decoder")
+    if isinstance(decoder, dict):
+        for token_id, entry in decoder.items():
+            if isinstance(entry, dict) and str(token_id).isdigit():
+                by_content[entry.get("content")] = int(token_id)
+    for key in ("pad_token", "eos_token", "bos_token"):
+        value = tokenizer.get(key)
+        content = value.get("content") if isinstance(value, dict) else value
+        if content in by_content:
+            reserved.setdefault(by_content[content], f"tokenizer_config.json {key} {content!r}")
+    return reserved
+
+
+def check_drafter(
+    drafter_dir: Path,
+    display: str,
+    *,
+    target: Path | None,
+    param_count: int | None,
+    param_budget: int | None,
+) -> list[Finding]:
+    """Findings for the drafter config in `drafter_dir` (reported under `display`)."""
+
+    def finding(rule: str, severity: Severity, message: str) -> Finding:
+        return Finding(rule, severity, display, message, detector=DETECTOR)
+
+    config, error = _load(drafter_dir / "config.json")
+    if error or config is None:
+        return [finding("DG-CONFIG-INVALID", Severity.medium, error or "no config.json")]
+    findings: list[Finding] = []
+    architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not set(architectures) & KNOWN_ARCHITECTURES:
+        findings.append(
+            finding(
+                "DG-DRAFTER-ARCH",
+                Severity.medium,
+                f"architectures {architectures!r} is not a known DFlash drafter "
+                f"({', '.join(sorted(KNOWN_ARCHITECTURES))})",
+            )
+        )
+    dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
+    block = config.get("block_size", dflash.get("block_size"))
+    if not isinstance(block, int) or not BLOCK_RANGE[0] <= block <= BLOCK_RANGE[1]:
+        findings.append(
+            finding(
+                "DG-DRAFTER-BLOCK",
+                Severity.medium,
+                f"block_size {block!r} is outside {BLOCK_RANGE[0]}..{BLOCK_RANGE[1]}",
+            )
+        )
+    budget = DEFAULT_PARAM_BUDGET if param_budget is None else param_budget
+    if param_count is not None and param_count > budget:
+        findings.append(
+            finding(
+                "DG-DRAFTER-PARAMS",
+                Severity.medium,
+                f"{param_count:,} parameters exceed the budget of {budget:,}",
+            )
+        )
+    mask = dflash.get("mask_token_id", config.get("mask_token_id"))
+    vocab = config.get("vocab_size")
+    target_config: dict = {}
+    if target is not None:
+        target_config, error = _load(target / "config.json")
+        if error or target_config is None:
+            findings.append(
+                finding(
+                    "DG-CONFIG-INVALID", Severity.medium, f"target: {error or 'no config.json'}"
+                )
+            )
+            target_config = {}
+        vocab = target_config.get("vocab_size", vocab)
+    if not isinstance(mask, int) or isinstance(mask, bool):
+        findings.append(
+            finding(
+                "DG-DRAFTER-MASK",
+                Severity.high,
+                f"mask_token_id {mask!r} is missing or not an integer",
+            )
+        )
+    elif isinstance(vocab, int) and not 0 <= mask < vocab:
+        findings.append(
+            finding(
+                "DG-DRAFTER-MASK",
+                Severity.high,
+                f"mask_token_id {mask} is outside the vocabulary (0..{vocab - 1})",
+            )
+        )
+    if target is None:
+        return findings
+    if isinstance(mask, int):
+        reserved = reserved_token_ids(target)
+        if mask in reserved:
+            findings.append(
+                finding(
+                    "DG-DRAFTER-MASK",
+                    Severity.high,
+                    f"mask_token_id {mask} aliases the target's {reserved[mask]}: "
+                    "acceptance erodes and engines may stop on it",
+                )
+            )
+    findings.extend(
+        finding(rule, severity, message)
+        for rule, severity, message in _shape_problems(config, dflash, target_config)
+    )
+    return findings
+
+
+def _shape_problems(config: dict, dflash: dict, target: dict) -> list[tuple[str, Severity, str]]:
+    problems: list[tuple[str, Severity, str]] = []
+    layers = target.get("num_hidden_layers")
+    layer_ids = dflash.get("target_layer_ids", config.get("target_layer_ids"))
+    if isinstance(layers, int):
+        if not isinstance(layer_ids, list) or not all(
+            isinstance(i, int) and 0 <= i < layers for i in layer_ids
+        ):
+            problems.append(
+                (
+                    "DG-DRAFTER-LAYERS",
+                    Severity.high,
+                    f"target_layer_ids {layer_ids!r} not all within 0..{layers - 1}",
+                )
+            )
+        num_target = config.get("num_target_layers", dflash.get("num_target_layers"))
+        if num_target is not None and num_target != layers:
+            problems.append(
+                (
+                    "DG-DRAFTER-LAYERS",
+                    Severity.high,
+                    f"num_target_layers {num_target!r} != target num_hidden_layers {layers}",
+                )
+            )
+    for key in ("hidden_size", "vocab_size"):
+        ours, theirs = config.get(key), target.get(key)
+        if ours is not None and theirs is not None and ours != theirs:
+            problems.append(
+                ("DG-DRAFTER-SHAPE", Severity.high, f"{key} {ours!r} != the target's {theirs!r}")
+            )
+    head_dim = config.get("head_dim")
+    heads = config.get("num_attention_heads")
+    hidden = config.get("hidden_size")
+    if (
+        all(isinstance(v, int) and v > 0 for v in (heads, hidden))
+        and head_dim is None
+        and (hidden % heads)
+    ):
+        problems.append(
+            (
+                "DG-DRAFTER-SHAPE",
+                Severity.high,
+                f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
+            )
+        )
+    if (
+        head_dim is not None
+        and target.get("head_dim") is not None
+        and (head_dim != target.get("head_dim"))
+    ):
+        problems.append(
+            (
+                "DG-DRAFTER-SHAPE",
+                Severity.medium,
+                f"head_dim {head_dim!r} != the target's {target.get('head_dim')!r}",
+            )
+        )
+    return problems

@@ -1,0 +1,301 @@
+"""safetensors files and sharded `*.index.json`: header-only checks, never the tensor data.
+
+The `safetensors` library validates what it parses (offsets, gaps, trailing bytes, header size);
+this module adds what it does not check: duplicate JSON keys (two parsers could see two different
+headers), a length field larger than the file, zip/pickle/GGUF signatures hidden in the header
+padding or after the data, dtype * shape vs byte span, and shard indexes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import struct
+from pathlib import Path, PurePosixPath
+
+from dflash_guard.scan.interface import Finding, Severity
+
+DETECTOR = "safetensors"
+MAX_HEADER = 100 * 1024 * 1024  # the safetensors loader's own limit
+_TAIL = 64 * 1024 + 22  # where a zip's end-of-central-directory record can start
+DTYPE_BITS = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E4M3": 8,
+    "F8_E5M2": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+}
+_SIGNATURES = {
+    b"PK\x03\x04": "zip local file header",
+    b"PK\x05\x06": "zip end-of-central-directory record",
+    b"GGUF": "GGUF magic",
+    b"\x93NUMPY": "numpy array",
+}
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [key for key, _ in pairs]
+    if len(keys) != len(set(keys)):
+        duplicate = next(key for key in keys if keys.count(key) > 1)
+        raise _DuplicateKey(f"duplicate JSON key {duplicate!r}")
+    return dict(pairs)
+
+
+def loads_strict(text: str | bytes) -> object:
+    """`json.loads` that refuses duplicate keys at any depth (raises `ValueError`)."""
+    return json.loads(text, object_pairs_hook=_no_duplicates)
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """The tensor table of one safetensors file."""
+
+    tensors: dict[str, dict]
+    data_start: int
+
+    @property
+    def param_count(self) -> int:
+        return sum(math.prod(entry.get("shape") or []) for entry in self.tensors.values())
+
+
+class _Checker:
+    def __init__(self, display: str) -> None:
+        self.display = display
+        self.findings: list[Finding] = []
+
+    def add(self, rule: str, severity: Severity, message: str, member: str | None = None) -> None:
+        self.findings.append(
+            Finding(rule, severity, self.display, message, member=member, detector=DETECTOR)
+        )
+
+
+def check_safetensors(path: Path, display: str) -> tuple[list[Finding], Header | None]:
+    """Findings for one safetensors file, and its header when it could be read."""
+    check = _Checker(display)
+    try:
+        header = _read_header(path, check)
+    except OSError as error:
+        check.add("DG-UNSCANNABLE", Severity.high, f"cannot read: {error}")
+        return check.findings, None
+    if header is not None and not any(f.severity >= Severity.high for f in check.findings):
+        _library_check(path, check)
+    return check.findings, header
+
+
+def scan_safetensors_file(path: Path, display: str) -> list[Finding]:
+    """Detector entry point: the findings only."""
+    return check_safetensors(path, display)[0]
+
+
+def _read_header(path: Path, check: _Checker) -> Header | None:
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            check.add("DG-ST-TRUNCATED", Severity.high, "shorter than the 8-byte header length")
+            return None
+        (length,) = struct.unpack("<Q", prefix)
+        if length > size - 8:
+            check.add(
+                "DG-ST-LENGTH",
+                Severity.high,
+                f"header length {length} is larger than the file ({size} bytes)",
+            )
+            return None
+        if length > MAX_HEADER:
+            check.add(
+                "DG-ST-LENGTH",
+                Severity.high,
+                f"header of {length} bytes exceeds the 100 MB limit loaders enforce",
+            )
+            return None
+        raw = handle.read(length)
+        _polyglot(raw, "header", check)
+        try:
+            parsed = loads_strict(raw.decode("utf-8"))
+        except _DuplicateKey as error:
+            check.add(
+                "DG-ST-DUPLICATE-KEY",
+                Severity.high,
+                f"header has a {error}: parsers may disagree on which tensor it means",
+            )
+            return None
+        except (UnicodeDecodeError, ValueError) as error:
+            check.add("DG-ST-HEADER", Severity.high, f"header is not valid JSON: {error}")
+            return None
+        if not isinstance(parsed, dict):
+            check.add("DG-ST-HEADER", Severity.high, "header is not a JSON object")
+            return None
+        tensors = _check_entries(parsed, check)
+        data_start = 8 + length
+        end = max((e["data_offsets"][1] for e in tensors.values()), default=0)
+        data_end = data_start + end
+        if data_end > size:
+            check.add(
+                "DG-ST-TRUNCATED",
+                Severity.high,
+                f"tensor data ends at byte {data_end} but the file has {size}",
+            )
+        elif data_end < size:
+            handle.seek(data_end)
+            trailing = handle.read(min(size - data_end, 1 << 16))
+            check.add(
+                "DG-ST-TRAILING", Severity.high, f"{size - data_end} bytes after the last tensor"
+            )
+            _polyglot(trailing, "trailing bytes", check)
+        if size > _TAIL:
+            handle.seek(size - _TAIL)
+            if b"PK\x05\x06" in handle.read(_TAIL):
+                check.add(
+                    "DG-ST-POLYGLOT",
+                    Severity.high,
+                    "a zip end-of-central-directory record near the end of the file: "
+                    "it also opens as a zip (torch.load would read it)",
+                )
+    return Header(tensors, data_start)
+
+
+def _check_entries(parsed: dict, check: _Checker) -> dict[str, dict]:
+    tensors: dict[str, dict] = {}
+    for name, entry in parsed.items():
+        if name == "__metadata__":
+            if not isinstance(entry, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in entry.items()
+            ):
+                check.add("DG-ST-HEADER", Severity.high, "__metadata__ must map strings to strings")
+            continue
+        problem = _entry_problem(entry)
+        if problem:
+            check.add("DG-ST-TENSOR", Severity.high, f"tensor {name!r}: {problem}")
+            continue
+        tensors[name] = entry
+    return tensors
+
+
+def _entry_problem(entry: object) -> str | None:
+    if not isinstance(entry, dict):
+        return "entry is not an object"
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPE_BITS:
+        return f"unknown dtype {dtype!r}"
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        return f"shape {shape!r} is not a list of non-negative integers"
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
+        return f"data_offsets {offsets!r} are not [begin, end] with 0 <= begin <= end"
+    bits = math.prod(shape) * DTYPE_BITS[dtype]
+    span = offsets[1] - offsets[0]
+    if bits % 8 or bits // 8 != span:
+        return f"{dtype} {shape} needs {bits / 8:g} bytes but its data_offsets span {span}"
+    return None
+
+
+def _polyglot(data: bytes, where: str, check: _Checker) -> None:
+    for signature, what in _SIGNATURES.items():
+        if signature in data:
+            check.add("DG-ST-POLYGLOT", Severity.high, f"{what} signature inside the {where}")
+    for protocol in range(2, 6):
+        if bytes([0x80, protocol]) in data:  # never in valid UTF-8 JSON
+            check.add(
+                "DG-ST-POLYGLOT",
+                Severity.high,
+                f"pickle protocol {protocol} signature inside the {where}",
+            )
+            break
+
+
+def _library_check(path: Path, check: _Checker) -> None:
+    """Let the safetensors loader validate the header (it maps the file; reads no tensor data)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            handle.keys()
+    except Exception as error:  # noqa: BLE001 - the library raises its own error types
+        check.add("DG-ST-INVALID", Severity.high, f"rejected by the safetensors loader: {error}")
+
+
+def check_index(index_path: Path, display: str) -> list[Finding]:
+    """A sharded checkpoint's `*.index.json`: every shard present and inside the folder, every
+    tensor in exactly one shard and present in that shard's header.
+    """
+    check = _Checker(display)
+    try:
+        index = loads_strict(index_path.read_bytes())
+    except OSError as error:
+        check.add("DG-UNSCANNABLE", Severity.high, f"cannot read: {error}")
+        return check.findings
+    except ValueError as error:
+        check.add("DG-ST-INDEX", Severity.high, f"not valid JSON (or a duplicate key): {error}")
+        return check.findings
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        check.add("DG-ST-INDEX", Severity.high, "no weight_map of tensor name -> shard file")
+        return check.findings
+    folder = index_path.parent
+    shard_tensors: dict[str, set[str]] = {}
+    for shard in sorted(set(weight_map.values())):
+        pure = PurePosixPath(shard)
+        if pure.is_absolute() or ".." in pure.parts or "\\" in shard or not shard:
+            check.add(
+                "DG-ST-INDEX-PATH",
+                Severity.high,
+                f"shard path {shard!r} points outside the checkpoint folder",
+            )
+            continue
+        shard_path = folder / shard
+        if not shard_path.is_file():
+            check.add("DG-ST-INDEX-MISSING", Severity.high, f"shard {shard!r} is missing")
+            continue
+        _, header = check_safetensors(shard_path, shard)  # its own findings come from its scan
+        shard_tensors[shard] = set(header.tensors) if header else set()
+    for tensor, shard in weight_map.items():
+        if shard in shard_tensors and tensor not in shard_tensors[shard]:
+            check.add(
+                "DG-ST-INDEX-TENSOR",
+                Severity.high,
+                f"tensor {tensor!r} is mapped to {shard!r} but that shard lacks it",
+            )
+    seen: dict[str, str] = {}
+    for shard, names in sorted(shard_tensors.items()):
+        for tensor in sorted(names):
+            if tensor in seen:
+                check.add(
+                    "DG-ST-INDEX-TENSOR",
+                    Severity.high,
+                    f"tensor {tensor!r} is in two shards ({seen[tensor]!r} and {shard!r})",
+                )
+            seen[tensor] = shard
+            if tensor not in weight_map:
+                check.add(
+                    "DG-ST-INDEX-TENSOR",
+                    Severity.medium,
+                    f"tensor {tensor!r} in {shard!r} is not listed in the index",
+                )
+    return check.findings

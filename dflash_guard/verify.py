@@ -1,0 +1,235 @@
+"""Byte-exact verification of what is on disk against a lockfile.
+
+For each locked artifact the folder is found (the `roots` given for its role, else the HF-cache
+snapshot at its pinned commit, else with `download=True` a fresh download that is checked before
+it is kept), every regular file is listed, and each is compared with the lock: missing, extra,
+size, sha256, unsafe symlink or path. Hashing runs in parallel with a stat cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dflash_guard import hub
+from dflash_guard.errors import InputError
+from dflash_guard.folder import list_folder
+from dflash_guard.hashing import StatCache, hash_files
+from dflash_guard.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
+
+PROBLEM_KINDS = ("missing", "extra", "size", "sha256", "symlink", "path")
+PROGRESS_MIN_BYTES = 256 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class FileProblem:
+    """One file that differs from the lock, and how."""
+
+    role: str
+    path: str
+    kind: str
+    expected: str | None
+    actual: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """The verdict: `ok` when every locked file matched and nothing extra was found."""
+
+    problems: list[FileProblem]
+    locations: dict[str, Path]
+    files_checked: int = 0
+    bytes_hashed: int = 0
+    cache_hits: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "locations": {role: str(path) for role, path in sorted(self.locations.items())},
+            "files_checked": self.files_checked,
+            "bytes_hashed": self.bytes_hashed,
+            "cache_hits": self.cache_hits,
+            "problems": [p.to_json() for p in self.problems],
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """One folder to compare with a list of locked files."""
+
+    role: str  # "drafter", or "drafter:code:org/repo" for a pinned auto_map repo
+    folder: Path
+    boundary: Path | None
+    files: tuple[LockedFile, ...]
+
+
+def verify_lock(
+    lock: Lockfile,
+    roots: dict[str, Path] | None = None,
+    *,
+    download: bool = False,
+    use_cache: bool = True,
+    progress: bool = False,
+) -> VerifyReport:
+    """Verify every artifact of `lock` on disk; raise `InputError` when a folder cannot be found."""
+    roots = dict(roots or {})
+    unknown = sorted(set(roots) - {a.role for a in lock.artifacts})
+    if unknown:
+        raise InputError(f"--root {unknown[0]}=...: the lockfile has no artifact with that role")
+    report = VerifyReport(problems=[], locations={})
+    cache = StatCache() if use_cache else None
+    for artifact in lock.artifacts:
+        target = _locate(artifact, roots.get(artifact.role), download, report)
+        if target is None:
+            continue
+        report.locations[artifact.role] = target.folder
+        _compare(target, cache, progress, report)
+        for ref in artifact.code_refs:
+            code = _locate_code_ref(artifact.role, ref, download, report)
+            if code is not None:
+                _compare(code, cache, progress, report)
+    if cache is not None:
+        cache.save()
+    return report
+
+
+def _locate(
+    artifact: Artifact, root: Path | None, download: bool, report: VerifyReport
+) -> _Target | None:
+    """The folder to compare for `artifact`; None when a download failed its check."""
+    if root is not None:
+        if not root.is_dir():
+            raise InputError(f"--root {artifact.role}={root}: no such folder")
+        return _Target(artifact.role, root, None, artifact.files)
+    if artifact.source == "local":
+        raise InputError(
+            f"artifact {artifact.role!r} was locked from a local folder ({artifact.name!r}); "
+            f"pass --root {artifact.role}=DIR"
+        )
+    assert artifact.repo is not None and artifact.commit is not None
+    snapshot = hub.cached_snapshot(artifact.repo, artifact.commit)
+    if snapshot is None and download:
+        snapshot = _download_checked(
+            artifact.role, artifact.repo, artifact.commit, artifact.files, report
+        )
+        if snapshot is None:
+            return None
+    if snapshot is None:
+        raise InputError(
+            f"artifact {artifact.role!r} ({artifact.label}) is not in the HF cache "
+            f"({hub.hub_cache_dir()}); pass --root {artifact.role}=DIR or --download"
+        )
+    return _Target(artifact.role, snapshot, snapshot.resolve().parent.parent, artifact.files)
+
+
+def _locate_code_ref(
+    role: str, ref: CodeRef, download: bool, report: VerifyReport
+) -> _Target | None:
+    """The cached snapshot of a pinned remote-code repo; its absence is a `missing` problem."""
+    label = f"{role}:code:{ref.repo}"
+    snapshot = hub.cached_snapshot(ref.repo, ref.commit)
+    if snapshot is None and download:
+        snapshot = _download_checked(label, ref.repo, ref.commit, ref.files, report)
+        if snapshot is None:
+            return None
+    if snapshot is None:
+        report.problems.extend(
+            FileProblem(label, f.path, "missing", f.sha256, None) for f in ref.files
+        )
+        return None
+    # Only the pinned module files matter in a code repo; other files there are not loaded.
+    return _Target(label, snapshot, snapshot.resolve().parent.parent, ref.files)
+
+
+def _download_checked(
+    role: str,
+    repo: str,
+    commit: str,
+    files: tuple[LockedFile, ...],
+    report: VerifyReport,
+) -> Path | None:
+    """Download the locked files into a staging cache, verify them, and only then keep them."""
+    with hub.staging_cache() as staging:
+        for f in files:
+            hub.download(repo, commit, f.path, staging)
+        snapshot = hub.repo_folder(repo, staging) / "snapshots" / commit
+        staged = _Target(role, snapshot, snapshot.parent.parent, files)
+        before = len(report.problems)
+        _compare(staged, None, False, report)
+        if len(report.problems) > before:
+            return None
+        return hub.install_snapshot(repo, commit, staging)
+
+
+def _compare(
+    target: _Target, cache: StatCache | None, progress: bool, report: VerifyReport
+) -> None:
+    """Compare one folder with its locked files, appending problems to `report`."""
+    role = target.role
+    on_disk, unsafe = list_folder(target.folder, target.boundary)
+    code_only = ":code:" in role
+    for entry in unsafe:
+        report.problems.append(FileProblem(role, entry.path, entry.kind, None, entry.detail))
+    unsafe_paths = {u.path for u in unsafe}
+    to_hash: dict[Path, LockedFile] = {}
+    for locked in target.files:
+        if not is_safe_relpath(locked.path):
+            report.problems.append(FileProblem(role, locked.path, "path", None, "unsafe path"))
+            continue
+        path = on_disk.get(locked.path)
+        if path is None:
+            if locked.path not in unsafe_paths:
+                report.problems.append(
+                    FileProblem(role, locked.path, "missing", locked.sha256, None)
+                )
+            continue
+        size = path.stat().st_size
+        if size != locked.size:
+            report.problems.append(
+                FileProblem(role, locked.path, "size", str(locked.size), str(size))
+            )
+            continue
+        to_hash[path] = locked
+    if not code_only:
+        locked_paths = {f.path for f in target.files}
+        for rel in sorted(set(on_disk) - locked_paths):
+            report.problems.append(FileProblem(role, rel, "extra", None, "not in the lockfile"))
+    hashes = _hash_with_progress(list(to_hash), cache, progress, report)
+    for path, locked in to_hash.items():
+        if hashes[path] != locked.sha256:
+            report.problems.append(
+                FileProblem(role, locked.path, "sha256", locked.sha256, hashes[path])
+            )
+    report.files_checked += len(target.files)
+
+
+def _hash_with_progress(
+    paths: list[Path], cache: StatCache | None, progress: bool, report: VerifyReport
+) -> dict[Path, str]:
+    uncached = [p for p in paths if cache is None or cache.get(p) is None]
+    total = sum(p.stat().st_size for p in uncached)
+    report.cache_hits += len(paths) - len(uncached)
+    report.bytes_hashed += total
+    if not (progress and total >= PROGRESS_MIN_BYTES and sys.stderr.isatty()):
+        return hash_files(paths, cache=cache)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    from dflash_guard.cli.common import stderr
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+        TransferSpeedColumn(), console=stderr, transient=True,
+    ) as bar:
+        task = bar.add_task("hashing", total=total)
+        advance: Callable[[int], None] = lambda n: bar.advance(task, n)  # noqa: E731
+        return hash_files(paths, cache=cache, on_bytes=advance)

@@ -1,0 +1,101 @@
+"""The lockfile model: round trip, determinism, digest, strict validation, the example lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dflash_guard.errors import InputError
+from dflash_guard.lockfile import (
+    Artifact,
+    Engine,
+    LockedFile,
+    Lockfile,
+    Package,
+    dumps_lockfile,
+    load_lockfile,
+    parse_lockfile,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "lockfiles" / "example-qwen3-8b.lock"
+
+
+def _lock(files_order: int = 1) -> Lockfile:
+    files = (
+        LockedFile("b.json", 2, "b" * 64, None),
+        LockedFile("a.safetensors", 9, "a" * 64, "1" * 40),
+    )
+    drafter = Artifact("drafter", "local", None, None, None, files[::files_order], name="d")
+    target = Artifact("target", "hub", "org/t", "main", "c" * 40, files[::files_order])
+    artifacts = (drafter, target) if files_order == 1 else (target, drafter)
+    return Lockfile(
+        artifacts=artifacts,
+        engines=(Engine("vllm", "https://x/vllm.git", "e" * 40, "pr-1"),),
+        packages=(Package("torch", "2.13.0", ("f" * 64,)),),
+    )
+
+
+def test_dumps_is_deterministic_sorted_and_round_trips():
+    a, b = dumps_lockfile(_lock(1)), dumps_lockfile(_lock(-1))
+    assert a == b  # input order does not matter
+    assert a.index("role: target") < a.index("role: drafter")
+    assert a.index("path: a.safetensors") < a.index("path: b.json")
+    parsed = parse_lockfile(a)
+    assert parsed.digest() == _lock(1).digest()
+    assert dumps_lockfile(parsed) == a
+    assert parsed.artifact("target").file("a.safetensors").blob_id == "1" * 40
+    assert parsed.artifact("gguf") is None
+
+
+def test_digest_changes_with_any_content():
+    base = _lock()
+    changed = Lockfile(base.artifacts, (Engine("vllm", "https://x/vllm.git", "d" * 40, "pr-1"),),
+                       base.packages)
+    assert base.digest() != changed.digest()
+    assert base.digest().startswith("sha256:")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("commit: " + "c" * 40, "commit: abc123", "artifacts[0].commit"),
+        ("source: hub", "source: ftp", "artifacts[0].source"),
+        ("size: 9", "size: -1", "files[0].size"),
+        ("size: 9", "size: true", "files[0].size"),
+        ("sha256: " + "a" * 64, "sha256: " + "A" * 64, "files[0].sha256"),
+        ("path: b.json", "path: /etc/passwd", "files[1].path"),
+        ("name: vllm", "name: vllm\n  branch: main", "unknown field 'branch'"),
+    ],
+)
+def test_invalid_fields_are_named(old, new, field):
+    text = dumps_lockfile(_lock())
+    assert old in text
+    with pytest.raises(InputError) as info:
+        parse_lockfile(text.replace(old, new, 1), "x.lock")
+    assert field in str(info.value) and str(info.value).startswith("x.lock: ")
+
+
+def test_duplicate_role_is_refused():
+    text = dumps_lockfile(_lock()).replace("role: drafter", "role: target")
+    with pytest.raises(InputError, match="more than once"):
+        parse_lockfile(text)
+
+
+def test_unreadable_lockfile_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="cannot read lockfile"):
+        load_lockfile(tmp_path / "missing.lock")
+    (tmp_path / "bin.lock").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(InputError):
+        load_lockfile(tmp_path / "bin.lock")
+
+
+def test_example_qwen3_lockfile_is_valid_and_realistic():
+    lock = load_lockfile(EXAMPLE)
+    target, drafter = lock.artifact("target"), lock.artifact("drafter")
+    assert (target.repo, drafter.repo) == ("Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16")
+    shards = [f for f in target.files if f.path.endswith(".safetensors")]
+    assert len(shards) == 5 and 15e9 < sum(f.size for f in shards) < 18e9
+    assert drafter.file("dflash.py") is not None
+    assert lock.engines[0].name == "vllm" and len(lock.engines[0].commit) == 40
+    assert dumps_lockfile(lock) == EXAMPLE.read_text()

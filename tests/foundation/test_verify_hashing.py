@@ -1,0 +1,52 @@
+"""Parallel streaming hashing and the stat cache."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from dflash_guard import hashing
+from dflash_guard.hashing import StatCache, hash_files, sha256_file
+
+
+def test_parallel_hashes_equal_hashlib_across_chunk_boundaries(tmp_path, monkeypatch):
+    monkeypatch.setattr(hashing, "CHUNK_BYTES", 1024)  # many chunks per file
+    blobs = {f"f{i}": os.urandom(n) for i, n in enumerate((0, 1, 1023, 1024, 1025, 70_001))}
+    for name, data in blobs.items():
+        (tmp_path / name).write_bytes(data)
+    got = hash_files([tmp_path / n for n in blobs], workers=3)
+    assert {p.name: h for p, h in got.items()} == {
+        n: hashlib.sha256(d).hexdigest() for n, d in blobs.items()
+    }
+
+
+def test_stat_cache_persists_and_forgets_changed_files(tmp_path):
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"x" * 4096)
+    store = tmp_path / "cache" / "statcache.json"
+    cache = StatCache(store)
+    hash_files([path], cache=cache)
+    cache.save()
+    reloaded = StatCache(store)
+    assert reloaded.get(path) == sha256_file(path)
+    path.write_bytes(b"y" * 4096)  # same size; ctime (and mtime) move on
+    assert reloaded.get(path) is None
+
+
+def test_damaged_stat_cache_only_costs_a_rehash(tmp_path):
+    store = tmp_path / "statcache.json"
+    store.write_text("{not json")
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"abc")
+    cache = StatCache(store)
+    assert hash_files([path], cache=cache)[path] == hashlib.sha256(b"abc").hexdigest()
+    cache.save()
+    assert StatCache(store).get(path) == hashlib.sha256(b"abc").hexdigest()
+
+
+def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / "a"))
+    assert hashing.cache_dir() == tmp_path / "a"
+    monkeypatch.delenv("DFLASH_GUARD_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert hashing.cache_dir() == tmp_path / "xdg" / "dflash-guard"

@@ -1,0 +1,94 @@
+"""`dflash-guard scan`: exit codes, JSON schema, SARIF, --output, --fail-on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scan_builders import gadget_pickle, make_pair, write_safetensors
+
+
+def test_clean_folder_exits_0(cli, tmp_path: Path) -> None:
+    write_safetensors(tmp_path / "model.safetensors")
+    result = cli("scan", tmp_path)
+    assert result.exit_code == 0, result.stdout
+    assert "PASS" in result.stdout
+
+
+def test_finding_exits_1_and_fail_on_raises_the_bar(cli, tmp_path: Path) -> None:
+    (tmp_path / "model.bin").write_bytes(gadget_pickle("vendor_mod", "thing", protocol=2))
+    assert cli("scan", tmp_path).exit_code == 1
+    assert cli("scan", tmp_path, "--fail-on", "critical").exit_code == 0
+    assert cli("scan", tmp_path, "--fail-on", "high").exit_code == 1
+
+
+def test_low_notes_fail_only_with_fail_on_low(cli, tmp_path: Path, benign_modeling: str) -> None:
+    (tmp_path / "dflash.py").write_text(benign_modeling)
+    assert cli("scan", tmp_path).exit_code == 0
+    assert cli("scan", tmp_path, "--fail-on", "low").exit_code == 1
+
+
+def test_usage_errors_exit_2(cli, tmp_path: Path) -> None:
+    missing = cli("scan", tmp_path / "nope")
+    assert missing.exit_code == 2 and "no such" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    assert cli("scan", tmp_path, "--fail-on", "severe").exit_code == 2
+    assert cli("scan", tmp_path, "--format", "xml").exit_code == 2
+    assert cli("scan", tmp_path, "--target", tmp_path / "nope").exit_code == 2
+
+
+def test_json_schema(cli, tmp_path: Path) -> None:
+    target, drafter = make_pair(
+        tmp_path, drafter={"dflash_config": {"mask_token_id": 2, "target_layer_ids": [1]}}
+    )
+    (drafter / "extra.pkl").write_bytes(gadget_pickle("os", "system", protocol=0))
+    result = cli("scan", drafter, "--target", target, "--format", "json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert set(report) == {
+        "tool",
+        "version",
+        "fail_on",
+        "findings",
+        "summary",
+        "remote_code",
+        "pickle_files",
+        "param_count",
+    }
+    assert report["tool"] == "dflash-guard" and report["fail_on"] == "medium"
+    assert report["pickle_files"] == ["extra.pkl"] and report["param_count"] == 40
+    assert report["summary"]["failed"] is True
+    assert report["summary"]["by_severity"]["critical"] >= 1
+    finding = report["findings"][0]
+    assert set(finding) == {"rule_id", "severity", "file", "message", "line", "member", "detector"}
+    assert {f["rule_id"] for f in report["findings"]} >= {
+        "DG-DRAFTER-MASK",
+        "DG-PICKLE-DANGEROUS-GLOBAL",
+    }
+
+
+def test_sarif_and_atomic_output(cli, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "modeling.py").write_text("import os\nos.system('id')\n")
+    out = tmp_path / "report.sarif"
+    result = cli("scan", model, "--format", "sarif", "--output", out)
+    assert result.exit_code == 1 and result.stdout == ""
+    sarif = json.loads(out.read_text())
+    assert sarif["version"] == "2.1.0"
+    run = sarif["runs"][0]
+    rule_ids = [rule["id"] for rule in run["tool"]["driver"]["rules"]]
+    assert "DG-RC-PROCESS" in rule_ids
+    result0 = next(r for r in run["results"] if r["ruleId"] == "DG-RC-PROCESS")
+    assert result0["level"] == "error"
+    location = result0["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "modeling.py"
+    assert location["region"]["startLine"] == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_text_report_to_file(cli, tmp_path: Path) -> None:
+    (tmp_path / "m.pkl").write_bytes(gadget_pickle("os", "system", protocol=2))
+    out = tmp_path / "report.txt"
+    assert cli("scan", tmp_path / "m.pkl", "--output", out).exit_code == 1
+    assert "DG-PICKLE-DANGEROUS-GLOBAL" in out.read_text()

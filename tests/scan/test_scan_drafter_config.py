@@ -1,0 +1,112 @@
+"""Drafter config vs target: aliased mask tokens, layer ids, block size, budget, architecture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scan_builders import make_pair
+
+from dflash_guard.scan import Severity, scan_paths
+
+
+def _config_findings(report):
+    return [f for f in report.findings if f.detector == "drafter-config"]
+
+
+def test_consistent_pair_is_clean(tmp_path: Path) -> None:
+    target, drafter = make_pair(tmp_path)
+    report = scan_paths([drafter], target=target)
+    assert report.findings == []
+    assert report.param_count == 40
+
+
+@pytest.mark.parametrize(
+    "mask,source",
+    [
+        (0, "pad_token_id"),  # config.json pad
+        (1, "bos_token_id"),
+        (3, "generation_config.json eos_token_id"),  # second of a list of eos ids
+        (5, "pad_token '<|pad|>'"),  # tokenizer_config special token by added_tokens_decoder
+        (4, "eos_token '<|endoftext|>'"),
+    ],
+)
+def test_mask_token_aliasing_a_special_id_is_high(tmp_path: Path, mask: int, source: str) -> None:
+    target, drafter = make_pair(
+        tmp_path, drafter={"dflash_config": {"mask_token_id": mask, "target_layer_ids": [1]}}
+    )
+    hits = [
+        f
+        for f in _config_findings(scan_paths([drafter], target=target))
+        if f.rule_id == "DG-DRAFTER-MASK"
+    ]
+    assert hits and hits[0].severity is Severity.high and source in hits[0].message
+
+
+def test_mask_outside_vocab_and_top_level_mask(tmp_path: Path) -> None:
+    target, drafter = make_pair(
+        tmp_path, drafter={"dflash_config": {"target_layer_ids": [1]}, "mask_token_id": 5000}
+    )
+    hits = [
+        f
+        for f in _config_findings(scan_paths([drafter], target=target))
+        if f.rule_id == "DG-DRAFTER-MASK"
+    ]
+    assert hits and "outside the vocabulary" in hits[0].message
+
+
+def test_layers_out_of_range_and_count_mismatch(tmp_path: Path) -> None:
+    target, drafter = make_pair(
+        tmp_path,
+        drafter={
+            "num_target_layers": 36,
+            "dflash_config": {"mask_token_id": 999, "target_layer_ids": [1, 8]},
+        },
+    )
+    messages = [
+        f.message
+        for f in _config_findings(scan_paths([drafter], target=target))
+        if f.rule_id == "DG-DRAFTER-LAYERS"
+    ]
+    assert len(messages) == 2
+
+
+def test_shape_mismatch(tmp_path: Path) -> None:
+    target, drafter = make_pair(tmp_path, target={"hidden_size": 128})
+    rules = {f.rule_id for f in scan_paths([drafter], target=target).findings}
+    assert "DG-DRAFTER-SHAPE" in rules
+
+
+@pytest.mark.parametrize("block", [1, 65, "16"])
+def test_block_size_out_of_range(tmp_path: Path, block) -> None:
+    target, drafter = make_pair(tmp_path, drafter={"block_size": block})
+    hits = [
+        f for f in scan_paths([drafter], target=target).findings if f.rule_id == "DG-DRAFTER-BLOCK"
+    ]
+    assert hits and hits[0].severity is Severity.medium
+
+
+def test_parameter_budget(tmp_path: Path) -> None:
+    target, drafter = make_pair(tmp_path)
+    over = scan_paths([drafter], target=target, param_budget=39)
+    assert [f.rule_id for f in over.findings] == ["DG-DRAFTER-PARAMS"]
+    assert scan_paths([drafter], target=target, param_budget=40).findings == []
+
+
+def test_unknown_architecture_without_target(tmp_path: Path) -> None:
+    _, drafter = make_pair(tmp_path, drafter={"architectures": ["DFlashEvilModel"]})
+    hits = [f for f in scan_paths([drafter]).findings if f.rule_id == "DG-DRAFTER-ARCH"]
+    assert hits and hits[0].severity is Severity.medium
+
+
+def test_plain_model_folder_without_target_is_not_a_drafter(tmp_path: Path) -> None:
+    target, _ = make_pair(tmp_path)
+    assert scan_paths([target]).findings == []
+
+
+def test_target_given_but_no_drafter_config(tmp_path: Path) -> None:
+    target, _ = make_pair(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rules = [f.rule_id for f in scan_paths([empty], target=target).findings]
+    assert rules == ["DG-CONFIG-INVALID"]
