@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -112,13 +113,28 @@ def _private_stat_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / ".dflash-guard-cache"))
 
 
-def write_policy(folder: Path, *replacements: tuple[str, str], base: str | None = None) -> Path:
+def fixture_code_sha256() -> str:
+    """The sha256 of the fixture drafter's remote code (`dflash.py`, named by its auto_map)."""
+    from kernels_ref.fixtures import WEIGHTS
+
+    return hashlib.sha256((WEIGHTS / "dflash.py.txt").read_bytes()).hexdigest()
+
+
+def write_policy(folder: Path, *replacements: tuple[str, str], base: str | None = None,
+                 reviewed: tuple[str, ...] = ()) -> Path:
     """A policy file in `folder`: the default (or `base` text) with the small diff-test
-    settings and `replacements` applied, plus its two-prompt JSONL set."""
+    settings and `replacements` applied, its two-prompt JSONL set, and the fixture drafter's
+    code (plus `reviewed` sha256s) on the reviewed list."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in GATE_PROMPTS))
     text = base if base is not None else DEFAULT_POLICY.read_text()
-    for old, new in (SMALL_DIFFTEST, *replacements):
+    entries = "".join(
+        f"  - sha256: {sha}\n    path: reviewed.py\n    reviewer: test@example.com\n"
+        "    date: 2026-09-01\n"
+        for sha in (fixture_code_sha256(), *reviewed)
+    )
+    for old, new in (SMALL_DIFFTEST, ("reviewed_code: []\n", f"reviewed_code:\n{entries}"),
+                     *replacements):
         assert old in text, old
         text = text.replace(old, new, 1)
     path = folder / "policy.yaml"
@@ -154,3 +170,15 @@ def as_hub(artifact: Any, repo: str, commit: str = "c" * 40, revision: str | Non
 def with_artifact(lock: Any, artifact: Any) -> Any:
     others = tuple(a for a in lock.artifacts if a.role != artifact.role)
     return dataclasses.replace(lock, artifacts=(*others, artifact))
+
+
+def sign_model_folder(folder: Path, private_key: Path) -> Path:
+    """Sign a model folder as its publisher would (OpenSSF Model Signing, ECDSA key), leaving
+    the signature itself out of what is signed, as the model_signing CLI does."""
+    from model_signing import hashing, signing
+
+    sig = folder / "model.sig"
+    config = hashing.Config().set_ignored_paths(paths=[sig.name])
+    signing.Config().set_hashing_config(config).use_elliptic_key_signer(
+        private_key=private_key).sign(folder, sig)
+    return sig
