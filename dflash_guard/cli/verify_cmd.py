@@ -11,6 +11,8 @@ from rich.table import Table
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.lockfile import ROLES, load_lockfile
+from dflash_guard.policy import load_policy
+from dflash_guard.signing import SignatureCheck, verify_signatures
 from dflash_guard.verify import VerifyReport, verify_lock
 
 
@@ -48,6 +50,18 @@ def render(report: VerifyReport) -> None:
     stdout.print(f"[red]MISMATCH[/]: {len(report.problems)} problem(s)")
 
 
+def render_signatures(checks: list[SignatureCheck]) -> None:
+    """One line per signature checked: who signed it, or why it was refused."""
+    for check in checks:
+        name = Path(check.signature).name
+        if check.ok:
+            stdout.print(f"[green]signed[/]: {check.subject} ({name}) by {check.signer}",
+                         highlight=False, soft_wrap=True)
+        else:
+            stdout.print(f"[red]BAD SIGNATURE[/]: {check.subject} ({name}): {check.reason}",
+                         highlight=False, soft_wrap=True)
+
+
 def verify(
     lock_path: Annotated[Path, typer.Option("--lock", help="Lockfile to check against.")] = Path(
         "dflash.lock"
@@ -61,6 +75,14 @@ def verify(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Ignore the stat cache; hash everything.")
     ] = False,
+    policy: Annotated[
+        str | None,
+        typer.Option("--policy", help="Policy naming the accepted signers (default: built-in)."),
+    ] = None,
+    trust_root: Annotated[
+        Path | None,
+        typer.Option("--trust-root", help="Sigstore trusted root (JSON): verify offline."),
+    ] = None,
     fmt: Annotated[
         OutputFormat, typer.Option("--format", help="text or json.")
     ] = OutputFormat.text,
@@ -74,11 +96,16 @@ def verify(
         use_cache=not no_cache,
         progress=stderr.is_terminal,
     )
+    # Signatures: the lockfile's when one exists or the policy requires it; each model.sig.
+    signatures = verify_signatures(lock_path, lockfile, report.locations, load_policy(policy),
+                                   trust_root=trust_root)
     if fmt is OutputFormat.json:
-        print_json({"lockfile": str(lock_path), "digest": lockfile.digest(), **report.to_json()})
+        print_json({"lockfile": str(lock_path), "digest": lockfile.digest(), **report.to_json(),
+                    "signatures": [check.to_json() for check in signatures]})
     else:
         render(report)
-    if not report.ok:
+        render_signatures(signatures)
+    if not report.ok or not all(check.ok for check in signatures):
         raise typer.Exit(EXIT_FINDING)
 
 
