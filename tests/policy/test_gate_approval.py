@@ -8,7 +8,13 @@ import json
 import re
 
 import pytest
-from conftest import flip_signature_byte, make_key_pair, write_lock, write_policy
+from conftest import (
+    fixture_code_sha256,
+    flip_signature_byte,
+    make_key_pair,
+    write_lock,
+    write_policy,
+)
 
 from dflash_guard import __version__
 from dflash_guard.gate import STEPS, run_gate
@@ -94,3 +100,8 @@ def test_gate_cli_prints_the_table_and_refuses_json(cli, pair, tmp_path):
     assert report["checks"][-1]["name"] == "difftest"
     assert "below the policy's minimum 99" in report["reason"]
     assert not (tmp_path / "approval.json").exists()
+
+
+def test_gate_dev_policy_reviews_the_fixture_drafter_code():
+    """`make demo` gates the fixture pair under dev.yaml: its reviewed entry must not drift."""
+    assert fixture_code_sha256() in load_policy("dev").reviewed_sha256
