@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from conftest import (
+from policy_support import (
     fixture_code_sha256,
     flip_signature_byte,
     make_key_pair,

@@ -7,7 +7,7 @@ import datetime as dt
 import hashlib
 
 import pytest
-from conftest import (
+from policy_support import (
     DEFAULT_POLICY,
     REPO,
     as_hub,

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO, write_lock
+from policy_support import REPO, write_lock
 
 SCRIPT = REPO / "scripts" / "pre-deploy-gate.sh"
 

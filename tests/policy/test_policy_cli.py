@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import REPO, one_line, policy_text
+from policy_support import REPO, one_line, policy_text
 
 
 def test_policy_check_valid(cli):

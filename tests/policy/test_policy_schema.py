@@ -6,7 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from conftest import DEFAULT_POLICY, REPO, policy_text
+from policy_support import DEFAULT_POLICY, REPO, policy_text
 
 from dflash_guard.errors import InputError
 from dflash_guard.policy import (

@@ -7,7 +7,7 @@ import hashlib
 import json
 
 import pytest
-from conftest import make_key_pair, write_lock
+from policy_support import make_key_pair, write_lock
 from sigstore.dsse import Statement
 
 from dflash_guard.errors import InputError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import flip_byte, make_key_pair, one_line
+from policy_support import flip_byte, make_key_pair, one_line
 
 from dflash_guard.errors import InputError
 from dflash_guard.policy import Identity, Signers

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import flip_byte, flip_signature_byte, make_key_pair
+from policy_support import flip_byte, flip_signature_byte, make_key_pair
 
 from dflash_guard.policy import Identity, Signers
 from dflash_guard.signing import (

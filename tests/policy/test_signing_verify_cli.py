@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import (
+from policy_support import (
     copy_folder,
     flip_signature_byte,
     make_key_pair,
