@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from conftest import DRAFTER_REPO, TARGET_REPO, drafter_files, target_files
+from foundation_support import DRAFTER_REPO, TARGET_REPO, drafter_files, target_files
 from hub_emulator import git_blob_id
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub import errors as hf_errors
@@ -85,7 +85,7 @@ def test_emulator_runs_standalone(tmp_path):
     import subprocess
     import sys
 
-    from conftest import make_repo
+    from hub_emulator import make_repo
 
     make_repo(tmp_path, TARGET_REPO, {"config.json": b"{}"})
     script = Path(__file__).resolve().parents[1] / "hub_emulator.py"

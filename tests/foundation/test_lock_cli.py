@@ -8,18 +8,18 @@ import shutil
 
 import pytest
 import yaml
-from conftest import (
+from foundation_support import (
     CODE_REPO,
     DFLASH_PY,
     DRAFTER_REPO,
     TARGET_REPO,
     cache_leftovers,
     drafter_files,
-    make_repo,
     target_files,
     write_cache_snapshot,
     write_folder,
 )
+from hub_emulator import make_repo
 
 from dflash_guard.lockfile import load_lockfile
 

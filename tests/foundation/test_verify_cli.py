@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from conftest import (
+from foundation_support import (
     DRAFTER_REPO,
     TARGET_REPO,
     cache_leftovers,
@@ -213,7 +213,8 @@ def test_library_api_reports_locations_and_problems(locked):
 
 
 def test_pinned_remote_code_is_verified_too(cli, hub, hf_env, tmp_path):
-    from conftest import CODE_REPO, make_repo
+    from foundation_support import CODE_REPO
+    from hub_emulator import make_repo
 
     drafter = "acme/remote-code-drafter"
     make_repo(hub.root, drafter, drafter_files(f"{CODE_REPO}--dflash.DFlashDraftModel"))
