@@ -34,8 +34,10 @@ from dflash_guard.signing import (
 
 STEPS = ("lockfile", "lockfile signature", "verify", "scan", "policy", "model signatures",
          "difftest")
-PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)")
-RELEASE_RE = re.compile(r"^(refs/tags/)?v?\d+(\.\d+)+([.\-+]?[0-9A-Za-z.]+)?$")
+PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)|^(pr|#)[-/#]?\d+$",
+                        re.IGNORECASE)
+# Semantic-version tags, and llama.cpp's build tags (`b4567`).
+RELEASE_RE = re.compile(r"^(refs/tags/)?(v?\d+(\.\d+)+([.\-+]?[0-9A-Za-z.]+)?|b\d+)$")
 MAX_LISTED = 3
 
 
@@ -96,6 +98,16 @@ class _Context:
 def _listed(problems: list[str]) -> str:
     more = f" (and {len(problems) - MAX_LISTED} more)" if len(problems) > MAX_LISTED else ""
     return "; ".join(problems[:MAX_LISTED]) + more
+
+
+def is_pr_head(ref: str | None) -> bool:
+    """A ref naming a pull/merge request (`refs/pull/52816/head`, `pr-52816`, `#52816`)."""
+    return bool(ref and PR_HEAD_RE.search(ref))
+
+
+def is_release(ref: str | None) -> bool:
+    """A ref naming a release tag (`v0.11.0`, `refs/tags/v0.5.3`, `0.5.3rc1`, `b4567`)."""
+    return bool(ref and RELEASE_RE.match(ref))
 
 
 def artifact_key(artifact: Artifact) -> str:
@@ -237,14 +249,14 @@ def check_policy(ctx: _Context) -> str:
                             "safetensors path")
     for engine in ctx.lock.engines:
         ref = engine.ref or ""
-        if PR_HEAD_RE.search(ref):
+        if is_pr_head(ref):
             if not policy.allow_pr_head:
                 problems.append(f"engine {engine.name} is a PR-head build ({ref}): the policy "
                                 "allows none")
             elif not ctx.waived("engine", engine.name):
                 problems.append(f"engine {engine.name} is a PR-head build ({ref}) without a "
                                 f"waiver (engine:{engine.name})")
-        elif policy.require_release and not RELEASE_RE.match(ref):
+        elif policy.require_release and not is_release(ref):
             problems.append(f"engine {engine.name} is not a release build "
                             f"(ref {ref or 'not recorded'!r})")
     if problems:

@@ -24,7 +24,7 @@ from policy_support import (
 )
 
 from dflash_guard.errors import InputError
-from dflash_guard.gate import run_gate
+from dflash_guard.gate import is_pr_head, is_release, run_gate
 from dflash_guard.lockfile import Engine
 from dflash_guard.signing import sign_with_key
 
@@ -117,6 +117,22 @@ def test_gate_refuses_pr_head_engine_without_waiver(tmp_path, pair):
     no_pr = ("allow_pr_head: true", "allow_pr_head: false")
     reason = _refused_at(_gate(tmp_path, pair, lock, waiver, no_pr), "policy")
     assert "the policy allows none" in reason
+
+
+@pytest.mark.parametrize("ref", ["refs/pull/52816/head", "pull/17865/merge", "pr-27342",
+                                 "PR#52816", "#52816", "refs/merge-requests/12/head"])
+def test_gate_pr_head_refs_are_recognised(ref):
+    assert is_pr_head(ref) and not is_release(ref)
+
+
+@pytest.mark.parametrize("ref", ["v0.11.0", "refs/tags/v0.5.3", "0.5.3rc1", "b4567"])
+def test_gate_release_refs_are_recognised(ref):
+    assert is_release(ref) and not is_pr_head(ref)
+
+
+@pytest.mark.parametrize("ref", [None, "", "main", "refs/heads/main", "dflash-support", "v1"])
+def test_gate_other_refs_are_neither(ref):
+    assert not is_release(ref) and not is_pr_head(ref)
 
 
 def test_gate_refuses_non_release_engine_when_required(tmp_path, pair):
