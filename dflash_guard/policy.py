@@ -255,7 +255,7 @@ class _Field:
         return InputError(f"{self.reader.source}:{line}: {self.where or 'top level'}: {message}")
 
     def value(self) -> Any:
-        return self.reader.loader.construct_object(self.node, deep=True)
+        return self.reader.construct(self.node, self.where)
 
     def mapping(self, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[str, _Field]:
         """The keys of a mapping node; unknown, duplicate and missing keys are errors."""
@@ -263,7 +263,7 @@ class _Field:
             raise self.fail(f"expected a mapping, got {_kind(self.node)}")
         fields: dict[str, _Field] = {}
         for key_node, value_node in self.node.value:
-            key = self.reader.loader.construct_object(key_node, deep=True)
+            key = self.reader.construct(key_node, self.where)
             here = f"{self.where}.{key}" if self.where else str(key)
             key_field = _Field(self.reader, key_node, here)
             if not isinstance(key, str) or key not in allowed:
@@ -322,6 +322,16 @@ class _Reader:
     def __init__(self, text: str, source: str) -> None:
         self.source = source
         self.loader = yaml.SafeLoader(text)
+
+    def construct(self, node: yaml.Node, where: str) -> Any:
+        """The Python value of a node (safe constructors only: no tags run code)."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            mark = getattr(error, "problem_mark", None) or node.start_mark
+            line = mark.line + 1
+            raise InputError(f"{self.source}:{line}: {where or 'top level'}: {problem}") from None
 
 
 def _signers(field: _Field, base: Path) -> Signers:
@@ -391,6 +401,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
     top = _Field(reader, node, "")
     f = top.mapping(TOP_LEVEL, REQUIRED)
 
+    name = f["name"].text()
     version = f["policy_version"].typed(int)
     if version != POLICY_VERSION:
         raise f["policy_version"].fail(f"unsupported version {version} (this tool reads 1)")
@@ -478,7 +489,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
     return Policy(
         source=source,
         digest="sha256:" + hashlib.sha256(text.encode()).hexdigest(),
-        name=f["name"].text(),
+        name=name,
         official_orgs=_orgs(orgs["official"]),
         community_orgs=_orgs(orgs["community"]),
         local_tier=f["local_tier"].choice(TIERS),

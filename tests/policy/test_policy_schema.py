@@ -100,6 +100,12 @@ def test_policy_bad_yaml_names_line():
     assert _error("policy_version: 1\nname: [unclosed\n").startswith("p.yaml:3: not valid YAML")
 
 
+def test_policy_python_tags_are_an_input_error_not_executed():
+    text = policy_text(("name: default", 'name: !!python/object/apply:os.system ["true"]'))
+    error = _error(text)
+    assert error.startswith(f"p.yaml:{_line_of(text, '!!python')}: name: could not determine")
+
+
 def test_policy_required_signature_with_no_signer_is_rejected():
     """Fails closed: a signature nobody is accepted to make would be an empty policy."""
     error = _error(policy_text(("lockfile_required: false", "lockfile_required: true")))
