@@ -421,11 +421,14 @@ def identity_token(interactive: bool):  # -> sigstore.oidc.IdentityToken
         )
     from sigstore.models import ClientTrustConfig
 
-    issuer = Issuer(ClientTrustConfig.production().signing_config.get_oidc_url())
     try:
+        issuer = Issuer(ClientTrustConfig.production().signing_config.get_oidc_url())
         return issuer.identity_token()
     except IdentityError as error:
         raise InputError(f"sign-in failed: {error}") from None
+    except Exception as error:  # noqa: BLE001 - TUF and HTTP failures: the network, not a bug
+        raise InputError(f"sign-in failed ({type(error).__name__}: {_first_line(error)})"
+                         ) from None
 
 
 def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
@@ -454,6 +457,9 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
                 bundle = signer.sign_artifact(path.read_bytes())
     except SigstoreError as error:
         raise InputError(f"Sigstore signing failed: {error.diagnostics()}") from None
+    except Exception as error:  # noqa: BLE001 - TUF and HTTP failures: the network, not a bug
+        raise InputError(f"Sigstore signing failed ({type(error).__name__}: "
+                         f"{_first_line(error)}); sign with --key KEY offline") from None
     write_atomic(out, bundle.to_json())
     return out
 
