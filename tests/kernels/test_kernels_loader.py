@@ -51,7 +51,7 @@ def edit_config(folder: Path, **changes: object) -> None:
     path = folder / "config.json"
     config = json.loads(path.read_text())
     for key, value in changes.items():
-        if key in ("mask_token_id", "target_layer_ids"):
+        if key in ("mask_token_id", "target_layer_ids", "final_logit_softcapping"):
             config["dflash_config"][key] = value
         else:
             config[key] = value
@@ -135,6 +135,22 @@ def test_mismatched_drafter_is_refused(tmp_path: Path, changes: dict, message: s
     target = load_target(target_dir)
     with pytest.raises(InputError, match=f"does not match its target.*{message}"):
         load_drafter(drafter_dir, target)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"is_causal": True},
+        {"layer_types": ["sliding_attention"]},
+        {"architectures": ["DFlash2DraftModel"]},
+        {"final_logit_softcapping": 30.0},
+    ],
+)
+def test_unsupported_drafter_variants_are_refused(tmp_path: Path, changes: dict) -> None:
+    target_dir, drafter_dir = random_pair(tmp_path, seed=6)
+    edit_config(drafter_dir, **changes)
+    with pytest.raises(InputError, match="not supported by kernels_ref"):
+        load_drafter(drafter_dir, load_target(target_dir))
 
 
 def test_missing_and_misshapen_tensors_are_named(tmp_path: Path) -> None:
