@@ -13,10 +13,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from dflash_guard.errors import InputError
-from kernels_ref.drafter import load_drafter
+from kernels_ref.drafter import Drafter, DrafterConfig, load_drafter
 from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.loop import generate
-from kernels_ref.model import load_target
+from kernels_ref.model import ModelConfig, Target, load_target
 
 HF_TARGET_NAMES = {
     "model.embed_tokens.weight",
@@ -221,3 +221,55 @@ def test_fixture_pair_is_byte_deterministic(tmp_path: Path) -> None:
     assert config["architectures"] == ["DFlashDraftModel"]
     assert config["auto_map"] == {"AutoModel": "dflash.DFlashDraftModel"}
     assert config["dflash_config"]["mask_token_id"] == 259
+
+
+QWEN3_8B = {  # the shape fields of Qwen/Qwen3-8B's config.json
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 4096,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 12288,
+    "vocab_size": 151936,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000,
+    "rope_scaling": None,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "attention_bias": False,
+    "torch_dtype": "bfloat16",
+}
+ZLAB_DRAFTER = {  # a z-lab/Qwen3-8B-DFlash-b16 style config.json
+    **{k: v for k, v in QWEN3_8B.items() if k != "architectures"},
+    "architectures": ["DFlashDraftModel"],
+    "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+    "block_size": 16,
+    "num_hidden_layers": 5,
+    "num_target_layers": 36,
+    "layer_types": ["full_attention"] * 5,
+    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+}
+
+
+def test_real_qwen3_and_zlab_configs_build_the_published_shapes() -> None:
+    target_config = ModelConfig.from_dict(QWEN3_8B, "Qwen3-8B")
+    drafter_config = DrafterConfig.from_dict(ZLAB_DRAFTER, "Qwen3-8B-DFlash-b16")
+    drafter_config.check_against(target_config, "Qwen3-8B-DFlash-b16")
+    with torch.device("meta"):  # shapes only, no memory
+        target, drafter = Target(target_config), Drafter(drafter_config)
+    shapes = {k: tuple(v.shape) for k, v in drafter.state_dict().items()}
+    assert shapes["fc.weight"] == (4096, 5 * 4096)
+    assert shapes["layers.4.self_attn.k_proj.weight"] == (8 * 128, 4096)
+    assert shapes["layers.0.self_attn.q_norm.weight"] == (128,)
+    assert "embed_tokens.weight" not in shapes and "lm_head.weight" not in shapes
+    target_shapes = {k: tuple(v.shape) for k, v in target.state_dict().items()}
+    assert target_shapes["lm_head.weight"] == (151936, 4096)
+    assert target_shapes["model.layers.35.mlp.down_proj.weight"] == (4096, 12288)
+    flat = {**ZLAB_DRAFTER, "mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]}
+    del flat["dflash_config"]  # some third-party checkpoints put the DFlash fields at top level
+    assert DrafterConfig.from_dict(flat, "flat").target_layer_ids == (1, 9, 17, 25, 33)
