@@ -1,6 +1,6 @@
 """Train the built-in fixture pair once and write `kernels_ref/fixture_weights/*.safetensors`.
 
-    /tmp/tv/bin/python scripts/train_fixture.py            # about 5 CPU-minutes, one thread
+    PYTHONPATH=. python scripts/train_fixture.py     # about 8 CPU-minutes, one thread
 
 The target is a tiny byte-level Qwen3 trained on function and class sources from a fixed list of
 Python standard-library modules (read as text with `ast`, never imported), plus synthetic
