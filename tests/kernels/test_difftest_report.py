@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import random_pair
+from kernels_support import random_pair
 
 from dflash_guard.difftest import (
     DEFAULT_PROMPTS,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_pair
+from kernels_support import random_pair
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 

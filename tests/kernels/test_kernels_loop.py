@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_pair
+from kernels_support import random_pair
 
 from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import EOS_ID
