@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 
 # Reports go to stdout; progress, warnings and errors to stderr, so `--format json` stays parseable.
-stdout = Console()
-stderr = Console(stderr=True)
+stdout = Console(soft_wrap=True)
+stderr = Console(stderr=True, soft_wrap=True)
 
 
 class OutputFormat(StrEnum):
