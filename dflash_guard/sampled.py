@@ -1,0 +1,234 @@
+"""Is sampled speculative decoding exact? A statistical check.
+
+For each prompt, draw `samples` continuations of `tokens` tokens twice, autoregressively and with
+speculation (both vectorised over the draws, from independent random streams), and compare the two
+empirical distributions of whole continuations with a chi-square test of homogeneity. Exact
+rejection sampling makes the two distributions identical, so under a correct sampler the test
+rejects with probability at most `alpha` over all prompts (Bonferroni: each prompt is tested at
+`alpha / prompts`). A biased sampler shifts the joint distribution of continuations and is caught
+once `samples` is large enough for the bias.
+
+Cells (distinct continuations) whose pooled count is under `min_cell` are merged, so the
+chi-square approximation holds; the p-value is the regularised upper incomplete gamma function
+(`torch.special.gammaincc`), so no statistics package is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import torch
+
+from kernels_ref.sampling import (
+    SamplingParams,
+    draft_block,
+    probs_from_logits,
+    sample,
+    verify_block,
+)
+
+DEFAULT_ALPHA = 0.01
+DEFAULT_MIN_CELL = 10
+
+
+class SampledModel(Protocol):
+    """A target and a block drafter, evaluated without a cache over right-padded batches."""
+
+    block_size: int  # anchor + (block_size - 1) draft tokens
+
+    def target_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[N, T] token ids -> [N, T, V]; causal: position t scores the token at t + 1."""
+        ...
+
+    def draft_logits(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """[N, T] right-padded ids with [N] committed lengths -> [N, block_size - 1, V]: the
+        drafter's scores for positions lengths .. lengths + block_size - 2."""
+        ...
+
+
+@dataclass(frozen=True)
+class HomogeneityTest:
+    """A chi-square test that two samples come from one distribution."""
+
+    statistic: float
+    dof: int
+    p_value: float
+    cells: int  # after merging rare continuations
+    tv_distance: float  # total variation between the two empirical distributions (information)
+
+
+@dataclass(frozen=True)
+class SampledPromptResult:
+    prompt_id: str
+    test: HomogeneityTest
+    rejected: bool
+    mean_accepted: float  # draft tokens accepted per speculative step (information)
+
+
+@dataclass(frozen=True)
+class SampledReport:
+    """The verdict: exact unless some prompt's test rejects at `alpha / prompts`."""
+
+    alpha: float
+    per_prompt_alpha: float
+    samples: int
+    tokens: int
+    params: SamplingParams
+    greedy_draft: bool
+    results: tuple[SampledPromptResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not any(r.rejected for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": "sampled",
+            "passed": self.passed,
+            "alpha": self.alpha,
+            "per_prompt_alpha": self.per_prompt_alpha,
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "params": asdict(self.params),
+            "greedy_draft": self.greedy_draft,
+            "results": [asdict(r) for r in self.results],
+        }
+
+
+def chi2_sf(statistic: float, dof: int) -> float:
+    """P(X >= statistic) for X ~ chi-square(dof): the regularised upper incomplete gamma."""
+    if statistic <= 0:
+        return 1.0
+    half_dof, half_x = (torch.tensor(v / 2, dtype=torch.float64) for v in (dof, statistic))
+    return float(torch.special.gammaincc(half_dof, half_x))
+
+
+def homogeneity_test(
+    first: torch.Tensor, second: torch.Tensor, *, min_cell: int = DEFAULT_MIN_CELL
+) -> HomogeneityTest:
+    """Chi-square test of homogeneity between two samples of sequences, [N1, K] and [N2, K]."""
+    _, codes = torch.unique(torch.cat([first, second]), dim=0, return_inverse=True)
+    n1, n2 = len(first), len(second)
+    width = int(codes.max()) + 1
+    c1 = torch.bincount(codes[:n1], minlength=width).double()
+    c2 = torch.bincount(codes[n1:], minlength=width).double()
+    tv = 0.5 * float((c1 / n1 - c2 / n2).abs().sum())
+    pooled = c1 + c2
+    common = pooled >= min_cell
+    rare = ~common
+    c1 = torch.cat([c1[common], c1[rare].sum().reshape(1)])
+    c2 = torch.cat([c2[common], c2[rare].sum().reshape(1)])
+    if c1[-1] + c2[-1] < min_cell and len(c1) > 1:  # fold a thin "rare" cell into the smallest
+        smallest = int((c1[:-1] + c2[:-1]).argmin())
+        c1[smallest] += c1[-1]
+        c2[smallest] += c2[-1]
+        c1, c2 = c1[:-1], c2[:-1]
+    cells = len(c1)
+    if cells < 2:
+        return HomogeneityTest(0.0, 0, 1.0, cells, tv)
+    total = c1 + c2
+    e1, e2 = total * n1 / (n1 + n2), total * n2 / (n1 + n2)
+    statistic = float(((c1 - e1) ** 2 / e1).sum() + ((c2 - e2) ** 2 / e2).sum())
+    return HomogeneityTest(statistic, cells - 1, chi2_sf(statistic, cells - 1), cells, tv)
+
+
+def sample_autoregressive(
+    model: SampledModel,
+    prompt: Sequence[int],
+    *,
+    samples: int,
+    tokens: int,
+    params: SamplingParams,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """[samples, tokens] continuations drawn one token at a time from the target."""
+    seqs = torch.tensor(list(prompt), dtype=torch.long).repeat(samples, 1)
+    for _ in range(tokens):
+        p = probs_from_logits(model.target_logits(seqs)[:, -1], params)
+        seqs = torch.cat([seqs, sample(p, generator).unsqueeze(1)], dim=1)
+    return seqs[:, len(prompt) :]
+
+
+def sample_speculative(
+    model: SampledModel,
+    prompt: Sequence[int],
+    *,
+    samples: int,
+    tokens: int,
+    params: SamplingParams,
+    draft_generator: torch.Generator,
+    verify_generator: torch.Generator,
+    greedy_draft: bool = True,
+    inject: str | None = None,
+) -> tuple[torch.Tensor, float]:
+    """[samples, tokens] continuations drawn by draft-and-verify steps, and the mean number of
+    draft tokens accepted per step. Draws advance in lockstep; each keeps its own length."""
+    start, k = len(prompt), model.block_size - 1
+    # Each step commits 1..k+1 tokens and runs until the slowest draw has `tokens`: at most
+    # `tokens` steps, so no draw outgrows start + tokens * (k + 1), plus one block of drafts.
+    seqs = torch.zeros((samples, start + tokens * (k + 1) + k), dtype=torch.long)
+    seqs[:, :start] = torch.tensor(list(prompt), dtype=torch.long)
+    lengths = torch.full((samples,), start, dtype=torch.long)
+    rows = torch.arange(samples).unsqueeze(1)
+    offsets = torch.arange(k + 1)
+    accepted_total, steps = 0.0, 0
+    while int(lengths.min()) < start + tokens:
+        draft, q, draft_uniforms = draft_block(
+            model.draft_logits(seqs, lengths), params, draft_generator, greedy_draft=greedy_draft
+        )
+        seqs[rows, lengths.unsqueeze(1) + offsets[:k]] = draft
+        logits = model.target_logits(seqs[:, : int(lengths.max()) + k])
+        p = probs_from_logits(logits[rows, lengths.unsqueeze(1) - 1 + offsets], params)
+        verdict = verify_block(
+            p, draft, q, verify_generator, draft_uniforms=draft_uniforms, inject=inject
+        )
+        seqs[rows.squeeze(1), lengths + verdict.accepted] = verdict.next_token
+        lengths = lengths + verdict.accepted + 1
+        seqs[torch.arange(seqs.shape[1]) >= lengths.unsqueeze(1)] = 0  # drop rejected drafts
+        accepted_total += float(verdict.accepted.double().mean())
+        steps += 1
+    return seqs[:, start : start + tokens], accepted_total / max(steps, 1)
+
+
+def check_sampled(
+    model: SampledModel,
+    prompts: Sequence[tuple[str, Sequence[int]]],
+    *,
+    samples: int = 20_000,
+    tokens: int = 3,
+    params: SamplingParams | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+    greedy_draft: bool = True,
+    inject: str | None = None,
+    min_cell: int = DEFAULT_MIN_CELL,
+) -> SampledReport:
+    """Test, prompt by prompt, that speculative sampling matches autoregressive sampling."""
+    params = params or SamplingParams()
+    if params.greedy:
+        raise ValueError("the sampled check needs temperature > 0")
+    if not prompts or samples < 1 or tokens < 1 or not 0 < alpha < 1:
+        raise ValueError("need prompts, samples >= 1, tokens >= 1 and 0 < alpha < 1")
+    per_prompt_alpha = alpha / len(prompts)
+    results = []
+    for index, (prompt_id, prompt) in enumerate(prompts):
+        # Three independent streams: autoregressive draws, drafting, verifying.
+        base_seed = seed * 1_000_003 + 3 * index
+        streams = [torch.Generator().manual_seed(base_seed + s) for s in range(3)]
+        baseline = sample_autoregressive(
+            model, prompt, samples=samples, tokens=tokens, params=params, generator=streams[0]
+        )
+        speculative, mean_accepted = sample_speculative(
+            model, prompt, samples=samples, tokens=tokens, params=params,
+            draft_generator=streams[1], verify_generator=streams[2],
+            greedy_draft=greedy_draft, inject=inject,
+        )
+        test = homogeneity_test(baseline, speculative, min_cell=min_cell)
+        results.append(
+            SampledPromptResult(prompt_id, test, test.p_value < per_prompt_alpha, mean_accepted)
+        )
+    return SampledReport(
+        alpha, per_prompt_alpha, samples, tokens, params, greedy_draft, tuple(results)
+    )
