@@ -15,7 +15,7 @@ chi-square approximation holds; the p-value is the regularised upper incomplete 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -31,6 +31,11 @@ from kernels_ref.sampling import (
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_CELL = 10
+
+# A sampler: (prompt ids, samples, tokens, seed) -> ([samples, tokens] continuations, mean draft
+# tokens accepted per step or None when it does not speculate).
+Draws = tuple[torch.Tensor, float | None]
+Sampler = Callable[[Sequence[int], int, int, int], Draws]
 
 
 class SampledModel(Protocol):
@@ -64,7 +69,7 @@ class SampledPromptResult:
     prompt_id: str
     test: HomogeneityTest
     rejected: bool
-    mean_accepted: float  # draft tokens accepted per speculative step (information)
+    mean_accepted: float | None  # draft tokens accepted per speculative step (information)
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,43 @@ def sample_speculative(
     return seqs[:, start : start + tokens], accepted_total / max(steps, 1)
 
 
+def compare_samplers(
+    baseline: Sampler,
+    candidate: Sampler,
+    prompts: Sequence[tuple[str, Sequence[int]]],
+    *,
+    params: SamplingParams,
+    greedy_draft: bool,
+    samples: int = 20_000,
+    tokens: int = 3,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+    min_cell: int = DEFAULT_MIN_CELL,
+) -> SampledReport:
+    """Test, prompt by prompt, that `candidate` draws continuations distributed as `baseline`.
+
+    Each sampler gets its own seed (a candidate derives its drafting and verifying streams from
+    `seed` and `seed + 1`), so the two samples are independent.
+    """
+    if params.greedy:
+        raise ValueError("the sampled check needs temperature > 0")
+    if not prompts or samples < 1 or tokens < 1 or not 0 < alpha < 1:
+        raise ValueError("need prompts, samples >= 1, tokens >= 1 and 0 < alpha < 1")
+    per_prompt_alpha = alpha / len(prompts)
+    results = []
+    for index, (prompt_id, prompt) in enumerate(prompts):
+        base_seed = seed * 1_000_003 + 3 * index
+        reference, _ = baseline(prompt, samples, tokens, base_seed)
+        drawn, mean_accepted = candidate(prompt, samples, tokens, base_seed + 1)
+        test = homogeneity_test(reference, drawn, min_cell=min_cell)
+        results.append(
+            SampledPromptResult(prompt_id, test, test.p_value < per_prompt_alpha, mean_accepted)
+        )
+    return SampledReport(
+        alpha, per_prompt_alpha, samples, tokens, params, greedy_draft, tuple(results)
+    )
+
+
 def check_sampled(
     model: SampledModel,
     prompts: Sequence[tuple[str, Sequence[int]]],
@@ -205,30 +247,24 @@ def check_sampled(
     inject: str | None = None,
     min_cell: int = DEFAULT_MIN_CELL,
 ) -> SampledReport:
-    """Test, prompt by prompt, that speculative sampling matches autoregressive sampling."""
+    """The check on a cache-free model pair, both samplers vectorised over the draws."""
     params = params or SamplingParams()
-    if params.greedy:
-        raise ValueError("the sampled check needs temperature > 0")
-    if not prompts or samples < 1 or tokens < 1 or not 0 < alpha < 1:
-        raise ValueError("need prompts, samples >= 1, tokens >= 1 and 0 < alpha < 1")
-    per_prompt_alpha = alpha / len(prompts)
-    results = []
-    for index, (prompt_id, prompt) in enumerate(prompts):
-        # Three independent streams: autoregressive draws, drafting, verifying.
-        base_seed = seed * 1_000_003 + 3 * index
-        streams = [torch.Generator().manual_seed(base_seed + s) for s in range(3)]
-        baseline = sample_autoregressive(
-            model, prompt, samples=samples, tokens=tokens, params=params, generator=streams[0]
-        )
-        speculative, mean_accepted = sample_speculative(
-            model, prompt, samples=samples, tokens=tokens, params=params,
-            draft_generator=streams[1], verify_generator=streams[2],
+
+    def autoregressive(prompt: Sequence[int], n: int, k: int, s: int) -> Draws:
+        generator = torch.Generator().manual_seed(s)
+        return sample_autoregressive(
+            model, prompt, samples=n, tokens=k, params=params, generator=generator
+        ), None
+
+    def speculative(prompt: Sequence[int], n: int, k: int, s: int) -> Draws:
+        return sample_speculative(
+            model, prompt, samples=n, tokens=k, params=params,
+            draft_generator=torch.Generator().manual_seed(s),
+            verify_generator=torch.Generator().manual_seed(s + 1),
             greedy_draft=greedy_draft, inject=inject,
         )
-        test = homogeneity_test(baseline, speculative, min_cell=min_cell)
-        results.append(
-            SampledPromptResult(prompt_id, test, test.p_value < per_prompt_alpha, mean_accepted)
-        )
-    return SampledReport(
-        alpha, per_prompt_alpha, samples, tokens, params, greedy_draft, tuple(results)
+
+    return compare_samplers(
+        autoregressive, speculative, prompts, params=params, greedy_draft=greedy_draft,
+        samples=samples, tokens=tokens, alpha=alpha, seed=seed, min_cell=min_cell,
     )
