@@ -53,6 +53,7 @@ class EndpointPrompt:
     id: str
     prompt: str | tuple[int, ...]
     max_new_tokens: int | None = None
+    stop: tuple[str | int, ...] = ()  # strings go out as `stop`, ids as `stop_token_ids`
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,10 @@ def _prompt_from_record(record: Any, where: str, default_id: str) -> EndpointPro
     limit = record.get("max_new_tokens")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise InputError(f"{where}: `max_new_tokens` must be a positive integer")
-    return EndpointPrompt(str(record.get("id", default_id)), prompt, limit)
+    stop = record.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(s, str | int) for s in stop):
+        raise InputError(f"{where}: `stop` must be a list of strings or token ids")
+    return EndpointPrompt(str(record.get("id", default_id)), prompt, limit, tuple(stop))
 
 
 def completions_url(base: str) -> str:
@@ -328,6 +332,12 @@ class CompletionClient:
             "stream": False,
             "logprobs": self.top_logprobs,
         }
+        words = [s for s in prompt.stop if isinstance(s, str)]
+        ids = [s for s in prompt.stop if not isinstance(s, str)]
+        if words:
+            body["stop"] = words
+        if ids:
+            body["stop_token_ids"] = ids  # a vLLM and SGLang extension
         if self.token_ids:
             body["return_token_ids"] = True  # vLLM >= 0.10.2: choices[].token_ids
             body["return_tokens_as_token_ids"] = True  # vLLM: logprob tokens as "token_id:N"

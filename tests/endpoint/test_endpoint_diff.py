@@ -39,10 +39,11 @@ def run(pair, prompts=PROMPTS, **kwargs):
 def test_endpoint_identical_outputs_pass(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5, 6, 7]))
     both(fake_pair, "beta", vllm_choice([8, 9]))
-    report = run(fake_pair)
+    report = run(fake_pair, prompts=[EndpointPrompt("a", "alpha", 4, (".", 7)), PROMPTS[1]])
     assert report.identical and report.passed
     assert [r.compared_by for r in report.results] == ["token_ids", "token_ids"]
-    body = fake_pair.baseline.seen_bodies[0]
+    body = next(b for b in fake_pair.baseline.seen_bodies if b["prompt"] == "alpha")
+    assert (body["stop"], body["stop_token_ids"], body["max_tokens"]) == (["."], [7], 4)
     assert body["temperature"] == 0 and body["logprobs"] == 5 and body["model"] == "fake-model"
     assert body["return_tokens_as_token_ids"] is True and body["return_token_ids"] is True
 
@@ -237,8 +238,10 @@ def test_endpoint_parse_completion_rejects_garbage():
 
 def test_endpoint_prompt_file_and_urls(tmp_path):
     good = tmp_path / "p.jsonl"
-    good.write_text('{"id": "x", "prompt": "hi"}\n\n{"prompt": [1, 2], "max_new_tokens": 3}\n')
-    assert load_prompts(good) == [EndpointPrompt("x", "hi"), EndpointPrompt("3", (1, 2), 3)]
+    good.write_text('{"id": "x", "prompt": "hi", "stop": [".", 7]}\n\n'
+                    '{"prompt_ids": [1, 2], "max_new_tokens": 3}\n')
+    assert load_prompts(good) == [EndpointPrompt("x", "hi", None, (".", 7)),
+                                  EndpointPrompt("3", (1, 2), 3)]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"prompt": \n')
     with pytest.raises(InputError, match="bad.jsonl:2"):
