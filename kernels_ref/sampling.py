@@ -139,12 +139,12 @@ def verify_block(
 
     rows = torch.arange(n)
     p_next = p[rows, accepted]  # [N, V]: at the first rejection, or the bonus position K
-    q_next = torch.cat([q, torch.zeros_like(q[:, :1])], dim=1)[rows, accepted]  # zero for bonus
+    q_next = torch.cat([q, q.new_zeros((n, 1, q.shape[-1]))], dim=1)[rows, accepted]  # bonus: 0
     residual = p_next if inject == "resample-from-p" else (p_next - q_next).clamp_min(0)
     mass = residual.sum(-1, keepdim=True)
     residual = torch.where(mass > 0, residual, p_next)  # p == q: rejection had probability 0
     next_uniforms = torch.rand(n, generator=generator, dtype=torch.float64)
-    if inject == "reuse-accept-uniform":
+    if inject == "reuse-accept-uniform" and k > 0:
         rejected = accepted < k
         decisive = uniforms[rows, accepted.clamp(max=k - 1)]
         next_uniforms = torch.where(rejected, decisive, next_uniforms)
