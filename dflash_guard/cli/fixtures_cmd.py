@@ -1,9 +1,32 @@
-"""`dflash-guard fixtures` (not yet implemented)."""
+"""`dflash-guard fixtures make DIR`: write the built-in tiny target/drafter pair."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from dflash_guard.cli.common import stdout
+from dflash_guard.errors import InputError
+from kernels_ref.fixtures import make_fixture_pair
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
+    fixtures = typer.Typer(help="Built-in test fixtures.", no_args_is_help=True)
+
+    @fixtures.command("make")
+    def make(
+        out_dir: Annotated[Path, typer.Argument(help="Folder to write target/ and drafter/ in.")],
+    ) -> None:
+        """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR."""
+        if out_dir.exists() and not out_dir.is_dir():
+            raise InputError(f"{out_dir}: exists and is not a folder")
+        try:
+            target, drafter = make_fixture_pair(out_dir)
+        except OSError as exc:
+            raise InputError(f"{out_dir}: cannot write the fixture pair ({exc})") from None
+        stdout.print(f"target:  {target}\ndrafter: {drafter}", highlight=False)
+
+    app.add_typer(fixtures, name="fixtures")

@@ -1,0 +1,379 @@
+"""Losslessness diff test: greedy speculative decoding must reproduce the target's greedy output.
+
+Every prompt is decoded twice with the `kernels_ref` runner, autoregressively (block size 1) and
+speculatively with the drafter; token ids and decoded bytes must be identical. The report gives,
+per divergence, the first differing position, both tokens and the target's top-2 logit margin
+there (a tiny margin points at a numerical near-tie, a large one at a logic bug), and summarises
+acceptance: mean acceptance length tau, its histogram, target forwards saved, and warnings for
+implausible acceptance (every block fully accepted: future leakage; tau near 1: mask-token
+aliasing; tau below the clean reference when a fault is injected).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dflash_guard.errors import InputError
+from kernels_ref.checkpoint import read_json
+from kernels_ref.drafter import load_drafter
+from kernels_ref.loop import FAULTS, DraftModel, Generation, generate
+from kernels_ref.model import Target, load_target
+from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
+
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "kernels_ref" / "prompts" / "default.jsonl"
+DEFAULT_MAX_NEW_TOKENS = 64
+LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many steps: suspicious
+COLLAPSE_TAU = 1.25  # tau at or below this with a drafter: the mask-token-aliasing symptom
+COLLAPSE_MIN_STEPS = 8
+REGRESSION_RATIO = 0.95  # tau under test below this share of the reference tau is flagged
+# A divergence whose top-2 logit margin is below this (per compute dtype) is reported as a likely
+# numerical near-tie: block verification and single-token decoding round differently.
+NEAR_TIE_MARGIN = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-4,
+    torch.bfloat16: 0.125,
+    torch.float16: 0.02,
+}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One diff-test prompt: token ids, an optional own budget, extra stop token ids."""
+
+    id: str
+    ids: tuple[int, ...]
+    max_new_tokens: int | None = None
+    stop_ids: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    """The comparison of one prompt's autoregressive and speculative outputs."""
+
+    id: str
+    identical: bool
+    first_diff_position: int | None
+    ar_token: int | None
+    spec_token: int | None
+    top2_margin: float | None
+    tau: float
+    steps: int
+    target_forwards_ar: int
+    target_forwards_spec: int
+    ar_text: str = ""
+    spec_text: str = ""
+    histogram: dict[str, int] = field(default_factory=dict)
+    near_tie: bool = False
+
+
+@dataclass(frozen=True)
+class DifftestReport:
+    """All prompts' results plus the acceptance summary and warnings."""
+
+    results: tuple[PromptResult, ...]
+    block_size: int
+    tau: float
+    histogram: dict[str, int]
+    warnings: list[str]
+    inject: str | None = None
+    tau_reference: float | None = None
+
+    @property
+    def identical(self) -> bool:
+        return all(result.identical for result in self.results)
+
+    @property
+    def divergences(self) -> list[PromptResult]:
+        return [result for result in self.results if not result.identical]
+
+    @property
+    def target_forwards_ar(self) -> int:
+        return sum(result.target_forwards_ar for result in self.results)
+
+    @property
+    def target_forwards_spec(self) -> int:
+        return sum(result.target_forwards_spec for result in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "overall": {
+                "identical": self.identical,
+                "tau_mean": round(self.tau, 4),
+                "tau_reference": None
+                if self.tau_reference is None
+                else round(self.tau_reference, 4),
+                "histogram": self.histogram,
+                "block_size": self.block_size,
+                "target_forwards_ar": self.target_forwards_ar,
+                "target_forwards_spec": self.target_forwards_spec,
+                "forwards_saved": self.target_forwards_ar - self.target_forwards_spec,
+                "warnings": self.warnings,
+                "inject": self.inject,
+                "divergences": [result.id for result in self.divergences],
+            },
+            "prompts": [asdict(result) for result in self.results],
+        }
+
+
+def load_prompts(path: Path, tokenizer: ByteTokenizer | None, vocab_size: int) -> list[Prompt]:
+    """Read a JSONL prompt set: {"id", "prompt" | "prompt_ids", "max_new_tokens"?, "stop"?}.
+
+    `stop` entries are token ids or strings that are exactly one token.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the prompt file ({exc})") from None
+    prompts: list[Prompt] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            raise InputError(f"{where}: each line must be an object with a string 'id'")
+        unknown = set(row) - {"id", "prompt", "prompt_ids", "max_new_tokens", "stop"}
+        if unknown:
+            raise InputError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        prompts.append(_parse_prompt(row, where, tokenizer, vocab_size))
+    if not prompts:
+        raise InputError(f"{path}: no prompts")
+    if len({p.id for p in prompts}) != len(prompts):
+        raise InputError(f"{path}: prompt ids are not unique")
+    return prompts
+
+
+def _parse_prompt(
+    row: dict[str, Any], where: str, tokenizer: ByteTokenizer | None, vocab_size: int
+) -> Prompt:
+    if ("prompt" in row) == ("prompt_ids" in row):
+        raise InputError(f"{where}: give exactly one of 'prompt' and 'prompt_ids'")
+    if "prompt" in row:
+        if not isinstance(row["prompt"], str):
+            raise InputError(f"{where}: 'prompt' must be a string")
+        if tokenizer is None:
+            raise InputError(
+                f"{where}: text prompts need the byte-level tokenizer; give 'prompt_ids' "
+                "for this target"
+            )
+        ids = tokenizer.encode(row["prompt"])
+    else:
+        ids = row["prompt_ids"]
+        if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
+            raise InputError(f"{where}: 'prompt_ids' must be a list of integers")
+    if not ids or not all(0 <= i < vocab_size for i in ids):
+        raise InputError(f"{where}: the prompt is empty or has ids outside the vocabulary")
+    budget = row.get("max_new_tokens")
+    if budget is not None and (not _is_int(budget) or budget < 1):
+        raise InputError(f"{where}: 'max_new_tokens' must be a positive integer")
+    stops = row.get("stop", [])
+    if not isinstance(stops, list):
+        raise InputError(f"{where}: 'stop' must be a list")
+    stop_ids = set()
+    for stop in stops:
+        token = stop if _is_int(stop) else None
+        if isinstance(stop, str) and tokenizer is not None:
+            token = tokenizer.token_id(stop)
+        if token is None:
+            raise InputError(f"{where}: stop {stop!r} is not a single token id of this tokenizer")
+        stop_ids.add(token)
+    return Prompt(row["id"], tuple(ids), budget, frozenset(stop_ids))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def default_stop_ids(target_dir: Path) -> frozenset[int]:
+    """The target's EOS ids: `generation_config.json`, else `config.json`."""
+    for name in ("generation_config.json", "config.json"):
+        path = target_dir / name
+        if path.is_file():
+            eos = read_json(path).get("eos_token_id")
+            if eos is not None:
+                ids = eos if isinstance(eos, list) else [eos]
+                if not all(_is_int(i) for i in ids):
+                    raise InputError(f"{path}: eos_token_id must be an integer or a list of them")
+                return frozenset(ids)
+    return frozenset()
+
+
+def compare(
+    ar: Generation,
+    spec: Generation,
+    prompt_id: str,
+    tokenizer: ByteTokenizer | None,
+    block_size: int,
+    near_tie_margin: float = 0.0,
+) -> PromptResult:
+    """Compare one prompt's two generations (a divergence at a margin below
+    `near_tie_margin` is marked as a likely numerical near-tie)."""
+    a, s = ar.tokens, spec.tokens
+    decode = tokenizer.decode_bytes if tokenizer is not None else (lambda ids: b"")
+    identical = a == s and decode(a) == decode(s)
+    position = next((i for i, (x, y) in enumerate(zip(a, s, strict=False)) if x != y), None)
+    if position is None and len(a) != len(s):
+        position = min(len(a), len(s))
+    histogram = Counter(step.accepted + 1 for step in spec.steps)
+    margin = ar.margins[position] if position is not None and position < len(ar.margins) else None
+    return PromptResult(
+        id=prompt_id,
+        identical=identical,
+        first_diff_position=position,
+        ar_token=a[position] if position is not None and position < len(a) else None,
+        spec_token=s[position] if position is not None and position < len(s) else None,
+        top2_margin=None if margin is None else round(margin, 6),
+        tau=round(spec.tau, 4),
+        steps=len(spec.steps),
+        target_forwards_ar=ar.target_forwards,
+        target_forwards_spec=spec.target_forwards,
+        ar_text=decode(a).decode("utf-8", errors="replace"),
+        spec_text=decode(s).decode("utf-8", errors="replace"),
+        histogram={str(n): histogram[n] for n in range(1, block_size + 1)},
+        near_tie=not identical and margin is not None and margin < near_tie_margin,
+    )
+
+
+def acceptance_warnings(
+    generations: list[Generation], block_size: int, tau_reference: float | None = None
+) -> list[str]:
+    """Warnings about implausible acceptance across all speculative generations."""
+    steps = [step for gen in generations for step in gen.steps]
+    if not steps or block_size < 2:
+        return []
+    tau = sum(step.accepted + 1 for step in steps) / len(steps)
+    warnings = []
+    if len(steps) >= LEAKAGE_MIN_STEPS and all(s.accepted + 1 == s.block_size for s in steps):
+        warnings.append(
+            f"every one of {len(steps)} speculative steps accepted its whole block: implausible "
+            "for a real drafter; suspect information from the future leaking into the draft"
+        )
+    if len(steps) >= COLLAPSE_MIN_STEPS and tau <= COLLAPSE_TAU:
+        warnings.append(
+            f"mean acceptance length {tau:.2f} is near 1: the drafter proposes almost nothing "
+            "the target accepts (mask-token aliasing symptom: is mask_token_id a dedicated, "
+            "unused token?)"
+        )
+    if tau_reference is not None and tau < REGRESSION_RATIO * tau_reference:
+        warnings.append(
+            f"mean acceptance length {tau:.2f} is below the clean reference runner's "
+            f"{tau_reference:.2f} on the same pair: the speculative path loses acceptance "
+            "(wrong draft context, hidden-state offset or similar)"
+        )
+    return warnings
+
+
+def difftest_models(
+    target: Target,
+    drafter: DraftModel,
+    prompts: list[Prompt],
+    *,
+    stop_ids: frozenset[int],
+    tokenizer: ByteTokenizer | None = None,
+    max_new_tokens: int | None = None,
+    block_size: int | None = None,
+    inject: str | None = None,
+) -> DifftestReport:
+    """Diff-test loaded models on `prompts` (the library core; `run_difftest` loads folders).
+
+    A prompt's own `max_new_tokens` is capped by `max_new_tokens`; prompts without one use
+    `max_new_tokens` or 64. With `inject`, the clean speculative path is also run, as the
+    acceptance reference.
+    """
+    if inject is not None and inject not in FAULTS:
+        raise InputError(f"unknown fault {inject!r}; known faults: {', '.join(FAULTS)}")
+    size = block_size or drafter.config.block_size
+    if size < 1:
+        raise InputError("block size must be at least 1")
+    results, spec_runs, reference_runs = [], [], []
+    near_tie = NEAR_TIE_MARGIN.get(target.model.embed_tokens.weight.dtype, 0.0)
+    for prompt in prompts:
+        budget = prompt.max_new_tokens or max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        if max_new_tokens is not None:
+            budget = min(budget, max_new_tokens)
+        args = {"max_new_tokens": budget, "stop_ids": stop_ids | prompt.stop_ids}
+        if len(prompt.ids) >= target.config.max_position_embeddings:
+            raise InputError(f"prompt {prompt.id!r} does not fit the target's context")
+        ar = generate(target, None, list(prompt.ids), **args)
+        spec = generate(target, drafter, list(prompt.ids), block_size=size, inject=inject, **args)
+        if inject is not None:
+            reference_runs.append(
+                generate(target, drafter, list(prompt.ids), block_size=size, **args)
+            )
+        spec_runs.append(spec)
+        results.append(compare(ar, spec, prompt.id, tokenizer, size, near_tie))
+    steps = [step for gen in spec_runs for step in gen.steps]
+    histogram = Counter(step.accepted + 1 for step in steps)
+    tau_reference = None
+    if reference_runs:
+        ref_steps = [step for gen in reference_runs for step in gen.steps]
+        tau_reference = sum(s.accepted + 1 for s in ref_steps) / max(len(ref_steps), 1)
+    warnings = acceptance_warnings(spec_runs, size, tau_reference)
+    if drafter.config.mask_token_id in stop_ids:
+        warnings.append(
+            f"mask_token_id {drafter.config.mask_token_id} is also a stop token: an engine that "
+            "stops on it ends every request after one block"
+        )
+    return DifftestReport(
+        results=tuple(results),
+        block_size=size,
+        tau=sum(step.accepted + 1 for step in steps) / len(steps) if steps else 0.0,
+        histogram={str(n): histogram[n] for n in range(1, size + 1)},
+        warnings=warnings,
+        inject=inject,
+        tau_reference=tau_reference,
+    )
+
+
+def run_difftest(
+    target_dir: Path,
+    drafter_dir: Path,
+    *,
+    prompts: Path | None = None,
+    max_new_tokens: int | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    inject: str | None = None,
+    block_size: int | None = None,
+) -> DifftestReport:
+    """Load the pair from HF-style folders and diff-test it on `prompts` (default set if None).
+
+    Raises `InputError` for a missing folder, a malformed file, a drafter that does not match
+    its target, an unavailable device or an unknown fault.
+    """
+    if inject is not None and inject not in FAULTS:
+        raise InputError(f"unknown fault {inject!r}; known faults: {', '.join(FAULTS)}")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise InputError("max_new_tokens must be at least 1")
+    if block_size is not None and block_size < 1:
+        raise InputError("block size must be at least 1")
+    try:
+        torch_device = torch.device(device)
+    except RuntimeError as exc:
+        raise InputError(f"unknown device {device!r} ({exc})") from None
+    if torch_device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("device 'cuda' requested but CUDA is not available")
+    target_dir, drafter_dir = Path(target_dir), Path(drafter_dir)
+    target = load_target(target_dir, torch_device, dtype)
+    drafter = load_drafter(drafter_dir, target, torch_device, dtype)
+    tokenizer = load_byte_tokenizer(target_dir)
+    prompt_set = load_prompts(prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
+    return difftest_models(
+        target,
+        drafter,
+        prompt_set,
+        stop_ids=default_stop_ids(target_dir),
+        tokenizer=tokenizer,
+        max_new_tokens=max_new_tokens,
+        block_size=block_size,
+        inject=inject,
+    )

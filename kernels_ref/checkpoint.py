@@ -1,0 +1,114 @@
+"""Reading Hugging Face-style model folders: `config.json` and safetensors weights (or shards).
+
+Only `safetensors` ever reads tensors here: no pickle, no `torch.load`, no remote code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import nn
+
+from dflash_guard.errors import InputError
+
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """Map a dtype name (`float32`, `float64`, `bfloat16`, `float16`) to a torch dtype."""
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise InputError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Read a JSON object, raising `InputError` naming the file when it is missing or malformed."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """The model folder's `config.json`."""
+    if not folder.is_dir():
+        raise InputError(f"{folder}: model folder not found")
+    return read_json(folder / "config.json")
+
+
+def load_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of `model.safetensors`, or of the shards in `model.safetensors.index.json`."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise InputError(f"{index}: missing or empty 'weight_map'")
+        tensors: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            shard_path = folder / str(shard)
+            if Path(str(shard)).name != str(shard):
+                raise InputError(f"{index}: shard name {shard!r} is not a plain file name")
+            loaded = _load_file(shard_path)
+            for name, tensor in loaded.items():
+                if weight_map.get(name) != shard:
+                    raise InputError(f"{shard_path}: tensor {name!r} is not mapped to this shard")
+                tensors[name] = tensor
+        missing = sorted(set(weight_map) - set(tensors))
+        if missing:
+            raise InputError(f"{index}: tensor {missing[0]!r} is mapped but absent from its shard")
+        return tensors
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise InputError(f"{folder}: neither model.safetensors nor model.safetensors.index.json")
+    return _load_file(single)
+
+
+def _load_file(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def assign_weights(
+    module: nn.Module,
+    tensors: dict[str, torch.Tensor],
+    where: Path,
+    *,
+    device: str | torch.device,
+    dtype: torch.dtype,
+) -> None:
+    """Copy `tensors` into `module` by exact name; refuse missing, extra or misshapen ones."""
+    expected = module.state_dict()
+    for name, param in expected.items():
+        if name not in tensors:
+            raise InputError(f"{where}: missing tensor {name!r}")
+        if tuple(tensors[name].shape) != tuple(param.shape):
+            raise InputError(
+                f"{where}: tensor {name!r} has shape {tuple(tensors[name].shape)}, "
+                f"the config implies {tuple(param.shape)}"
+            )
+    extra = sorted(set(tensors) - set(expected))
+    if extra:
+        raise InputError(f"{where}: unexpected tensor {extra[0]!r} (not in the architecture)")
+    module.load_state_dict({name: t.to(dtype) for name, t in tensors.items()}, strict=True)
+    module.to(device=device, dtype=dtype)
+    module.eval()

@@ -1,0 +1,181 @@
+"""The DFlash v1 block-diffusion drafter (z-lab/dflash), in plain PyTorch.
+
+A small stack of Qwen3 layers without its own embedding or LM head: it embeds the block
+`[anchor, MASK, ...]` with the target's embedding, attends bidirectionally over the fused target
+context and the block, and reads logits through its `norm` and the target's head. Each MASK
+position predicts the token at its own position. Parameter names are the unprefixed ones of the
+published checkpoints: `fc.weight`, `hidden_norm.weight`, `norm.weight`, `layers.N.*`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from dflash_guard.errors import InputError
+from kernels_ref.checkpoint import assign_weights, load_tensors, parse_dtype, read_config
+from kernels_ref.model import DecoderLayer, ModelConfig, RMSNorm, Target, rope
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """A DFlash drafter's config: its layer shapes plus the DFlash fields."""
+
+    layers: ModelConfig
+    block_size: int
+    num_target_layers: int
+    mask_token_id: int
+    target_layer_ids: tuple[int, ...]
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: Path | str) -> DrafterConfig:
+        """Parse `config.json`; `dflash_config` fields may also sit at top level."""
+        nested = raw.get("dflash_config") or {}
+        if not isinstance(nested, dict):
+            raise InputError(f"{where}: 'dflash_config' must be an object")
+
+        def field(name: str) -> Any:
+            value = nested.get(name, raw.get(name))
+            if value is None:
+                raise InputError(f"{where}: DFlash field {name!r} is missing")
+            return value
+
+        layer_ids = field("target_layer_ids")
+        ints = [raw.get("block_size"), raw.get("num_target_layers"), field("mask_token_id")]
+        if (
+            not isinstance(layer_ids, list)
+            or not layer_ids
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in [*layer_ids, *ints])
+        ):
+            raise InputError(
+                f"{where}: block_size, num_target_layers, mask_token_id and target_layer_ids "
+                "must be integers (target_layer_ids a non-empty list)"
+            )
+        if raw["block_size"] < 2:
+            raise InputError(f"{where}: block_size must be at least 2")
+        return cls(
+            ModelConfig.from_dict(raw, where),
+            raw["block_size"],
+            raw["num_target_layers"],
+            ints[2],
+            tuple(layer_ids),
+        )
+
+    def check_against(self, target: ModelConfig, where: Path | str) -> None:
+        """Refuse a drafter that cannot work with `target` (the usual mismatches, named)."""
+        problems = []
+        if self.layers.hidden_size != target.hidden_size:
+            problems.append(
+                f"hidden_size {self.layers.hidden_size} != target's {target.hidden_size}"
+            )
+        if self.layers.vocab_size != target.vocab_size:
+            problems.append(f"vocab_size {self.layers.vocab_size} != target's {target.vocab_size}")
+        if self.num_target_layers != target.num_hidden_layers:
+            problems.append(
+                f"num_target_layers {self.num_target_layers} != target's "
+                f"num_hidden_layers {target.num_hidden_layers}"
+            )
+        bad = [i for i in self.target_layer_ids if not 0 <= i < target.num_hidden_layers]
+        if bad:
+            problems.append(
+                f"target_layer_ids {bad} out of range for {target.num_hidden_layers} target layers"
+            )
+        if not 0 <= self.mask_token_id < target.vocab_size:
+            problems.append(f"mask_token_id {self.mask_token_id} outside the target's vocabulary")
+        if problems:
+            raise InputError(f"{where}: drafter does not match its target: " + "; ".join(problems))
+
+
+class DrafterCache:
+    """Per drafter layer, the keys and values of the committed context (never of block tokens)."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
+        self.length = 0
+
+
+class Drafter(nn.Module):
+    """DFlash v1 drafter: `fc` fuses target layer outputs; bidirectional layers draft the block."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        hidden = cfg.layers.hidden_size
+        self.fc = nn.Linear(len(cfg.target_layer_ids) * hidden, hidden, bias=False)
+        self.hidden_norm = RMSNorm(hidden, cfg.layers.rms_norm_eps)
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg.layers) for _ in range(cfg.layers.num_hidden_layers)
+        )
+        self.norm = RMSNorm(hidden, cfg.layers.rms_norm_eps)
+
+    def new_cache(self) -> DrafterCache:
+        return DrafterCache(len(self.layers))
+
+    def context_kv(self, features: Tensor, positions: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per layer keys/values of context `features` `[B, n, k*hidden]` at `positions` `[n]`."""
+        context = self.hidden_norm(self.fc(features))
+        cos, sin = rope(
+            positions, self.config.layers.head_dim, self.config.layers.rope_theta, context.dtype
+        )
+        return [layer.self_attn.project_kv(context, cos, sin) for layer in self.layers]
+
+    def extend_context(self, cache: DrafterCache, features: Tensor, positions: Tensor) -> None:
+        """Append committed context features to the drafter's cache."""
+        for index, (k, v) in enumerate(self.context_kv(features, positions)):
+            old = cache.layers[index]
+            cache.layers[index] = (
+                (k, v)
+                if old is None
+                else (torch.cat([old[0], k], dim=2), torch.cat([old[1], v], dim=2))
+            )
+        cache.length += features.shape[1]
+
+    def block_hidden(
+        self,
+        block: Tensor,
+        positions: Tensor,
+        context: list[tuple[Tensor, Tensor] | None],
+        mask: Tensor | None = None,
+    ) -> Tensor:
+        """Final-normed hidden states `[B, T, hidden]` of embedded `block` over `context`.
+
+        Attention is bidirectional; `mask` (True = may attend) only serves training, where
+        several blocks share one forward.
+        """
+        cos, sin = rope(
+            positions, self.config.layers.head_dim, self.config.layers.rope_theta, block.dtype
+        )
+        x = block
+        for layer, prefix in zip(self.layers, context, strict=True):
+            x, _, _ = layer(x, cos, sin, prefix, mask)
+        return self.norm(x)
+
+    def propose(
+        self, cache: DrafterCache, target: Target, anchor: int, start: int, n: int
+    ) -> list[int]:
+        """Greedy draft of the `n` tokens after `anchor`, which sits at position `start`."""
+        device = target.model.embed_tokens.weight.device
+        ids = torch.tensor([[anchor] + [self.config.mask_token_id] * n], device=device)
+        positions = torch.arange(start, start + n + 1, device=device)
+        hidden = self.block_hidden(target.model.embed_tokens(ids), positions, cache.layers)
+        return target.head(hidden[:, 1:]).argmax(-1)[0].tolist()
+
+
+def load_drafter(
+    folder: Path | str,
+    target: Target,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+) -> Drafter:
+    """Load a DFlash drafter folder and check it against `target` (never imports its code)."""
+    folder = Path(folder)
+    torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
+    config = DrafterConfig.from_dict(read_config(folder), folder / "config.json")
+    config.check_against(target.config, folder)
+    drafter = Drafter(config)
+    assign_weights(drafter, load_tensors(folder), folder, device=device, dtype=torch_dtype)
+    return drafter

@@ -1,0 +1,203 @@
+"""Greedy DFlash draft-verify decoding; autoregressive decoding is the same loop with block size 1.
+
+prefill -> [draft a block, verify it with one target forward, accept the longest matching prefix
+plus the target's bonus token, crop the caches] until the budget or a stop token. `inject` plants
+one known engine bug in the speculative path so the diff test can prove it catches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from kernels_ref.drafter import DrafterCache, DrafterConfig
+from kernels_ref.model import Target
+
+FAULTS: dict[str, str] = {
+    "accept-off-by-one": "one draft token more than matched is accepted",
+    "no-cumprod": "matches are counted, not prefixed: a later match is accepted after a mismatch",
+    "seq-inflation": "the drafter's context advances by the drafted, not the accepted, count",
+    "stale-kv": "the target KV cache is not cropped after a rejection",
+    "skip-bonus": "the bonus token becomes the next anchor but is never emitted",
+    "drop-mask-id": "output tokens equal to mask_token_id are dropped",
+    "missed-stop": "a stop token among the accepted drafts is ignored (only the bonus is checked)",
+    "hidden-offset": "context features are read one layer early (the residual entering the layer)",
+}
+
+
+class DraftModel(Protocol):
+    """What the loop needs from a drafter (the real one, or an oracle in tests)."""
+
+    config: DrafterConfig
+
+    def new_cache(self) -> DrafterCache: ...
+
+    def extend_context(self, cache: DrafterCache, features: Tensor, positions: Tensor) -> None: ...
+
+    def propose(
+        self, cache: DrafterCache, target: Target, anchor: int, start: int, n: int
+    ) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One draft-verify step: drafts accepted, tokens committed, target forwards run."""
+
+    accepted: int
+    committed: tuple[int, ...]
+    target_forwards: int
+    block_size: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one greedy decode produced.
+
+    `tokens` is the output stream; `margins[i]` is the target's top-2 logit margin where it chose
+    the i-th generated token (what tells a numerical near-tie from a logic bug).
+    """
+
+    tokens: list[int]
+    steps: list[StepRecord]
+    margins: list[float]
+    prefill_forwards: int = 1
+    stop_reason: str = "length"
+
+    @property
+    def target_forwards(self) -> int:
+        return self.prefill_forwards + sum(step.target_forwards for step in self.steps)
+
+    @property
+    def tau(self) -> float:
+        """Mean acceptance length (accepted drafts + bonus per step); 0.0 with no steps."""
+        if not self.steps:
+            return 0.0
+        return sum(step.accepted + 1 for step in self.steps) / len(self.steps)
+
+
+def top2_margin(logits: Tensor) -> list[float]:
+    """Per row of `logits` `[T, vocab]`, the gap between the two largest logits."""
+    top = logits.float().topk(2, dim=-1).values
+    return (top[:, 0] - top[:, 1]).tolist()
+
+
+def accepted_prefix(drafts: list[int], choices: list[int], inject: str | None) -> int:
+    """How many drafts the step accepts: the longest prefix agreeing with the target's choices."""
+    matches = [d == c for d, c in zip(drafts, choices, strict=False)]
+    if inject == "no-cumprod":
+        return sum(matches)
+    accepted = next((i for i, ok in enumerate(matches) if not ok), len(matches))
+    if inject == "accept-off-by-one":
+        return min(accepted + 1, len(drafts))
+    return accepted
+
+
+def features_at(hidden: list[Tensor], layer_ids: Iterable[int], inject: str | None) -> Tensor:
+    """Concatenated outputs of the target layers `layer_ids` (HF `hidden_states[L+1]`)."""
+    offset = 0 if inject == "hidden-offset" else 1
+    return torch.cat([hidden[layer + offset] for layer in layer_ids], dim=-1)
+
+
+def generate(
+    target: Target,
+    drafter: DraftModel | None,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    stop_ids: set[int] | frozenset[int],
+    block_size: int | None = None,
+    inject: str | None = None,
+) -> Generation:
+    """Greedy decode `prompt_ids`; speculative with `drafter`, autoregressive without.
+
+    Stops after `max_new_tokens`, at the first stop token (included in the output) or when the
+    target's context (`max_position_embeddings`) is full.
+    """
+    if inject is not None and inject not in FAULTS:
+        raise ValueError(f"unknown fault {inject!r}; known: {', '.join(FAULTS)}")
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    size = 1 if drafter is None else (block_size or drafter.config.block_size)
+    if size < 1:
+        raise ValueError("block_size must be at least 1")
+    with torch.inference_mode():
+        return _decode(
+            target,
+            drafter,
+            prompt_ids,
+            max_new_tokens,
+            frozenset(stop_ids),
+            size,
+            inject if drafter is not None else None,
+        )
+
+
+def _decode(
+    target: Target,
+    drafter: DraftModel | None,
+    prompt: list[int],
+    max_new_tokens: int,
+    stop_ids: frozenset[int],
+    size: int,
+    inject: str | None,
+) -> Generation:
+    device = target.model.embed_tokens.weight.device
+    budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
+    if budget <= 0:
+        return Generation([], [], [], prefill_forwards=0, stop_reason="length")
+    cache = target.new_cache()
+    draft_cache = drafter.new_cache() if drafter is not None else None
+
+    def commit_context(hidden: list[Tensor], rows: int, start: int) -> None:
+        if drafter is not None and draft_cache is not None:
+            features = features_at(hidden, drafter.config.target_layer_ids, inject)[:, :rows]
+            drafter.extend_context(
+                draft_cache, features, torch.arange(start, start + rows, device=device)
+            )
+
+    # Prefill: the first new token is the target's own argmax, not counted in acceptance.
+    positions = torch.arange(len(prompt), device=device)
+    logits, hidden = target(torch.tensor([prompt], device=device), positions, cache)
+    commit_context(hidden, len(prompt), 0)
+    generated = [int(logits[0, -1].argmax())]  # the engine's committed tokens
+    margins = top2_margin(logits[0, -1:])
+    output = list(generated)  # what the engine emits
+    steps: list[StepRecord] = []
+    stop_reason = "stop" if generated[0] in stop_ids else "length"
+    mask_id = drafter.config.mask_token_id if drafter is not None else None
+    if inject == "drop-mask-id" and generated[0] == mask_id:
+        output.pop()
+
+    while stop_reason == "length" and len(generated) < budget:
+        start = len(prompt) + len(generated) - 1  # position of the anchor
+        block = min(size, budget - len(generated))
+        drafts: list[int] = []
+        if drafter is not None and draft_cache is not None and block > 1:
+            drafts = drafter.propose(draft_cache, target, generated[-1], start, block - 1)
+        ids = torch.tensor([[generated[-1], *drafts]], device=device)
+        logits, hidden = target(ids, torch.arange(start, start + block, device=device), cache)
+        choices = logits[0].argmax(-1).tolist()  # choices[i]: the target's token at start+i+1
+        accepted = accepted_prefix(drafts, choices, inject)
+        committed = [*drafts[:accepted], choices[accepted]]
+        if inject != "stale-kv":
+            cache.crop(start + accepted + 1)  # anchor + accepted drafts; the bonus is not in yet
+        commit_context(hidden, block if inject == "seq-inflation" else accepted + 1, start)
+
+        step_margins = top2_margin(logits[0, : accepted + 1])
+        for index, token in enumerate(committed):
+            generated.append(token)
+            margins.append(step_margins[index])
+            is_bonus = index == len(committed) - 1
+            if not (inject == "skip-bonus" and is_bonus) and not (
+                inject == "drop-mask-id" and token == mask_id
+            ):
+                output.append(token)
+            if token in stop_ids and (is_bonus or inject != "missed-stop"):
+                stop_reason = "stop"
+                break
+        steps.append(StepRecord(accepted, tuple(committed[: index + 1]), 1, block))
+    return Generation(output, steps, margins, stop_reason=stop_reason)

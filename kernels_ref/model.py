@@ -1,0 +1,286 @@
+"""A Qwen3-style decoder-only transformer and its KV cache, in plain PyTorch (gpt-fast style).
+
+Per layer: RMSNorm -> GQA attention (per-head RMSNorm on q and k, RoPE) -> residual -> RMSNorm ->
+SwiGLU MLP -> residual. Module names mirror Hugging Face `Qwen3ForCausalLM`, so a real checkpoint's
+`model.safetensors` loads unchanged. References: transformers' modeling_qwen3.py; gpt-fast model.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dflash_guard.errors import InputError
+from kernels_ref.checkpoint import assign_weights, load_tensors, parse_dtype, read_config
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The Qwen3 fields a decoder stack needs (HF `config.json` names)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    max_position_embeddings: int = 40960
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: Path | str) -> ModelConfig:
+        """Parse the Qwen3 fields of a `config.json`, raising `InputError` naming a bad field."""
+        unsupported = {
+            "hidden_act": raw.get("hidden_act", "silu") != "silu",
+            "rope_scaling": raw.get("rope_scaling") is not None,
+            "use_sliding_window": bool(raw.get("use_sliding_window")),
+        }
+        for name, bad in unsupported.items():
+            if bad:
+                raise InputError(f"{where}: {name}={raw[name]!r} is not supported by kernels_ref")
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            if field.name == "head_dim" and raw.get("head_dim") is None:
+                continue
+            if field.name not in raw or raw[field.name] is None:
+                if field.default is dataclasses.MISSING:
+                    raise InputError(f"{where}: config field {field.name!r} is missing")
+                continue
+            value = raw[field.name]
+            kind = {"float": (int, float), "bool": (bool,), "int": (int,)}[str(field.type)]
+            if not isinstance(value, kind) or (
+                str(field.type) == "int" and isinstance(value, bool)
+            ):
+                raise InputError(f"{where}: config field {field.name!r} must be {field.type}")
+            values[field.name] = value
+        if "head_dim" not in values:
+            values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
+        config = cls(**values)
+        if config.num_attention_heads % config.num_key_value_heads:
+            raise InputError(
+                f"{where}: num_attention_heads is not a multiple of num_key_value_heads"
+            )
+        return config
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm, computed in at least float32 (as Qwen3 does)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope(
+    positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """cos and sin tables `[T, head_dim]` for absolute `positions` (rotate-half layout)."""
+    work = torch.promote_types(dtype, torch.float32)
+    exponents = torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim
+    freqs = positions.to(work)[:, None] / (theta**exponents)[None, :]
+    angles = torch.cat([freqs, freqs], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate `x` `[1, heads, T, head_dim]` by the tables of its positions."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """GQA attention with q/k norms; keys and values before the new tokens come from `prefix`."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        )
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def project_kv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys (normed, rotated) and values `[1, n_kv, T, head_dim]` of `x` `[1, T, hidden]`."""
+        b, t = x.shape[:2]
+        k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        return apply_rope(k, cos, sin), v
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        prefix: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Attend `x` `[B, T, hidden]` to `prefix` and itself; return output and x's own k, v.
+
+        `mask` `[T, prefix + T]` (True = may attend) or None for full attention.
+        """
+        b, t = x.shape[:2]
+        q = self.q_norm(self.q_proj(x).view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)
+        q = apply_rope(q, cos, sin)
+        k_new, v_new = self.project_kv(x, cos, sin)
+        k, v = k_new, v_new
+        if prefix is not None:
+            k, v = torch.cat([prefix[0], k_new], dim=2), torch.cat([prefix[1], v_new], dim=2)
+        groups = self.n_heads // self.n_kv
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, heads, T, head_dim]
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), k_new, v_new
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention and MLP blocks with residuals."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        prefix: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, prefix, mask)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+
+
+class KVCache:
+    """Per-layer keys and values of the tokens the target has processed; `crop` is exact."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.keys: list[Tensor | None] = [None] * n_layers
+        self.values: list[Tensor | None] = [None] * n_layers
+
+    def __len__(self) -> int:
+        first = self.keys[0]
+        return 0 if first is None else first.shape[2]
+
+    def prefix(self, layer: int) -> tuple[Tensor, Tensor] | None:
+        k, v = self.keys[layer], self.values[layer]
+        return None if k is None or v is None else (k, v)
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> None:
+        old = self.prefix(layer)
+        self.keys[layer] = k if old is None else torch.cat([old[0], k], dim=2)
+        self.values[layer] = v if old is None else torch.cat([old[1], v], dim=2)
+
+    def crop(self, length: int) -> None:
+        """Forget every position from `length` on (rejected draft tokens)."""
+        for layer, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
+            if k is not None and v is not None:
+                self.keys[layer], self.values[layer] = k[:, :, :length], v[:, :, :length]
+
+
+class Qwen3Model(nn.Module):
+    """The decoder stack (`model.*` in HF names)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Target(nn.Module):
+    """A Qwen3ForCausalLM: decoder stack plus LM head (tied to the embedding when configured)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = Qwen3Model(cfg)
+        self.lm_head = (
+            None
+            if cfg.tie_word_embeddings
+            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        )
+
+    def head(self, normed: Tensor) -> Tensor:
+        """Logits of final-normed hidden states (the drafter borrows this head)."""
+        if self.lm_head is None:
+            return normed @ self.model.embed_tokens.weight.T
+        return self.lm_head(normed)
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.config.num_hidden_layers)
+
+    def forward(
+        self, ids: Tensor, positions: Tensor, cache: KVCache
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Run `ids` `[B, T]` at `positions` `[T]` after the cached prefix, appending to `cache`.
+
+        Returns logits `[B, T, vocab]` and the hidden states at every layer boundary
+        (HF `hidden_states`: index 0 the embeddings, index L+1 the output of layer L).
+        """
+        x = self.model.embed_tokens(ids)
+        cos, sin = rope(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        t, past = ids.shape[1], len(cache)
+        mask = None  # query i sees the whole cached prefix and new tokens 0..i
+        if t > 1:
+            mask = torch.ones(t, past + t, dtype=torch.bool, device=ids.device).tril(past)
+        hidden = [x]
+        for index, layer in enumerate(self.model.layers):
+            x, k, v = layer(x, cos, sin, cache.prefix(index), mask)
+            cache.append(index, k, v)
+            hidden.append(x)
+        return self.head(self.model.norm(x)), hidden
+
+
+def load_target(
+    folder: Path | str, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32"
+) -> Target:
+    """Load a Qwen3-style target from an HF folder (`config.json` + safetensors weights)."""
+    folder = Path(folder)
+    torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
+    raw = read_config(folder)
+    if raw.get("model_type") not in (None, "qwen3"):
+        raise InputError(f"{folder}: model_type {raw.get('model_type')!r} is not qwen3")
+    target = Target(ModelConfig.from_dict(raw, folder / "config.json"))
+    assign_weights(target, load_tensors(folder), folder, device=device, dtype=torch_dtype)
+    return target

@@ -1,0 +1,84 @@
+"""Fixtures for the kernels_ref and difftest tests: the shipped pair and random tiny pairs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from kernels_ref.drafter import Drafter, DrafterConfig
+from kernels_ref.fixtures import DRAFTER_CONFIG, TARGET_CONFIG, make_fixture_pair, write_pair
+from kernels_ref.model import ModelConfig, Target
+
+
+def random_configs(
+    *,
+    hidden: int = 32,
+    target_layers: int = 3,
+    drafter_layers: int = 1,
+    block_size: int = 4,
+    layer_ids: tuple[int, ...] = (0, 2),
+    tie: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Configs of a tiny random pair (4 heads, 2 KV heads, head_dim 8)."""
+    shape = {
+        "hidden_size": hidden,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "intermediate_size": 2 * hidden,
+    }
+    target = {
+        **copy.deepcopy(TARGET_CONFIG),
+        **shape,
+        "num_hidden_layers": target_layers,
+        "tie_word_embeddings": tie,
+        "max_position_embeddings": 128,
+    }
+    drafter = {
+        **copy.deepcopy(DRAFTER_CONFIG),
+        **shape,
+        "num_hidden_layers": drafter_layers,
+        "num_target_layers": target_layers,
+        "block_size": block_size,
+    }
+    drafter["dflash_config"]["target_layer_ids"] = list(layer_ids)
+    return target, drafter
+
+
+def random_pair(out_dir: Path, seed: int, **shape: Any) -> tuple[Path, Path]:
+    """Write a random-weight pair (PyTorch default init: decisive logits, tau near 1)."""
+    target_config, drafter_config = random_configs(**shape)
+    torch.manual_seed(seed)
+    target = Target(ModelConfig.from_dict(target_config, "target"))
+    drafter = Drafter(DrafterConfig.from_dict(drafter_config, "drafter"))
+    with torch.no_grad():  # RMSNorm weights start at 1; jitter them so a wrong load shows
+        for module in (target, drafter):
+            for name, param in module.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.add_(0.1 * torch.randn_like(param))
+    return write_pair(
+        out_dir,
+        target_config=target_config,
+        drafter_config=drafter_config,
+        target_weights=target.state_dict(),
+        drafter_weights=drafter.state_dict(),
+    )
+
+
+@pytest.fixture(scope="session")
+def fixture_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The shipped trained pair, written once per session."""
+    return make_fixture_pair(tmp_path_factory.mktemp("fixture-pair"))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and the machine's cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

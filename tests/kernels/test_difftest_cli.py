@@ -1,0 +1,125 @@
+"""`dflash-guard difftest` and `fixtures make`: reports, exit codes 0/1/2, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernels_ref.fixtures import make_fixture_pair
+
+FAST = [
+    '{"id": "code", "prompt": "def mean(data):\\n    "}',
+    '{"id": "one", "prompt": "x", "max_new_tokens": 24}',
+]
+
+
+@pytest.fixture
+def fast_prompts(tmp_path: Path) -> Path:
+    path = tmp_path / "fast.jsonl"
+    path.write_text("\n".join(FAST) + "\n")
+    return path
+
+
+def test_fixtures_make_writes_the_pair(cli, tmp_path: Path) -> None:
+    result = cli("fixtures", "make", tmp_path / "pair")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "pair" / "target" / "model.safetensors").is_file()
+    assert (tmp_path / "pair" / "drafter" / "dflash.py").is_file()
+    (tmp_path / "file").write_text("x")
+    assert cli("fixtures", "make", tmp_path / "file").exit_code == 2
+
+
+def test_identical_pair_exits_0_with_a_json_report(cli, fixture_pair, fast_prompts) -> None:
+    target, drafter = fixture_pair
+    result = cli(
+        "difftest",
+        "--target",
+        target,
+        "--drafter",
+        drafter,
+        "--prompts",
+        fast_prompts,
+        "--max-new-tokens",
+        "32",
+        "--format",
+        "json",
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["overall"]["identical"] is True
+    assert {"tau_mean", "histogram", "forwards_saved", "warnings"} <= set(report["overall"])
+    first = report["prompts"][0]
+    assert {
+        "id",
+        "identical",
+        "first_diff_position",
+        "ar_token",
+        "spec_token",
+        "top2_margin",
+        "tau",
+        "steps",
+        "target_forwards_ar",
+        "target_forwards_spec",
+    } <= set(first)
+    text = cli(
+        "difftest",
+        "--target",
+        target,
+        "--drafter",
+        drafter,
+        "--prompts",
+        fast_prompts,
+        "--max-new-tokens",
+        "16",
+    )
+    assert text.exit_code == 0 and "identical" in text.stdout
+
+
+def test_injected_fault_exits_1(cli, fixture_pair, fast_prompts) -> None:
+    target, drafter = fixture_pair
+    result = cli(
+        "difftest",
+        "--target",
+        target,
+        "--drafter",
+        drafter,
+        "--prompts",
+        fast_prompts,
+        "--inject",
+        "stale-kv",
+        "--format",
+        "json",
+    )
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["overall"]["identical"] is False
+    assert report["overall"]["divergences"]
+
+
+def test_input_errors_exit_2(cli, tmp_path: Path, fixture_pair, fast_prompts) -> None:
+    target, drafter = fixture_pair
+    cases = [
+        ("--target", tmp_path / "missing", "--drafter", drafter),
+        ("--target", target, "--drafter", drafter, "--inject", "no-such-fault"),
+        ("--target", target, "--drafter", drafter, "--dtype", "int3"),
+        ("--target", target, "--drafter", drafter, "--prompts", tmp_path / "none.jsonl"),
+    ]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "x", "colour": "red"}\n')
+    cases.append(("--target", target, "--drafter", drafter, "--prompts", bad))
+    for args in cases:
+        result = cli("difftest", *args)
+        assert result.exit_code == 2, (args, result.stdout, result.stderr)
+        assert "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_mismatched_drafter_exits_2(cli, tmp_path: Path) -> None:
+    target, drafter = make_fixture_pair(tmp_path)
+    config = json.loads((drafter / "config.json").read_text())
+    config["num_target_layers"] = 7
+    (drafter / "config.json").write_text(json.dumps(config))
+    result = cli("difftest", "--target", target, "--drafter", drafter)
+    assert result.exit_code == 2
+    assert "does not match its target" in result.stderr
