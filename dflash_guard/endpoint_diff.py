@@ -322,11 +322,12 @@ class CompletionClient:
             raise self._fail("`/v1/models` lists no model; pass --model") from None
 
     def complete(self, prompt: EndpointPrompt, *, model: str, max_tokens: int) -> Completion:
-        """Greedy completion of `prompt` with logprobs (and token ids when enabled)."""
+        """Greedy completion of `prompt` with logprobs (and token ids when enabled); `max_tokens`
+        caps the prompt's own budget."""
         body: dict[str, Any] = {
             "model": model,
             "prompt": list(prompt.prompt) if isinstance(prompt.prompt, tuple) else prompt.prompt,
-            "max_tokens": prompt.max_new_tokens or max_tokens,
+            "max_tokens": min(prompt.max_new_tokens or max_tokens, max_tokens),
             "temperature": 0,
             "n": 1,
             "stream": False,

@@ -17,20 +17,32 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
+from dflash_guard.difftest import DEFAULT_PROMPTS, load_prompts
+from dflash_guard.errors import InputError
+from kernels_ref.drafter import load_drafter
+from kernels_ref.loop import DraftModel, generate
+from kernels_ref.model import Target, load_target
 from kernels_ref.sampling import (
+    SAMPLING_FAULTS,
     SamplingParams,
     draft_block,
     probs_from_logits,
     sample,
     verify_block,
 )
+from kernels_ref.tokenizer import load_byte_tokenizer
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_CELL = 10
+DEFAULT_RUNNER_SAMPLES = 600
+DEFAULT_RUNNER_TOKENS = 4
+# The shipped prompts the runner check uses when given no prompt file (one draw is one decode).
+DEFAULT_RUNNER_PROMPTS = ("code-function", "prose-docstring", "repetition-words")
 
 # A sampler: (prompt ids, samples, tokens, seed) -> ([samples, tokens] continuations, mean draft
 # tokens accepted per step or None when it does not speculate).
@@ -267,4 +279,74 @@ def check_sampled(
     return compare_samplers(
         autoregressive, speculative, prompts, params=params, greedy_draft=greedy_draft,
         samples=samples, tokens=tokens, alpha=alpha, seed=seed, min_cell=min_cell,
+    )
+
+
+def runner_sampler(
+    target: Target,
+    drafter: DraftModel | None,
+    params: SamplingParams,
+    *,
+    block_size: int | None = None,
+    inject: str | None = None,
+) -> Sampler:
+    """A sampler that decodes each draw with `kernels_ref.loop.generate` (the runner under test,
+    KV cache and all): autoregressive without a drafter, speculative with one."""
+
+    def draw(prompt: Sequence[int], samples: int, tokens: int, seed: int) -> Draws:
+        rows, accepted, steps = [], 0, 0
+        for index in range(samples):
+            generation = generate(
+                target, drafter, list(prompt), max_new_tokens=tokens, stop_ids=frozenset(),
+                block_size=block_size, inject=inject, sampling=params,
+                seed=seed * 1_000_003 + index,
+            )
+            rows.append(generation.tokens)
+            accepted += sum(step.accepted for step in generation.steps)
+            steps += len(generation.steps)
+        if any(len(row) != tokens for row in rows):
+            raise InputError("a prompt leaves no room for the sampled tokens in the context")
+        mean = accepted / steps if drafter is not None and steps else None
+        return torch.tensor(rows, dtype=torch.long), mean
+
+    return draw
+
+
+def run_sampled_difftest(
+    target_dir: Path,
+    drafter_dir: Path,
+    *,
+    prompts: Path | None = None,
+    samples: int = DEFAULT_RUNNER_SAMPLES,
+    tokens: int = DEFAULT_RUNNER_TOKENS,
+    params: SamplingParams | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+    inject: str | None = None,
+    block_size: int | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+) -> SampledReport:
+    """Load the pair and check the runner's sampled speculative decoding against its own
+    autoregressive sampling (`prompts`: a JSONL set; default: three of the shipped prompts)."""
+    params = params or SamplingParams()
+    if params.greedy:
+        raise InputError("--sampled needs --temperature above 0")
+    if inject is not None and inject not in SAMPLING_FAULTS:
+        raise InputError(f"--sampled plants sampler faults only: {', '.join(SAMPLING_FAULTS)}")
+    if inject == "reuse-draft-uniforms":
+        raise InputError("reuse-draft-uniforms needs a sampled draft; the runner drafts greedily")
+    if samples < 1 or tokens < 1 or not 0 < alpha < 1:
+        raise InputError("--samples and --sample-tokens must be positive, --alpha in (0, 1)")
+    target = load_target(Path(target_dir), device, dtype)
+    drafter = load_drafter(Path(drafter_dir), target, device, dtype)
+    tokenizer = load_byte_tokenizer(Path(target_dir))
+    prompt_set = load_prompts(prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
+    if prompts is None:
+        prompt_set = [p for p in prompt_set if p.id in DEFAULT_RUNNER_PROMPTS]
+    return compare_samplers(
+        runner_sampler(target, None, params),
+        runner_sampler(target, drafter, params, block_size=block_size, inject=inject),
+        [(p.id, p.ids) for p in prompt_set],
+        params=params, greedy_draft=True, samples=samples, tokens=tokens, alpha=alpha, seed=seed,
     )

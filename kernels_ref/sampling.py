@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels_ref.loop import DraftModel, Generation, StepRecord, features_at, top2_margin
+from kernels_ref.model import Target
+
 # Planted sampler bugs, for testing the exactness check itself (never on by default):
 #   reuse-draft-uniforms  the accept test reuses the drafter's random numbers (a published bug)
 #   reuse-accept-uniform  the residual is sampled with the uniform that decided the rejection
@@ -149,3 +152,81 @@ def verify_block(
         decisive = uniforms[rows, accepted.clamp(max=k - 1)]
         next_uniforms = torch.where(rejected, decisive, next_uniforms)
     return BlockVerdict(accepted, sample_with_uniforms(residual, next_uniforms))
+
+
+def generate_sampled(
+    target: Target,
+    drafter: DraftModel | None,
+    prompt: list[int],
+    *,
+    max_new_tokens: int,
+    stop_ids: frozenset[int],
+    params: SamplingParams,
+    seed: int,
+    block_size: int | None = None,
+    inject: str | None = None,
+) -> Generation:
+    """Sampled decoding with the KV-cached draft-verify loop of `kernels_ref.loop`.
+
+    The drafter drafts greedily (one-hot q); `verify_block` accepts or rejects and draws the
+    resampled or bonus token. Autoregressive decoding is the same loop with no drafts: every step
+    draws its token from p. Drafting draws no random numbers; verification draws from its own
+    stream seeded with `seed`.
+    """
+    if inject is not None and inject not in SAMPLING_FAULTS:
+        raise ValueError(f"unknown sampling fault {inject!r}; known: {', '.join(SAMPLING_FAULTS)}")
+    if inject == "reuse-draft-uniforms":
+        raise ValueError("reuse-draft-uniforms needs a sampled draft; the loop drafts greedily")
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    size = 1 if drafter is None else (block_size or drafter.config.block_size)
+    if size < 1:
+        raise ValueError("block_size must be at least 1")
+    device = target.model.embed_tokens.weight.device
+    verify_stream = torch.Generator().manual_seed(seed)
+    budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
+    if budget <= 0:
+        return Generation([], [], [], prefill_forwards=0, stop_reason="length")
+    cache = target.new_cache()
+    draft_cache = drafter.new_cache() if drafter is not None else None
+
+    def commit_context(hidden: list[torch.Tensor], rows: int, start: int) -> None:
+        if drafter is not None and draft_cache is not None:
+            features = features_at(hidden, drafter.config.target_layer_ids, None)[:, :rows]
+            positions = torch.arange(start, start + rows, device=device)
+            drafter.extend_context(draft_cache, features, positions)
+
+    with torch.inference_mode():
+        logits, hidden = target(torch.tensor([prompt], device=device),
+                                torch.arange(len(prompt), device=device), cache)
+        commit_context(hidden, len(prompt), 0)
+        first = probs_from_logits(logits[0, -1:].cpu(), params)
+        generated = [int(sample(first, verify_stream)[0])]
+        margins = top2_margin(logits[0, -1:])
+        steps: list[StepRecord] = []
+        stop_reason = "stop" if generated[0] in stop_ids else "length"
+        while stop_reason == "length" and len(generated) < budget:
+            start = len(prompt) + len(generated) - 1  # position of the anchor
+            block = min(size, budget - len(generated))
+            drafts: list[int] = []
+            if drafter is not None and draft_cache is not None and block > 1:
+                drafts = drafter.propose(draft_cache, target, generated[-1], start, block - 1)
+            ids = torch.tensor([[generated[-1], *drafts]], device=device)
+            logits, hidden = target(ids, torch.arange(start, start + len(ids[0]), device=device),
+                                    cache)
+            p = probs_from_logits(logits[0].cpu(), params).unsqueeze(0)  # [1, K+1, V]
+            verdict = verify_block(p, torch.tensor([drafts], dtype=torch.long), None,
+                                   verify_stream, inject=inject)
+            accepted = int(verdict.accepted[0])
+            committed = [*drafts[:accepted], int(verdict.next_token[0])]
+            cache.crop(start + accepted + 1)  # anchor + accepted drafts
+            commit_context(hidden, accepted + 1, start)
+            step_margins = top2_margin(logits[0, : accepted + 1])
+            for index, token in enumerate(committed):
+                generated.append(token)
+                margins.append(step_margins[index])
+                if token in stop_ids:
+                    stop_reason = "stop"
+                    break
+            steps.append(StepRecord(accepted, tuple(committed[: index + 1]), 1, len(ids[0])))
+    return Generation(generated, steps, margins, stop_reason=stop_reason)

@@ -39,11 +39,14 @@ def run(pair, prompts=PROMPTS, **kwargs):
 def test_endpoint_identical_outputs_pass(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5, 6, 7]))
     both(fake_pair, "beta", vllm_choice([8, 9]))
-    report = run(fake_pair, prompts=[EndpointPrompt("a", "alpha", 4, (".", 7)), PROMPTS[1]])
+    prompts = [EndpointPrompt("a", "alpha", 4, (".", 7)), EndpointPrompt("b", "beta", 99)]
+    report = run(fake_pair, prompts=prompts, max_new_tokens=8)
     assert report.identical and report.passed
     assert [r.compared_by for r in report.results] == ["token_ids", "token_ids"]
     body = next(b for b in fake_pair.baseline.seen_bodies if b["prompt"] == "alpha")
     assert (body["stop"], body["stop_token_ids"], body["max_tokens"]) == (["."], [7], 4)
+    beta = next(b for b in fake_pair.candidate.seen_bodies if b["prompt"] == "beta")
+    assert beta["max_tokens"] == 8  # the run's cap wins over the prompt's own budget
     assert body["temperature"] == 0 and body["logprobs"] == 5 and body["model"] == "fake-model"
     assert body["return_tokens_as_token_ids"] is True and body["return_token_ids"] is True
 
