@@ -326,9 +326,14 @@ def run_sampled_difftest(
     block_size: int | None = None,
     device: str = "cpu",
     dtype: str = "float32",
+    threads: int = 1,
 ) -> SampledReport:
     """Load the pair and check the runner's sampled speculative decoding against its own
-    autoregressive sampling (`prompts`: a JSONL set; default: three of the shipped prompts)."""
+    autoregressive sampling (`prompts`: a JSONL set; default: three of the shipped prompts).
+
+    Decoding runs on `threads` torch CPU threads (restored afterwards): thousands of one-token
+    forwards of a small model run fastest single-threaded.
+    """
     params = params or SamplingParams()
     if params.greedy:
         raise InputError("--sampled needs --temperature above 0")
@@ -344,9 +349,15 @@ def run_sampled_difftest(
     prompt_set = load_prompts(prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
     if prompts is None:
         prompt_set = [p for p in prompt_set if p.id in DEFAULT_RUNNER_PROMPTS]
-    return compare_samplers(
-        runner_sampler(target, None, params),
-        runner_sampler(target, drafter, params, block_size=block_size, inject=inject),
-        [(p.id, p.ids) for p in prompt_set],
-        params=params, greedy_draft=True, samples=samples, tokens=tokens, alpha=alpha, seed=seed,
-    )
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return compare_samplers(
+            runner_sampler(target, None, params),
+            runner_sampler(target, drafter, params, block_size=block_size, inject=inject),
+            [(p.id, p.ids) for p in prompt_set],
+            params=params, greedy_draft=True, samples=samples, tokens=tokens, alpha=alpha,
+            seed=seed,
+        )
+    finally:
+        torch.set_num_threads(previous_threads)
