@@ -49,6 +49,9 @@ from kernels_ref.sampling import SAMPLING_FAULTS, SamplingParams
 from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
 
 MAX_LOGPROBS = 20
+# Greedy-path faults, and the sampler faults a greedy-drafting loop can show (not the reuse of
+# drafting random numbers: the runner's drafter draws none).
+SERVABLE_FAULTS = (*FAULTS, *(f for f in SAMPLING_FAULTS if f != "reuse-draft-uniforms"))
 DEFAULT_MAX_TOKENS = 16
 
 
@@ -94,9 +97,8 @@ class ReferenceEngine:
     ) -> None:
         if inject is not None and drafter_dir is None:
             raise ValueError("--inject plants a bug in the speculative path: it needs --drafter")
-        if inject is not None and inject not in FAULTS and inject not in SAMPLING_FAULTS:
-            known = ", ".join([*FAULTS, *SAMPLING_FAULTS])
-            raise ValueError(f"unknown fault {inject!r}; known: {known}")
+        if inject is not None and inject not in SERVABLE_FAULTS:
+            raise ValueError(f"unknown fault {inject!r}; known: {', '.join(SERVABLE_FAULTS)}")
         self.target: Target = load_target(target_dir, device, dtype)
         self.drafter: Drafter | None = (
             load_drafter(drafter_dir, self.target, device, dtype) if drafter_dir else None
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=Path, required=True, help="target model folder")
     parser.add_argument("--drafter", type=Path, help="DFlash drafter folder (speculative mode)")
-    parser.add_argument("--inject", choices=[*FAULTS, *SAMPLING_FAULTS],
+    parser.add_argument("--inject", choices=SERVABLE_FAULTS,
                         help="plant a known engine bug in the speculative path")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")

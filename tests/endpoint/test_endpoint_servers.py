@@ -133,3 +133,11 @@ def test_endpoint_reference_server_api(servers):
         again = http.post(candidate.url + "/v1/completions", json=body).json()["choices"][0]
     assert first["token_ids"] == again["token_ids"] and len(first["token_ids"]) == 6
     assert all(len(top) >= 3 for top in first["logprobs"]["top_logprobs"])
+
+
+def test_endpoint_reference_server_refuses_a_bad_start(tmp_path):
+    with pytest.raises(RuntimeError) as refused:  # noqa: SIM117 - the error is raised on entry
+        with running_server(tmp_path / "missing"):
+            pass
+    message = str(refused.value)
+    assert "error:" in message and "Traceback" not in message
