@@ -87,7 +87,8 @@ def test_sampled_exact_sampler_passes(pair, params, greedy_draft):
     report = check_sampled(pair, PROMPTS, samples=6000, tokens=3, params=params,
                            greedy_draft=greedy_draft, alpha=ALPHA, seed=11)
     assert report.passed, [r.test.p_value for r in report.results]
-    assert report.per_prompt_alpha == pytest.approx(ALPHA / len(PROMPTS))
+    assert report.per_test_alpha == pytest.approx(ALPHA / (len(PROMPTS) * 4))
+    assert all(len(r.positions) == 3 for r in report.results)
     assert all(r.mean_accepted > 0 for r in report.results)  # speculation actually ran
 
 

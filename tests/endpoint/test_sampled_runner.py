@@ -21,20 +21,27 @@ def pair(tmp_path_factory):
 @pytest.fixture(scope="module")
 def one_prompt(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "one.jsonl"
-    path.write_text('{"id": "repeat", "prompt": "red green blue red green "}\n')
+    path.write_text(json.dumps({"id": "code", "prompt": "def binary_search(items, target):\n"
+                                "    lo, hi = 0, len(items)\n    while "}) + "\n")
     return path
 
 
-def test_sampled_runner_cli_passes_on_the_exact_sampler(cli, pair, one_prompt):
+@pytest.mark.parametrize(
+    ("inject", "exit_code"),
+    [(None, 0), ("resample-from-p", 1), ("reuse-accept-uniform", 1)],
+)
+def test_sampled_runner_cli_exact_passes_biased_fails(cli, pair, one_prompt, inject, exit_code):
+    """Top-k 3 keeps each position to a few outcomes, so 300 draws give the test power."""
     target, drafter = pair
-    result = cli("difftest", "--sampled", "--target", target, "--drafter", drafter,
-                 "--prompts", one_prompt, "--samples", "120", "--sample-tokens", "3",
-                 "--temperature", "1.2", "--format", "json")
-    assert result.exit_code == 0, result.stderr
+    args = ["difftest", "--sampled", "--target", target, "--drafter", drafter,
+            "--prompts", one_prompt, "--samples", "300", "--sample-tokens", "3",
+            "--temperature", "1.5", "--top-k", "3", "--format", "json"]
+    result = cli(*args, *(["--inject", inject] if inject else []))
+    assert result.exit_code == exit_code, result.stderr
     report = json.loads(result.stdout)
-    assert report["passed"] and report["samples"] == 120 and report["tokens"] == 3
+    assert report["passed"] is (exit_code == 0)
     (prompt,) = report["results"]
-    assert prompt["mean_accepted"] is not None  # the candidate side really speculated
+    assert prompt["mean_accepted"] > 0  # the candidate side really speculated
 
 
 @pytest.mark.parametrize(
