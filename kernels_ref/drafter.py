@@ -45,6 +45,19 @@ class DrafterConfig:
             return value
 
         layer_ids = field("target_layer_ids")
+        unsupported = {
+            "is_causal": bool(raw.get("is_causal")),
+            "layer_types": any(t != "full_attention" for t in raw.get("layer_types") or []),
+            "input_embedding_scale": nested.get("input_embedding_scale", 1.0) != 1.0,
+            "output_multiplier": nested.get("output_multiplier", 1.0) != 1.0,
+            "final_logit_softcapping": bool(nested.get("final_logit_softcapping")),
+            "DFlash2DraftModel": "DFlash2DraftModel" in (raw.get("architectures") or []),
+        }
+        for name, bad in unsupported.items():
+            if bad:
+                raise InputError(
+                    f"{where}: drafter option {name!r} is not supported by kernels_ref"
+                )
         ints = [raw.get("block_size"), raw.get("num_target_layers"), field("mask_token_id")]
         if (
             not isinstance(layer_ids, list)

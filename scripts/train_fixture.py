@@ -1,6 +1,6 @@
 """Train the built-in fixture pair once and write `kernels_ref/fixture_weights/*.safetensors`.
 
-    /tmp/tv/bin/python scripts/train_fixture.py            # about 5 CPU-minutes, one thread
+    PYTHONPATH=. python scripts/train_fixture.py     # about 8 CPU-minutes, one thread
 
 The target is a tiny byte-level Qwen3 trained on function and class sources from a fixed list of
 Python standard-library modules (read as text with `ast`, never imported), plus synthetic
@@ -51,7 +51,7 @@ MODULES = [
     "copy.py",
 ]
 SEQ_LEN = 128
-PROMPT_LEN, CONTINUATION = 64, 128
+PROMPT_LEN, CONTINUATION = 64, 128  # distillation: prompt and greedy continuation lengths
 
 
 def corpus() -> list[int]:
@@ -112,41 +112,45 @@ def train_target(target: Target, text: list[int], steps: int, batch: int) -> Non
 
 
 @torch.no_grad()
-def greedy_corpus(target: Target, text: list[int], count: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`count` sequences of a corpus prompt plus the target's greedy continuation, and features."""
-    rng = random.Random(2)
-    prompts = torch.tensor([sample(rng, text, PROMPT_LEN) for _ in range(count)])
+def greedy_corpus(
+    target: Target, text: list[int], count: int, prompt_len: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """`count` corpus prompts of `prompt_len` tokens with the target's greedy continuations:
+    tokens, the drafter's context features, and where the continuations start."""
+    rng = random.Random(seed)
+    prompts = torch.tensor([sample(rng, text, prompt_len) for _ in range(count)])
     cache = target.new_cache()
-    logits, _ = target(prompts, torch.arange(PROMPT_LEN), cache)
+    logits, _ = target(prompts, torch.arange(prompt_len), cache)
     seqs = [prompts, logits[:, -1:].argmax(-1)]
-    for pos in range(PROMPT_LEN, PROMPT_LEN + CONTINUATION - 1):
+    for pos in range(prompt_len, prompt_len + CONTINUATION - 1):
         logits, _ = target(seqs[-1], torch.tensor([pos]), cache)
         seqs.append(logits[:, -1:].argmax(-1))
     tokens = torch.cat(seqs, dim=1)
     _, hidden = target(tokens, torch.arange(tokens.shape[1]), target.new_cache())
     layer_ids = DRAFTER_CONFIG["dflash_config"]["target_layer_ids"]
-    return tokens, features_at(hidden, layer_ids, None)
+    return tokens, features_at(hidden, layer_ids, None), prompt_len
 
 
 def train_drafter(
     drafter: Drafter,
     target: Target,
-    tokens: torch.Tensor,
-    features: torch.Tensor,
+    groups: list[tuple[torch.Tensor, torch.Tensor, int]],
     steps: int,
     batch: int,
     blocks: int,
 ) -> None:
+    """Fit the drafter to predict each block of the target's continuations from the context
+    before its anchor (groups of equal-length sequences, picked in proportion to their size)."""
     rng = random.Random(3)
     size = drafter.config.block_size
     opt = torch.optim.AdamW(drafter.parameters(), lr=2e-3, weight_decay=0.01)
-    length = tokens.shape[1]
-    ctx_positions = torch.arange(length)
     # Early block positions decide most of the acceptance length: weight them more.
     weights = torch.exp(-torch.arange(size - 1) / 4.0)
     for step in range(steps):
+        tokens, features, prompt_len = rng.choices(groups, [len(g[0]) for g in groups])[0]
+        length = tokens.shape[1]
         rows = torch.tensor(rng.sample(range(tokens.shape[0]), batch))
-        anchors = sorted(rng.sample(range(PROMPT_LEN, length - size + 1), blocks))
+        anchors = sorted(rng.sample(range(prompt_len, length - size + 1), blocks))
         block_positions = torch.tensor([a + i for a in anchors for i in range(size)])
         ids = tokens[rows][:, block_positions].clone()
         labels = ids.view(batch, blocks, size)[:, :, 1:].reshape(batch, -1).clone()
@@ -157,7 +161,7 @@ def train_drafter(
             rows_k = slice(k * size, (k + 1) * size)
             mask[rows_k, :anchor] = True
             mask[rows_k, length + k * size : length + (k + 1) * size] = True
-        context = drafter.context_kv(features[rows], ctx_positions)
+        context = drafter.context_kv(features[rows], torch.arange(length))
         hidden = drafter.block_hidden(
             target.model.embed_tokens(ids), block_positions, list(context), mask
         )
@@ -200,11 +204,15 @@ def main() -> None:
     print(f"target trained at {time.perf_counter() - began:.0f} s", flush=True)
     target_state = round_bf16(target)
     target.eval().requires_grad_(False)
-    tokens, features = greedy_corpus(target, text, count=512)
+    # Mostly long prompts; some one-token prompts, whose continuations are often degenerate runs.
+    groups = [
+        greedy_corpus(target, text, count=448, prompt_len=PROMPT_LEN, seed=2),
+        greedy_corpus(target, text, count=64, prompt_len=1, seed=4),
+    ]
     print(f"greedy continuations ready at {time.perf_counter() - began:.0f} s", flush=True)
     drafter = Drafter(DrafterConfig.from_dict(DRAFTER_CONFIG, "DRAFTER_CONFIG"))
     init_weights(drafter)
-    train_drafter(drafter, target, tokens, features, args.drafter_steps, batch=16, blocks=8)
+    train_drafter(drafter, target, groups, args.drafter_steps, batch=16, blocks=8)
     drafter_state = round_bf16(drafter)
     drafter.eval()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -35,30 +35,32 @@ from kernels_ref.loop import FAULTS
 from kernels_ref.sampling import SAMPLING_FAULTS, SamplingParams
 
 
+def _token(token: int | None) -> str:
+    return "<end of output>" if token is None else str(token)
+
+
 def render_text(report: DifftestReport) -> None:
-    """Print a per-prompt table, the acceptance summary and warnings."""
+    """Print a per-prompt table, each divergence, the acceptance summary and warnings."""
     table = Table(title=f"difftest (block size {report.block_size})")
-    for column in ("prompt", "identical", "tau", "steps", "forwards AR/spec", "first diff"):
-        table.add_column(column)
+    for column in ("prompt", "identical", "tau", "steps", "target forwards AR/spec"):
+        table.add_column(column, no_wrap=True)
     for r in report.results:
-        diff = (
-            ""
-            if r.identical
-            else (
-                f"@{r.first_diff_position}: AR {r.ar_token} vs spec {r.spec_token}, "
-                f"top-2 margin {r.top2_margin}"
-                + (" (likely numerical near-tie)" if r.near_tie else "")
-            )
-        )
         table.add_row(
             r.id,
             "yes" if r.identical else "[red]NO[/]",
             f"{r.tau:.2f}",
             str(r.steps),
             f"{r.target_forwards_ar}/{r.target_forwards_spec}",
-            diff,
         )
     stdout.print(table)
+    for r in report.divergences:
+        margin = "" if r.top2_margin is None else f", target top-2 margin {r.top2_margin:g}"
+        tie = " (likely numerical near-tie)" if r.near_tie else ""
+        stdout.print(
+            f"[red]divergence[/] {r.id}: first at generated token {r.first_diff_position}: "
+            f"autoregressive {_token(r.ar_token)}, speculative {_token(r.spec_token)}{margin}{tie}",
+            highlight=False,
+        )
     histogram = " ".join(f"{k}:{v}" for k, v in report.histogram.items())
     stdout.print(f"tau {report.tau:.2f}   histogram {histogram}")
     saved = report.target_forwards_ar - report.target_forwards_spec

@@ -13,10 +13,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from dflash_guard.errors import InputError
-from kernels_ref.drafter import load_drafter
+from kernels_ref.drafter import Drafter, DrafterConfig, load_drafter
 from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.loop import generate
-from kernels_ref.model import load_target
+from kernels_ref.model import ModelConfig, Target, load_target
 
 HF_TARGET_NAMES = {
     "model.embed_tokens.weight",
@@ -51,7 +51,7 @@ def edit_config(folder: Path, **changes: object) -> None:
     path = folder / "config.json"
     config = json.loads(path.read_text())
     for key, value in changes.items():
-        if key in ("mask_token_id", "target_layer_ids"):
+        if key in ("mask_token_id", "target_layer_ids", "final_logit_softcapping"):
             config["dflash_config"][key] = value
         else:
             config[key] = value
@@ -137,6 +137,22 @@ def test_mismatched_drafter_is_refused(tmp_path: Path, changes: dict, message: s
         load_drafter(drafter_dir, target)
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"is_causal": True},
+        {"layer_types": ["sliding_attention"]},
+        {"architectures": ["DFlash2DraftModel"]},
+        {"final_logit_softcapping": 30.0},
+    ],
+)
+def test_unsupported_drafter_variants_are_refused(tmp_path: Path, changes: dict) -> None:
+    target_dir, drafter_dir = random_pair(tmp_path, seed=6)
+    edit_config(drafter_dir, **changes)
+    with pytest.raises(InputError, match="not supported by kernels_ref"):
+        load_drafter(drafter_dir, load_target(target_dir))
+
+
 def test_missing_and_misshapen_tensors_are_named(tmp_path: Path) -> None:
     target_dir, drafter_dir = random_pair(tmp_path, seed=7)
     target = load_target(target_dir)
@@ -205,3 +221,55 @@ def test_fixture_pair_is_byte_deterministic(tmp_path: Path) -> None:
     assert config["architectures"] == ["DFlashDraftModel"]
     assert config["auto_map"] == {"AutoModel": "dflash.DFlashDraftModel"}
     assert config["dflash_config"]["mask_token_id"] == 259
+
+
+QWEN3_8B = {  # the shape fields of Qwen/Qwen3-8B's config.json
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 4096,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 12288,
+    "vocab_size": 151936,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000,
+    "rope_scaling": None,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "attention_bias": False,
+    "torch_dtype": "bfloat16",
+}
+ZLAB_DRAFTER = {  # a z-lab/Qwen3-8B-DFlash-b16 style config.json
+    **{k: v for k, v in QWEN3_8B.items() if k != "architectures"},
+    "architectures": ["DFlashDraftModel"],
+    "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+    "block_size": 16,
+    "num_hidden_layers": 5,
+    "num_target_layers": 36,
+    "layer_types": ["full_attention"] * 5,
+    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+}
+
+
+def test_real_qwen3_and_zlab_configs_build_the_published_shapes() -> None:
+    target_config = ModelConfig.from_dict(QWEN3_8B, "Qwen3-8B")
+    drafter_config = DrafterConfig.from_dict(ZLAB_DRAFTER, "Qwen3-8B-DFlash-b16")
+    drafter_config.check_against(target_config, "Qwen3-8B-DFlash-b16")
+    with torch.device("meta"):  # shapes only, no memory
+        target, drafter = Target(target_config), Drafter(drafter_config)
+    shapes = {k: tuple(v.shape) for k, v in drafter.state_dict().items()}
+    assert shapes["fc.weight"] == (4096, 5 * 4096)
+    assert shapes["layers.4.self_attn.k_proj.weight"] == (8 * 128, 4096)
+    assert shapes["layers.0.self_attn.q_norm.weight"] == (128,)
+    assert "embed_tokens.weight" not in shapes and "lm_head.weight" not in shapes
+    target_shapes = {k: tuple(v.shape) for k, v in target.state_dict().items()}
+    assert target_shapes["lm_head.weight"] == (151936, 4096)
+    assert target_shapes["model.layers.35.mlp.down_proj.weight"] == (4096, 12288)
+    flat = {**ZLAB_DRAFTER, "mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]}
+    del flat["dflash_config"]  # some third-party checkpoints put the DFlash fields at top level
+    assert DrafterConfig.from_dict(flat, "flat").target_layer_ids == (1, 9, 17, 25, 33)
