@@ -21,8 +21,10 @@ def pair(tmp_path_factory):
 @pytest.fixture(scope="module")
 def one_prompt(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "one.jsonl"
-    path.write_text(json.dumps({"id": "code", "prompt": "def binary_search(items, target):\n"
-                                "    lo, hi = 0, len(items)\n    while "}) + "\n")
+    # A prompt where the fixture drafter's guess is accepted about a third of the time: many
+    # rejections of plausible tokens, where a biased resampler shows.
+    path.write_text(json.dumps({"id": "repr", "prompt": "    def __repr__(self):\n        return "})
+                    + "\n")
     return path
 
 
@@ -31,10 +33,10 @@ def one_prompt(tmp_path_factory):
     [(None, 0), ("resample-from-p", 1), ("reuse-accept-uniform", 1)],
 )
 def test_sampled_runner_cli_exact_passes_biased_fails(cli, pair, one_prompt, inject, exit_code):
-    """Top-k 3 keeps each position to a few outcomes, so 300 draws give the test power."""
+    """Top-k 3 keeps each position to a few outcomes, so 400 draws give the test power."""
     target, drafter = pair
     args = ["difftest", "--sampled", "--target", target, "--drafter", drafter,
-            "--prompts", one_prompt, "--samples", "300", "--sample-tokens", "3",
+            "--prompts", one_prompt, "--samples", "400", "--sample-tokens", "3",
             "--temperature", "1.5", "--top-k", "3", "--format", "json"]
     result = cli(*args, *(["--inject", inject] if inject else []))
     assert result.exit_code == exit_code, result.stderr
