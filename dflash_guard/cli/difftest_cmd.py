@@ -116,13 +116,12 @@ def render_sampled(report: SampledReport) -> None:
     """Print the sampled check: one row per prompt, then the verdict."""
     table = Table(title=f"sampled exactness ({report.samples} draws x {report.tokens} tokens, "
                   f"alpha {report.alpha}: {report.per_test_alpha:.2g} per test)")
-    for column in ("prompt", "joint chi2", "dof", "min p-value", "joint TV", "accepted/step",
-                   "verdict"):
+    for column in ("prompt", "joint chi2", "dof", "min p-value", "accepted/step", "verdict"):
         table.add_column(column)
     for r in report.results:
         accepted = "" if r.mean_accepted is None else f"{r.mean_accepted:.2f}"
         table.add_row(r.prompt_id, f"{r.test.statistic:.1f}", str(r.test.dof),
-                      f"{r.p_value:.3g}", f"{r.test.tv_distance:.3f}", accepted,
+                      f"{r.p_value:.3g}", accepted,
                       "[red]biased[/]" if r.rejected else "ok")
     stdout.print(table)
     stdout.print("verdict: " + ("[green]consistent with exact sampling[/]" if report.passed
