@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
 
 from kernels_ref.drafter import DrafterCache, DrafterConfig
 from kernels_ref.model import Target
+
+if TYPE_CHECKING:
+    from kernels_ref.sampling import SamplingParams
 
 FAULTS: dict[str, str] = {
     "accept-off-by-one": "one draft token more than matched is accepted",
@@ -111,12 +114,29 @@ def generate(
     stop_ids: set[int] | frozenset[int],
     block_size: int | None = None,
     inject: str | None = None,
+    sampling: SamplingParams | None = None,
+    seed: int = 0,
 ) -> Generation:
     """Greedy decode `prompt_ids`; speculative with `drafter`, autoregressive without.
 
     Stops after `max_new_tokens`, at the first stop token (included in the output) or when the
-    target's context (`max_position_embeddings`) is full.
+    target's context (`max_position_embeddings`) is full. `sampling` with a temperature above 0
+    samples instead, with exact rejection sampling (`kernels_ref.sampling.generate_sampled`).
     """
+    if sampling is not None and not sampling.greedy:
+        from kernels_ref.sampling import generate_sampled  # imported here: it imports this module
+
+        return generate_sampled(
+            target,
+            drafter,
+            prompt_ids,
+            max_new_tokens=max_new_tokens,
+            stop_ids=frozenset(stop_ids),
+            params=sampling,
+            seed=seed,
+            block_size=block_size,
+            inject=inject,
+        )
     if inject is not None and inject not in FAULTS:
         raise ValueError(f"unknown fault {inject!r}; known: {', '.join(FAULTS)}")
     if not prompt_ids:

@@ -1,4 +1,4 @@
-"""`dflash-guard difftest`: greedy speculative output must equal the target's own greedy output."""
+"""`dflash-guard difftest`: speculative output must equal the target's own (three modes)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,30 @@ import typer
 from rich.table import Table
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
-from dflash_guard.difftest import DifftestReport, run_difftest
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+from dflash_guard.difftest import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_PROMPTS,
+    DifftestReport,
+    run_difftest,
+)
+from dflash_guard.endpoint_diff import (
+    DEFAULT_NEAR_TIE_MARGIN,
+    DEFAULT_TIMEOUT_S,
+    EndpointDiffReport,
+    read_api_key,
+    run_endpoint_diff,
+)
+from dflash_guard.endpoint_diff import load_prompts as load_endpoint_prompts
+from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.sampled import (
+    DEFAULT_ALPHA,
+    DEFAULT_RUNNER_SAMPLES,
+    DEFAULT_RUNNER_TOKENS,
+    SampledReport,
+    run_sampled_difftest,
+)
 from kernels_ref.loop import FAULTS
+from kernels_ref.sampling import SAMPLING_FAULTS, SamplingParams
 
 
 def _token(token: int | None) -> str:
@@ -59,15 +80,65 @@ def render_text(report: DifftestReport) -> None:
     stdout.print(f"verdict: {verdict}")
 
 
+def render_endpoint(report: EndpointDiffReport) -> None:
+    """Print the endpoint diff: one row per prompt that is not identical, acceptance, verdict."""
+    stdout.print(f"baseline {report.baseline}  vs  candidate {report.candidate}")
+    table = Table(title=f"endpoint difftest ({len(report.results)} prompts)")
+    for column in ("prompt", "status", "by", "position", "baseline", "candidate", "margin"):
+        table.add_column(column)
+    for r in report.results:
+        if r.status == "identical":
+            continue
+        margin = "" if r.margin is None else f"{r.margin:.4f}"
+        colour = "red" if r.status == "hard" else "yellow"
+        table.add_row(r.prompt_id, f"[{colour}]{r.status}[/]", r.compared_by, str(r.position),
+                      repr(r.baseline_token), repr(r.candidate_token), margin)
+    if table.row_count:
+        stdout.print(table)
+    if report.acceptance is not None:
+        a = report.acceptance
+        tau = "n/a" if a.mean_acceptance_length is None else f"{a.mean_acceptance_length:.2f}"
+        rate = "n/a" if a.acceptance_rate is None else f"{a.acceptance_rate:.3f}"
+        stdout.print(f"candidate acceptance ({a.source}): tau {tau}, acceptance rate {rate}")
+    for warning in report.warnings:
+        stdout.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    hard, ties = len(report.hard_divergences), len(report.near_ties)
+    if report.identical:
+        verdict = "[green]identical[/]"
+    elif report.passed:
+        verdict = f"[yellow]{ties} near-tie(s)[/], no hard divergence"
+    else:
+        verdict = f"[red]DIVERGED[/]: {hard} hard, {ties} near-tie(s)"
+    stdout.print(f"verdict: {verdict}")
+
+
+def render_sampled(report: SampledReport) -> None:
+    """Print the sampled check: one row per prompt, then the verdict."""
+    table = Table(title=f"sampled exactness ({report.samples} draws x {report.tokens} tokens, "
+                  f"alpha {report.alpha}: {report.per_test_alpha:.2g} per test)")
+    for column in ("prompt", "joint chi2", "dof", "min p-value", "accepted/step", "verdict"):
+        table.add_column(column)
+    for r in report.results:
+        accepted = "" if r.mean_accepted is None else f"{r.mean_accepted:.2f}"
+        table.add_row(r.prompt_id, f"{r.test.statistic:.1f}", str(r.test.dof),
+                      f"{r.p_value:.3g}", accepted,
+                      "[red]biased[/]" if r.rejected else "ok")
+    stdout.print(table)
+    stdout.print("verdict: " + ("[green]consistent with exact sampling[/]" if report.passed
+                                else "[red]speculative sampling is biased[/]"))
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
 
     @app.command("difftest")
     def difftest(
-        target: Annotated[Path, typer.Option("--target", help="Target model folder (HF layout).")],
+        target: Annotated[
+            Path | None, typer.Option("--target", help="Target model folder (HF layout).")
+        ] = None,
         drafter: Annotated[
-            Path, typer.Option("--drafter", help="DFlash drafter folder (HF layout).")
-        ],
+            Path | None, typer.Option("--drafter", help="DFlash drafter folder (HF layout).")
+        ] = None,
         prompts: Annotated[
             Path | None, typer.Option(help="JSONL prompt set (default: the shipped set).")
         ] = None,
@@ -80,17 +151,139 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
         dtype: Annotated[str, typer.Option(help="float32, float64, bfloat16.")] = "float32",
         inject: Annotated[
-            str | None, typer.Option(help="Plant a known engine bug: " + ", ".join(FAULTS) + ".")
+            str | None,
+            typer.Option(
+                help="Plant a known engine bug: " + ", ".join(FAULTS) + " (with --sampled: "
+                + ", ".join(SAMPLING_FAULTS) + ")."
+            ),
         ] = None,
         fail_on_warning: Annotated[
             bool, typer.Option(help="Exit 1 on an acceptance warning too.")
         ] = False,
         output_format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text,
+        baseline: Annotated[
+            str | None,
+            typer.Option(help="Endpoint mode: URL of the engine without speculation.",
+                         rich_help_panel="Endpoint mode"),
+        ] = None,
+        candidate: Annotated[
+            str | None,
+            typer.Option(help="Endpoint mode: URL of the engine with the DFlash drafter.",
+                         rich_help_panel="Endpoint mode"),
+        ] = None,
+        model: Annotated[
+            str | None,
+            typer.Option(help="Served model name (default: each server's first model).",
+                         rich_help_panel="Endpoint mode"),
+        ] = None,
+        concurrency: Annotated[
+            int, typer.Option(min=1, help="Prompts in flight.", rich_help_panel="Endpoint mode")
+        ] = 4,
+        api_key_env: Annotated[
+            str | None,
+            typer.Option(help="Environment variable holding the API key (never printed).",
+                         rich_help_panel="Endpoint mode"),
+        ] = None,
+        metrics: Annotated[
+            str | None,
+            typer.Option(help="The candidate's Prometheus /metrics URL (acceptance figures).",
+                         rich_help_panel="Endpoint mode"),
+        ] = None,
+        near_tie_margin: Annotated[
+            float,
+            typer.Option(min=0.0, help="Top-2 logprob margin (nats) under which a divergence "
+                         "to the runner-up is a near-tie.", rich_help_panel="Endpoint mode"),
+        ] = DEFAULT_NEAR_TIE_MARGIN,
+        timeout: Annotated[
+            float,
+            typer.Option(min=0.001, help="Per-request timeout in seconds.",
+                         rich_help_panel="Endpoint mode"),
+        ] = DEFAULT_TIMEOUT_S,
+        token_ids: Annotated[
+            bool,
+            typer.Option(help="Ask for token ids (vLLM fields); --no-token-ids for plain OpenAI.",
+                         rich_help_panel="Endpoint mode"),
+        ] = True,
+        sampled: Annotated[
+            bool,
+            typer.Option("--sampled", help="Check sampled decoding statistically (reference "
+                         "runner).", rich_help_panel="Sampled mode"),
+        ] = False,
+        samples: Annotated[
+            int, typer.Option(min=1, help="Draws per prompt and side.",
+                              rich_help_panel="Sampled mode")
+        ] = DEFAULT_RUNNER_SAMPLES,
+        sample_tokens: Annotated[
+            int, typer.Option(min=1, help="Tokens per draw compared jointly.",
+                              rich_help_panel="Sampled mode")
+        ] = DEFAULT_RUNNER_TOKENS,
+        temperature: Annotated[
+            float, typer.Option(min=0.0, rich_help_panel="Sampled mode")
+        ] = 1.0,
+        top_k: Annotated[int | None, typer.Option(min=1, rich_help_panel="Sampled mode")] = None,
+        top_p: Annotated[
+            float | None, typer.Option(min=0.0, max=1.0, rich_help_panel="Sampled mode")
+        ] = None,
+        alpha: Annotated[
+            float, typer.Option(help="Family-wise false-alarm rate.",
+                                rich_help_panel="Sampled mode")
+        ] = DEFAULT_ALPHA,
+        seed: Annotated[int, typer.Option(rich_help_panel="Sampled mode")] = 0,
     ) -> None:
-        """Diff-test losslessness: speculative vs autoregressive greedy decoding, token for token.
+        """Diff-test losslessness: speculative vs autoregressive decoding, token for token.
 
-        Exit 0 identical, 1 divergence (or a warning with --fail-on-warning), 2 input error.
+        Local mode (--target, --drafter) runs the reference runner; endpoint mode (--baseline,
+        --candidate) diffs two live OpenAI-compatible engines; --sampled checks sampled decoding
+        statistically. Exit 0 identical (endpoint: no hard divergence; sampled: no rejection),
+        1 divergence (or a warning with --fail-on-warning), 2 input or endpoint error.
         """
+        endpoint_mode = baseline is not None or candidate is not None
+        if endpoint_mode:
+            if baseline is None or candidate is None:
+                raise InputError("endpoint mode needs both --baseline and --candidate")
+            if target is not None or drafter is not None or sampled:
+                raise InputError("give either --baseline/--candidate or --target/--drafter")
+            if inject is not None:
+                raise InputError("--inject plants bugs in the reference runner: start "
+                                 "`python -m kernels_ref.serve --inject` for an endpoint")
+            report = run_endpoint_diff(
+                baseline,
+                candidate,
+                load_endpoint_prompts(prompts or DEFAULT_PROMPTS),
+                model=model,
+                max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                concurrency=concurrency,
+                api_key=read_api_key(api_key_env),
+                timeout=timeout,
+                near_tie_margin=near_tie_margin,
+                metrics_url=metrics,
+                token_ids=token_ids,
+            )
+            if output_format is OutputFormat.json:
+                print_json(report.to_json())
+            else:
+                render_endpoint(report)
+            failed = not report.passed or (fail_on_warning and bool(report.warnings))
+            raise typer.Exit(EXIT_FINDING if failed else EXIT_OK)
+        if target is None or drafter is None:
+            raise InputError("give --target and --drafter (or --baseline and --candidate)")
+        if sampled:
+            try:
+                params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+            except ValueError as error:
+                raise InputError(str(error)) from None
+            if output_format is OutputFormat.text:
+                stderr.print(f"sampling {samples} draws per prompt and side ...")
+            sampled_report = run_sampled_difftest(
+                target, drafter, prompts=prompts, samples=samples, tokens=sample_tokens,
+                params=params, alpha=alpha, seed=seed, inject=inject, block_size=block_size,
+                device=device, dtype=dtype,
+            )
+            if output_format is OutputFormat.json:
+                print_json(sampled_report.to_json())
+            else:
+                render_sampled(sampled_report)
+            raise typer.Exit(EXIT_OK if sampled_report.passed else EXIT_FINDING)
         if output_format is OutputFormat.text:
             stderr.print(f"diff-testing {drafter} against {target} ...")
         report = run_difftest(

@@ -1,0 +1,232 @@
+"""Sampled decoding: temperature / top-k / top-p, and exact speculative rejection sampling.
+
+Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative Decoding") and Chen et
+al. 2023 ("Accelerating LLM Decoding with Speculative Sampling"): draft token x_i is accepted with
+probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection the next token is drawn from the
+normalised max(0, p_i - q_i); when every draft is accepted a bonus token is drawn from p_K. The
+committed tokens are then distributed exactly as autoregressive sampling from p. A greedy (argmax)
+draft is the one-hot q: accept with probability p(x), otherwise resample from p with x removed.
+
+Randomness comes from two separate `torch.Generator` streams: one for drafting, one for the
+verifier's accept tests and resampling. Every function is vectorised over a leading batch of draws.
+`SAMPLING_FAULTS` plants known sampler bugs, so the statistical check can prove it catches them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels_ref.loop import DraftModel, Generation, StepRecord, features_at, top2_margin
+from kernels_ref.model import Target
+
+# Planted sampler bugs, for testing the exactness check itself (never on by default):
+#   reuse-draft-uniforms  the accept test reuses the drafter's random numbers (a published bug)
+#   reuse-accept-uniform  the residual is sampled with the uniform that decided the rejection
+#   resample-from-p       after a rejection, resample from p instead of normalised max(0, p - q)
+SAMPLING_FAULTS = ("reuse-draft-uniforms", "reuse-accept-uniform", "resample-from-p")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the target's logits become the distribution p (temperature 0 means greedy)."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError("top_k must be >= 1")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class BlockVerdict:
+    """The verifier's decision for a batch of drafted blocks."""
+
+    accepted: torch.Tensor  # [N] number of draft tokens accepted, 0..K
+    next_token: torch.Tensor  # [N] the resampled token (after a rejection) or the bonus token
+
+
+def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """p over the last axis: temperature, then top-k, then top-p (nucleus), in float64."""
+    logits = logits.double()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).double()
+    scaled = logits / params.temperature
+    if params.top_k is not None and params.top_k < scaled.shape[-1]:
+        kth = scaled.topk(params.top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if params.top_p is not None and params.top_p < 1:
+        ordered, order = scaled.sort(dim=-1, descending=True)
+        ordered_probs = ordered.softmax(-1)
+        before = ordered_probs.cumsum(-1) - ordered_probs  # mass strictly ahead of each token
+        drop_sorted = before >= params.top_p  # keeps the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    return scaled.softmax(-1)
+
+
+def sample_with_uniforms(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: one token per row of `probs` [..., V] from `uniforms` [...]."""
+    cdf = probs.cumsum(-1)
+    target = uniforms.to(cdf.dtype).unsqueeze(-1) * cdf[..., -1:]
+    index = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    return index.clamp(max=probs.shape[-1] - 1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row of `probs` [..., V], drawing uniforms from `generator`."""
+    uniforms = torch.rand(probs.shape[:-1], generator=generator, dtype=torch.float64)
+    return sample_with_uniforms(probs, uniforms)
+
+
+def draft_block(
+    draft_logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator,
+    *,
+    greedy_draft: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Choose draft tokens from the drafter's logits [N, K, V].
+
+    Returns (tokens [N, K], q [N, K, V] or None for a greedy one-hot draft, the drafting
+    uniforms [N, K] or None). A greedy draft draws no random numbers.
+    """
+    if greedy_draft or params.greedy:
+        return draft_logits.argmax(-1), None, None
+    q = probs_from_logits(draft_logits, params)
+    uniforms = torch.rand(q.shape[:-1], generator=generator, dtype=torch.float64)
+    return sample_with_uniforms(q, uniforms), q, uniforms
+
+
+def verify_block(
+    p: torch.Tensor,
+    draft: torch.Tensor,
+    q: torch.Tensor | None,
+    generator: torch.Generator,
+    *,
+    draft_uniforms: torch.Tensor | None = None,
+    inject: str | None = None,
+) -> BlockVerdict:
+    """Speculative rejection sampling over a batch of blocks.
+
+    p: [N, K+1, V] the target's distributions at the block positions (p[:, i] is the
+    distribution of the token after the anchor and draft[:, :i]); draft: [N, K];
+    q: [N, K, V] the draft distributions, or None for a greedy draft (one-hot q).
+    `generator` is the verifier's own stream (never the drafter's).
+    """
+    if inject is not None and inject not in SAMPLING_FAULTS:
+        raise ValueError(f"unknown sampling fault {inject!r}")
+    n, k = draft.shape
+    p = p.double()
+    q = torch.nn.functional.one_hot(draft, p.shape[-1]).double() if q is None else q.double()
+    p_draft = p[:, :k].gather(-1, draft.unsqueeze(-1)).squeeze(-1)  # [N, K]
+    q_draft = q.gather(-1, draft.unsqueeze(-1)).squeeze(-1).clamp_min(1e-300)
+    uniforms = torch.rand((n, k), generator=generator, dtype=torch.float64)
+    if inject == "reuse-draft-uniforms":
+        if draft_uniforms is None:
+            raise ValueError("reuse-draft-uniforms needs a sampled (non-greedy) draft")
+        uniforms = draft_uniforms
+    accept = uniforms < p_draft / q_draft  # u < min(1, p/q)
+    accepted = accept.long().cumprod(-1).sum(-1)  # [N] longest accepted prefix
+
+    rows = torch.arange(n)
+    p_next = p[rows, accepted]  # [N, V]: at the first rejection, or the bonus position K
+    q_next = torch.cat([q, q.new_zeros((n, 1, q.shape[-1]))], dim=1)[rows, accepted]  # bonus: 0
+    residual = p_next if inject == "resample-from-p" else (p_next - q_next).clamp_min(0)
+    mass = residual.sum(-1, keepdim=True)
+    residual = torch.where(mass > 0, residual, p_next)  # p == q: rejection had probability 0
+    next_uniforms = torch.rand(n, generator=generator, dtype=torch.float64)
+    if inject == "reuse-accept-uniform" and k > 0:
+        rejected = accepted < k
+        decisive = uniforms[rows, accepted.clamp(max=k - 1)]
+        next_uniforms = torch.where(rejected, decisive, next_uniforms)
+    return BlockVerdict(accepted, sample_with_uniforms(residual, next_uniforms))
+
+
+def generate_sampled(
+    target: Target,
+    drafter: DraftModel | None,
+    prompt: list[int],
+    *,
+    max_new_tokens: int,
+    stop_ids: frozenset[int],
+    params: SamplingParams,
+    seed: int,
+    block_size: int | None = None,
+    inject: str | None = None,
+) -> Generation:
+    """Sampled decoding with the KV-cached draft-verify loop of `kernels_ref.loop`.
+
+    The drafter drafts greedily (one-hot q); `verify_block` accepts or rejects and draws the
+    resampled or bonus token. Autoregressive decoding is the same loop with no drafts: every step
+    draws its token from p. Drafting draws no random numbers; verification draws from its own
+    stream seeded with `seed`.
+    """
+    if inject is not None and inject not in SAMPLING_FAULTS:
+        raise ValueError(f"unknown sampling fault {inject!r}; known: {', '.join(SAMPLING_FAULTS)}")
+    if inject == "reuse-draft-uniforms":
+        raise ValueError("reuse-draft-uniforms needs a sampled draft; the loop drafts greedily")
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    size = 1 if drafter is None else (block_size or drafter.config.block_size)
+    if size < 1:
+        raise ValueError("block_size must be at least 1")
+    device = target.model.embed_tokens.weight.device
+    verify_stream = torch.Generator().manual_seed(seed)
+    budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
+    if budget <= 0:
+        return Generation([], [], [], prefill_forwards=0, stop_reason="length")
+    cache = target.new_cache()
+    draft_cache = drafter.new_cache() if drafter is not None else None
+
+    def commit_context(hidden: list[torch.Tensor], rows: int, start: int) -> None:
+        if drafter is not None and draft_cache is not None:
+            features = features_at(hidden, drafter.config.target_layer_ids, None)[:, :rows]
+            positions = torch.arange(start, start + rows, device=device)
+            drafter.extend_context(draft_cache, features, positions)
+
+    with torch.inference_mode():
+        logits, hidden = target(torch.tensor([prompt], device=device),
+                                torch.arange(len(prompt), device=device), cache)
+        commit_context(hidden, len(prompt), 0)
+        first = probs_from_logits(logits[0, -1:].cpu(), params)
+        generated = [int(sample(first, verify_stream)[0])]
+        margins = top2_margin(logits[0, -1:])
+        steps: list[StepRecord] = []
+        stop_reason = "stop" if generated[0] in stop_ids else "length"
+        while stop_reason == "length" and len(generated) < budget:
+            start = len(prompt) + len(generated) - 1  # position of the anchor
+            block = min(size, budget - len(generated))
+            drafts: list[int] = []
+            if drafter is not None and draft_cache is not None and block > 1:
+                drafts = drafter.propose(draft_cache, target, generated[-1], start, block - 1)
+            ids = torch.tensor([[generated[-1], *drafts]], device=device)
+            logits, hidden = target(ids, torch.arange(start, start + len(ids[0]), device=device),
+                                    cache)
+            p = probs_from_logits(logits[0].cpu(), params).unsqueeze(0)  # [1, K+1, V]
+            verdict = verify_block(p, torch.tensor([drafts], dtype=torch.long), None,
+                                   verify_stream, inject=inject)
+            accepted = int(verdict.accepted[0])
+            committed = [*drafts[:accepted], int(verdict.next_token[0])]
+            cache.crop(start + accepted + 1)  # anchor + accepted drafts
+            commit_context(hidden, accepted + 1, start)
+            step_margins = top2_margin(logits[0, : accepted + 1])
+            for index, token in enumerate(committed):
+                generated.append(token)
+                margins.append(step_margins[index])
+                if token in stop_ids:
+                    stop_reason = "stop"
+                    break
+            steps.append(StepRecord(accepted, tuple(committed[: index + 1]), 1, len(ids[0])))
+    return Generation(generated, steps, margins, stop_reason=stop_reason)
