@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from kernels_ref.drafter import DrafterCache, DrafterConfig
+from kernels_ref.drafter import DrafterConfig
 from kernels_ref.model import Target
 
 FAULTS: dict[str, str] = {
@@ -34,12 +34,12 @@ class DraftModel(Protocol):
 
     config: DrafterConfig
 
-    def new_cache(self) -> DrafterCache: ...
+    def new_cache(self, static: bool = False, max_len: int | None = None) -> Any: ...
 
-    def extend_context(self, cache: DrafterCache, features: Tensor, positions: Tensor) -> None: ...
+    def extend_context(self, cache: Any, features: Tensor, positions: Tensor) -> None: ...
 
     def propose(
-        self, cache: DrafterCache, target: Target, anchor: int, start: int, n: int
+        self, cache: Any, target: Target, anchor: int, start: int, n: int
     ) -> list[int]: ...
 
 
@@ -111,14 +111,18 @@ def generate(
     stop_ids: set[int] | frozenset[int],
     block_size: int | None = None,
     inject: str | None = None,
+    static_cache: bool = False,
 ) -> Generation:
     """Greedy decode `prompt_ids`; speculative with `drafter`, autoregressive without.
 
     Stops after `max_new_tokens`, at the first stop token (included in the output) or when the
-    target's context (`max_position_embeddings`) is full.
+    target's context (`max_position_embeddings`) is full. `static_cache` decodes over
+    preallocated caches (`StaticKVCache`, the CUDA-graph layout) instead of growing ones.
     """
     if inject is not None and inject not in FAULTS:
         raise ValueError(f"unknown fault {inject!r}; known: {', '.join(FAULTS)}")
+    if static_cache and inject == "stale-kv":
+        raise ValueError("the stale-kv fault needs the growing cache (it never crops)")
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     size = 1 if drafter is None else (block_size or drafter.config.block_size)
@@ -133,6 +137,7 @@ def generate(
             frozenset(stop_ids),
             size,
             inject if drafter is not None else None,
+            static_cache,
         )
 
 
@@ -144,13 +149,15 @@ def _decode(
     stop_ids: frozenset[int],
     size: int,
     inject: str | None,
+    static_cache: bool = False,
 ) -> Generation:
     device = target.model.embed_tokens.weight.device
     budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
     if budget <= 0:
         return Generation([], [], [], prefill_forwards=0, stop_reason="length")
-    cache = target.new_cache()
-    draft_cache = drafter.new_cache() if drafter is not None else None
+    capacity = len(prompt) + budget  # enough for every position a static cache is written at
+    cache = target.new_cache(static_cache, capacity)
+    draft_cache = drafter.new_cache(static_cache, capacity) if drafter is not None else None
 
     def commit_context(hidden: list[Tensor], rows: int, start: int) -> None:
         if drafter is not None and draft_cache is not None:
