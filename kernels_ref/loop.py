@@ -38,9 +38,7 @@ class DraftModel(Protocol):
 
     def extend_context(self, cache: Any, features: Tensor, positions: Tensor) -> None: ...
 
-    def propose(
-        self, cache: Any, target: Target, anchor: int, start: int, n: int
-    ) -> list[int]: ...
+    def propose(self, cache: Any, target: Target, anchor: int, start: int, n: int) -> list[int]: ...
 
 
 @dataclass(frozen=True)

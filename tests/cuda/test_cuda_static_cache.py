@@ -92,7 +92,12 @@ def test_static_cache_refuses_the_stale_kv_fault(cpu_fixture_models) -> None:
     target, drafter = cpu_fixture_models
     with pytest.raises(ValueError, match="stale-kv"):
         generate(
-            target, drafter, [1], max_new_tokens=4, stop_ids=set(), inject="stale-kv",
+            target,
+            drafter,
+            [1],
+            max_new_tokens=4,
+            stop_ids=set(),
+            inject="stale-kv",
             static_cache=True,
         )
 
