@@ -153,9 +153,11 @@ def _decode(
     budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
     if budget <= 0:
         return Generation([], [], [], prefill_forwards=0, stop_reason="length")
-    capacity = len(prompt) + budget  # enough for every position a static cache is written at
+    capacity = len(prompt) + budget  # the positions a static cache must hold
     cache = target.new_cache(static_cache, capacity)
-    draft_cache = drafter.new_cache(static_cache, capacity) if drafter is not None else None
+    draft_cache = None
+    if drafter is not None:  # a drafter without static caches takes no arguments
+        draft_cache = drafter.new_cache(True, capacity) if static_cache else drafter.new_cache()
 
     def commit_context(hidden: list[Tensor], rows: int, start: int) -> None:
         if drafter is not None and draft_cache is not None:
