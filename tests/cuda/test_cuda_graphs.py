@@ -47,6 +47,23 @@ def test_runner_falls_back_to_eager_without_cuda(cpu_fixture_models) -> None:
         GraphRunner(target, drafter, max_len=64, capture=True)
 
 
+def test_captured_steps_never_read_the_device_back() -> None:
+    """On the meta device every host read raises, and so does a data-dependent shape: the steps a
+    graph captures (decode, verify, draft) must run there, as CUDA-graph capture requires."""
+    target, drafter = tiny_pair(0, block_size=4)
+    runner = GraphRunner(
+        target.to("meta"), drafter.to("meta"), max_len=32, block_sizes=(4, 8), capture=False
+    )
+    with torch.inference_mode():
+        for t, graph in runner.target.graphs.items():
+            logits, hidden = graph.step()
+            assert logits.shape == (1, t, target.config.vocab_size) and len(hidden) == 4
+        for t, graph in runner.drafter.graphs.items():
+            assert graph.step().shape == (t - 1,)
+        with pytest.raises(RuntimeError, match="meta"):  # the control: a host read is caught
+            len(runner.target.cache)
+
+
 @pytest.mark.parametrize("block_size", [2, 8, 16])
 def test_runner_decodes_exactly_as_the_plain_loop(cpu_fixture_models, block_size: int) -> None:
     target, drafter = cpu_fixture_models
