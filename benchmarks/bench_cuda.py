@@ -15,6 +15,9 @@ T(draft)) at the measured tau. On the built-in fixture pair: the same, with its 
 and how many bfloat16 greedy divergences on the default prompt set are near-ties (top-2 margin
 under the bf16 rounding of the logits) and how many are hard. Prints one table; on CUDA writes
 JSON to `benchmarks/results/<gpu-name>.json`.
+
+End-to-end tokens/s is the wall time of `generate` (prefill included) through a `GraphRunner`.
+T(draft) is the draft step alone; the drafter's context update runs eagerly and is not in it.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from dflash_guard.difftest import (  # noqa: E402
 from dflash_guard.fileio import write_atomic  # noqa: E402
 from kernels_ref.cuda_graphs import GraphRunner, static_len  # noqa: E402
 from kernels_ref.drafter import Drafter, DrafterConfig, load_drafter  # noqa: E402
-from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
+from kernels_ref.fixtures import VOCAB_SIZE, make_fixture_pair  # noqa: E402
 from kernels_ref.loop import Generation, features_at, generate  # noqa: E402
 from kernels_ref.model import ModelConfig, Target, load_target  # noqa: E402
 from kernels_ref.oracle import OracleDrafter  # noqa: E402
@@ -324,11 +327,10 @@ def bench_fixture(args: argparse.Namespace, device: torch.device, bw: float) -> 
         tokenizer = load_byte_tokenizer(target_dir)
         stops = default_stop_ids(target_dir)
         out: dict[str, Any] = {}
+        prompts = load_prompts(DEFAULT_PROMPTS, tokenizer, VOCAB_SIZE)[: args.fixture_prompts]
         for dtype in ("float32", "bfloat16"):
             target = load_target(target_dir, device, dtype)
             drafter = load_drafter(drafter_dir, target, device, dtype)
-            prompts = load_prompts(DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
-            prompts = prompts[: args.fixture_prompts]
             report = difftest_models(
                 target,
                 drafter,
@@ -347,6 +349,8 @@ def bench_fixture(args: argparse.Namespace, device: torch.device, bw: float) -> 
                 "margins": [r.top2_margin for r in report.divergences],
                 "tau": report.tau,
             }
+        target = load_target(target_dir, device, args.dtype)  # timed in the shapes' dtype
+        drafter = load_drafter(drafter_dir, target, device, args.dtype)
         block = drafter.config.block_size
         budgets = [
             min(p.max_new_tokens or args.fixture_tokens, args.fixture_tokens) for p in prompts
