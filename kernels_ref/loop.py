@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from kernels_ref.drafter import DrafterConfig
+from kernels_ref.drafter import DrafterCache, DrafterConfig, StaticDrafterCache
 from kernels_ref.model import Target
 
 FAULTS: dict[str, str] = {
@@ -29,16 +29,24 @@ FAULTS: dict[str, str] = {
 }
 
 
+DraftCache = DrafterCache | StaticDrafterCache  # an oracle may keep its own kind
+
+
 class DraftModel(Protocol):
-    """What the loop needs from a drafter (the real one, or an oracle in tests)."""
+    """What the loop needs from a drafter (the real one, or an oracle in tests).
+
+    With `static_cache`, the loop calls `new_cache(True, max_len)` for a preallocated cache.
+    """
 
     config: DrafterConfig
 
-    def new_cache(self, static: bool = False, max_len: int | None = None) -> Any: ...
+    def new_cache(self) -> DrafterCache: ...
 
-    def extend_context(self, cache: Any, features: Tensor, positions: Tensor) -> None: ...
+    def extend_context(self, cache: DraftCache, features: Tensor, positions: Tensor) -> None: ...
 
-    def propose(self, cache: Any, target: Target, anchor: int, start: int, n: int) -> list[int]: ...
+    def propose(
+        self, cache: DraftCache, target: Target, anchor: int, start: int, n: int
+    ) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -107,15 +115,14 @@ def generate(
     *,
     max_new_tokens: int,
     stop_ids: set[int] | frozenset[int],
+    static_cache: bool = False,  # preallocated caches (StaticKVCache), the CUDA-graph layout
     block_size: int | None = None,
     inject: str | None = None,
-    static_cache: bool = False,
 ) -> Generation:
     """Greedy decode `prompt_ids`; speculative with `drafter`, autoregressive without.
 
     Stops after `max_new_tokens`, at the first stop token (included in the output) or when the
-    target's context (`max_position_embeddings`) is full. `static_cache` decodes over
-    preallocated caches (`StaticKVCache`, the CUDA-graph layout) instead of growing ones.
+    target's context (`max_position_embeddings`) is full.
     """
     if inject is not None and inject not in FAULTS:
         raise ValueError(f"unknown fault {inject!r}; known: {', '.join(FAULTS)}")
