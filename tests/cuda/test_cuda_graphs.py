@@ -78,6 +78,31 @@ def test_runner_decodes_exactly_as_the_plain_loop(cpu_fixture_models, block_size
         assert [s.accepted for s in run.steps] == [s.accepted for s in spec.steps]
 
 
+def test_runner_replays_captured_sizes_and_runs_the_rest_eagerly(cpu_fixture_models) -> None:
+    target, drafter = cpu_fixture_models
+    runner = GraphRunner(target, drafter, max_len=64, block_sizes=(8,))
+    calls: dict[str, int] = {"decode": 0, "verify": 0, "draft": 0}
+    for name, graph in (
+        ("decode", runner.target.graphs[1]),
+        ("verify", runner.target.graphs[8]),
+        ("draft", runner.drafter.graphs[8]),
+    ):
+        step = graph.step
+
+        def counted(step=step, name=name):
+            calls[name] += 1
+            return step()
+
+        graph.step = counted
+    args = {"max_new_tokens": 20, "stop_ids": set()}
+    spec = generate(runner.target, runner.drafter, list(b"def mean(data):\n    "), **args)
+    full_blocks = sum(1 for s in spec.steps if s.block_size == 8)
+    assert calls["verify"] == calls["draft"] == full_blocks > 0  # the short last block: eager
+    assert calls["decode"] == 0
+    ar = generate(runner.target, None, list(b"xy"), **args)
+    assert calls["decode"] == len(ar.tokens) - 1  # every step after the (eager) prefill
+
+
 def test_runner_with_random_pair_and_oracle() -> None:
     target, drafter = tiny_pair(5, block_size=5)
     runner = GraphRunner(target, drafter, max_len=48, block_sizes=(5,))
