@@ -8,8 +8,8 @@
 #   5. the gpu-marked tests (tests/cuda): graph replay token-exact with eager decoding.
 # Extra arguments go to bench_cuda.py (e.g. --shapes qwen3-8b --iters 50).
 # Exit 0: every check passed; 1: a check failed; 2: no CUDA device, or set-up failed.
-# PYTHON (default python3) must have torch with CUDA; other dependencies are installed into
-# .venv-gpu (which sees that torch) only when they are not importable.
+# PYTHON (default python3) must have torch with CUDA; when the package's other dependencies are
+# not importable, they are installed into .venv (created on top of that python's packages).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -22,9 +22,14 @@ then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if ! "$python" -c "import dflash_guard._cli, pytest" 2>/dev/null; then
-  [ -x .venv-gpu/bin/python ] || "$python" -m venv --system-site-packages .venv-gpu || exit 2
-  python=.venv-gpu/bin/python
+  [ -x .venv/bin/python ] || "$python" -m venv --system-site-packages .venv || exit 2
+  python=.venv/bin/python
   "$python" -m pip install -q -e '.[test]' || { echo "gpu-check: pip install -e . failed" >&2; exit 2; }
+  if ! "$python" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu-check: the torch in .venv has no CUDA: remove .venv (it is recreated on the" \
+      "system torch) or set PYTHON to a python with CUDA torch and the package installed" >&2
+    exit 2
+  fi
 fi
 "$python" -c "import torch; print('gpu-check:', torch.cuda.get_device_name(0), 'torch',
 torch.__version__, 'cuda', torch.version.cuda)"
