@@ -11,11 +11,11 @@ tokens it hands back to the target).
     out = generate(runner.target, runner.drafter, prompt, max_new_tokens=256, stop_ids=eos)
 
 `runner.target` and `runner.drafter` stand in for the models in `kernels_ref.loop.generate`:
-token counts with a captured graph (1 for decode, each block size for verify and draft) replay
-it; others (the prefill, a block cut short by the budget) and the drafter's context update run
-eagerly on the same static caches. Off CUDA every "graph" runs its function eagerly over the same
-buffers, so the plumbing is tested on CPU. Reference: PyTorch's CUDA Graphs notes
-(torch.cuda.graph, warm-up on a side stream), gpt-fast's static KV cache.
+token counts with a captured graph (1 for decode, each block size for verify and draft, 1 up to
+the largest block for the drafter's context update) replay it; others (the prefill, a block cut
+short by the budget) run eagerly on the same static caches. Off CUDA every "graph" runs its
+function eagerly over the same buffers, so the plumbing is tested on CPU. References: PyTorch's
+CUDA Graphs notes (torch.cuda.graph, warm-up on a side stream), gpt-fast's static KV cache.
 """
 
 from __future__ import annotations
@@ -170,6 +170,22 @@ class GraphDrafter:
                 ),
                 capture=capture,
             )
+        # Context updates: one graph per committed count 1..largest block (accepted + bonus).
+        width = len(drafter.config.target_layer_ids) * drafter.config.layers.hidden_size
+        dtype = drafter.fc.weight.dtype
+        self.features: dict[int, Tensor] = {}
+        self.positions: dict[int, Tensor] = {}
+        self.context_graphs: dict[int, StepGraph] = {}
+        for n in range(1, max(sizes, default=1) + 1):
+            features = self.features[n] = torch.zeros(1, n, width, dtype=dtype, device=device)
+            positions = self.positions[n] = torch.arange(n, device=device)
+            self.context_graphs[n] = StepGraph(
+                lambda features=features, positions=positions: drafter.extend_context(
+                    cache, features, positions
+                ),
+                capture=capture,
+                reset=cache.length.zero_,
+            )
 
     @torch.inference_mode()
     def new_cache(self, static: bool = False, max_len: int | None = None) -> StaticDrafterCache:
@@ -185,8 +201,17 @@ class GraphDrafter:
     def extend_context(
         self, cache: StaticDrafterCache, features: Tensor, positions: Tensor
     ) -> None:
-        """Append committed context (eager: its length varies from step to step)."""
-        self.drafter.extend_context(cache, features, positions)
+        """Append committed context: replays the graph for its row count, else (the prompt)
+        runs eagerly."""
+        if cache is not self.cache:
+            raise ValueError("a GraphDrafter only runs on its own cache (from new_cache())")
+        n = features.shape[1]
+        if n not in self.context_graphs:
+            self.drafter.extend_context(cache, features, positions)
+            return
+        self.features[n].copy_(features)
+        self.positions[n].copy_(positions)
+        self.context_graphs[n]()
 
     @torch.inference_mode()
     def propose(

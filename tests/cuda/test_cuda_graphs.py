@@ -60,6 +60,9 @@ def test_captured_steps_never_read_the_device_back() -> None:
             assert logits.shape == (1, t, target.config.vocab_size) and len(hidden) == 4
         for t, graph in runner.drafter.graphs.items():
             assert graph.step().shape == (t - 1,)
+        assert sorted(runner.drafter.context_graphs) == list(range(1, 9))
+        for graph in runner.drafter.context_graphs.values():
+            graph.step()
         with pytest.raises(RuntimeError, match="meta"):  # the control: a host read is caught
             len(runner.target.cache)
 
@@ -81,11 +84,12 @@ def test_runner_decodes_exactly_as_the_plain_loop(cpu_fixture_models, block_size
 def test_runner_replays_captured_sizes_and_runs_the_rest_eagerly(cpu_fixture_models) -> None:
     target, drafter = cpu_fixture_models
     runner = GraphRunner(target, drafter, max_len=64, block_sizes=(8,))
-    calls: dict[str, int] = {"decode": 0, "verify": 0, "draft": 0}
+    calls: dict[str, int] = {"decode": 0, "verify": 0, "draft": 0, "context": 0}
     for name, graph in (
         ("decode", runner.target.graphs[1]),
         ("verify", runner.target.graphs[8]),
         ("draft", runner.drafter.graphs[8]),
+        *(("context", graph) for graph in runner.drafter.context_graphs.values()),
     ):
         step = graph.step
 
@@ -98,6 +102,7 @@ def test_runner_replays_captured_sizes_and_runs_the_rest_eagerly(cpu_fixture_mod
     spec = generate(runner.target, runner.drafter, list(b"def mean(data):\n    "), **args)
     full_blocks = sum(1 for s in spec.steps if s.block_size == 8)
     assert calls["verify"] == calls["draft"] == full_blocks > 0  # the short last block: eager
+    assert calls["context"] == len(spec.steps)  # every step's commit; the prompt's: eager
     assert calls["decode"] == 0
     ar = generate(runner.target, None, list(b"xy"), **args)
     assert calls["decode"] == len(ar.tokens) - 1  # every step after the (eager) prefill
