@@ -47,13 +47,21 @@ def test_step_bytes_count_weights_and_kv(bench) -> None:
     drafter_kv = 2 * 5 * 1 * 8 * 10 * 4
     draft = sum(p.numel() for p in drafter.parameters()) * 4 - context_only + embed  # + the head
     assert moved["draft"] == draft + drafter_kv
+    kv_proj = sum(
+        layer.self_attn.k_proj.weight.numel()
+        + layer.self_attn.v_proj.weight.numel()
+        + layer.self_attn.k_norm.weight.numel()
+        for layer in drafter.layers
+    )
+    assert moved["context"] == context_only + kv_proj * 4
 
 
 def test_predicted_speedup_and_slug(bench) -> None:
     steps = {
         "decode": {"graph_ms": 5.0, "eager_ms": 15.0},
         "verify": {"graph_ms": 5.5, "eager_ms": 16.0},
-        "draft": {"graph_ms": 1.0, "eager_ms": 4.0},
+        "draft": {"graph_ms": 0.5, "eager_ms": 4.0},
+        "context": {"graph_ms": 0.5, "eager_ms": 2.0},
     }
     assert bench.predicted_speedup(6.5, steps, "graph_ms", True) == pytest.approx(5.0)
     assert bench.predicted_speedup(6.5, steps, "graph_ms", False) == pytest.approx(6.5 * 5 / 5.5)
@@ -63,7 +71,8 @@ def test_predicted_speedup_and_slug(bench) -> None:
 def test_smoke_runs_every_path_on_cpu_and_writes_nothing(bench, tmp_path, capsys) -> None:
     assert bench.main(["--smoke", "--out", str(tmp_path / "results")]) == 0
     out = capsys.readouterr().out
-    for row in ("decode step ms", "verify step ms", "draft step ms", "AR tokens/s"):
+    steps = ("decode step ms", "verify step ms", "draft step ms", "context step ms")
+    for row in (*steps, "AR tokens/s"):
         assert f"tiny     {row}" in out and f"fixture  {row}" in out
     assert "spec (oracle)" in out and "spec (drafter)" in out
     assert "bfloat16 divergences" in out and "0 hard" in out
