@@ -21,7 +21,8 @@ import torch
 
 from dflash_guard.errors import InputError
 from kernels_ref.checkpoint import read_json
-from kernels_ref.drafter import load_drafter
+from kernels_ref.cuda_graphs import GraphRunner, static_len
+from kernels_ref.drafter import Drafter, load_drafter
 from kernels_ref.loop import FAULTS, DraftModel, Generation, generate
 from kernels_ref.model import Target, load_target
 from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
@@ -282,12 +283,15 @@ def difftest_models(
     max_new_tokens: int | None = None,
     block_size: int | None = None,
     inject: str | None = None,
+    cuda_graphs: bool = False,
 ) -> DifftestReport:
     """Diff-test loaded models on `prompts` (the library core; `run_difftest` loads folders).
 
     A prompt's own `max_new_tokens` is capped by `max_new_tokens`; prompts without one use
     `max_new_tokens` or 64. With `inject`, the clean speculative path is also run, as the
-    acceptance reference.
+    acceptance reference. With `cuda_graphs`, both decodes run through a `GraphRunner` (static
+    caches; decode, verify and draft steps captured as CUDA graphs on a CUDA device, run eagerly
+    over the same static buffers elsewhere).
     """
     if inject is not None and inject not in FAULTS:
         raise InputError(f"unknown fault {inject!r}; known faults: {', '.join(FAULTS)}")
@@ -296,15 +300,21 @@ def difftest_models(
         raise InputError("block size must be at least 1")
     results, spec_runs, reference_runs = [], [], []
     near_tie = NEAR_TIE_MARGIN.get(target.model.embed_tokens.weight.dtype, 0.0)
+    budgets = []
     for prompt in prompts:
         budget = prompt.max_new_tokens or max_new_tokens or DEFAULT_MAX_NEW_TOKENS
         if max_new_tokens is not None:
             budget = min(budget, max_new_tokens)
-        args = {"max_new_tokens": budget, "stop_ids": stop_ids | prompt.stop_ids}
         if len(prompt.ids) >= target.config.max_position_embeddings:
             raise InputError(f"prompt {prompt.id!r} does not fit the target's context")
-        ar = generate(target, None, list(prompt.ids), **args)
-        spec = generate(target, drafter, list(prompt.ids), block_size=size, inject=inject, **args)
+        budgets.append(budget)
+    models: tuple[Any, Any] = (target, drafter)
+    if cuda_graphs:
+        models = _graph_models(target, drafter, prompts, max(budgets), size, inject)
+    for prompt, budget in zip(prompts, budgets, strict=True):
+        args = {"max_new_tokens": budget, "stop_ids": stop_ids | prompt.stop_ids}
+        ar = generate(models[0], None, list(prompt.ids), **args)
+        spec = generate(*models, list(prompt.ids), block_size=size, inject=inject, **args)
         if inject is not None:
             reference_runs.append(
                 generate(target, drafter, list(prompt.ids), block_size=size, **args)
@@ -334,6 +344,25 @@ def difftest_models(
     )
 
 
+def _graph_models(
+    target: Target,
+    drafter: DraftModel,
+    prompts: list[Prompt],
+    budget: int,
+    size: int,
+    inject: str | None,
+) -> tuple[Any, Any]:
+    """The runner's stand-ins for `target` and `drafter`, sized for the longest prompt."""
+    if not isinstance(drafter, Drafter):
+        raise InputError("CUDA graphs need a DFlash drafter (kernels_ref.drafter.Drafter)")
+    if inject == "stale-kv":
+        raise InputError("the stale-kv fault needs the growing cache: run it without CUDA graphs")
+    longest = max(len(prompt.ids) for prompt in prompts)
+    max_len = static_len(longest, budget, target.config.max_position_embeddings)
+    runner = GraphRunner(target, drafter, max_len=max_len, block_sizes=(size,))
+    return runner.target, runner.drafter
+
+
 def run_difftest(
     target_dir: Path,
     drafter_dir: Path,
@@ -344,11 +373,12 @@ def run_difftest(
     dtype: str = "float32",
     inject: str | None = None,
     block_size: int | None = None,
+    cuda_graphs: bool = False,
 ) -> DifftestReport:
     """Load the pair from HF-style folders and diff-test it on `prompts` (default set if None).
 
     Raises `InputError` for a missing folder, a malformed file, a drafter that does not match
-    its target, an unavailable device or an unknown fault.
+    its target, an unavailable device, an unknown fault, or `cuda_graphs` off CUDA.
     """
     if inject is not None and inject not in FAULTS:
         raise InputError(f"unknown fault {inject!r}; known faults: {', '.join(FAULTS)}")
@@ -362,6 +392,8 @@ def run_difftest(
         raise InputError(f"unknown device {device!r} ({exc})") from None
     if torch_device.type == "cuda" and not torch.cuda.is_available():
         raise InputError("device 'cuda' requested but CUDA is not available")
+    if cuda_graphs and torch_device.type != "cuda":
+        raise InputError("--cuda-graphs needs --device cuda")
     target_dir, drafter_dir = Path(target_dir), Path(drafter_dir)
     target = load_target(target_dir, torch_device, dtype)
     drafter = load_drafter(drafter_dir, target, torch_device, dtype)
@@ -376,4 +408,5 @@ def run_difftest(
         max_new_tokens=max_new_tokens,
         block_size=block_size,
         inject=inject,
+        cuda_graphs=cuda_graphs,
     )

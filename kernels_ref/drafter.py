@@ -9,6 +9,7 @@ published checkpoints: `fc.weight`, `hidden_norm.weight`, `norm.weight`, `layers
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,43 @@ class DrafterCache:
         self.length = 0
 
 
+class StaticDrafterCache:
+    """The drafter's context keys/values in preallocated `[1, n_kv, max_len, head_dim]` buffers.
+
+    A device `length` counts the committed context; drafting attends over the whole buffers with
+    a mask hiding the unwritten tail, so a draft step can be captured as a CUDA graph.
+    """
+
+    def __init__(
+        self, cfg: ModelConfig, max_len: int, *, device: torch.device | str, dtype: torch.dtype
+    ) -> None:
+        shape = (1, cfg.num_key_value_heads, max_len, cfg.head_dim)
+        self.layers = [
+            (
+                torch.zeros(shape, device=device, dtype=dtype),
+                torch.zeros(shape, device=device, dtype=dtype),
+            )
+            for _ in range(cfg.num_hidden_layers)
+        ]
+        self.max_len = max_len
+        self.length = torch.zeros((), dtype=torch.long, device=device)
+
+    def write(self, kv: list[tuple[Tensor, Tensor]]) -> None:
+        """Append one `(k, v)` `[1, n_kv, n, head_dim]` per layer at the current length."""
+        n = kv[0][0].shape[2]
+        index = self.length + torch.arange(n, device=self.length.device)
+        for (keys, values), (k, v) in zip(self.layers, kv, strict=True):
+            keys.index_copy_(2, index, k.to(keys.dtype))
+            values.index_copy_(2, index, v.to(values.dtype))
+        self.length.add_(n)
+
+    def mask(self, t: int) -> Tensor:
+        """`[t, max_len + t]`: every block token sees the committed context and the whole block."""
+        device = self.length.device
+        context = (torch.arange(self.max_len, device=device) < self.length).expand(t, -1)
+        return torch.cat([context, torch.ones(t, t, dtype=torch.bool, device=device)], dim=1)
+
+
 class Drafter(nn.Module):
     """DFlash v1 drafter: `fc` fuses target layer outputs; bidirectional layers draft the block."""
 
@@ -125,8 +163,19 @@ class Drafter(nn.Module):
         )
         self.norm = RMSNorm(hidden, cfg.layers.rms_norm_eps)
 
-    def new_cache(self) -> DrafterCache:
-        return DrafterCache(len(self.layers))
+    def new_cache(
+        self, static: bool = False, max_len: int | None = None
+    ) -> DrafterCache | StaticDrafterCache:
+        """An empty context cache: growing, or with `static` preallocated for `max_len` tokens."""
+        if not static:
+            return DrafterCache(len(self.layers))
+        weight = self.fc.weight
+        return StaticDrafterCache(
+            self.config.layers,
+            max_len or self.config.layers.max_position_embeddings,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
 
     def context_kv(self, features: Tensor, positions: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Per layer keys/values of context `features` `[B, n, k*hidden]` at `positions` `[n]`."""
@@ -136,8 +185,13 @@ class Drafter(nn.Module):
         )
         return [layer.self_attn.project_kv(context, cos, sin) for layer in self.layers]
 
-    def extend_context(self, cache: DrafterCache, features: Tensor, positions: Tensor) -> None:
+    def extend_context(
+        self, cache: DrafterCache | StaticDrafterCache, features: Tensor, positions: Tensor
+    ) -> None:
         """Append committed context features to the drafter's cache."""
+        if isinstance(cache, StaticDrafterCache):
+            cache.write(self.context_kv(features, positions))
+            return
         for index, (k, v) in enumerate(self.context_kv(features, positions)):
             old = cache.layers[index]
             cache.layers[index] = (
@@ -151,7 +205,7 @@ class Drafter(nn.Module):
         self,
         block: Tensor,
         positions: Tensor,
-        context: list[tuple[Tensor, Tensor] | None],
+        context: Sequence[tuple[Tensor, Tensor] | None],
         mask: Tensor | None = None,
     ) -> Tensor:
         """Final-normed hidden states `[B, T, hidden]` of embedded `block` over `context`.
@@ -167,15 +221,32 @@ class Drafter(nn.Module):
             x, _, _ = layer(x, cos, sin, prefix, mask)
         return self.norm(x)
 
+    def draft(
+        self,
+        cache: DrafterCache | StaticDrafterCache,
+        target: Target,
+        ids: Tensor,
+        positions: Tensor,
+    ) -> Tensor:
+        """Greedy tokens `[T-1]` for the block `ids` `[1, T]` at `positions` `[T]` (on the device,
+        no host read: the step a CUDA graph captures)."""
+        mask = cache.mask(ids.shape[1]) if isinstance(cache, StaticDrafterCache) else None
+        hidden = self.block_hidden(target.model.embed_tokens(ids), positions, cache.layers, mask)
+        return target.head(hidden[:, 1:]).argmax(-1)[0]
+
     def propose(
-        self, cache: DrafterCache, target: Target, anchor: int, start: int, n: int
+        self,
+        cache: DrafterCache | StaticDrafterCache,
+        target: Target,
+        anchor: int,
+        start: int,
+        n: int,
     ) -> list[int]:
         """Greedy draft of the `n` tokens after `anchor`, which sits at position `start`."""
         device = target.model.embed_tokens.weight.device
         ids = torch.tensor([[anchor] + [self.config.mask_token_id] * n], device=device)
         positions = torch.arange(start, start + n + 1, device=device)
-        hidden = self.block_hidden(target.model.embed_tokens(ids), positions, cache.layers)
-        return target.head(hidden[:, 1:]).argmax(-1)[0].tolist()
+        return self.draft(cache, target, ids, positions).tolist()
 
 
 def load_drafter(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import Tensor
 
-from kernels_ref.drafter import DrafterCache, DrafterConfig
+from kernels_ref.drafter import DrafterCache, DrafterConfig, StaticDrafterCache
 from kernels_ref.model import Target
 
 if TYPE_CHECKING:
@@ -32,17 +32,23 @@ FAULTS: dict[str, str] = {
 }
 
 
+DraftCache = DrafterCache | StaticDrafterCache  # an oracle may keep its own kind
+
+
 class DraftModel(Protocol):
-    """What the loop needs from a drafter (the real one, or an oracle in tests)."""
+    """What the loop needs from a drafter (the real one, or an oracle in tests).
+
+    With `static_cache`, the loop calls `new_cache(True, max_len)` for a preallocated cache.
+    """
 
     config: DrafterConfig
 
     def new_cache(self) -> DrafterCache: ...
 
-    def extend_context(self, cache: DrafterCache, features: Tensor, positions: Tensor) -> None: ...
+    def extend_context(self, cache: DraftCache, features: Tensor, positions: Tensor) -> None: ...
 
     def propose(
-        self, cache: DrafterCache, target: Target, anchor: int, start: int, n: int
+        self, cache: DraftCache, target: Target, anchor: int, start: int, n: int
     ) -> list[int]: ...
 
 
@@ -112,6 +118,7 @@ def generate(
     *,
     max_new_tokens: int,
     stop_ids: set[int] | frozenset[int],
+    static_cache: bool = False,  # preallocated caches (StaticKVCache), the CUDA-graph layout
     block_size: int | None = None,
     inject: str | None = None,
     sampling: SamplingParams | None = None,
@@ -139,6 +146,8 @@ def generate(
         )
     if inject is not None and inject not in FAULTS:
         raise ValueError(f"unknown fault {inject!r}; known: {', '.join(FAULTS)}")
+    if static_cache and inject == "stale-kv":
+        raise ValueError("the stale-kv fault needs the growing cache (it never crops)")
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     size = 1 if drafter is None else (block_size or drafter.config.block_size)
@@ -153,6 +162,7 @@ def generate(
             frozenset(stop_ids),
             size,
             inject if drafter is not None else None,
+            static_cache,
         )
 
 
@@ -164,13 +174,17 @@ def _decode(
     stop_ids: frozenset[int],
     size: int,
     inject: str | None,
+    static_cache: bool = False,
 ) -> Generation:
     device = target.model.embed_tokens.weight.device
     budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
     if budget <= 0:
         return Generation([], [], [], prefill_forwards=0, stop_reason="length")
-    cache = target.new_cache()
-    draft_cache = drafter.new_cache() if drafter is not None else None
+    capacity = len(prompt) + budget  # the positions a static cache must hold
+    cache = target.new_cache(static_cache, capacity)
+    draft_cache = None
+    if drafter is not None:  # a drafter without static caches takes no arguments
+        draft_cache = drafter.new_cache(True, capacity) if static_cache else drafter.new_cache()
 
     def commit_context(hidden: list[Tensor], rows: int, start: int) -> None:
         if drafter is not None and draft_cache is not None:

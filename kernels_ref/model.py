@@ -135,19 +135,23 @@ class Attention(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        prefix: tuple[Tensor, Tensor] | None,
+        prefix: tuple[Tensor, Tensor] | StaticSlot | None,
         mask: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Attend `x` `[B, T, hidden]` to `prefix` and itself; return output and x's own k, v.
 
-        `mask` `[T, prefix + T]` (True = may attend) or None for full attention.
+        `mask` `[T, prefix + T]` (True = may attend) or None for full attention. A `StaticSlot`
+        prefix stores x's k, v in preallocated buffers and attends over all of them (`mask`
+        `[T, max_len]`).
         """
         b, t = x.shape[:2]
         q = self.q_norm(self.q_proj(x).view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)
         q = apply_rope(q, cos, sin)
         k_new, v_new = self.project_kv(x, cos, sin)
         k, v = k_new, v_new
-        if prefix is not None:
+        if isinstance(prefix, StaticSlot):
+            k, v = prefix.write(k_new, v_new)  # whole buffers; `mask` hides the unwritten tail
+        elif prefix is not None:
             k, v = torch.cat([prefix[0], k_new], dim=2), torch.cat([prefix[1], v_new], dim=2)
         groups = self.n_heads // self.n_kv
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
@@ -183,7 +187,7 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        prefix: tuple[Tensor, Tensor] | None,
+        prefix: tuple[Tensor, Tensor] | StaticSlot | None,
         mask: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, prefix, mask)
@@ -218,6 +222,67 @@ class KVCache:
                 self.keys[layer], self.values[layer] = k[:, :, :length], v[:, :, :length]
 
 
+class StaticSlot:
+    """One layer's view of a `StaticKVCache`: writes new keys/values at the cache's length."""
+
+    def __init__(self, cache: StaticKVCache, layer: int) -> None:
+        self.cache, self.layer = cache, layer
+
+    def write(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store `k`, `v` `[1, n_kv, T, head_dim]` at positions length..length+T-1; return the
+        whole `[1, n_kv, max_len, head_dim]` buffers."""
+        index = self.cache.length + torch.arange(k.shape[2], device=k.device)
+        keys, values = self.cache.keys[self.layer], self.cache.values[self.layer]
+        keys.index_copy_(2, index, k.to(keys.dtype))
+        values.index_copy_(2, index, v.to(values.dtype))
+        return keys, values
+
+
+class StaticKVCache:
+    """Preallocated per-layer keys/values `[1, n_kv, max_len, head_dim]` and a device length.
+
+    Nothing is reallocated and nothing is read back to the host while decoding, so a forward over
+    it can be captured as a CUDA graph: writes go to `length..length+T-1` (`index_copy_`),
+    attention masks every position at or beyond each query's own, and `crop(n)` only sets the
+    length (the stale tail is masked, then overwritten).
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        device: torch.device | str,
+        dtype: torch.dtype,
+    ) -> None:
+        shape = (1, n_kv, max_len, head_dim)  # zeros, not empty: masked NaNs would still leak
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.max_len = max_len
+        self.length = torch.zeros((), dtype=torch.long, device=device)  # [] on the device
+
+    def __len__(self) -> int:
+        return int(self.length)  # a host read: not for use inside a captured step
+
+    def slot(self, layer: int) -> StaticSlot:
+        return StaticSlot(self, layer)
+
+    def mask(self, t: int) -> Tensor:
+        """`[t, max_len]`: query i (at position length+i) sees positions 0..length+i."""
+        device = self.length.device
+        last = self.length + torch.arange(t, device=device)  # [t]
+        return torch.arange(self.max_len, device=device)[None, :] <= last[:, None]
+
+    def advance(self, t: int) -> None:
+        self.length.add_(t)
+
+    def crop(self, length: int) -> None:
+        """Forget every position from `length` on (rejected draft tokens)."""
+        self.length.fill_(length)
+
+
 class Qwen3Model(nn.Module):
     """The decoder stack (`model.*` in HF names)."""
 
@@ -247,11 +312,25 @@ class Target(nn.Module):
             return normed @ self.model.embed_tokens.weight.T
         return self.lm_head(normed)
 
-    def new_cache(self) -> KVCache:
-        return KVCache(self.config.num_hidden_layers)
+    def new_cache(
+        self, static: bool = False, max_len: int | None = None
+    ) -> KVCache | StaticKVCache:
+        """An empty cache: growing (the default) or, with `static`, preallocated for `max_len`
+        positions (default `max_position_embeddings`) on the model's device and dtype."""
+        if not static:
+            return KVCache(self.config.num_hidden_layers)
+        weight = self.model.embed_tokens.weight
+        return StaticKVCache(
+            self.config.num_hidden_layers,
+            self.config.num_key_value_heads,
+            self.config.head_dim,
+            max_len or self.config.max_position_embeddings,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
 
     def forward(
-        self, ids: Tensor, positions: Tensor, cache: KVCache
+        self, ids: Tensor, positions: Tensor, cache: KVCache | StaticKVCache
     ) -> tuple[Tensor, list[Tensor]]:
         """Run `ids` `[B, T]` at `positions` `[T]` after the cached prefix, appending to `cache`.
 
@@ -260,6 +339,8 @@ class Target(nn.Module):
         """
         x = self.model.embed_tokens(ids)
         cos, sin = rope(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        if isinstance(cache, StaticKVCache):
+            return self._forward_static(x, cos, sin, cache)
         t, past = ids.shape[1], len(cache)
         mask = None  # query i sees the whole cached prefix and new tokens 0..i
         if t > 1:
@@ -269,6 +350,19 @@ class Target(nn.Module):
             x, k, v = layer(x, cos, sin, cache.prefix(index), mask)
             cache.append(index, k, v)
             hidden.append(x)
+        return self.head(self.model.norm(x)), hidden
+
+    def _forward_static(
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: StaticKVCache
+    ) -> tuple[Tensor, list[Tensor]]:
+        """`forward` over a `StaticKVCache`: no host read, no allocation that depends on length."""
+        t = x.shape[1]
+        mask = cache.mask(t)  # [t, max_len]
+        hidden = [x]
+        for index, layer in enumerate(self.model.layers):
+            x, _, _ = layer(x, cos, sin, cache.slot(index), mask)
+            hidden.append(x)
+        cache.advance(t)
         return self.head(self.model.norm(x)), hidden
 
 

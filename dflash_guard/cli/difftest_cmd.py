@@ -157,6 +157,9 @@ def register(app: typer.Typer) -> None:
                 + ", ".join(SAMPLING_FAULTS) + ")."
             ),
         ] = None,
+        cuda_graphs: Annotated[
+            bool, typer.Option(help="Replay decode/verify/draft steps as CUDA graphs (cuda).")
+        ] = False,
         fail_on_warning: Annotated[
             bool, typer.Option(help="Exit 1 on an acceptance warning too.")
         ] = False,
@@ -295,6 +298,7 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             inject=inject,
             block_size=block_size,
+            cuda_graphs=cuda_graphs,
         )
         if output_format is OutputFormat.json:
             print_json(report.to_json())
