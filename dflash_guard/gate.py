@@ -3,7 +3,10 @@
 In order: the lockfile (schema, pins), its signature, byte-exact verification of every locked
 folder, the scan of exactly the verified folders (then the tier rules on remote code and pickle
 formats), the policy (expired waivers, staging, GGUF comparisons, engine builds), model
-signatures, and the greedy lossless diff test of the locked pair. The first failing check
+signatures, the greedy lossless diff test of the locked pair, and, when the policy names
+endpoints (`difftest.endpoints`), the diff of the live baseline and candidate engines; an
+endpoint the gate cannot reach refuses (a gate that cannot check does not approve). The first
+failing check
 refuses the deploy; only an approval writes the approval record (an in-toto statement, see
 `provenance`). Operational problems (a missing file, a malformed policy) raise `InputError`.
 """
@@ -12,14 +15,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from dflash_guard.errors import InputError
 from dflash_guard.lockfile import Artifact, Lockfile, load_lockfile
-from dflash_guard.policy import COMMIT_RE, Policy, RemoteCode, load_policy
+from dflash_guard.policy import (
+    COMMIT_RE,
+    EndpointRules,
+    Policy,
+    RemoteCode,
+    endpoint_url,
+    load_policy,
+)
 from dflash_guard.provenance import (
     CheckResult,
     approval_statement,
@@ -33,7 +45,7 @@ from dflash_guard.signing import (
 )
 
 STEPS = ("lockfile", "lockfile signature", "verify", "scan", "policy", "model signatures",
-         "difftest")
+         "difftest", "endpoint diff")
 PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)|^(pr|#)[-/#]?\d+$",
                         re.IGNORECASE)
 # Semantic-version tags, and llama.cpp's build tags (`b4567`).
@@ -43,6 +55,10 @@ MAX_LISTED = 3
 
 class Refusal(Exception):
     """A check failed: the deploy is refused for this reason (not an operational error)."""
+
+
+class Skipped(Exception):
+    """A check the policy does not configure: it passes, and the table says why it did not run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,12 +95,14 @@ class _Context:
     download: bool
     device: str
     inject: str | None
+    endpoints: EndpointRules | None = None
     lock: Lockfile | None = None
     locations: dict[str, Path] = dataclasses.field(default_factory=dict)
     tiers: dict[str, str] = dataclasses.field(default_factory=dict)
     scan_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     difftest: dict[str, Any] = dataclasses.field(default_factory=dict)
     tau: float = 0.0
+    endpoint_diff: dict[str, Any] | None = None
     waivers_used: list[str] = dataclasses.field(default_factory=list)
 
     def waived(self, kind: str, target: str) -> bool:
@@ -313,6 +331,92 @@ def check_difftest(ctx: _Context) -> str:
             f">= {rules.min_tau}")
 
 
+def check_endpoint_diff(ctx: _Context) -> str:
+    """Diff the live baseline and candidate engines: a hard divergence always refuses, more
+    near-ties than `max_near_ties` refuse, and so does an endpoint the gate cannot use."""
+    from dflash_guard.difftest import DEFAULT_PROMPTS
+    from dflash_guard.endpoint_diff import EndpointError, load_prompts, run_endpoint_diff
+
+    rules = ctx.endpoints
+    if rules is None:
+        raise Skipped("not configured (the policy has no difftest.endpoints)")
+    api_key = os.environ[rules.api_key_env].strip() if rules.api_key_env else None
+    try:
+        report = run_endpoint_diff(
+            rules.baseline, rules.candidate,
+            load_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
+            model=rules.model, max_new_tokens=rules.max_new_tokens,
+            concurrency=rules.concurrency, api_key=api_key, timeout=rules.timeout_s,
+            near_tie_margin=rules.near_tie_margin,
+            metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
+        )
+    except EndpointError as error:
+        raise Refusal(f"{error} (a gate that cannot check does not approve)") from None
+    hard, ties = report.hard_divergences, report.near_ties
+    acceptance = report.acceptance
+    ctx.endpoint_diff = {
+        "baseline": report.baseline,
+        "candidate": report.candidate,
+        "model": rules.model,
+        "prompts": len(report.results),
+        "maxNewTokens": rules.max_new_tokens,
+        "identical": sum(r.status == "identical" for r in report.results),
+        "nearTies": len(ties),
+        "maxNearTies": rules.max_near_ties,
+        "nearTieMargin": rules.near_tie_margin,
+        "hard": len(hard),
+        "divergences": [r.prompt_id for r in (*hard, *ties)],
+        "acceptance": dataclasses.asdict(acceptance) if acceptance else None,
+        "warnings": list(report.warnings),
+    }
+    total = len(report.results)
+    if hard:
+        first = hard[0]
+        raise Refusal(f"{len(hard)} of {total} prompts diverge between baseline and candidate "
+                      f"(first: {first.prompt_id} at token {first.position}"
+                      f"{': ' + first.detail if first.detail else ''})")
+    if len(ties) > rules.max_near_ties:
+        names = ", ".join(r.prompt_id for r in ties)
+        raise Refusal(f"{len(ties)} near-tie divergences ({names}), more than the policy's "
+                      f"max_near_ties {rules.max_near_ties}")
+    tau = acceptance.mean_acceptance_length if acceptance else None
+    figures = f"; candidate tau {tau:.2f}" if tau is not None else ""
+    ties_note = f", {len(ties)} near-ties tolerated" if ties else ""
+    return f"{total} prompts match on the live endpoints{ties_note}{figures}"
+
+
+def metrics_url(candidate: str) -> str:
+    """The candidate server's Prometheus endpoint: `/metrics` at its origin (vLLM, SGLang)."""
+    parts = urlsplit(candidate)
+    return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
+
+
+def resolve_endpoints(policy: Policy, baseline: str | None = None,
+                      candidate: str | None = None) -> EndpointRules | None:
+    """The endpoint diff to run: the policy's, with URLs overridden at gate time; the policy's
+    settings with both URLs when it names none; None when neither configures one."""
+    from dflash_guard.endpoint_diff import redact_url
+
+    rules = policy.difftest.endpoints
+    if rules is None and (baseline or candidate):
+        if not (baseline and candidate):
+            raise InputError("the policy names no endpoints: give both --baseline and "
+                             "--candidate")
+        rules = EndpointRules(baseline, candidate, max_new_tokens=policy.difftest.max_new_tokens)
+    if rules is None:
+        return None
+    rules = dataclasses.replace(rules, baseline=baseline or rules.baseline,
+                                candidate=candidate or rules.candidate)
+    for flag, url in (("--baseline", rules.baseline), ("--candidate", rules.candidate)):
+        if not endpoint_url(url):
+            raise InputError(f"{flag}: not an http(s) URL without credentials: "
+                             f"{redact_url(url)}")
+    if rules.api_key_env and not os.environ.get(rules.api_key_env, "").strip():
+        raise InputError(f"difftest.endpoints.api_key_env names {rules.api_key_env}, but that "
+                         "variable is unset or empty")
+    return rules
+
+
 CHECKS: tuple[tuple[str, Callable[[_Context], str]], ...] = (
     ("lockfile", check_lockfile),
     ("lockfile signature", check_lockfile_signature),
@@ -321,6 +425,7 @@ CHECKS: tuple[tuple[str, Callable[[_Context], str]], ...] = (
     ("policy", check_policy),
     ("model signatures", check_model_signatures),
     ("difftest", check_difftest),
+    ("endpoint diff", check_endpoint_diff),
 )
 
 
@@ -339,11 +444,16 @@ def run_gate(
     download: bool = False,
     device: str = "cpu",
     inject: str | None = None,
+    baseline: str | None = None,
+    candidate: str | None = None,
     interactive: bool = False,
     today: dt.date | None = None,
     on_check: Callable[[CheckResult], None] | None = None,
 ) -> GateResult:
-    """Run every check in order; refuse at the first failure; write `out` only on approval."""
+    """Run every check in order; refuse at the first failure; write `out` only on approval.
+
+    `baseline` and `candidate` override the policy's endpoint URLs (or, with both, run the
+    endpoint diff under a policy that names none)."""
     if sign and key is not None:
         raise InputError("--sign and --key are exclusive: sign with Sigstore or with a key")
     if key is not None and not key.is_file():
@@ -351,19 +461,24 @@ def run_gate(
     if (sign or key is not None) and out is None:
         raise InputError("signing the approval needs --out FILE")
     # Ask for the Sigstore credential before any work, so a missing one fails at once.
+    policy = load_policy(policy_path)
+    endpoints = resolve_endpoints(policy, baseline, candidate)
     token = identity_token(interactive) if sign else None
     ctx = _Context(
-        lock_path=Path(lock_path), policy=load_policy(policy_path), roots=dict(roots or {}),
+        lock_path=Path(lock_path), policy=policy, roots=dict(roots or {}),
         today=today or dt.datetime.now(dt.UTC).date(), trust_root=trust_root,
-        download=download, device=device, inject=inject,
+        download=download, device=device, inject=inject, endpoints=endpoints,
     )
     results: list[CheckResult] = []
     for name, check in CHECKS:
+        skipped = False
         try:
             detail, ok = check(ctx), True
+        except Skipped as skip:
+            detail, ok, skipped = str(skip), True, True
         except Refusal as refusal:
             detail, ok = str(refusal), False
-        results.append(CheckResult(name, ok, detail))
+        results.append(CheckResult(name, ok, detail, skipped))
         if on_check is not None:
             on_check(results[-1])
         if not ok:
@@ -372,7 +487,7 @@ def run_gate(
     statement = approval_statement(
         ctx.lock_path, ctx.lock, ctx.policy, checks=results, scan_summary=ctx.scan_summary,
         difftest=ctx.difftest, acceptance_length=round(ctx.tau, 4), tiers=ctx.tiers,
-        waivers_used=ctx.waivers_used,
+        waivers_used=ctx.waivers_used, endpoint_diff=ctx.endpoint_diff,
     )
     signature = None
     if out is not None:

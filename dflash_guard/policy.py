@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -39,6 +40,7 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_AT_COMMIT_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)@(?P<commit>[0-9a-f]{40})$")
 ORG_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class RemoteCode(StrEnum):
@@ -138,6 +140,25 @@ class DifftestRules:
     max_new_tokens: int
     near_tie_allowance: float  # a divergence whose top-2 logit margin is below this is tolerated
     min_tau: float
+    endpoints: EndpointRules | None = None  # None: the gate runs no endpoint diff
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointRules:
+    """How the gate diff-tests two live engines (`difftest.endpoints`): a baseline without
+    speculation and the candidate with the drafter. The API key is named, never held."""
+
+    baseline: str
+    candidate: str
+    model: str | None = None  # None: each server's first model
+    api_key_env: str | None = None  # the NAME of an environment variable holding the key
+    prompts: str | None = None  # None: the built-in prompt set; else a JSONL path
+    max_new_tokens: int = 64
+    max_near_ties: int = 0  # near-tie divergences tolerated; a hard divergence always refuses
+    near_tie_margin: float = 0.05  # nats: what counts as a near-tie
+    metrics: bool = False  # read the candidate's `/metrics` for acceptance figures
+    concurrency: int = 4
+    timeout_s: float = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,6 +392,54 @@ def _orgs(field: _Field) -> tuple[str, ...]:
     return tuple(item.text(ORG_RE.match, "a Hub organisation name") for item in field.items())
 
 
+def _prompt_file(field: _Field, base: Path) -> str | None:
+    """`builtin` (or nothing) is None; else a JSONL path relative to the policy, which exists."""
+    prompts = field.value()
+    if prompts is None or prompts == "builtin":
+        return None
+    path = base / field.text()
+    if not path.is_file():
+        raise field.fail(f"prompt file {path} not found")
+    return str(path)
+
+
+def endpoint_url(value: str) -> bool:
+    """An http(s) URL with a host and no credentials in it (a key belongs in `api_key_env`)."""
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc
+
+
+ENDPOINT_FIELDS = ("baseline", "candidate", "model", "api_key_env", "prompts", "max_new_tokens",
+                   "max_near_ties", "near_tie_margin", "metrics", "concurrency", "timeout_s")
+
+
+def _endpoint_rules(field: _Field, base: Path, max_new_tokens: int) -> EndpointRules:
+    """`difftest.endpoints`: when present it must name both URLs (it fails closed)."""
+    f = field.mapping(ENDPOINT_FIELDS, ("baseline", "candidate"))
+    url = "an http(s) URL without credentials"
+    defaults = EndpointRules("", "", max_new_tokens=max_new_tokens)
+
+    def get(name: str, kind: type | tuple[type, ...], check: Callable[[Any], Any],
+            expect: str) -> Any:
+        return f[name].typed(kind, check, expect) if name in f else getattr(defaults, name)
+
+    return EndpointRules(
+        baseline=f["baseline"].text(endpoint_url, url),
+        candidate=f["candidate"].text(endpoint_url, url),
+        model=f["model"].text() if "model" in f else None,
+        api_key_env=(f["api_key_env"].text(ENV_NAME_RE.match, "an environment variable name")
+                     if "api_key_env" in f else None),
+        prompts=_prompt_file(f["prompts"], base) if "prompts" in f else None,
+        max_new_tokens=get("max_new_tokens", int, lambda v: v > 0, "an integer > 0"),
+        max_near_ties=get("max_near_ties", int, lambda v: v >= 0, "an integer >= 0"),
+        near_tie_margin=float(get("near_tie_margin", (int, float), lambda v: v >= 0,
+                                  "a logprob margin in nats >= 0")),
+        metrics=f["metrics"].flag() if "metrics" in f else False,
+        concurrency=get("concurrency", int, lambda v: v > 0, "an integer > 0"),
+        timeout_s=float(get("timeout_s", (int, float), lambda v: v > 0, "seconds > 0")),
+    )
+
+
 TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "tiers", "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
@@ -417,23 +486,21 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
     )
     scan = f["scan"].mapping(("fail_on",), ("fail_on",))
     difftest_names = ("prompts", "max_new_tokens", "near_tie_allowance", "min_tau")
-    difftest = f["difftest"].mapping(difftest_names, difftest_names)
+    difftest = f["difftest"].mapping((*difftest_names, "endpoints"), difftest_names)
     drafter = f["drafter"].mapping(("max_params",), ("max_params",))
     sig_names = ("lockfile_required", "lockfile", "models", "approvals")
     sigs = f["signatures"].mapping(sig_names, sig_names)
 
-    prompts = difftest["prompts"].value()
-    if prompts is not None and prompts != "builtin":
-        prompts = str(base / difftest["prompts"].text())
-        if not Path(prompts).is_file():
-            raise difftest["prompts"].fail(f"prompt file {prompts} not found")
+    max_new_tokens = difftest["max_new_tokens"].typed(int, lambda v: v > 0, "an integer > 0")
     rules = DifftestRules(
-        prompts=None if prompts in (None, "builtin") else prompts,
-        max_new_tokens=difftest["max_new_tokens"].typed(int, lambda v: v > 0, "an integer > 0"),
+        prompts=_prompt_file(difftest["prompts"], base),
+        max_new_tokens=max_new_tokens,
         near_tie_allowance=float(difftest["near_tie_allowance"].typed(
             (int, float), lambda v: v >= 0, "a logit margin >= 0"
         )),
         min_tau=float(difftest["min_tau"].typed((int, float), lambda v: v >= 1, "a number >= 1")),
+        endpoints=(_endpoint_rules(difftest["endpoints"], base, max_new_tokens)
+                   if "endpoints" in difftest else None),
     )
 
     tiers = {name: _tier_rule(tiers_f[name]) for name in TIERS}

@@ -3,8 +3,9 @@
 Subjects are the lockfile and every locked artifact file, each with its sha256; the predicate
 records the policy (name and digest), the tool version, the engines as resource descriptors with
 `gitCommit` digests, the checks that ran, the scan summary, the difftest result, the acceptance
-length and the time. The record is written atomically and can be signed with Sigstore (a DSSE
-bundle over the statement, `RECORD.sigstore.json`) or an ECDSA key (`RECORD.sig`).
+length, the endpoint diff's summary (URLs, never an API key) and the time. The record is written
+atomically and can be signed with Sigstore (a DSSE bundle over the statement,
+`RECORD.sigstore.json`) or an ECDSA key (`RECORD.sig`).
 """
 
 from __future__ import annotations
@@ -41,11 +42,13 @@ PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/approval/v1"
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """One step of the gate: its name, whether it passed, and a one-line detail."""
+    """One step of the gate: its name, whether it passed, and a one-line detail (`skipped`: a
+    step the policy does not configure, e.g. the endpoint diff without `difftest.endpoints`)."""
 
     name: str
     ok: bool
     detail: str
+    skipped: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -81,9 +84,11 @@ def approval_statement(
     acceptance_length: float,
     tiers: Mapping[str, str],
     waivers_used: Sequence[str] = (),
+    endpoint_diff: Mapping[str, Any] | None = None,
     time: dt.datetime | None = None,
 ) -> dict[str, Any]:
-    """The approval record as an in-toto Statement v1 (a dict ready for JSON)."""
+    """The approval record as an in-toto Statement v1 (a dict ready for JSON); `endpoint_diff`
+    is the live-engine diff's summary, None (`null`) when the policy configures none."""
     subjects = [{"name": lock_path.name, "digest": {"sha256": _sha256_file(lock_path)}}]
     for artifact in lock.artifacts:
         for locked in sorted(artifact.files, key=lambda f: f.path):
@@ -118,6 +123,7 @@ def approval_statement(
         "scan": dict(scan_summary),
         "difftest": dict(difftest),
         "acceptanceLength": acceptance_length,
+        "endpointDiff": dict(endpoint_diff) if endpoint_diff is not None else None,
         "waivers": list(waivers_used),
     }
     return {

@@ -23,8 +23,11 @@ def render(result: GateResult) -> None:
     table.add_column("detail", overflow="fold")
     ran = {c.name for c in result.checks}
     for check in result.checks:
-        table.add_row(check.name, "[green]pass[/]" if check.ok else "[bold red]FAIL[/]",
-                      check.detail)
+        if check.skipped:
+            verdict = "[dim]not configured[/]"
+        else:
+            verdict = "[green]pass[/]" if check.ok else "[bold red]FAIL[/]"
+        table.add_row(check.name, verdict, check.detail)
     for step in STEPS:
         if step not in ran:
             table.add_row(step, "[dim]not run[/]", "")
@@ -59,6 +62,12 @@ def gate(
     inject: Annotated[str | None, typer.Option(
         "--inject", hidden=True, help="Diff-test with a planted fault (demonstrations).")
     ] = None,
+    baseline: Annotated[str | None, typer.Option(
+        "--baseline", help="Endpoint diff: the baseline engine's URL (overrides the policy's).")
+    ] = None,
+    candidate: Annotated[str | None, typer.Option(
+        "--candidate", help="Endpoint diff: the candidate engine's URL (overrides the policy's).")
+    ] = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="text or json.")
                    ] = OutputFormat.text,
 ) -> None:
@@ -66,7 +75,7 @@ def gate(
     result = run_gate(
         lock_path, policy, parse_roots(root or []), out=out, sign=sign, key=key,
         trust_root=trust_root, download=download, device=device, inject=inject,
-        interactive=sys.stdin.isatty(),
+        baseline=baseline, candidate=candidate, interactive=sys.stdin.isatty(),
     )
     if fmt is OutputFormat.json:
         print_json(result.to_json())

@@ -65,7 +65,8 @@ def test_provenance_predicate_fields(statement):
     assert predicate["policy"]["name"] == "default"
     assert len(predicate["policy"]["digest"]["sha256"]) == 64
     assert predicate["acceptanceLength"] == 3.5 and predicate["waivers"] == ["W-1"]
-    assert predicate["checks"] == [{"name": "verify", "ok": True, "detail": "8 files"}]
+    assert predicate["checks"] == [{"name": "verify", "ok": True, "detail": "8 files",
+                                   "skipped": False}]
 
 
 def test_provenance_write_read_roundtrip(statement, tmp_path):
