@@ -66,10 +66,16 @@ def render_text(report: ScanReport, fail_on: Severity, console: Console) -> None
     verdict = "FAIL" if report.fails(fail_on) else "PASS"
     params = f", {report.param_count:,} parameters" if report.param_count is not None else ""
     console.print(
-        f"{verdict}: {report.files_scanned} files, {len(report.findings)} findings "
+        f"{verdict}: {_count(report.files_scanned, 'file')}, "
+        f"{_count(len(report.findings), 'finding')} "
         f"(worst: {worst.name if worst else 'none'}, failing at {fail_on.name}+){params}",
         highlight=False,
     )
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 finding`, `2 findings`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def register(app: typer.Typer) -> None:

@@ -91,4 +91,12 @@ def test_text_report_to_file(cli, tmp_path: Path) -> None:
     (tmp_path / "m.pkl").write_bytes(gadget_pickle("os", "system", protocol=2))
     out = tmp_path / "report.txt"
     assert cli("scan", tmp_path / "m.pkl", "--output", out).exit_code == 1
-    assert "DG-PICKLE-DANGEROUS-GLOBAL" in out.read_text()
+    text = out.read_text()
+    assert "DG-PICKLE-DANGEROUS-GLOBAL" in text
+    assert "FAIL: 1 file, " in text and " findings (worst: critical" in text
+
+
+def test_text_verdict_counts_in_the_singular(cli, tmp_path: Path, benign_modeling: str) -> None:
+    (tmp_path / "dflash.py").write_text(benign_modeling)  # one note: DG-RC-UNREVIEWED
+    result = cli("scan", tmp_path)
+    assert "PASS: 1 file, 1 finding (worst: low" in result.stdout
