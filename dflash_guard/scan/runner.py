@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from dflash_guard.errors import InputError
+from dflash_guard.folder import Unsafe, list_folder
 from dflash_guard.scan import (
     drafter_config,
     gguf_check,
@@ -224,15 +225,29 @@ class _Run:
             )
 
 
-def _files(root: Path) -> list[Path]:
-    found = []
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root).parts
-        if any(part in _SKIPPED_DIRS for part in relative[:-1]):
-            continue
-        if path.is_file():
-            found.append(path)
-    return found
+def _hf_repo_folder(root: Path) -> Path | None:
+    """The repo folder of an HF-cache snapshot holding `root` (its files link into `blobs/`)."""
+    for folder in [root, *root.parents]:
+        repo = folder.parent.parent
+        if folder.parent.name == "snapshots" and (repo / "blobs").is_dir():
+            return repo
+    return None
+
+
+def _files(root: Path) -> tuple[list[tuple[str, Path]], list[Unsafe]]:
+    """The regular files under `root` by relative path, and the entries not followed.
+
+    `folder.list_folder` refuses symlinked folders, dangling links, special files and links out
+    of the folder (or, for an HF-cache snapshot, out of its repo folder); those are reported.
+    """
+    found, unsafe = list_folder(root, _hf_repo_folder(root.resolve()))
+
+    def kept(relative: str) -> bool:
+        return not any(part in _SKIPPED_DIRS for part in relative.split("/")[:-1])
+
+    return sorted(item for item in found.items() if kept(item[0])), [
+        entry for entry in unsafe if kept(entry.path)
+    ]
 
 
 def scan_paths(
@@ -250,6 +265,8 @@ def scan_paths(
     for path in [*paths, *([target] if target is not None else [])]:
         if not Path(path).exists():
             raise InputError(f"{path}: no such file or folder")
+        if not (Path(path).is_file() or Path(path).is_dir()):
+            raise InputError(f"{path}: not a regular file or folder")
     if target is not None and not Path(target).is_dir():
         raise InputError(f"{target}: --target must be a model folder")
     run = _Run(frozenset(reviewed_sha256))
@@ -260,9 +277,19 @@ def scan_paths(
         if root.is_file():
             run.scan_file(root, str(raw))
             continue
-        for file in _files(root):
-            relative = file.relative_to(root).as_posix()
+        files, unsafe = _files(root)
+        for relative, file in files:
             run.scan_file(file, f"{prefix}/{relative}" if prefix else relative)
+        for entry in unsafe:
+            run.add(
+                Finding(
+                    "DG-UNSCANNABLE",
+                    Severity.high,
+                    f"{prefix}/{entry.path}" if prefix else entry.path,
+                    f"not scanned: {entry.detail}",
+                    detector="scan",
+                )
+            )
         folders.append((root, f"{prefix}/config.json" if prefix else "config.json"))
     for root, display in folders:
         config_path = root / "config.json"

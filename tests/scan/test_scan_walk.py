@@ -1,0 +1,59 @@
+"""The folder walk of `scan`: HF-cache snapshots, symlinks out of the folder, special files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from scan_builders import gadget_pickle, write_safetensors
+
+from dflash_guard.errors import InputError
+from dflash_guard.scan import scan_paths
+
+
+def _hf_snapshot(tmp_path: Path) -> Path:
+    """`models--o--r/snapshots/abc/` whose files link to `../../blobs/<hash>`, as the Hub cache."""
+    repo = tmp_path / "hub" / "models--o--r"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    write_safetensors(repo / "blobs" / "1111")
+    (repo / "blobs" / "2222").write_bytes(gadget_pickle("os", "system", protocol=2))
+    (snapshot / "model.safetensors").symlink_to("../../blobs/1111")
+    (snapshot / "extra.bin").symlink_to("../../blobs/2222")
+    return snapshot
+
+
+def test_hf_cache_snapshot_is_scanned_through_its_blob_links(tmp_path: Path) -> None:
+    report = scan_paths([_hf_snapshot(tmp_path)])
+    assert report.files_scanned == 2 and report.param_count
+    rules = {(f.file, f.rule_id) for f in report.findings}
+    assert ("extra.bin", "DG-PICKLE-DANGEROUS-GLOBAL") in rules
+    assert not any(f.rule_id == "DG-UNSCANNABLE" for f in report.findings)
+
+
+def test_symlink_out_of_the_folder_is_reported_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(gadget_pickle("os", "system", protocol=2))
+    model = tmp_path / "model"
+    model.mkdir()
+    write_safetensors(model / "model.safetensors")
+    (model / "weights.bin").symlink_to(outside)
+    (model / "passwd").symlink_to("/etc/passwd")
+    (model / "etc").symlink_to("/etc")
+    report = scan_paths([model])
+    unscannable = {f.file: f.message for f in report.findings if f.rule_id == "DG-UNSCANNABLE"}
+    assert set(unscannable) == {"weights.bin", "passwd", "etc"}
+    assert "points outside" in unscannable["weights.bin"]
+    assert not any(f.rule_id.startswith("DG-PICKLE") for f in report.findings)  # not followed
+    assert report.files_scanned == 1 and report.fails()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
+def test_special_files_are_reported_or_refused(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    report = scan_paths([tmp_path])
+    assert [(f.file, f.rule_id) for f in report.findings] == [("pipe", "DG-UNSCANNABLE")]
+    with pytest.raises(InputError, match="not a regular file or folder"):
+        scan_paths([tmp_path / "pipe"])
