@@ -10,9 +10,9 @@ DG-CONFIG-INVALID (a config that cannot be read, medium).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from dflash_guard.scan import jsonfile
 from dflash_guard.scan.interface import Finding, Severity
 
 DETECTOR = "drafter-config"
@@ -38,7 +38,7 @@ def _load(path: Path) -> tuple[dict | None, str | None]:
     if not path.is_file():
         return None, None
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = jsonfile.read(path)
     except (OSError, UnicodeDecodeError, ValueError) as error:
         return None, f"{path.name} is not readable JSON: {error}"
     return (value if isinstance(value, dict) else None), None

@@ -8,7 +8,6 @@ unpickled or rendered.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from dflash_guard.errors import InputError
@@ -16,6 +15,7 @@ from dflash_guard.folder import Unsafe, list_folder
 from dflash_guard.scan import (
     drafter_config,
     gguf_check,
+    jsonfile,
     pickles,
     remote_code,
     safetensors_check,
@@ -153,7 +153,7 @@ class _Run:
 
     def auto_map(self, path: Path, display: str) -> None:
         try:
-            config = json.loads(path.read_text(encoding="utf-8"))
+            config = jsonfile.read(path)
         except (OSError, UnicodeDecodeError, ValueError) as error:
             self.add(
                 Finding(
@@ -318,6 +318,6 @@ def scan_paths(
 
 def _read_json(path: Path) -> object:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return jsonfile.read(path)
     except (OSError, UnicodeDecodeError, ValueError):
         return None

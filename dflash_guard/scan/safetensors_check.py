@@ -9,11 +9,11 @@ padding or after the data, dtype * shape vs byte span, and shard indexes.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import struct
 from pathlib import Path, PurePosixPath
 
+from dflash_guard.scan import jsonfile
 from dflash_guard.scan.interface import Finding, Severity
 
 DETECTOR = "safetensors"
@@ -47,23 +47,6 @@ _SIGNATURES = {
     b"GGUF": "GGUF magic",
     b"\x93NUMPY": "numpy array",
 }
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    keys = [key for key, _ in pairs]
-    if len(keys) != len(set(keys)):
-        duplicate = next(key for key in keys if keys.count(key) > 1)
-        raise _DuplicateKey(f"duplicate JSON key {duplicate!r}")
-    return dict(pairs)
-
-
-def loads_strict(text: str | bytes) -> object:
-    """`json.loads` that refuses duplicate keys at any depth (raises `ValueError`)."""
-    return json.loads(text, object_pairs_hook=_no_duplicates)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +115,8 @@ def _read_header(path: Path, check: _Checker) -> Header | None:
         raw = handle.read(length)
         _polyglot(raw, "header", check)
         try:
-            parsed = loads_strict(raw.decode("utf-8"))
-        except _DuplicateKey as error:
+            parsed = jsonfile.loads(raw.decode("utf-8"), strict=True)
+        except jsonfile.DuplicateKey as error:
             check.add(
                 "DG-ST-DUPLICATE-KEY",
                 Severity.high,
@@ -247,7 +230,7 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
     """
     check = _Checker(display)
     try:
-        index = loads_strict(index_path.read_bytes())
+        index = jsonfile.read(index_path, strict=True)
     except OSError as error:
         check.add("DG-UNSCANNABLE", Severity.high, f"cannot read: {error}")
         return check.findings

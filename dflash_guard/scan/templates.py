@@ -9,13 +9,13 @@ template is refused before any engine renders it, sandboxed or not.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from jinja2 import Environment, nodes
 from jinja2.exceptions import TemplateSyntaxError
 
+from dflash_guard.scan import jsonfile
 from dflash_guard.scan.interface import Finding, Severity
 
 DETECTOR = "template"
@@ -200,7 +200,7 @@ def templates_in_config(config: object) -> list[tuple[str, str]]:
 def scan_config_templates(path: Path, display: str) -> list[Finding]:
     """Chat templates inside `tokenizer_config.json` or `chat_template.json`."""
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = jsonfile.read(path)
     except (OSError, UnicodeDecodeError, ValueError) as error:
         return [
             Finding(

@@ -1,0 +1,43 @@
+"""Parsing the JSON a scan meets (configs, shard indexes, safetensors headers) without crashing.
+
+`json` recurses once per nesting level, so `[[[[...` a few thousand deep raises `RecursionError`,
+and a multi-gigabyte `config.json` would be read whole: both are turned into `ValueError`, the
+error every caller already reports as a finding.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any real config, index or tokenizer_config
+
+
+class DuplicateKey(ValueError):
+    """A JSON object repeats a key (two parsers could read two different documents)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [key for key, _ in pairs]
+    if len(keys) != len(set(keys)):
+        duplicate = next(key for key in keys if keys.count(key) > 1)
+        raise DuplicateKey(f"duplicate JSON key {duplicate!r}")
+    return dict(pairs)
+
+
+def loads(text: str | bytes, *, strict: bool = False) -> object:
+    """`json.loads` raising only `ValueError` on bad input; `strict` also refuses duplicate keys
+    at any depth (`DuplicateKey`)."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates if strict else None)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
+
+
+def read(path: Path, *, strict: bool = False) -> object:
+    """The JSON document in `path`: `OSError` if unreadable, `ValueError` if it is not UTF-8 JSON
+    or has over `MAX_JSON_BYTES`."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise ValueError(f"{size} bytes, over the {MAX_JSON_BYTES} a JSON file may have")
+    return loads(path.read_bytes().decode("utf-8"), strict=strict)
