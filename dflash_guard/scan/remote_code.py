@@ -394,22 +394,25 @@ class _Visitor(ast.NodeVisitor):
 
 def check_source(source: bytes, display: str) -> list[Finding]:
     """Findings for one Python source file (parsed, never imported)."""
+
+    def unparseable(message: str, line: int | None = None) -> list[Finding]:
+        return [
+            Finding(
+                "DG-RC-UNPARSEABLE", Severity.high, display, message, line=line, detector=DETECTOR
+            )
+        ]
+
     try:
         tree = ast.parse(source, filename=display)
     except (SyntaxError, ValueError) as error:
-        line = getattr(error, "lineno", None)
-        return [
-            Finding(
-                "DG-RC-UNPARSEABLE",
-                Severity.high,
-                display,
-                f"does not parse as Python: {error}",
-                line=line,
-                detector=DETECTOR,
-            )
-        ]
+        return unparseable(f"does not parse as Python: {error}", getattr(error, "lineno", None))
+    except (RecursionError, MemoryError):  # how CPython's parser reports very deep nesting
+        return unparseable("nested too deeply to parse")
     visitor = _Visitor(display)
-    visitor.visit(tree)
+    try:
+        visitor.visit(tree)
+    except RecursionError:
+        return unparseable("nested too deeply to check")
     return visitor.findings
 
 

@@ -76,6 +76,7 @@ def check_template(source: str, display: str, member: str | None = None) -> list
         )
     try:
         tree = Environment().parse(source)
+        problems = [(node, p) for node in tree.find_all(nodes.Node) for p in _node_problems(node)]
     except TemplateSyntaxError as error:
         findings.append(
             finding(
@@ -86,10 +87,13 @@ def check_template(source: str, display: str, member: str | None = None) -> list
             )
         )
         return findings
-    for node in tree.find_all(nodes.Node):
-        line = getattr(node, "lineno", None)
-        for rule, severity, message in _node_problems(node):
-            findings.append(finding(rule, severity, message, line))
+    except RecursionError:
+        findings.append(
+            finding("DG-UNSCANNABLE", Severity.high, "nested too deeply to check", None)
+        )
+        return findings
+    for node, (rule, severity, message) in problems:
+        findings.append(finding(rule, severity, message, getattr(node, "lineno", None)))
     return findings
 
 

@@ -121,3 +121,12 @@ def test_writes_inside_the_folder_are_medium_outside_high() -> None:
     outside = check_source(b"def f():\n    open('../../x', 'a')\n", "x.py")
     assert [f.severity for f in inside] == [Severity.medium]
     assert [f.severity for f in outside] == [Severity.high]
+
+
+@pytest.mark.parametrize(
+    ("depth", "message"),
+    [(800, "nested too deeply to check"), (5000, "nested too deeply to parse")],
+)
+def test_deeply_nested_code_is_a_finding_not_a_crash(depth: int, message: str) -> None:
+    findings = check_source(("x = a" + ".b" * depth).encode(), "m.py")
+    assert [(f.rule_id, f.message) for f in findings] == [("DG-RC-UNPARSEABLE", message)]

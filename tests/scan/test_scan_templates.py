@@ -73,3 +73,15 @@ def test_template_sources_in_a_folder(tmp_path: Path) -> None:
 def test_string_template_in_tokenizer_config(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": BENIGN}))
     assert scan_paths([tmp_path]).findings == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
+        "{% if a %}" * 3000 + "x" + "{% endif %}" * 3000,
+    ],
+)
+def test_deeply_nested_template_is_unscannable_not_a_crash(source: str) -> None:
+    findings = check_template(source, "chat_template.jinja")
+    assert [(f.rule_id, f.severity) for f in findings] == [("DG-UNSCANNABLE", Severity.high)]
