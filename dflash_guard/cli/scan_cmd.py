@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dflash_guard.cli.common import stderr, stdout
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.scan import ScanReport, Severity, scan_paths
 
@@ -73,6 +73,16 @@ def render_text(report: ScanReport, fail_on: Severity, console: Console) -> None
     )
 
 
+def _report_text(report: ScanReport, output_format: ScanFormat, fail_on: Severity) -> str:
+    """The report as text (what `render_text` prints), JSON or SARIF."""
+    if output_format is ScanFormat.text:
+        console = Console(record=True, width=120, file=io.StringIO())
+        render_text(report, fail_on, console)
+        return console.export_text()
+    payload = report.to_json(fail_on) if output_format is ScanFormat.json else report.to_sarif()
+    return json.dumps(payload, indent=2, sort_keys=True) + "\n"
+
+
 def _count(number: int, noun: str) -> str:
     """`1 finding`, `2 findings`."""
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
@@ -115,24 +125,15 @@ def register(app: typer.Typer) -> None:
             reviewed_sha256=frozenset(digest.lower() for digest in reviewed or []),
             param_budget=param_budget,
         )
-        if output_format is ScanFormat.text:
-            if output is None:
-                render_text(report, threshold, stdout)
-            else:
-                console = Console(record=True, width=120, file=io.StringIO())
-                render_text(report, threshold, console)
-                write_atomic(output, console.export_text())
+        if output is None and output_format is ScanFormat.text:
+            render_text(report, threshold, stdout)
+        elif output is None:
+            typer.echo(_report_text(report, output_format, threshold), nl=False)
         else:
-            payload = (
-                report.to_json(threshold)
-                if output_format is ScanFormat.json
-                else (report.to_sarif())
-            )
-            text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
-            if output is None:
-                typer.echo(text, nl=False)
-            else:
-                write_atomic(output, text)
-        if output is not None:
+            try:
+                write_atomic(output, _report_text(report, output_format, threshold))
+            except OSError as error:
+                reason = error.strerror or error
+                raise InputError(f"{output}: cannot write the report ({reason})") from None
             stderr.print(f"report written to {output}", highlight=False)
         raise typer.Exit(EXIT_FINDING if report.fails(threshold) else EXIT_OK)

@@ -100,3 +100,12 @@ def test_text_verdict_counts_in_the_singular(cli, tmp_path: Path, benign_modelin
     (tmp_path / "dflash.py").write_text(benign_modeling)  # one note: DG-RC-UNREVIEWED
     result = cli("scan", tmp_path)
     assert "PASS: 1 file, 1 finding (worst: low" in result.stdout
+
+
+def test_unwritable_output_is_an_input_error(cli, tmp_path: Path) -> None:
+    (tmp_path / "m.pkl").write_bytes(gadget_pickle("os", "system", protocol=2))
+    for output in (tmp_path / "missing" / "r.json", tmp_path):
+        result = cli("scan", tmp_path / "m.pkl", "--format", "json", "--output", output)
+        assert result.exit_code == 2 and "cannot write the report" in result.stderr
+        assert "internal error" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pkl"]
