@@ -85,11 +85,6 @@ def check_safetensors(path: Path, display: str) -> tuple[list[Finding], Header |
     return check.findings, header
 
 
-def scan_safetensors_file(path: Path, display: str) -> list[Finding]:
-    """Detector entry point: the findings only."""
-    return check_safetensors(path, display)[0]
-
-
 def _read_header(path: Path, check: _Checker) -> Header | None:
     size = path.stat().st_size
     with path.open("rb") as handle:

@@ -9,7 +9,6 @@ from pathlib import Path
 PICKLE_SUFFIXES = frozenset(
     {".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".dill", ".npy", ".npz"}
 )
-ZIP_SUFFIXES = frozenset({".zip", ".npz"})
 SAFETENSORS_SUFFIXES = frozenset({".safetensors"})
 GGUF_SUFFIXES = frozenset({".gguf"})
 
