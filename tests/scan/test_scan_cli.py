@@ -109,3 +109,31 @@ def test_unwritable_output_is_an_input_error(cli, tmp_path: Path) -> None:
         assert result.exit_code == 2 and "cannot write the report" in result.stderr
         assert "internal error" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pkl"]
+
+
+def test_scan_writes_nothing_but_its_output(
+    cli, tmp_path: Path, monkeypatch, benign_modeling
+) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    write_safetensors(model / "model.safetensors")
+    (model / "pytorch_model.bin").write_bytes(gadget_pickle("os", "system", protocol=2))
+    (model / "modeling_dflash.py").write_text(benign_modeling)
+    (model / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+
+    def snapshot() -> dict[str, tuple[bytes, int]]:
+        return {
+            str(p.relative_to(tmp_path)): (
+                p.read_bytes() if p.is_file() else b"",
+                p.stat().st_mtime_ns,
+            )
+            for p in tmp_path.rglob("*")
+        }
+
+    before = snapshot()
+    assert cli("scan", model, "--format", "sarif", "--output", tmp_path / "r.sarif").exit_code == 1
+    after = snapshot()
+    assert after.pop("r.sarif") and after == before
