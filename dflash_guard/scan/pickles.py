@@ -25,6 +25,7 @@ from dflash_guard.scan.sniff import PICKLE_SUFFIXES, Format, sniff_bytes
 DETECTOR = "pickle"
 PRESENT_RULE = "DG-PICKLE-PRESENT"  # marks a file as pickle-family in the report
 MAX_ZIP_DEPTH = 3
+MAX_MEMBER_BYTES = 1 << 30  # an archive member is read into memory: a zip bomb stops here
 _LEGACY_TORCH_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_TORCH_PICKLES = 5  # magic, protocol, sys_info, the object, the storage keys
 
@@ -567,17 +568,25 @@ class _CrcMismatch(Exception):
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
-    """The member's bytes; a CRC mismatch raises `_CrcMismatch` carrying the bytes anyway."""
+    """The member's bytes; a CRC mismatch raises `_CrcMismatch` carrying the bytes anyway, and a
+    member over `MAX_MEMBER_BYTES` raises `ValueError`."""
     try:
         with archive.open(info) as handle:
-            return handle.read()
+            return _read_capped(handle)
     except zipfile.BadZipFile as error:
         if "CRC" not in str(error):
             raise
     with archive.open(info) as handle:
         # Read again without the check, as a lenient loader would, so the content is scanned.
         handle._expected_crc = None  # zipfile's own switch for "no CRC to verify"
-        raise _CrcMismatch(handle.read())
+        raise _CrcMismatch(_read_capped(handle))
+
+
+def _read_capped(handle: IO[bytes]) -> bytes:
+    data = handle.read(MAX_MEMBER_BYTES + 1)
+    if len(data) > MAX_MEMBER_BYTES:
+        raise ValueError(f"it decompresses to over {MAX_MEMBER_BYTES} bytes")
+    return data
 
 
 def _peek(stream: IO[bytes], count: int) -> bytes:

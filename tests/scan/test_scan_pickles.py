@@ -13,7 +13,7 @@ import pytest
 import torch
 from scan_builders import findings_at_least, gadget_pickle, inst_pickle
 
-from dflash_guard.scan import Severity
+from dflash_guard.scan import Severity, pickles
 from dflash_guard.scan.pickles import classify_global, read_stream, scan_pickle_file
 
 GADGETS = [
@@ -182,6 +182,20 @@ def test_nested_zip_and_npz_members(tmp_path: Path) -> None:
     findings = scan_pickle_file(outer, "outer.zip")
     hit = [f for f in findings if "webbrowser.open" in f.message]
     assert hit and hit[0].member == "inner.zip:payload.pkl"
+
+
+def test_zip_bomb_member_is_unscannable_not_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pickles, "MAX_MEMBER_BYTES", 1000)
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("data.pkl", gadget_pickle("os", "system", protocol=2) + b"\0" * 5000)
+    findings = scan_pickle_file(bomb, "bomb.zip")
+    assert [(f.rule_id, f.member) for f in findings if f.detector == "pickle"] == [
+        ("DG-UNSCANNABLE", "data.pkl")
+    ]
+    assert "decompresses to over 1000 bytes" in findings[-1].message
 
 
 def test_numpy_object_array_with_a_payload(tmp_path: Path) -> None:
