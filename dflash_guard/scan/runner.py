@@ -101,15 +101,7 @@ class _Run:
         try:
             fmt = sniff(path)
         except OSError as error:
-            self.add(
-                Finding(
-                    "DG-UNSCANNABLE",
-                    Severity.high,
-                    display,
-                    f"cannot read: {error}",
-                    detector="scan",
-                )
-            )
+            self.unscannable(display, f"cannot read: {error}")
             return
         if suffix in SAFETENSORS_SUFFIXES or fmt is Format.safetensors:
             self.safetensors(path, display)
@@ -130,19 +122,14 @@ class _Run:
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
 
+    def unscannable(self, display: str, message: str, detector: str = "scan") -> None:
+        self.add(Finding("DG-UNSCANNABLE", Severity.high, display, message, detector=detector))
+
     def python_file(self, path: Path, display: str) -> None:
         try:
             source = path.read_bytes()
         except OSError as error:
-            self.add(
-                Finding(
-                    "DG-UNSCANNABLE",
-                    Severity.high,
-                    display,
-                    f"cannot read: {error}",
-                    detector=remote_code.DETECTOR,
-                )
-            )
+            self.unscannable(display, f"cannot read: {error}", remote_code.DETECTOR)
             return
         digest = hashlib.sha256(source).hexdigest()
         reviewed = digest in self.reviewed
@@ -281,15 +268,8 @@ def scan_paths(
         for relative, file in files:
             run.scan_file(file, f"{prefix}/{relative}" if prefix else relative)
         for entry in unsafe:
-            run.add(
-                Finding(
-                    "DG-UNSCANNABLE",
-                    Severity.high,
-                    f"{prefix}/{entry.path}" if prefix else entry.path,
-                    f"not scanned: {entry.detail}",
-                    detector="scan",
-                )
-            )
+            shown = f"{prefix}/{entry.path}" if prefix else entry.path
+            run.unscannable(shown, f"not scanned: {entry.detail}")
         folders.append((root, f"{prefix}/config.json" if prefix else "config.json"))
     for root, display in folders:
         config_path = root / "config.json"
