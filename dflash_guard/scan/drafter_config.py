@@ -68,12 +68,13 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
     decoder = tokenizer.get("added_tokens_decoder")
     if isinstance(decoder, dict):
         for token_id, entry in decoder.items():
-            if isinstance(entry, dict) and str(token_id).isdigit():
-                by_content[entry.get("content")] = int(token_id)
+            content = entry.get("content") if isinstance(entry, dict) else None
+            if isinstance(content, str) and str(token_id).isdigit():
+                by_content[content] = int(token_id)
     for key in ("pad_token", "eos_token", "bos_token"):
         value = tokenizer.get(key)
         content = value.get("content") if isinstance(value, dict) else value
-        if content in by_content:
+        if isinstance(content, str) and content in by_content:
             reserved.setdefault(by_content[content], f"tokenizer_config.json {key} {content!r}")
     return reserved
 
@@ -96,7 +97,9 @@ def check_drafter(
         return [finding("DG-CONFIG-INVALID", Severity.medium, error or "no config.json")]
     findings: list[Finding] = []
     architectures = config.get("architectures") or []
-    if not isinstance(architectures, list) or not set(architectures) & KNOWN_ARCHITECTURES:
+    if not isinstance(architectures, list) or not KNOWN_ARCHITECTURES.intersection(
+        a for a in architectures if isinstance(a, str)
+    ):
         findings.append(
             finding(
                 "DG-DRAFTER-ARCH",

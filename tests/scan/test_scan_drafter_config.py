@@ -110,3 +110,13 @@ def test_target_given_but_no_drafter_config(tmp_path: Path) -> None:
     empty.mkdir()
     rules = [f.rule_id for f in scan_paths([empty], target=target).findings]
     assert rules == ["DG-CONFIG-INVALID"]
+
+
+def test_non_string_names_are_findings_not_crashes(tmp_path: Path) -> None:
+    target, drafter = make_pair(
+        tmp_path,
+        drafter={"architectures": [{"a": 1}], "dflash_config": {"mask_token_id": 9}},
+        tokenizer={"added_tokens_decoder": {"9": {"content": ["x"]}}, "eos_token": ["x"]},
+    )
+    rules = {f.rule_id for f in _config_findings(scan_paths([drafter], target=target))}
+    assert "DG-DRAFTER-ARCH" in rules
