@@ -91,6 +91,7 @@ def verify(
 ) -> None:
     """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch)."""
     lockfile = load_lockfile(lock_path)
+    accepted = load_policy(policy)  # a bad policy fails before any hashing
     report = verify_lock(
         lockfile,
         parse_roots(root or []),
@@ -99,7 +100,7 @@ def verify(
         progress=stderr.is_terminal,
     )
     # Signatures: the lockfile's when one exists or the policy requires it; each model.sig.
-    signatures = verify_signatures(lock_path, lockfile, report.locations, load_policy(policy),
+    signatures = verify_signatures(lock_path, lockfile, report.locations, accepted,
                                    trust_root=trust_root)
     if fmt is OutputFormat.json:
         print_json({"lockfile": str(lock_path), "digest": lockfile.digest(), **report.to_json(),
