@@ -29,13 +29,10 @@ from dflash_guard.lockfile import Artifact, LockedFile, Lockfile  # noqa: E402
 from dflash_guard.verify import verify_lock  # noqa: E402
 
 
-def _best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def _write_files(folder: Path, count: int, size: int) -> list[Path]:
@@ -105,7 +102,7 @@ def main() -> None:
         names = list(contenders)
         for round_ in range(args.repeat):
             for name in names[round_ % len(names):] + names[: round_ % len(names)]:
-                seconds = _best(contenders[name], 1)
+                seconds = _seconds(contenders[name])
                 results[name] = min(seconds, results.get(name, seconds))
 
         for name, seconds in results.items():

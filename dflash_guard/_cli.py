@@ -10,6 +10,7 @@ import os
 import sys
 
 import typer
+from rich.markup import escape
 
 from dflash_guard import __version__
 from dflash_guard.cli import (
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, standalone_mode=True)
     except Error as error:
         stderr.print(
-            f"[bold red]error:[/] {error.diagnostics()}", highlight=False, soft_wrap=True
+            f"[bold red]error:[/] {escape(error.diagnostics())}", highlight=False, soft_wrap=True
         )
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("DFLASH_GUARD_DEBUG"):
             raise
         stderr.print(
-            f"[bold red]internal error:[/] {type(error).__name__}: {error} "
+            f"[bold red]internal error:[/] {type(error).__name__}: {escape(str(error))} "
             "(set DFLASH_GUARD_DEBUG=1 for the traceback)",
             highlight=False,
             soft_wrap=True,

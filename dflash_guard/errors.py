@@ -28,3 +28,8 @@ class InputError(Error):
 
 class HubError(Error):
     """The Hub (or its emulator) answered with an error, timed out or sent a truncated body."""
+
+
+class WriteError(InputError, OSError):
+    """An output (lockfile, report, record) could not be written. An input error for the CLI (one
+    line, exit 2), and still an `OSError` for callers that handle a failed write themselves."""

@@ -23,9 +23,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dflash_guard.errors import InputError
-from dflash_guard.lockfile import Artifact, Lockfile, load_lockfile
+from dflash_guard.lockfile import COMMIT_RE, Artifact, Lockfile, load_lockfile
 from dflash_guard.policy import (
-    COMMIT_RE,
     EndpointRules,
     Policy,
     RemoteCode,

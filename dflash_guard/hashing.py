@@ -9,6 +9,7 @@ every core. Each worker streams its file through one reusable 8 MiB buffer. A st
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -48,11 +49,10 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
-def _stat_key(path: Path) -> tuple[str, os.stat_result]:
+def _stat_key(path: Path) -> str:
     real = os.path.realpath(path)
     st = os.stat(real)
-    key = f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_ctime_ns}"
-    return key, st
+    return f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_ctime_ns}"
 
 
 class StatCache:
@@ -72,7 +72,7 @@ class StatCache:
     def get(self, path: Path) -> str | None:
         """The cached sha256 for `path` if its stat identity is unchanged."""
         try:
-            key, _ = _stat_key(path)
+            key = _stat_key(path)
         except OSError:
             return None
         return self._entries.get(key)
@@ -115,25 +115,20 @@ def hash_files(
     results: dict[Path, str] = {}
     todo: list[tuple[Path, str | None]] = []
     for path in paths:
+        key: str | None = None
         if cache is not None:
-            try:
-                key, _ = _stat_key(path)
-            except OSError:
-                key = None
+            with contextlib.suppress(OSError):
+                key = _stat_key(path)
             if key is not None and (hit := cache.lookup(key)) is not None:
                 results[path] = hit
                 continue
-            todo.append((path, key))
-        else:
-            todo.append((path, None))
+        todo.append((path, key))
 
     def work(item: tuple[Path, str | None]) -> tuple[Path, str, str | None]:
         path, key = item
         sha = sha256_file(path, on_bytes)
-        if key is not None:
-            after, _ = _stat_key(path)
-            if after != key:
-                key = None
+        if key is not None and _stat_key(path) != key:
+            key = None
         return path, sha, key
 
     if todo:

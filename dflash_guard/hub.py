@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dflash_guard.errors import HubError, InputError
+from dflash_guard.lockfile import COMMIT_RE
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 HUB_SOURCE_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")
 
 

@@ -203,7 +203,7 @@ class _Reader:
         obj: dict[str, Any],
         key: str,
         where: str,
-        kind: type | tuple[type, ...],
+        kind: type,
         *,
         required: bool = True,
         check: Callable[[Any], bool] | None = None,
@@ -216,7 +216,7 @@ class _Reader:
             return None
         value = obj[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(here, f"expected {expect or kind}, got {value!r}")
+            raise self.fail(here, f"expected {expect or kind.__name__}, got {value!r}")
         if check is not None and not check(value):
             raise self.fail(here, f"expected {expect}, got {value!r}")
         return value

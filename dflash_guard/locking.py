@@ -8,6 +8,7 @@ another repo are pinned too, or the lock is refused (`LockRefused`, exit 1).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -122,20 +123,21 @@ def _lock_hub(role: str, repo: str, revision: str | None) -> Artifact:
             if f.lfs_sha256 is None
         }
         locked = tuple(
-            LockedFile(
-                path=f.path,
-                size=f.size,
-                sha256=f.lfs_sha256 or sha256_file(fetched[f.path]),
-                blob_id=f.blob_id,
-            )
+            fetched[f.path][1] if f.lfs_sha256 is None
+            else LockedFile(path=f.path, size=f.size, sha256=f.lfs_sha256, blob_id=f.blob_id)
             for f in sorted(state.files, key=lambda f: f.path)
         )
-        code_refs = _lock_code_refs(role, {p: fetched[p] for p in AUTO_MAP_FILES if p in fetched})
+        code_refs = _lock_code_refs(
+            role, {p: fetched[p][0] for p in AUTO_MAP_FILES if p in fetched}
+        )
     return Artifact(role, "hub", repo, revision, state.commit, locked, code_refs)
 
 
-def _fetch_checked(repo: str, commit: str, f: hub.HubFile, staging: Path) -> Path:
-    """Download a non-LFS file and check it is the blob the Hub listed (size and git blob id)."""
+def _fetch_checked(
+    repo: str, commit: str, f: hub.HubFile, staging: Path
+) -> tuple[Path, LockedFile]:
+    """Download a non-LFS file, check it is the blob the Hub listed (size and git blob id), and
+    lock it from the bytes already read: (downloaded path, locked file)."""
     path = hub.download(repo, commit, f.path, staging)
     data = path.read_bytes()
     if len(data) != f.size or (f.blob_id and git_blob_id(data) != f.blob_id):
@@ -143,7 +145,7 @@ def _fetch_checked(repo: str, commit: str, f: hub.HubFile, staging: Path) -> Pat
             f"hub: {repo}@{commit}: {f.path}: downloaded content does not match the listed "
             f"size/blob id (truncated or altered in transit)"
         )
-    return path
+    return path, LockedFile(f.path, len(data), hashlib.sha256(data).hexdigest(), f.blob_id)
 
 
 # --- remote code named by auto_map ---------------------------------------------------------------
@@ -206,15 +208,12 @@ def _lock_code_ref(role: str, repo: str, modules: list[str]) -> CodeRef:
             f"at {state.commit}"
         )
     with hub.staging_cache() as staging:
-        files = []
-        for m in modules:
-            path = _fetch_checked(repo, state.commit, listed[m], staging)
-            files.append(_local_locked(path, m, listed[m].blob_id))
-    return CodeRef(repo, None, state.commit, tuple(files))
+        files = tuple(_fetch_checked(repo, state.commit, listed[m], staging)[1] for m in modules)
+    return CodeRef(repo, None, state.commit, files)
 
 
-def _local_locked(path: Path, rel: str, blob_id: str | None = None) -> LockedFile:
-    return LockedFile(rel, path.stat().st_size, sha256_file(path), blob_id)
+def _local_locked(path: Path, rel: str) -> LockedFile:
+    return LockedFile(rel, path.stat().st_size, sha256_file(path))
 
 
 # --- engines and packages ------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.hashing import sha256_file
 from dflash_guard.policy import Signers
 from dflash_guard.signing import (
     KEY_SIG_SUFFIX,
@@ -54,14 +54,6 @@ class CheckResult:
         return dataclasses.asdict(self)
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _engine_descriptor(engine: Any) -> dict[str, Any]:
     descriptor: dict[str, Any] = {
         "name": engine.name,
@@ -89,7 +81,7 @@ def approval_statement(
 ) -> dict[str, Any]:
     """The approval record as an in-toto Statement v1 (a dict ready for JSON); `endpoint_diff`
     is the live-engine diff's summary, None (`null`) when the policy configures none."""
-    subjects = [{"name": lock_path.name, "digest": {"sha256": _sha256_file(lock_path)}}]
+    subjects = [{"name": lock_path.name, "digest": {"sha256": sha256_file(lock_path)}}]
     for artifact in lock.artifacts:
         for locked in sorted(artifact.files, key=lambda f: f.path):
             subjects.append(

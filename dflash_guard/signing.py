@@ -125,6 +125,31 @@ def _first_line(error: BaseException) -> str:
 # --- blobs (the lockfile) --------------------------------------------------------------------
 
 
+def _verify_sigstore(
+    bundle_path: Path, identities: Sequence[Identity], trust_root: Path | None,
+    *, data: bytes | None = None,
+) -> tuple[Any, tuple[str, bytes] | None, str]:
+    """Verify a Sigstore bundle against any accepted identity: over `data` (a blob), else as DSSE.
+
+    Returns (bundle, (payload type, payload) for DSSE, "") or (None, None, why it is refused).
+    """
+    from sigstore.errors import Error as SigstoreError
+
+    if not identities:
+        return None, None, "the policy accepts no Sigstore identity for it"
+    bundle, problem = _load_bundle(bundle_path)
+    if bundle is None:
+        return None, None, problem
+    verifier, accepted = sigstore_verifier(trust_root), _identity_policy(identities)
+    try:
+        if data is not None:
+            verifier.verify_artifact(data, bundle, accepted)
+            return bundle, None, ""
+        return bundle, verifier.verify_dsse(bundle, accepted), ""
+    except SigstoreError as error:
+        return None, None, _refusal(error, identities)
+
+
 def verify_blob_bundle(
     data: bytes,
     bundle_path: Path,
@@ -134,21 +159,10 @@ def verify_blob_bundle(
     subject: str = "artifact",
 ) -> SignatureCheck:
     """Check a Sigstore bundle over `data` against any of the accepted identities."""
-    from sigstore.errors import Error as SigstoreError
-
-    name = str(bundle_path)
-    if not identities:
-        return SignatureCheck(subject, name, False,
-                              reason="the policy accepts no Sigstore identity for it")
-    bundle, problem = _load_bundle(bundle_path)
+    bundle, _, reason = _verify_sigstore(bundle_path, identities, trust_root, data=data)
     if bundle is None:
-        return SignatureCheck(subject, name, False, reason=problem)
-    verifier = sigstore_verifier(trust_root)
-    try:
-        verifier.verify_artifact(data, bundle, _identity_policy(identities))
-    except SigstoreError as error:
-        return SignatureCheck(subject, name, False, reason=_refusal(error, identities))
-    return SignatureCheck(subject, name, True, signer=_signer_of(bundle, identities))
+        return SignatureCheck(subject, str(bundle_path), False, reason=reason)
+    return SignatureCheck(subject, str(bundle_path), True, signer=_signer_of(bundle, identities))
 
 
 def _refusal(error: BaseException, identities: Sequence[Identity]) -> str:
@@ -354,21 +368,11 @@ def verify_dsse_bundle(
     subject: str = "statement",
 ) -> SignatureCheck:
     """Check a Sigstore DSSE bundle whose in-toto statement must be exactly `payload`."""
-    from sigstore.errors import Error as SigstoreError
-
     name = str(bundle_path)
-    if not identities:
-        return SignatureCheck(subject, name, False,
-                              reason="the policy accepts no Sigstore identity for it")
-    bundle, problem = _load_bundle(bundle_path)
+    bundle, signed, reason = _verify_sigstore(bundle_path, identities, trust_root)
     if bundle is None:
-        return SignatureCheck(subject, name, False, reason=problem)
-    try:
-        payload_type, signed = sigstore_verifier(trust_root).verify_dsse(
-            bundle, _identity_policy(identities))
-    except SigstoreError as error:
-        return SignatureCheck(subject, name, False, reason=_refusal(error, identities))
-    if payload_type != IN_TOTO_PAYLOAD_TYPE or signed != payload:
+        return SignatureCheck(subject, name, False, reason=reason)
+    if signed != (IN_TOTO_PAYLOAD_TYPE, payload):
         return SignatureCheck(subject, name, False,
                               reason="the signed statement is not this record")
     return SignatureCheck(subject, name, True, signer=_signer_of(bundle, identities))
@@ -377,25 +381,19 @@ def verify_dsse_bundle(
 def _verify_sigstore_dsse(
     sig: Path, identities: Sequence[Identity], trust_root: Path | None
 ) -> tuple[str | None, dict[str, str], str]:
-    from sigstore.errors import Error as SigstoreError
-
     if not identities:
         return None, {}, "the policy accepts no Sigstore identity for model signatures"
-    bundle, problem = _load_bundle(sig)
-    if bundle is None:
-        return None, {}, problem
-    try:
-        payload_type, payload = sigstore_verifier(trust_root).verify_dsse(
-            bundle, _identity_policy(identities))
-    except SigstoreError as error:
-        return None, {}, _refusal(error, identities)
+    bundle, signed, reason = _verify_sigstore(sig, identities, trust_root)
+    if bundle is None or signed is None:
+        return None, {}, reason
+    payload_type, payload = signed
     if payload_type != IN_TOTO_PAYLOAD_TYPE:
         return None, {}, f"unexpected DSSE payload type {payload_type!r}"
     try:
-        signed = _statement_digests(payload)
+        digests = _statement_digests(payload)
     except (ValueError, KeyError, TypeError) as error:
         return None, {}, f"bad in-toto payload: {_first_line(error)}"
-    return _signer_of(bundle, identities), signed, ""
+    return _signer_of(bundle, identities), digests, ""
 
 
 # --- keyless signing -------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from dflash_guard.folder import list_folder
 from dflash_guard.hashing import StatCache, hash_files
 from dflash_guard.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
 
-PROBLEM_KINDS = ("missing", "extra", "size", "sha256", "symlink", "path")
 PROGRESS_MIN_BYTES = 256 * 1024 * 1024
 
 

@@ -21,3 +21,12 @@ def test_error_is_one_unwrapped_line(cli, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_error_text_is_not_read_as_markup(cli, tmp_path):
+    # A path holding rich markup (`[/y]`) once crashed the error printer with a traceback, exit 1.
+    missing = tmp_path / "x[/y]" / "[bold]dflash.lock"
+    result = cli("verify", "--lock", missing)
+    assert result.exit_code == 2
+    assert "Traceback" not in result.stderr
+    assert "x[/y]" in result.stderr and "[bold]dflash.lock" in result.stderr

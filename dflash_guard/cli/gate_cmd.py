@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dflash_guard.cli.common import OutputFormat, print_json, stdout
@@ -27,17 +28,18 @@ def render(result: GateResult) -> None:
             verdict = "[dim]not configured[/]"
         else:
             verdict = "[green]pass[/]" if check.ok else "[bold red]FAIL[/]"
-        table.add_row(check.name, verdict, check.detail)
+        table.add_row(check.name, verdict, escape(check.detail))
     for step in STEPS:
         if step not in ran:
             table.add_row(step, "[dim]not run[/]", "")
     stdout.print(table)
     if result.approved:
-        where = f": record {result.record}" if result.record else ""
-        signed = f", signed {result.signature}" if result.signature else ""
+        where = f": record {escape(str(result.record))}" if result.record else ""
+        signed = f", signed {escape(str(result.signature))}" if result.signature else ""
         stdout.print(f"[bold green]APPROVED[/]{where}{signed}", highlight=False)
     else:
-        stdout.print(f"[bold red]REFUSED[/]: {result.reason}", highlight=False, soft_wrap=True)
+        stdout.print(f"[bold red]REFUSED[/]: {escape(result.reason or '')}", highlight=False,
+                     soft_wrap=True)
 
 
 def gate(

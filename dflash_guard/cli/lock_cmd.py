@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
@@ -51,7 +52,7 @@ def lock(
     try:
         lockfile = build_lock(sources, engine or [], package or [])
     except LockRefused as refusal:
-        stderr.print(f"[bold red]refused:[/] {refusal}", highlight=False)
+        stderr.print(f"[bold red]refused:[/] {escape(str(refusal))}", highlight=False)
         raise typer.Exit(EXIT_FINDING) from None
     write_lockfile(lockfile, output)
     if fmt is OutputFormat.json:
@@ -64,8 +65,9 @@ def lock(
         )
         return
     for a in lockfile.artifacts:
-        stdout.print(f"{a.role:8} {a.label}  ({len(a.files)} files)", highlight=False)
-    stdout.print(f"wrote {output} ({lockfile.digest()})", highlight=False)
+        stdout.print(f"{a.role:8} {a.label}  ({len(a.files)} files)", highlight=False,
+                     markup=False)
+    stdout.print(f"wrote {output} ({lockfile.digest()})", highlight=False, markup=False)
 
 
 @export_app.command("requirements")

@@ -41,11 +41,11 @@ def check(
         })
     else:
         stdout.print(f"{policy.source}: valid (policy {policy.name!r}, {policy.digest})",
-                     highlight=False, soft_wrap=True)
+                     highlight=False, soft_wrap=True, markup=False)
         for waiver in expired:
             stdout.print(f"  waiver {waiver.id} ({waiver.covers}) expired on "
                          f"{waiver.expires.isoformat()}: the gate will refuse",
-                         highlight=False, soft_wrap=True)
+                         highlight=False, soft_wrap=True, markup=False)
     raise typer.Exit(EXIT_FINDING if expired else EXIT_OK)
 
 

@@ -29,7 +29,7 @@ def sign(
     else:
         allow_browser = sys.stdin.isatty() if interactive is None else interactive
         out = sign_keyless(lock, interactive=allow_browser)
-    stderr.print(f"signed {lock} -> {out}", highlight=False, soft_wrap=True)
+    stderr.print(f"signed {lock} -> {out}", highlight=False, soft_wrap=True, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
@@ -34,7 +35,7 @@ def parse_roots(specs: list[str]) -> dict[str, Path]:
 def render(report: VerifyReport) -> None:
     """The text report: one line per role, then a table of the files that differ."""
     for role, folder in sorted(report.locations.items()):
-        stdout.print(f"{role:8} {folder}", highlight=False)
+        stdout.print(f"{role:8} {folder}", highlight=False, markup=False)
     if report.ok:
         stdout.print(
             f"[green]OK[/]: {report.files_checked} files match the lockfile "
@@ -45,7 +46,8 @@ def render(report: VerifyReport) -> None:
     for column in ("role", "path", "problem", "expected", "actual"):
         table.add_column(column, overflow="fold")
     for p in report.problems:
-        table.add_row(p.role, p.path, p.kind, p.expected or "", p.actual or "")
+        cells = (p.role, p.path, p.kind, p.expected, p.actual)
+        table.add_row(*(escape(cell or "") for cell in cells))
     stdout.print(table)
     stdout.print(f"[red]MISMATCH[/]: {len(report.problems)} problem(s)")
 
@@ -53,12 +55,12 @@ def render(report: VerifyReport) -> None:
 def render_signatures(checks: list[SignatureCheck]) -> None:
     """One line per signature checked: who signed it, or why it was refused."""
     for check in checks:
-        name = Path(check.signature).name
+        what = escape(f"{check.subject} ({Path(check.signature).name})")
         if check.ok:
-            stdout.print(f"[green]signed[/]: {check.subject} ({name}) by {check.signer}",
+            stdout.print(f"[green]signed[/]: {what} by {escape(str(check.signer))}",
                          highlight=False, soft_wrap=True)
         else:
-            stdout.print(f"[red]BAD SIGNATURE[/]: {check.subject} ({name}): {check.reason}",
+            stdout.print(f"[red]BAD SIGNATURE[/]: {what}: {escape(str(check.reason))}",
                          highlight=False, soft_wrap=True)
 
 
@@ -89,6 +91,7 @@ def verify(
 ) -> None:
     """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch)."""
     lockfile = load_lockfile(lock_path)
+    accepted = load_policy(policy)  # a bad policy fails before any hashing
     report = verify_lock(
         lockfile,
         parse_roots(root or []),
@@ -97,7 +100,7 @@ def verify(
         progress=stderr.is_terminal,
     )
     # Signatures: the lockfile's when one exists or the policy requires it; each model.sig.
-    signatures = verify_signatures(lock_path, lockfile, report.locations, load_policy(policy),
+    signatures = verify_signatures(lock_path, lockfile, report.locations, accepted,
                                    trust_root=trust_root)
     if fmt is OutputFormat.json:
         print_json({"lockfile": str(lock_path), "digest": lockfile.digest(), **report.to_json(),

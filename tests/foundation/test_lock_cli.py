@@ -208,3 +208,15 @@ def test_lock_json_and_requirements_on_stdout(cli, local_pair, tmp_path):
     assert r.exit_code == 0
     r = cli("export", "requirements", "--lock", bare)
     assert r.exit_code == 2 and "no packages" in r.stderr
+
+
+def test_unwritable_output_is_one_error_line(cli, local_pair, tmp_path):
+    # `-o` naming a folder once escaped as an IsADirectoryError ("internal error").
+    target, drafter = local_pair
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    r = cli("lock", "--target", target, "--drafter", drafter, "-o", taken)
+    assert r.exit_code == 2
+    assert "cannot write" in r.stderr and "internal error" not in r.stderr
+    assert taken.is_dir() and list(taken.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".taken")] == []

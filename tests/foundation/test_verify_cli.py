@@ -237,3 +237,15 @@ def test_pinned_remote_code_is_verified_too(cli, hub, hf_env, tmp_path):
     assert _problems(json.loads(r.stdout)) == {
         (f"drafter:code:{CODE_REPO}", "dflash.py", "missing")
     }
+
+
+def test_text_report_shows_markup_like_file_names_verbatim(cli, locked):
+    # A planted file named like rich markup once crashed the text report (traceback, exit 1).
+    lock, target, drafter = locked
+    (drafter / "w[").mkdir()
+    (drafter / "w[" / "b]").write_bytes(b"x")  # listed as `w[/b]`, a closing tag
+    (drafter / "[bold]y").write_bytes(b"y")
+    r = cli("verify", "--lock", lock, "--root", f"target={target}", "--root", f"drafter={drafter}")
+    assert r.exit_code == 1, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    assert "w[/b]" in r.stdout and "[bold]y" in r.stdout

@@ -258,3 +258,15 @@ def test_gate_sign_without_credential_fails_before_any_check(tmp_path, pair, mon
     with pytest.raises(InputError, match="no ambient OIDC credential"):
         run_gate(lock, DEFAULT_POLICY, pair.roots, out=tmp_path / "a.json", sign=True)
     assert not (tmp_path / "a.json").exists()
+
+
+def test_gate_text_report_shows_markup_like_names_verbatim(cli, tmp_path, pair):
+    # A planted file listed as `w[/b]` once crashed the text table: exit 2, not a refusal.
+    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    (drafter / "w[").mkdir()
+    (drafter / "w[" / "b]").write_bytes(b"x")
+    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    result = cli("gate", "--lock", lock, "--policy", DEFAULT_POLICY, "--root",
+                 f"target={pair.target}", "--root", f"drafter={drafter}")
+    assert result.exit_code == 1, result.stderr
+    assert "drafter/w[/b]: not in the lock" in one_line(result.stdout)
