@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dflash_guard.cli.common import stderr, stdout
@@ -46,7 +47,7 @@ def render_text(report: ScanReport, fail_on: Severity, console: Console) -> None
     """A table per file, worst findings first, then a one-line verdict."""
     files = sorted({f.file for f in report.findings})
     for file in files:
-        table = Table(title=file, title_justify="left", show_lines=False, expand=False)
+        table = Table(title=escape(file), title_justify="left", show_lines=False, expand=False)
         table.add_column("severity")
         table.add_column("rule")
         table.add_column("where")
@@ -58,8 +59,8 @@ def render_text(report: ScanReport, fail_on: Severity, console: Console) -> None
             table.add_row(
                 f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
                 finding.rule_id,
-                where,
-                finding.message,
+                escape(where),
+                escape(finding.message),
             )
         console.print(table)
     worst = report.max_severity

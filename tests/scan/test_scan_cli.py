@@ -137,3 +137,13 @@ def test_scan_writes_nothing_but_its_output(
     assert cli("scan", model, "--format", "sarif", "--output", tmp_path / "r.sarif").exit_code == 1
     after = snapshot()
     assert after.pop("r.sarif") and after == before
+
+
+def test_text_report_prints_markup_like_names_verbatim(cli, tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    (folder / "w[").mkdir(parents=True)
+    (folder / "w[" / "b].py").write_text('import os\nos.system("id")\n')
+    result = cli("scan", folder)
+    assert result.exit_code == 1, result.stderr
+    assert "w[/b].py" in result.stdout
+    assert "internal error" not in result.stderr
