@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from dflash_guard.errors import InputError
-from kernels_ref.checkpoint import read_json
+from kernels_ref.checkpoint import parse_device, read_json
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter
 from kernels_ref.loop import FAULTS, DraftModel, Generation, generate
@@ -386,12 +386,7 @@ def run_difftest(
         raise InputError("max_new_tokens must be at least 1")
     if block_size is not None and block_size < 1:
         raise InputError("block size must be at least 1")
-    try:
-        torch_device = torch.device(device)
-    except RuntimeError as exc:
-        raise InputError(f"unknown device {device!r} ({exc})") from None
-    if torch_device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError("device 'cuda' requested but CUDA is not available")
+    torch_device = parse_device(device)
     if cuda_graphs and torch_device.type != "cuda":
         raise InputError("--cuda-graphs needs --device cuda")
     target_dir, drafter_dir = Path(target_dir), Path(drafter_dir)

@@ -32,6 +32,17 @@ def parse_dtype(name: str) -> torch.dtype:
         raise InputError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
 
 
+def parse_device(name: str | torch.device) -> torch.device:
+    """A torch device from its name, refusing an unknown one or CUDA where CUDA is absent."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise InputError(f"unknown device {name!r} ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("device 'cuda' requested but CUDA is not available")
+    return device
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """Read a JSON object, raising `InputError` naming the file when it is missing or malformed."""
     try:

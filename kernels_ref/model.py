@@ -17,7 +17,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dflash_guard.errors import InputError
-from kernels_ref.checkpoint import assign_weights, load_tensors, parse_dtype, read_config
+from kernels_ref.checkpoint import (
+    assign_weights,
+    load_tensors,
+    parse_device,
+    parse_dtype,
+    read_config,
+)
 
 
 @dataclass(frozen=True)
@@ -376,5 +382,7 @@ def load_target(
     if raw.get("model_type") not in (None, "qwen3"):
         raise InputError(f"{folder}: model_type {raw.get('model_type')!r} is not qwen3")
     target = Target(ModelConfig.from_dict(raw, folder / "config.json"))
-    assign_weights(target, load_tensors(folder), folder, device=device, dtype=torch_dtype)
+    assign_weights(
+        target, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype
+    )
     return target

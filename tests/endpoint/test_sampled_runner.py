@@ -52,6 +52,7 @@ def test_sampled_runner_cli_exact_passes_biased_fails(cli, pair, one_prompt, inj
         (("--inject", "reuse-draft-uniforms"), "drafts greedily"),
         (("--inject", "stale-kv"), "sampler faults only"),
         (("--temperature", "0"), "temperature above 0"),
+        (("--device", "nonesuch"), "unknown device"),  # was an internal error before
     ],
 )
 def test_sampled_runner_cli_refuses_bad_settings(cli, pair, one_prompt, extra, message):
