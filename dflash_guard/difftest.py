@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from dflash_guard.errors import InputError
-from kernels_ref.checkpoint import parse_device, read_json
+from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter
 from kernels_ref.loop import FAULTS, DraftModel, Generation, generate
@@ -196,16 +196,7 @@ def _is_int(value: Any) -> bool:
 
 def default_stop_ids(target_dir: Path) -> frozenset[int]:
     """The target's EOS ids: `generation_config.json`, else `config.json`."""
-    for name in ("generation_config.json", "config.json"):
-        path = target_dir / name
-        if path.is_file():
-            eos = read_json(path).get("eos_token_id")
-            if eos is not None:
-                ids = eos if isinstance(eos, list) else [eos]
-                if not all(_is_int(i) for i in ids):
-                    raise InputError(f"{path}: eos_token_id must be an integer or a list of them")
-                return frozenset(ids)
-    return frozenset()
+    return eos_token_ids(target_dir)
 
 
 def compare(

@@ -56,6 +56,20 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def eos_token_ids(folder: Path) -> frozenset[int]:
+    """The model's `eos_token_id`s: `generation_config.json`, else `config.json`, else none."""
+    for name in ("generation_config.json", "config.json"):
+        path = folder / name
+        if path.is_file():
+            eos = read_json(path).get("eos_token_id")
+            if eos is not None:
+                ids = eos if isinstance(eos, list) else [eos]
+                if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                    raise InputError(f"{path}: eos_token_id must be an integer or a list of them")
+                return frozenset(ids)
+    return frozenset()
+
+
 def read_config(folder: Path) -> dict[str, Any]:
     """The model folder's `config.json`."""
     if not folder.is_dir():
