@@ -235,6 +235,12 @@ def compare(
     )
 
 
+def mean_acceptance(generations: list[Generation]) -> float:
+    """tau over every step of `generations` (accepted drafts + bonus); 0.0 with no steps."""
+    steps = [step for gen in generations for step in gen.steps]
+    return sum(step.accepted + 1 for step in steps) / len(steps) if steps else 0.0
+
+
 def acceptance_warnings(
     generations: list[Generation], block_size: int, tau_reference: float | None = None
 ) -> list[str]:
@@ -242,7 +248,7 @@ def acceptance_warnings(
     steps = [step for gen in generations for step in gen.steps]
     if not steps or block_size < 2:
         return []
-    tau = sum(step.accepted + 1 for step in steps) / len(steps)
+    tau = mean_acceptance(generations)
     warnings = []
     if len(steps) >= LEAKAGE_MIN_STEPS and all(s.accepted + 1 == s.block_size for s in steps):
         warnings.append(
@@ -314,10 +320,7 @@ def difftest_models(
         results.append(compare(ar, spec, prompt.id, tokenizer, size, near_tie))
     steps = [step for gen in spec_runs for step in gen.steps]
     histogram = Counter(step.accepted + 1 for step in steps)
-    tau_reference = None
-    if reference_runs:
-        ref_steps = [step for gen in reference_runs for step in gen.steps]
-        tau_reference = sum(s.accepted + 1 for s in ref_steps) / max(len(ref_steps), 1)
+    tau_reference = mean_acceptance(reference_runs) if reference_runs else None
     warnings = acceptance_warnings(spec_runs, size, tau_reference)
     if drafter.config.mask_token_id in stop_ids:
         warnings.append(
@@ -327,7 +330,7 @@ def difftest_models(
     return DifftestReport(
         results=tuple(results),
         block_size=size,
-        tau=sum(step.accepted + 1 for step in steps) / len(steps) if steps else 0.0,
+        tau=mean_acceptance(spec_runs),
         histogram={str(n): histogram[n] for n in range(1, size + 1)},
         warnings=warnings,
         inject=inject,
