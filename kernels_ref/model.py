@@ -68,6 +68,8 @@ class ModelConfig:
                 str(field.type) == "int" and isinstance(value, bool)
             ):
                 raise InputError(f"{where}: config field {field.name!r} must be {field.type}")
+            if kind != (bool,) and value <= 0:  # sizes, eps, theta: zero divides, negative fails
+                raise InputError(f"{where}: config field {field.name!r} must be positive")
             values[field.name] = value
         if "head_dim" not in values:
             values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
