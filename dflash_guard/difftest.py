@@ -295,6 +295,11 @@ def difftest_models(
     size = block_size or drafter.config.block_size
     if size < 1:
         raise InputError("block size must be at least 1")
+    if size > target.config.max_position_embeddings:  # and the histograms would be huge
+        raise InputError(
+            f"block size {size} exceeds the target's context "
+            f"({target.config.max_position_embeddings} positions)"
+        )
     results, spec_runs, reference_runs = [], [], []
     near_tie = NEAR_TIE_MARGIN.get(target.model.embed_tokens.weight.dtype, 0.0)
     budgets = []
