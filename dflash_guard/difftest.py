@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from dflash_guard.errors import InputError
-from kernels_ref.checkpoint import read_json
+from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter
 from kernels_ref.loop import FAULTS, DraftModel, Generation, generate
@@ -196,16 +196,7 @@ def _is_int(value: Any) -> bool:
 
 def default_stop_ids(target_dir: Path) -> frozenset[int]:
     """The target's EOS ids: `generation_config.json`, else `config.json`."""
-    for name in ("generation_config.json", "config.json"):
-        path = target_dir / name
-        if path.is_file():
-            eos = read_json(path).get("eos_token_id")
-            if eos is not None:
-                ids = eos if isinstance(eos, list) else [eos]
-                if not all(_is_int(i) for i in ids):
-                    raise InputError(f"{path}: eos_token_id must be an integer or a list of them")
-                return frozenset(ids)
-    return frozenset()
+    return eos_token_ids(target_dir)
 
 
 def compare(
@@ -244,6 +235,12 @@ def compare(
     )
 
 
+def mean_acceptance(generations: list[Generation]) -> float:
+    """tau over every step of `generations` (accepted drafts + bonus); 0.0 with no steps."""
+    steps = [step for gen in generations for step in gen.steps]
+    return sum(step.accepted + 1 for step in steps) / len(steps) if steps else 0.0
+
+
 def acceptance_warnings(
     generations: list[Generation], block_size: int, tau_reference: float | None = None
 ) -> list[str]:
@@ -251,7 +248,7 @@ def acceptance_warnings(
     steps = [step for gen in generations for step in gen.steps]
     if not steps or block_size < 2:
         return []
-    tau = sum(step.accepted + 1 for step in steps) / len(steps)
+    tau = mean_acceptance(generations)
     warnings = []
     if len(steps) >= LEAKAGE_MIN_STEPS and all(s.accepted + 1 == s.block_size for s in steps):
         warnings.append(
@@ -298,6 +295,11 @@ def difftest_models(
     size = block_size or drafter.config.block_size
     if size < 1:
         raise InputError("block size must be at least 1")
+    if size > target.config.max_position_embeddings:  # and the histograms would be huge
+        raise InputError(
+            f"block size {size} exceeds the target's context "
+            f"({target.config.max_position_embeddings} positions)"
+        )
     results, spec_runs, reference_runs = [], [], []
     near_tie = NEAR_TIE_MARGIN.get(target.model.embed_tokens.weight.dtype, 0.0)
     budgets = []
@@ -323,10 +325,7 @@ def difftest_models(
         results.append(compare(ar, spec, prompt.id, tokenizer, size, near_tie))
     steps = [step for gen in spec_runs for step in gen.steps]
     histogram = Counter(step.accepted + 1 for step in steps)
-    tau_reference = None
-    if reference_runs:
-        ref_steps = [step for gen in reference_runs for step in gen.steps]
-        tau_reference = sum(s.accepted + 1 for s in ref_steps) / max(len(ref_steps), 1)
+    tau_reference = mean_acceptance(reference_runs) if reference_runs else None
     warnings = acceptance_warnings(spec_runs, size, tau_reference)
     if drafter.config.mask_token_id in stop_ids:
         warnings.append(
@@ -336,7 +335,7 @@ def difftest_models(
     return DifftestReport(
         results=tuple(results),
         block_size=size,
-        tau=sum(step.accepted + 1 for step in steps) / len(steps) if steps else 0.0,
+        tau=mean_acceptance(spec_runs),
         histogram={str(n): histogram[n] for n in range(1, size + 1)},
         warnings=warnings,
         inject=inject,
@@ -386,12 +385,7 @@ def run_difftest(
         raise InputError("max_new_tokens must be at least 1")
     if block_size is not None and block_size < 1:
         raise InputError("block size must be at least 1")
-    try:
-        torch_device = torch.device(device)
-    except RuntimeError as exc:
-        raise InputError(f"unknown device {device!r} ({exc})") from None
-    if torch_device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError("device 'cuda' requested but CUDA is not available")
+    torch_device = parse_device(device)
     if cuda_graphs and torch_device.type != "cuda":
         raise InputError("--cuda-graphs needs --device cuda")
     target_dir, drafter_dir = Path(target_dir), Path(drafter_dir)

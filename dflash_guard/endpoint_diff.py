@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx2
 
@@ -195,11 +195,20 @@ def _prompt_from_record(record: Any, where: str, default_id: str) -> EndpointPro
     return EndpointPrompt(str(record.get("id", default_id)), prompt, limit, tuple(stop))
 
 
+def http_url_parts(url: str) -> SplitResult:
+    """`url` split, raising `InputError` unless it is a well-formed http(s) URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InputError(f"not an http(s) URL: {redact_url(url)}")
+    return parts
+
+
 def completions_url(base: str) -> str:
     """`http://h:8000`, `http://h:8000/v1` or the full URL -> `.../v1/completions`."""
-    parts = urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InputError(f"not an http(s) URL: {redact_url(base)}")
+    parts = http_url_parts(base)
     path = parts.path.rstrip("/")
     if path.endswith("/completions"):
         return base
@@ -210,7 +219,10 @@ def completions_url(base: str) -> str:
 
 def redact_url(url: str) -> str:
     """The URL without user:password and query (credentials never reach a report)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(malformed URL)"
     netloc = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
@@ -571,6 +583,8 @@ def run_endpoint_diff(
         raise InputError("no prompts to send")
     if concurrency < 1 or max_new_tokens < 1 or timeout <= 0 or near_tie_margin < 0:
         raise InputError("concurrency, max-new-tokens and timeout must be positive")
+    if metrics_url:
+        http_url_parts(metrics_url)
     options = dict(api_key=api_key, timeout=timeout, retries=retries, backoff=backoff,
                    token_ids=token_ids, pool_size=concurrency)
     with (

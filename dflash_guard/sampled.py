@@ -33,6 +33,7 @@ from kernels_ref.sampling import (
     draft_block,
     probs_from_logits,
     sample,
+    seeded,
     verify_block,
 )
 from kernels_ref.tokenizer import load_byte_tokenizer
@@ -278,7 +279,7 @@ def check_sampled(
     params = params or SamplingParams()
 
     def autoregressive(prompt: Sequence[int], n: int, k: int, s: int) -> Draws:
-        generator = torch.Generator().manual_seed(s)
+        generator = seeded(s)
         return sample_autoregressive(
             model, prompt, samples=n, tokens=k, params=params, generator=generator
         ), None
@@ -286,8 +287,8 @@ def check_sampled(
     def speculative(prompt: Sequence[int], n: int, k: int, s: int) -> Draws:
         return sample_speculative(
             model, prompt, samples=n, tokens=k, params=params,
-            draft_generator=torch.Generator().manual_seed(s),
-            verify_generator=torch.Generator().manual_seed(s + 1),
+            draft_generator=seeded(s),
+            verify_generator=seeded(s + 1),
             greedy_draft=greedy_draft, inject=inject,
         )
 

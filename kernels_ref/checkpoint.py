@@ -32,6 +32,17 @@ def parse_dtype(name: str) -> torch.dtype:
         raise InputError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
 
 
+def parse_device(name: str | torch.device) -> torch.device:
+    """A torch device from its name, refusing an unknown one or CUDA where CUDA is absent."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise InputError(f"unknown device {name!r} ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("device 'cuda' requested but CUDA is not available")
+    return device
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """Read a JSON object, raising `InputError` naming the file when it is missing or malformed."""
     try:
@@ -43,6 +54,20 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object")
     return data
+
+
+def eos_token_ids(folder: Path) -> frozenset[int]:
+    """The model's `eos_token_id`s: `generation_config.json`, else `config.json`, else none."""
+    for name in ("generation_config.json", "config.json"):
+        path = folder / name
+        if path.is_file():
+            eos = read_json(path).get("eos_token_id")
+            if eos is not None:
+                ids = eos if isinstance(eos, list) else [eos]
+                if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                    raise InputError(f"{path}: eos_token_id must be an integer or a list of them")
+                return frozenset(ids)
+    return frozenset()
 
 
 def read_config(folder: Path) -> dict[str, Any]:

@@ -18,7 +18,13 @@ import torch
 from torch import Tensor, nn
 
 from dflash_guard.errors import InputError
-from kernels_ref.checkpoint import assign_weights, load_tensors, parse_dtype, read_config
+from kernels_ref.checkpoint import (
+    assign_weights,
+    load_tensors,
+    parse_device,
+    parse_dtype,
+    read_config,
+)
 from kernels_ref.model import DecoderLayer, ModelConfig, RMSNorm, Target, rope
 
 
@@ -261,5 +267,7 @@ def load_drafter(
     config = DrafterConfig.from_dict(read_config(folder), folder / "config.json")
     config.check_against(target.config, folder)
     drafter = Drafter(config)
-    assign_weights(drafter, load_tensors(folder), folder, device=device, dtype=torch_dtype)
+    assign_weights(
+        drafter, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype
+    )
     return drafter

@@ -17,7 +17,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dflash_guard.errors import InputError
-from kernels_ref.checkpoint import assign_weights, load_tensors, parse_dtype, read_config
+from kernels_ref.checkpoint import (
+    assign_weights,
+    load_tensors,
+    parse_device,
+    parse_dtype,
+    read_config,
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class ModelConfig:
                 str(field.type) == "int" and isinstance(value, bool)
             ):
                 raise InputError(f"{where}: config field {field.name!r} must be {field.type}")
+            if kind != (bool,) and value <= 0:  # sizes, eps, theta: zero divides, negative fails
+                raise InputError(f"{where}: config field {field.name!r} must be positive")
             values[field.name] = value
         if "head_dim" not in values:
             values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
@@ -376,5 +384,7 @@ def load_target(
     if raw.get("model_type") not in (None, "qwen3"):
         raise InputError(f"{folder}: model_type {raw.get('model_type')!r} is not qwen3")
     target = Target(ModelConfig.from_dict(raw, folder / "config.json"))
-    assign_weights(target, load_tensors(folder), folder, device=device, dtype=torch_dtype)
+    assign_weights(
+        target, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype
+    )
     return target

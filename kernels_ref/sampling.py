@@ -76,6 +76,12 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
     return scaled.softmax(-1)
 
 
+def seeded(seed: int) -> torch.Generator:
+    """A CPU generator seeded with any integer (taken mod 2**64, as torch takes the ones it
+    accepts: a seed derived by arithmetic never overflows)."""
+    return torch.Generator().manual_seed(seed % 2**64)
+
+
 def sample_with_uniforms(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling: one token per row of `probs` [..., V] from `uniforms` [...]."""
     cdf = probs.cumsum(-1)
@@ -183,7 +189,7 @@ def generate_sampled(
     if size < 1:
         raise ValueError("block_size must be at least 1")
     device = target.model.embed_tokens.weight.device
-    verify_stream = torch.Generator().manual_seed(seed)
+    verify_stream = seeded(seed)
     budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
     if budget <= 0:
         return Generation([], [], [], prefill_forwards=0, stop_reason="length")

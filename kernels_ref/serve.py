@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from kernels_ref.checkpoint import read_json
+from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.drafter import Drafter, load_drafter
 from kernels_ref.loop import FAULTS, Generation, generate
 from kernels_ref.model import Target, load_target
@@ -71,17 +71,6 @@ class SpecCounters:
     requests: int = 0
 
 
-def eos_ids(target_dir: Path) -> frozenset[int]:
-    """The target's `eos_token_id` (generation_config.json first, then config.json)."""
-    for name in ("generation_config.json", "config.json"):
-        path = target_dir / name
-        if path.is_file():
-            eos = read_json(path).get("eos_token_id")
-            if eos is not None:
-                return frozenset(eos if isinstance(eos, list) else [eos])
-    return frozenset()
-
-
 class ReferenceEngine:
     """The loaded models plus what a completions request needs: tokenizer, stops, counters."""
 
@@ -105,7 +94,7 @@ class ReferenceEngine:
         )
         self.inject = inject
         self.tokenizer: ByteTokenizer | None = load_byte_tokenizer(target_dir)
-        self.eos = eos_ids(target_dir)
+        self.eos = eos_token_ids(target_dir)
         self.name = model_name or target_dir.resolve().name
         self.counters = SpecCounters()
         self._lock = threading.Lock()  # counters only; forwards run concurrently

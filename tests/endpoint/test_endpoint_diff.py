@@ -254,3 +254,12 @@ def test_endpoint_prompt_file_and_urls(tmp_path):
     assert redact_url("https://user:pw@h/v1?key=s") == "https://h/v1"
     with pytest.raises(InputError):
         completions_url("h:8000")
+
+
+def test_endpoint_malformed_urls_are_input_errors(fake_pair):
+    """An unparsable URL (unclosed IPv6 bracket) was an internal error, for --metrics too."""
+    with pytest.raises(InputError, match="not an http"):
+        completions_url("http://[::1")
+    with pytest.raises(InputError, match="not an http"):
+        run(fake_pair, prompts=PROMPTS[:1], metrics_url="http://[bad")
+    assert redact_url("http://u:pw@[bad") == "(malformed URL)"

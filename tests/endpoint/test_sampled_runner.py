@@ -52,6 +52,7 @@ def test_sampled_runner_cli_exact_passes_biased_fails(cli, pair, one_prompt, inj
         (("--inject", "reuse-draft-uniforms"), "drafts greedily"),
         (("--inject", "stale-kv"), "sampler faults only"),
         (("--temperature", "0"), "temperature above 0"),
+        (("--device", "nonesuch"), "unknown device"),  # was an internal error before
     ],
 )
 def test_sampled_runner_cli_refuses_bad_settings(cli, pair, one_prompt, extra, message):
@@ -77,3 +78,14 @@ def test_sampled_runner_greedy_path_is_untouched(pair):
                      sampling=hot, seed=0).tokens
     assert len(draws) > 1  # different seeds, different samples
     assert tuple(again) in draws  # the same seed, the same sample
+
+
+def test_sampled_runner_takes_any_seed(pair):
+    """A seed past 2**64 (the runner derives one per draw from --seed) was an internal error."""
+    target = load_target(pair[0])
+    drafter = load_drafter(pair[1], target)
+    args = dict(max_new_tokens=6, stop_ids=frozenset(), sampling=SamplingParams(temperature=1.5))
+    prompt = list(b"def mean(data):\n")
+    assert generate(target, drafter, prompt, seed=2**70 + 3, **args) == generate(
+        target, drafter, prompt, seed=3, **args
+    )

@@ -123,3 +123,12 @@ def test_mismatched_drafter_exits_2(cli, tmp_path: Path) -> None:
     result = cli("difftest", "--target", target, "--drafter", drafter)
     assert result.exit_code == 2
     assert "does not match its target" in result.stderr
+
+
+def test_block_size_beyond_the_context_exits_2(cli, fixture_pair, fast_prompts) -> None:
+    """A huge block size (flag or drafter config) used to hang building 1..N histograms."""
+    target, drafter = fixture_pair
+    result = cli("difftest", "--target", target, "--drafter", drafter,
+                 "--prompts", fast_prompts, "--block-size", "1000000000")
+    assert result.exit_code == 2
+    assert "exceeds the target's context" in result.stderr

@@ -174,6 +174,8 @@ def test_missing_and_misshapen_tensors_are_named(tmp_path: Path) -> None:
     [
         ({"rope_scaling": {"type": "yarn"}}, "rope_scaling"),
         ({"num_hidden_layers": "three"}, "num_hidden_layers"),
+        ({"num_key_value_heads": 0}, "num_key_value_heads"),  # was a ZeroDivisionError
+        ({"intermediate_size": -3}, "intermediate_size"),  # was a torch RuntimeError
         ({"model_type": "llama"}, "model_type"),
     ],
 )
