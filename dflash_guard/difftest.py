@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from dflash_guard.difftest_defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
 from dflash_guard.errors import InputError
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
@@ -27,8 +28,6 @@ from kernels_ref.loop import FAULTS, DraftModel, Generation, generate
 from kernels_ref.model import Target, load_target
 from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "kernels_ref" / "prompts" / "default.jsonl"
-DEFAULT_MAX_NEW_TOKENS = 64
 LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many steps: suspicious
 COLLAPSE_TAU = 1.25  # tau at or below this with a drafter: the mask-token-aliasing symptom
 COLLAPSE_MIN_STEPS = 8

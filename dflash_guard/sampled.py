@@ -22,7 +22,13 @@ from typing import Any, Protocol
 
 import torch
 
-from dflash_guard.difftest import DEFAULT_PROMPTS, load_prompts
+from dflash_guard.difftest import load_prompts
+from dflash_guard.difftest_defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_PROMPTS,
+    DEFAULT_RUNNER_SAMPLES,
+    DEFAULT_RUNNER_TOKENS,
+)
 from dflash_guard.errors import InputError
 from kernels_ref.drafter import load_drafter
 from kernels_ref.loop import DraftModel, generate
@@ -38,10 +44,7 @@ from kernels_ref.sampling import (
 )
 from kernels_ref.tokenizer import load_byte_tokenizer
 
-DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_CELL = 10
-DEFAULT_RUNNER_SAMPLES = 400
-DEFAULT_RUNNER_TOKENS = 4
 # The shipped prompts the runner check uses by default (one draw is one decode): those where
 # the fixture drafter is accepted often enough for a biased resampler to show.
 DEFAULT_RUNNER_PROMPTS = ("stop-newline-in-block", "single-token", "repetition-words")

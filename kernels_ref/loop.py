@@ -15,21 +15,12 @@ import torch
 from torch import Tensor
 
 from kernels_ref.drafter import DrafterCache, DrafterConfig, StaticDrafterCache
+from kernels_ref.faults import FAULTS
 from kernels_ref.model import Target
 
 if TYPE_CHECKING:
     from kernels_ref.sampling import SamplingParams
 
-FAULTS: dict[str, str] = {
-    "accept-off-by-one": "one draft token more than matched is accepted",
-    "no-cumprod": "matches are counted, not prefixed: a later match is accepted after a mismatch",
-    "seq-inflation": "the drafter's context advances by the drafted, not the accepted, count",
-    "stale-kv": "the target KV cache is not cropped after a rejection",
-    "skip-bonus": "the bonus token becomes the next anchor but is never emitted",
-    "drop-mask-id": "output tokens equal to mask_token_id are dropped",
-    "missed-stop": "a stop token among the accepted drafts is ignored (only the bonus is checked)",
-    "hidden-offset": "context features are read one layer early (the residual entering the layer)",
-}
 
 
 DraftCache = DrafterCache | StaticDrafterCache  # an oracle may keep its own kind

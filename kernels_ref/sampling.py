@@ -18,14 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels_ref.faults import SAMPLING_FAULTS
 from kernels_ref.loop import DraftModel, Generation, StepRecord, features_at, top2_margin
 from kernels_ref.model import Target
-
-# Planted sampler bugs, for testing the exactness check itself (never on by default):
-#   reuse-draft-uniforms  the accept test reuses the drafter's random numbers (a published bug)
-#   reuse-accept-uniform  the residual is sampled with the uniform that decided the rejection
-#   resample-from-p       after a rejection, resample from p instead of normalised max(0, p - q)
-SAMPLING_FAULTS = ("reuse-draft-uniforms", "reuse-accept-uniform", "resample-from-p")
 
 
 @dataclass(frozen=True)

@@ -30,3 +30,12 @@ def test_error_text_is_not_read_as_markup(cli, tmp_path):
     assert result.exit_code == 2
     assert "Traceback" not in result.stderr
     assert "x[/y]" in result.stderr and "[bold]dflash.lock" in result.stderr
+
+
+def test_cli_starts_without_importing_torch():
+    """lock, verify, scan and gate must not pay torch's import (seconds) at start-up."""
+    import subprocess
+    import sys
+
+    code = "import sys, dflash_guard._cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
-from dflash_guard.difftest import (
+from dflash_guard.difftest_defaults import (
+    DEFAULT_ALPHA,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PROMPTS,
-    DifftestReport,
-    run_difftest,
+    DEFAULT_RUNNER_SAMPLES,
+    DEFAULT_RUNNER_TOKENS,
 )
 from dflash_guard.endpoint_diff import (
     DEFAULT_NEAR_TIE_MARGIN,
@@ -24,15 +25,11 @@ from dflash_guard.endpoint_diff import (
 )
 from dflash_guard.endpoint_diff import load_prompts as load_endpoint_prompts
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
-from dflash_guard.sampled import (
-    DEFAULT_ALPHA,
-    DEFAULT_RUNNER_SAMPLES,
-    DEFAULT_RUNNER_TOKENS,
-    SampledReport,
-    run_sampled_difftest,
-)
-from kernels_ref.loop import FAULTS
-from kernels_ref.sampling import SAMPLING_FAULTS, SamplingParams
+from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
+
+if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
+    from dflash_guard.difftest import DifftestReport
+    from dflash_guard.sampled import SampledReport
 
 
 def _token(token: int | None) -> str:
@@ -271,6 +268,9 @@ def register(app: typer.Typer) -> None:
         if target is None or drafter is None:
             raise InputError("give --target and --drafter (or --baseline and --candidate)")
         if sampled:
+            from dflash_guard.sampled import run_sampled_difftest
+            from kernels_ref.sampling import SamplingParams
+
             try:
                 params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
             except ValueError as error:
@@ -287,6 +287,8 @@ def register(app: typer.Typer) -> None:
             else:
                 render_sampled(sampled_report)
             raise typer.Exit(EXIT_OK if sampled_report.passed else EXIT_FINDING)
+        from dflash_guard.difftest import run_difftest
+
         if output_format is OutputFormat.text:
             stderr.print(f"diff-testing {drafter} against {target} ...")
         report = run_difftest(

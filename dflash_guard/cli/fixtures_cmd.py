@@ -9,7 +9,6 @@ import typer
 
 from dflash_guard.cli.common import stdout
 from dflash_guard.errors import InputError
-from kernels_ref.fixtures import make_fixture_pair
 
 
 def register(app: typer.Typer) -> None:
@@ -21,6 +20,8 @@ def register(app: typer.Typer) -> None:
         out_dir: Annotated[Path, typer.Argument(help="Folder to write target/ and drafter/ in.")],
     ) -> None:
         """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR."""
+        from kernels_ref.fixtures import make_fixture_pair  # loads torch: only when it runs
+
         if out_dir.exists() and not out_dir.is_dir():
             raise InputError(f"{out_dir}: exists and is not a folder")
         try:
