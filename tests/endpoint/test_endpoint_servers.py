@@ -59,7 +59,8 @@ def test_endpoint_reference_servers_identical(cli, servers, prompt_file):
     assert {r["compared_by"] for r in report["results"]} == {"token_ids"}
     acceptance = report["acceptance"]
     assert acceptance["source"] == "vllm" and acceptance["drafts"] > 0
-    assert 1.0 < acceptance["mean_acceptance_length"] < 8.0
+    assert acceptance["mean_acceptance_length"] > 1.0
+    assert acceptance["mean_acceptance_length"] < 8.0
 
 
 @pytest.mark.parametrize("fault", OUTPUT_FAULTS)
