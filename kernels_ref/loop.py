@@ -16,7 +16,7 @@ from torch import Tensor
 
 from kernels_ref.drafter import DrafterCache, DrafterConfig, StaticDrafterCache
 from kernels_ref.faults import FAULTS
-from kernels_ref.model import Target
+from kernels_ref.model import KVCache, StaticKVCache, Target
 
 if TYPE_CHECKING:
     from kernels_ref.sampling import SamplingParams
@@ -102,6 +102,45 @@ def features_at(hidden: list[Tensor], layer_ids: Iterable[int], inject: str | No
     return torch.cat([hidden[layer + offset] for layer in layer_ids], dim=-1)
 
 
+def commit_context(
+    drafter: DraftModel | None,
+    draft_cache: DraftCache | None,
+    hidden: list[Tensor],
+    rows: int,
+    start: int,
+    inject: str | None,
+) -> None:
+    """Hand the drafter the context features of `rows` committed positions from `start`."""
+    if drafter is None or draft_cache is None:
+        return
+    features = features_at(hidden, drafter.config.target_layer_ids, inject)[:, :rows]
+    positions = torch.arange(start, start + rows, device=features.device)
+    drafter.extend_context(draft_cache, features, positions)
+
+
+def draft_and_verify(
+    target: Target,
+    drafter: DraftModel | None,
+    draft_cache: DraftCache | None,
+    cache: KVCache | StaticKVCache,
+    anchor: int,
+    start: int,
+    block: int,
+) -> tuple[list[int], Tensor, list[Tensor]]:
+    """Draft `block - 1` tokens after `anchor`, then run the target ONCE over [anchor, drafts].
+
+    Returns the drafts, the target's logits `[1, 1 + len(drafts), vocab]` and hidden states.
+    """
+    device = target.model.embed_tokens.weight.device
+    drafts: list[int] = []
+    if drafter is not None and draft_cache is not None and block > 1:
+        drafts = drafter.propose(draft_cache, target, anchor, start, block - 1)
+    ids = torch.tensor([[anchor, *drafts]], device=device)
+    positions = torch.arange(start, start + len(drafts) + 1, device=device)
+    logits, hidden = target(ids, positions, cache)
+    return drafts, logits, hidden
+
+
 def generate(
     target: Target,
     drafter: DraftModel | None,
@@ -177,17 +216,10 @@ def _decode(
     if drafter is not None:  # a drafter without static caches takes no arguments
         draft_cache = drafter.new_cache(True, capacity) if static_cache else drafter.new_cache()
 
-    def commit_context(hidden: list[Tensor], rows: int, start: int) -> None:
-        if drafter is not None and draft_cache is not None:
-            features = features_at(hidden, drafter.config.target_layer_ids, inject)[:, :rows]
-            drafter.extend_context(
-                draft_cache, features, torch.arange(start, start + rows, device=device)
-            )
-
     # Prefill: the first new token is the target's own argmax, not counted in acceptance.
     positions = torch.arange(len(prompt), device=device)
     logits, hidden = target(torch.tensor([prompt], device=device), positions, cache)
-    commit_context(hidden, len(prompt), 0)
+    commit_context(drafter, draft_cache, hidden, len(prompt), 0, inject)
     generated = [int(logits[0, -1].argmax())]  # the engine's committed tokens
     margins = top2_margin(logits[0, -1:])
     output = list(generated)  # what the engine emits
@@ -200,17 +232,16 @@ def _decode(
     while stop_reason == "length" and len(generated) < budget:
         start = len(prompt) + len(generated) - 1  # position of the anchor
         block = min(size, budget - len(generated))
-        drafts: list[int] = []
-        if drafter is not None and draft_cache is not None and block > 1:
-            drafts = drafter.propose(draft_cache, target, generated[-1], start, block - 1)
-        ids = torch.tensor([[generated[-1], *drafts]], device=device)
-        logits, hidden = target(ids, torch.arange(start, start + block, device=device), cache)
+        drafts, logits, hidden = draft_and_verify(
+            target, drafter, draft_cache, cache, generated[-1], start, block
+        )
         choices = logits[0].argmax(-1).tolist()  # choices[i]: the target's token at start+i+1
         accepted = accepted_prefix(drafts, choices, inject)
         committed = [*drafts[:accepted], choices[accepted]]
         if inject != "stale-kv":
             cache.crop(start + accepted + 1)  # anchor + accepted drafts; the bonus is not in yet
-        commit_context(hidden, block if inject == "seq-inflation" else accepted + 1, start)
+        rows = block if inject == "seq-inflation" else accepted + 1
+        commit_context(drafter, draft_cache, hidden, rows, start, inject)
 
         step_margins = top2_margin(logits[0, : accepted + 1])
         for index, token in enumerate(committed):

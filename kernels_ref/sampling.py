@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import torch
 
 from kernels_ref.faults import SAMPLING_FAULTS
-from kernels_ref.loop import DraftModel, Generation, StepRecord, features_at, top2_margin
+from kernels_ref.loop import (
+    DraftModel,
+    Generation,
+    StepRecord,
+    commit_context,
+    draft_and_verify,
+    top2_margin,
+)
 from kernels_ref.model import Target
 
 
@@ -191,16 +198,10 @@ def generate_sampled(
     cache = target.new_cache()
     draft_cache = drafter.new_cache() if drafter is not None else None
 
-    def commit_context(hidden: list[torch.Tensor], rows: int, start: int) -> None:
-        if drafter is not None and draft_cache is not None:
-            features = features_at(hidden, drafter.config.target_layer_ids, None)[:, :rows]
-            positions = torch.arange(start, start + rows, device=device)
-            drafter.extend_context(draft_cache, features, positions)
-
     with torch.inference_mode():
         logits, hidden = target(torch.tensor([prompt], device=device),
                                 torch.arange(len(prompt), device=device), cache)
-        commit_context(hidden, len(prompt), 0)
+        commit_context(drafter, draft_cache, hidden, len(prompt), 0, None)
         first = probs_from_logits(logits[0, -1:].cpu(), params)
         generated = [int(sample(first, verify_stream)[0])]
         margins = top2_margin(logits[0, -1:])
@@ -209,19 +210,16 @@ def generate_sampled(
         while stop_reason == "length" and len(generated) < budget:
             start = len(prompt) + len(generated) - 1  # position of the anchor
             block = min(size, budget - len(generated))
-            drafts: list[int] = []
-            if drafter is not None and draft_cache is not None and block > 1:
-                drafts = drafter.propose(draft_cache, target, generated[-1], start, block - 1)
-            ids = torch.tensor([[generated[-1], *drafts]], device=device)
-            logits, hidden = target(ids, torch.arange(start, start + len(ids[0]), device=device),
-                                    cache)
+            drafts, logits, hidden = draft_and_verify(
+                target, drafter, draft_cache, cache, generated[-1], start, block
+            )
             p = probs_from_logits(logits[0].cpu(), params).unsqueeze(0)  # [1, K+1, V]
             verdict = verify_block(p, torch.tensor([drafts], dtype=torch.long), None,
                                    verify_stream, inject=inject)
             accepted = int(verdict.accepted[0])
             committed = [*drafts[:accepted], int(verdict.next_token[0])]
             cache.crop(start + accepted + 1)  # anchor + accepted drafts
-            commit_context(hidden, accepted + 1, start)
+            commit_context(drafter, draft_cache, hidden, accepted + 1, start, None)
             step_margins = top2_margin(logits[0, : accepted + 1])
             for index, token in enumerate(committed):
                 generated.append(token)
@@ -229,5 +227,5 @@ def generate_sampled(
                 if token in stop_ids:
                     stop_reason = "stop"
                     break
-            steps.append(StepRecord(accepted, tuple(committed[: index + 1]), 1, len(ids[0])))
+            steps.append(StepRecord(accepted, tuple(committed[: index + 1]), 1, len(drafts) + 1))
     return Generation(generated, steps, margins, stop_reason=stop_reason)
