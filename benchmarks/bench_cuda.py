@@ -40,13 +40,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_guard.difftest import (  # noqa: E402
+from dflash_guard.fileio import write_atomic  # noqa: E402
+from dflash_guard.lossless.local import (  # noqa: E402
     DEFAULT_PROMPTS,
     default_stop_ids,
     difftest_models,
     load_prompts,
 )
-from dflash_guard.fileio import write_atomic  # noqa: E402
 from kernels_ref.cuda_graphs import GraphRunner, static_len  # noqa: E402
 from kernels_ref.drafter import Drafter, DrafterConfig, load_drafter  # noqa: E402
 from kernels_ref.fixtures import VOCAB_SIZE, make_fixture_pair  # noqa: E402

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_guard.difftest import (  # noqa: E402
+from dflash_guard.lossless.local import (  # noqa: E402
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PROMPTS,
     default_stop_ids,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_guard.difftest import DEFAULT_PROMPTS  # noqa: E402
-from dflash_guard.endpoint_diff import load_prompts, run_endpoint_diff  # noqa: E402
+from dflash_guard.lossless.endpoint import load_prompts, run_endpoint_diff  # noqa: E402
+from dflash_guard.lossless.local import DEFAULT_PROMPTS  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
 from kernels_ref.serve import running_server  # noqa: E402
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_guard.lockfile import Artifact, LockedFile, Lockfile  # noqa: E402
-from dflash_guard.verify import verify_lock  # noqa: E402
+from dflash_guard.pins.lockfile import Artifact, LockedFile, Lockfile  # noqa: E402
+from dflash_guard.pins.verify import verify_lock  # noqa: E402
 
 
 def _seconds(fn) -> float:

@@ -23,21 +23,21 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dflash_guard.errors import InputError
-from dflash_guard.lockfile import COMMIT_RE, Artifact, Lockfile, load_lockfile
-from dflash_guard.policy import (
+from dflash_guard.pins.lockfile import COMMIT_RE, Artifact, Lockfile, load_lockfile
+from dflash_guard.trust.policy import (
     EndpointRules,
     Policy,
     RemoteCode,
     endpoint_url,
     load_policy,
 )
-from dflash_guard.provenance import (
+from dflash_guard.trust.provenance import (
     CheckResult,
     approval_statement,
     sign_approval,
     write_approval,
 )
-from dflash_guard.signing import (
+from dflash_guard.trust.signing import (
     identity_token,
     verify_lockfile_signature,
     verify_model_signatures,
@@ -171,7 +171,7 @@ def check_lockfile_signature(ctx: _Context) -> str:
 
 
 def check_verify(ctx: _Context) -> str:
-    from dflash_guard.verify import verify_lock
+    from dflash_guard.pins.verify import verify_lock
 
     assert ctx.lock is not None
     report = verify_lock(ctx.lock, ctx.roots, download=ctx.download)
@@ -295,7 +295,7 @@ def check_model_signatures(ctx: _Context) -> str:
 
 
 def check_difftest(ctx: _Context) -> str:
-    from dflash_guard.difftest import run_difftest
+    from dflash_guard.lossless.local import run_difftest
 
     rules = ctx.policy.difftest
     report = run_difftest(
@@ -333,8 +333,8 @@ def check_difftest(ctx: _Context) -> str:
 def check_endpoint_diff(ctx: _Context) -> str:
     """Diff the live baseline and candidate engines: a hard divergence always refuses, more
     near-ties than `max_near_ties` refuse, and so does an endpoint the gate cannot use."""
-    from dflash_guard.difftest import DEFAULT_PROMPTS
-    from dflash_guard.endpoint_diff import EndpointError, load_prompts, run_endpoint_diff
+    from dflash_guard.lossless.endpoint import EndpointError, load_prompts, run_endpoint_diff
+    from dflash_guard.lossless.local import DEFAULT_PROMPTS
 
     rules = ctx.endpoints
     if rules is None:
@@ -394,7 +394,7 @@ def resolve_endpoints(policy: Policy, baseline: str | None = None,
                       candidate: str | None = None) -> EndpointRules | None:
     """The endpoint diff to run: the policy's, with URLs overridden at gate time; the policy's
     settings with both URLs when it names none; None when neither configures one."""
-    from dflash_guard.endpoint_diff import redact_url
+    from dflash_guard.lossless.endpoint import redact_url
 
     rules = policy.difftest.endpoints
     if rules is None and (baseline or candidate):

@@ -9,27 +9,27 @@ import typer
 from rich.table import Table
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
-from dflash_guard.difftest_defaults import (
+from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.lossless.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PROMPTS,
     DEFAULT_RUNNER_SAMPLES,
     DEFAULT_RUNNER_TOKENS,
 )
-from dflash_guard.endpoint_diff import (
+from dflash_guard.lossless.endpoint import (
     DEFAULT_NEAR_TIE_MARGIN,
     DEFAULT_TIMEOUT_S,
     EndpointDiffReport,
     read_api_key,
     run_endpoint_diff,
 )
-from dflash_guard.endpoint_diff import load_prompts as load_endpoint_prompts
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.lossless.endpoint import load_prompts as load_endpoint_prompts
 from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
 
 if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
-    from dflash_guard.difftest import DifftestReport
-    from dflash_guard.sampled import SampledReport
+    from dflash_guard.lossless.local import DifftestReport
+    from dflash_guard.lossless.sampled import SampledReport
 
 
 def _token(token: int | None) -> str:
@@ -268,7 +268,7 @@ def register(app: typer.Typer) -> None:
         if target is None or drafter is None:
             raise InputError("give --target and --drafter (or --baseline and --candidate)")
         if sampled:
-            from dflash_guard.sampled import run_sampled_difftest
+            from dflash_guard.lossless.sampled import run_sampled_difftest
             from kernels_ref.sampling import SamplingParams
 
             try:
@@ -287,7 +287,7 @@ def register(app: typer.Typer) -> None:
             else:
                 render_sampled(sampled_report)
             raise typer.Exit(EXIT_OK if sampled_report.passed else EXIT_FINDING)
-        from dflash_guard.difftest import run_difftest
+        from dflash_guard.lossless.local import run_difftest
 
         if output_format is OutputFormat.text:
             stderr.print(f"diff-testing {drafter} against {target} ...")

@@ -11,8 +11,8 @@ from rich.markup import escape
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.lockfile import load_lockfile, write_lockfile
-from dflash_guard.locking import LockRefused, build_lock, requirements_text
+from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
+from dflash_guard.pins.resolve import LockRefused, build_lock, requirements_text
 
 export_app = typer.Typer(help="Export parts of a lockfile.", no_args_is_help=True)
 

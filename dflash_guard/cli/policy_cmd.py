@@ -10,7 +10,7 @@ import yaml
 
 from dflash_guard.cli.common import OutputFormat, print_json, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
-from dflash_guard.policy import load_policy
+from dflash_guard.trust.policy import load_policy
 
 policy_app = typer.Typer(
     help="Validate or show a deploy policy.", no_args_is_help=True, add_completion=False

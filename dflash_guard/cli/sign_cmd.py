@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import stderr
-from dflash_guard.signing import sign_keyless, sign_with_key
+from dflash_guard.trust.signing import sign_keyless, sign_with_key
 
 
 def sign(

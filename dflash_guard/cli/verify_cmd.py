@@ -11,10 +11,10 @@ from rich.table import Table
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
-from dflash_guard.lockfile import ROLES, load_lockfile
-from dflash_guard.policy import load_policy
-from dflash_guard.signing import SignatureCheck, verify_signatures
-from dflash_guard.verify import VerifyReport, verify_lock
+from dflash_guard.pins.lockfile import ROLES, load_lockfile
+from dflash_guard.pins.verify import VerifyReport, verify_lock
+from dflash_guard.trust.policy import load_policy
+from dflash_guard.trust.signing import SignatureCheck, verify_signatures
 
 
 def parse_roots(specs: list[str]) -> dict[str, Path]:

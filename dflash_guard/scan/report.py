@@ -6,8 +6,8 @@ import dataclasses
 from collections import Counter
 
 from dflash_guard import __version__
+from dflash_guard.formats.sarif import render_sarif
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
-from dflash_guard.scan.sarif import render_sarif
 
 DEFAULT_FAIL_ON = Severity.medium
 

@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 
 from dflash_guard.errors import InputError
-from dflash_guard.folder import Unsafe, list_folder
+from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.scan import (
     drafter_config,
     gguf_check,

@@ -6,8 +6,8 @@ import pytest
 import torch
 from cuda_support import gpu_only, tiny_pair
 
-from dflash_guard.difftest import DEFAULT_PROMPTS, difftest_models, load_prompts, run_difftest
 from dflash_guard.errors import InputError
+from dflash_guard.lossless.local import DEFAULT_PROMPTS, difftest_models, load_prompts, run_difftest
 from kernels_ref.cuda_graphs import ALIGN, GraphRunner, static_len, step_sizes
 from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import EOS_ID

@@ -60,7 +60,9 @@ def test_crop_sets_the_length_and_the_tail_is_masked(cpu_fixture_models) -> None
         dynamic_cache = target.new_cache()
         target(ids[:, :5], torch.arange(5), dynamic_cache)
         dynamic, _ = target(ids[:, 5:6], torch.tensor([5]), dynamic_cache)
-        torch.testing.assert_close(cropped, fresh, rtol=0, atol=0)
+        # Masked stale rows change the CPU attention kernel's reduction order, not the result:
+        # equal to float noise here, while the uncropped cache below differs by more than 1e-3.
+        torch.testing.assert_close(cropped, fresh, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(cropped, dynamic, rtol=1e-5, atol=1e-5)
         stale_cache = target.new_cache(static=True, max_len=32)
         target(ids, torch.arange(11), stale_cache)  # not cropped: the rejected tokens stay visible

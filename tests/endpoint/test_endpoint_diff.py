@@ -8,7 +8,8 @@ import socket
 import pytest
 from endpoint_fakes import text_choice, vllm_choice
 
-from dflash_guard.endpoint_diff import (
+from dflash_guard.errors import InputError
+from dflash_guard.lossless.endpoint import (
     EndpointError,
     EndpointPrompt,
     acceptance_from_metrics,
@@ -21,7 +22,6 @@ from dflash_guard.endpoint_diff import (
     redact_url,
     run_endpoint_diff,
 )
-from dflash_guard.errors import InputError
 
 PROMPTS = [EndpointPrompt("a", "alpha"), EndpointPrompt("b", "beta")]
 FAST = dict(timeout=5.0, retries=3, backoff=0.01)

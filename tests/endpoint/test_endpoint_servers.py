@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from endpoint_fakes import Behaviour, make_app, serve
 
-from dflash_guard.difftest import DEFAULT_PROMPTS
+from dflash_guard.lossless.local import DEFAULT_PROMPTS
 from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.serve import running_server
 

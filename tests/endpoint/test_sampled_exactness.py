@@ -8,7 +8,7 @@ import pytest
 import torch
 from sampled_toys import MarkovPair
 
-from dflash_guard.sampled import check_sampled, chi2_sf, homogeneity_test
+from dflash_guard.lossless.sampled import check_sampled, chi2_sf, homogeneity_test
 from kernels_ref.sampling import (
     SAMPLING_FAULTS,
     SamplingParams,

@@ -21,7 +21,7 @@ from hub_emulator import HubEmulator, make_repo
 def hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point HF_HOME / HF_HUB_CACHE / the stat cache at tmp folders; returns the hub cache.
 
-    huggingface_hub reads its constants at import, so they are patched too (dflash_guard.hub
+    huggingface_hub reads its constants at import, so they are patched too (dflash_guard.pins.hub
     itself reads the environment at each call). Telemetry off: no agent-harnesses fetch.
     """
     from huggingface_hub import constants
@@ -50,7 +50,7 @@ def hub(tmp_path: Path, hf_env: Path, monkeypatch: pytest.MonkeyPatch):
     """A running emulator serving the tiny target, drafter and a remote-code repo.
 
     `constants.ENDPOINT` stays as imported (the client rewrites its URL template from it);
-    dflash_guard.hub passes the endpoint from HF_ENDPOINT explicitly on every call.
+    dflash_guard.pins.hub passes the endpoint from HF_ENDPOINT explicitly on every call.
     """
     repos = tmp_path / "repos"
     emulator = HubEmulator(repos)

@@ -21,7 +21,7 @@ from foundation_support import (
 )
 from hub_emulator import make_repo
 
-from dflash_guard.lockfile import load_lockfile
+from dflash_guard.pins.lockfile import load_lockfile
 
 VLLM_SHA = "0123456789abcdef0123456789abcdef01234567"
 

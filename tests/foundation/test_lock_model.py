@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.errors import InputError
-from dflash_guard.lockfile import (
+from dflash_guard.pins.lockfile import (
     Artifact,
     Engine,
     LockedFile,

@@ -17,8 +17,8 @@ from foundation_support import (
     write_folder,
 )
 
-from dflash_guard.lockfile import load_lockfile
-from dflash_guard.verify import verify_lock
+from dflash_guard.pins.lockfile import load_lockfile
+from dflash_guard.pins.verify import verify_lock
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 
-from dflash_guard import hashing
-from dflash_guard.hashing import StatCache, hash_files, sha256_file
+from dflash_guard.pins import hashing
+from dflash_guard.pins.hashing import StatCache, hash_files, sha256_file
 
 
 def test_parallel_hashes_equal_hashlib_across_chunk_boundaries(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.difftest import (
+from dflash_guard.lossless.local import (
     DEFAULT_PROMPTS,
     default_stop_ids,
     difftest_models,

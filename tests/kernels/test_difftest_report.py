@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from kernels_support import random_pair
 
-from dflash_guard.difftest import (
+from dflash_guard.errors import InputError
+from dflash_guard.lossless.local import (
     DEFAULT_PROMPTS,
     Prompt,
     compare,
@@ -16,7 +17,6 @@ from dflash_guard.difftest import (
     difftest_models,
     load_prompts,
 )
-from dflash_guard.errors import InputError
 from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import EOS_ID, MASK_ID, TARGET_CONFIG
 from kernels_ref.loop import Generation

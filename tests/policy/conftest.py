@@ -15,7 +15,7 @@ def key_pair(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
-    from dflash_guard.locking import build_lock
+    from dflash_guard.pins.resolve import build_lock
     from kernels_ref.fixtures import make_fixture_pair
 
     base = tmp_path_factory.mktemp("pair")

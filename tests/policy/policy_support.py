@@ -83,7 +83,7 @@ class Pair:
     base: Path
     target: Path
     drafter: Path
-    lock: Any  # dflash_guard.lockfile.Lockfile
+    lock: Any  # dflash_guard.pins.lockfile.Lockfile
 
     @property
     def roots(self) -> dict[str, Path]:
@@ -122,7 +122,7 @@ def write_policy(folder: Path, *replacements: tuple[str, str], base: str | None 
 
 
 def write_lock(lock: Any, path: Path) -> Path:
-    from dflash_guard.lockfile import write_lockfile
+    from dflash_guard.pins.lockfile import write_lockfile
 
     write_lockfile(lock, path)
     return path
@@ -135,7 +135,7 @@ def copy_folder(source: Path, dest: Path) -> Path:
 
 def relock(pair: Pair, drafter: Path) -> Any:
     """The pair's lock with the drafter re-locked from another folder."""
-    from dflash_guard.locking import build_lock
+    from dflash_guard.pins.resolve import build_lock
 
     return build_lock({"target": str(pair.target), "drafter": str(drafter)})
 

@@ -18,10 +18,10 @@ from policy_support import (
 
 from dflash_guard import __version__
 from dflash_guard.gate import STEPS, run_gate
-from dflash_guard.lockfile import Engine
-from dflash_guard.policy import load_policy
-from dflash_guard.provenance import PREDICATE_TYPE, read_approval
-from dflash_guard.signing import verify_key_signature
+from dflash_guard.pins.lockfile import Engine
+from dflash_guard.trust.policy import load_policy
+from dflash_guard.trust.provenance import PREDICATE_TYPE, read_approval
+from dflash_guard.trust.signing import verify_key_signature
 
 VLLM = Engine("vllm", "https://github.com/vllm-project/vllm", "d" * 40, "v0.11.0")
 

@@ -12,12 +12,12 @@ import socket
 import pytest
 from policy_support import GATE_PROMPTS, one_line, write_lock, write_policy
 
-from dflash_guard import endpoint_diff
-from dflash_guard.endpoint_diff import run_endpoint_diff
 from dflash_guard.errors import InputError
 from dflash_guard.gate import run_gate
-from dflash_guard.policy import load_policy
-from dflash_guard.provenance import read_approval
+from dflash_guard.lossless import endpoint as endpoint_diff
+from dflash_guard.lossless.endpoint import run_endpoint_diff
+from dflash_guard.trust.policy import load_policy
+from dflash_guard.trust.provenance import read_approval
 from kernels_ref.serve import running_server
 
 SECRET = "sk-gate-test-0123456789abcdef"

@@ -25,8 +25,8 @@ from policy_support import (
 
 from dflash_guard.errors import InputError
 from dflash_guard.gate import is_pr_head, is_release, run_gate
-from dflash_guard.lockfile import Engine
-from dflash_guard.signing import sign_with_key
+from dflash_guard.pins.lockfile import Engine
+from dflash_guard.trust.signing import sign_with_key
 
 COMMUNITY = "RadixArk/Qwen3.8-27B-DSpark"
 PR_ENGINE = Engine("vllm", "https://github.com/vllm-project/vllm", "e" * 40,

@@ -9,7 +9,7 @@ import pytest
 from policy_support import DEFAULT_POLICY, REPO, policy_text
 
 from dflash_guard.errors import InputError
-from dflash_guard.policy import (
+from dflash_guard.trust.policy import (
     BUILTIN_POLICIES,
     RemoteCode,
     builtin_policy_path,

@@ -11,9 +11,9 @@ from policy_support import make_key_pair, write_lock
 from sigstore.dsse import Statement
 
 from dflash_guard.errors import InputError
-from dflash_guard.lockfile import Engine
-from dflash_guard.policy import Signers, load_policy
-from dflash_guard.provenance import (
+from dflash_guard.pins.lockfile import Engine
+from dflash_guard.trust.policy import Signers, load_policy
+from dflash_guard.trust.provenance import (
     PREDICATE_TYPE,
     CheckResult,
     approval_statement,

@@ -8,8 +8,8 @@ import pytest
 from policy_support import flip_byte, make_key_pair, one_line
 
 from dflash_guard.errors import InputError
-from dflash_guard.policy import Identity, Signers
-from dflash_guard.signing import (
+from dflash_guard.trust.policy import Identity, Signers
+from dflash_guard.trust.signing import (
     lock_signature_paths,
     sign_keyless,
     sign_with_key,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from policy_support import flip_byte, flip_signature_byte, make_key_pair
 
-from dflash_guard.policy import Identity, Signers
-from dflash_guard.signing import (
+from dflash_guard.trust.policy import Identity, Signers
+from dflash_guard.trust.signing import (
     production_trust_root,
     verify_blob_bundle,
     verify_dsse_bundle,

@@ -15,7 +15,7 @@ from policy_support import (
     write_policy,
 )
 
-from dflash_guard.signing import sign_with_key
+from dflash_guard.trust.signing import sign_with_key
 
 
 def _verify(cli, lock, roots, *extra):

@@ -14,11 +14,11 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from dflash_guard import hub
 from dflash_guard.errors import EXIT_FINDING, Error, HubError, InputError
-from dflash_guard.folder import list_folder
-from dflash_guard.hashing import StatCache, git_blob_id, hash_files, sha256_file
-from dflash_guard.lockfile import (
+from dflash_guard.pins import hub
+from dflash_guard.pins.folder import list_folder
+from dflash_guard.pins.hashing import StatCache, git_blob_id, hash_files, sha256_file
+from dflash_guard.pins.lockfile import (
     COMMIT_RE,
     PACKAGE_RE,
     SHA256_RE,

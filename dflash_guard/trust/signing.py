@@ -28,7 +28,7 @@ from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.policy import Identity, Policy, Signers
+from dflash_guard.trust.policy import Identity, Policy, Signers
 
 SIGSTORE_SUFFIX = ".sigstore.json"
 KEY_SIG_SUFFIX = ".sig"
@@ -468,7 +468,7 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
 def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Policy,
                             *, trust_root: Path | None = None) -> list[SignatureCheck]:
     """Check the `model.sig` of every verified folder; a missing one where the tier requires it
-    is a refusal. `lock` is a `dflash_guard.lockfile.Lockfile`."""
+    is a refusal. `lock` is a `dflash_guard.pins.lockfile.Lockfile`."""
     checks = []
     for artifact in lock.artifacts:
         folder = locations.get(artifact.role)

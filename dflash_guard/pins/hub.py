@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dflash_guard.errors import HubError, InputError
-from dflash_guard.lockfile import COMMIT_RE
+from dflash_guard.pins.lockfile import COMMIT_RE
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 HUB_SOURCE_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from dflash_guard.difftest_defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
 from dflash_guard.errors import InputError
+from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter

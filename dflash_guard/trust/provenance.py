@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.hashing import sha256_file
-from dflash_guard.policy import Signers
-from dflash_guard.signing import (
+from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.trust.policy import Signers
+from dflash_guard.trust.signing import (
     KEY_SIG_SUFFIX,
     SIGSTORE_SUFFIX,
     SignatureCheck,
@@ -33,8 +33,8 @@ from dflash_guard.signing import (
 )
 
 if TYPE_CHECKING:
-    from dflash_guard.lockfile import Lockfile
-    from dflash_guard.policy import Policy
+    from dflash_guard.pins.lockfile import Lockfile
+    from dflash_guard.trust.policy import Policy
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/approval/v1"

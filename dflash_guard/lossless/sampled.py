@@ -22,14 +22,14 @@ from typing import Any, Protocol
 
 import torch
 
-from dflash_guard.difftest import load_prompts
-from dflash_guard.difftest_defaults import (
+from dflash_guard.errors import InputError
+from dflash_guard.lossless.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_PROMPTS,
     DEFAULT_RUNNER_SAMPLES,
     DEFAULT_RUNNER_TOKENS,
 )
-from dflash_guard.errors import InputError
+from dflash_guard.lossless.local import load_prompts
 from kernels_ref.drafter import load_drafter
 from kernels_ref.loop import DraftModel, generate
 from kernels_ref.model import Target, load_target

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "kernels_ref" / "prompts" / "default.jsonl"
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "kernels_ref" / "prompts" / "default.jsonl"
 DEFAULT_MAX_NEW_TOKENS = 64
 DEFAULT_ALPHA = 0.01  # family-wise false-alarm rate of the sampled check
 DEFAULT_RUNNER_SAMPLES = 400  # draws per prompt and side in the sampled check

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from dflash_guard.errors import InputError
-from dflash_guard.lockfile import SHA256_RE
+from dflash_guard.pins.lockfile import SHA256_RE
 
 POLICY_VERSION = 1
 TIERS = ("official", "community", "unknown")

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dflash_guard import hub
 from dflash_guard.errors import InputError
-from dflash_guard.folder import list_folder
-from dflash_guard.hashing import StatCache, hash_files
-from dflash_guard.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
+from dflash_guard.pins import hub
+from dflash_guard.pins.folder import list_folder
+from dflash_guard.pins.hashing import StatCache, hash_files
+from dflash_guard.pins.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
 
 PROGRESS_MIN_BYTES = 256 * 1024 * 1024
 

@@ -1,0 +1,1 @@
+"""Report formats (text, JSON, SARIF 2.1.0)."""

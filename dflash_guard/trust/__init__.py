@@ -1,0 +1,1 @@
+"""Trust: the policy (tiers, waivers, reviewed code), signatures, and the signed approval record."""
