@@ -5,7 +5,7 @@
 #   2-4. benchmarks/bench_cuda.py: decode/verify/draft step times (eager and graph) against the
 #      measured-bandwidth roofline, end-to-end tokens/s (autoregressive, oracle and fixture
 #      drafter), one table, JSON in benchmarks/results/<gpu-name>.json.
-#   5. the gpu-marked tests (tests/cuda): graph replay token-exact with eager decoding.
+#   5. the gpu-marked tests (tests/kernels_ref): graph replay token-exact with eager decoding.
 # Extra arguments go to bench_cuda.py (e.g. --shapes qwen3-8b --iters 50).
 # Exit 0: every check passed; 1: a check failed; 2: no CUDA device, or set-up failed.
 # PYTHON (default python3) must have torch with CUDA; when the package's other dependencies are
@@ -79,7 +79,7 @@ difftest_rc=$?
 "$python" benchmarks/bench_cuda.py "$@"
 bench_rc=$?
 
-"$python" -m pytest -q -p no:cacheprovider -m gpu tests/cuda
+"$python" -m pytest -q -p no:cacheprovider -m gpu tests/kernels_ref
 tests_rc=$?
 
 if [ "$difftest_rc" -ne 0 ] || [ "$bench_rc" -ne 0 ] || [ "$tests_rc" -ne 0 ]; then

@@ -1,4 +1,5 @@
-"""Shared test helpers."""
+"""Fixtures every test folder shares: the CLI runner, the built-in pair, the shared vectors, and
+isolation (one torch thread, a private stat cache). Helper modules live in `tests/support/`."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
 from dflash_guard._cli import main
+from kernels_ref.fixtures import make_fixture_pair
 
 SHARED_VECTORS = Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
 
@@ -44,3 +47,25 @@ def shared_vectors() -> Path:
     if not SHARED_VECTORS.is_dir():
         pytest.skip(f"shared test vectors not found at {SHARED_VECTORS}")
     return SHARED_VECTORS
+
+
+@pytest.fixture(scope="session")
+def fixture_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The shipped trained pair (target, drafter), written once per session: treat it as read-only
+    (a test that tampers with files writes its own copy with `make_fixture_pair`)."""
+    return make_fixture_pair(tmp_path_factory.mktemp("fixture-pair"))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and the machine's cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _private_stat_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never write dflash-guard's stat cache under the home folder during tests."""
+    monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / ".dflash-guard-cache"))

@@ -1,9 +1,10 @@
-"""Fixtures of the scan tests; the builders live in `scan_builders.py`."""
+"""Fixtures of the scan tests; the builders live in `tests/support/scan_builders.py`."""
 
 from __future__ import annotations
 
 import pytest
-from scan_builders import BENIGN_MODELING
+
+from tests.support.scan_builders import BENIGN_MODELING
 
 
 @pytest.fixture

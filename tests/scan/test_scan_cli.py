@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scan_builders import gadget_pickle, make_pair, write_safetensors
+from tests.support.scan_builders import gadget_pickle, make_pair, write_safetensors
 
 
 def test_clean_folder_exits_0(cli, tmp_path: Path) -> None:

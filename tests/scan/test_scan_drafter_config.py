@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scan_builders import make_pair
 
 from dflash_guard.scan import Severity, scan_paths
+from tests.support.scan_builders import make_pair
 
 
 def _config_findings(report):

@@ -9,9 +9,9 @@ import gguf
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scan_builders import gadget_pickle, raw_safetensors
 
 from dflash_guard.scan import ScanReport, scan_paths
+from tests.support.scan_builders import gadget_pickle, raw_safetensors
 
 FUZZ = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from scan_builders import findings_at_least, gadget_pickle, inst_pickle
 
 from dflash_guard.scan import Severity, pickles
 from dflash_guard.scan.pickles import classify_global, read_stream, scan_pickle_file
+from tests.support.scan_builders import findings_at_least, gadget_pickle, inst_pickle
 
 GADGETS = [
     ("importlib", "import_module"),

@@ -6,10 +6,10 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from scan_builders import write_json
 
 from dflash_guard.scan import Severity, scan_paths
 from dflash_guard.scan.remote_code import check_source
+from tests.support.scan_builders import write_json
 
 BAD = {
     "DG-RC-PROCESS": "import subprocess\ndef f():\n    subprocess.run(['id'])\n",

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from scan_builders import write_json
 
 from dflash_guard.scan import Severity, scan_paths
 from dflash_guard.scan.templates import check_template
+from tests.support.scan_builders import write_json
 
 # The shape of Qwen3's chat template (abridged): namespaces, slicing, filters, method calls.
 BENIGN = """{%- if tools %}{{- '<|im_start|>system\\n' }}{%- for tool in tools %}

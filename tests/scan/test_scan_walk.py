@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-from scan_builders import gadget_pickle, write_safetensors
 
 from dflash_guard.errors import InputError
 from dflash_guard.scan import scan_paths
+from tests.support.scan_builders import gadget_pickle, write_safetensors
 
 
 def _hf_snapshot(tmp_path: Path) -> Path:

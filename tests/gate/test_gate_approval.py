@@ -1,0 +1,107 @@
+"""The gate approves the clean fixture pair and records why, as an in-toto statement."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+
+import pytest
+
+from dflash_guard import __version__
+from dflash_guard.gate import STEPS, run_gate
+from dflash_guard.pins.lockfile import Engine
+from dflash_guard.trust.policy import load_policy
+from dflash_guard.trust.provenance import PREDICATE_TYPE, read_approval
+from dflash_guard.trust.signing import verify_key_signature
+from tests.support.trust import (
+    fixture_code_sha256,
+    flip_signature_byte,
+    make_key_pair,
+    write_lock,
+    write_policy,
+)
+
+VLLM = Engine("vllm", "https://github.com/vllm-project/vllm", "d" * 40, "v0.11.0")
+
+
+@pytest.fixture(scope="module")
+def approved(pair, tmp_path_factory):
+    """One approving gate run, signed with a key, shared by the content tests."""
+    folder = tmp_path_factory.mktemp("approved")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DFLASH_GUARD_CACHE_DIR", str(folder / "cache"))
+        private, public = make_key_pair(folder)
+        policy = write_policy(folder)
+        lock = write_lock(dataclasses.replace(pair.lock, engines=(VLLM,)), folder / "dflash.lock")
+        out = folder / "approval.json"
+        result = run_gate(lock, policy, pair.roots, out=out, key=private)
+    return result, lock, policy, out, public
+
+
+def test_gate_approves_the_clean_pair(approved):
+    result, _, _, out, _ = approved
+    assert result.approved, result.reason
+    assert [c.name for c in result.checks] == list(STEPS)
+    assert all(c.ok for c in result.checks)
+    assert result.record == out and out.is_file()
+
+
+def test_gate_approval_record_content(approved, pair):
+    result, lock, policy, out, _ = approved
+    statement = read_approval(out)
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    assert statement["predicateType"] == PREDICATE_TYPE
+    subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+    assert subjects.pop("dflash.lock") == hashlib.sha256(lock.read_bytes()).hexdigest()
+    expected = {f"{a.role}/{f.path}": f.sha256 for a in pair.lock.artifacts for f in a.files}
+    assert subjects == expected and len(expected) >= 4
+    predicate = statement["predicate"]
+    assert predicate["decision"] == "approved"
+    assert predicate["tool"] == {"name": "dflash-guard", "version": __version__}
+    assert predicate["policy"]["digest"]["sha256"] == (
+        load_policy(policy).digest.removeprefix("sha256:"))
+    assert predicate["engines"] == [{
+        "name": "vllm", "uri": f"git+{VLLM.url}@{VLLM.commit}",
+        "digest": {"gitCommit": VLLM.commit}, "annotations": {"ref": "v0.11.0"}}]
+    assert predicate["difftest"]["identical"] is True and predicate["difftest"]["prompts"] == 2
+    assert predicate["acceptanceLength"] == predicate["difftest"]["tau"] >= 1.0
+    assert predicate["scan"]["failing"] == 0 and set(predicate["scan"]["roles"]) == {
+        "target", "drafter"}
+    assert [c["name"] for c in predicate["checks"]] == list(STEPS)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", predicate["approvedAt"])
+    assert {a["role"]: a["tier"] for a in predicate["artifacts"]} == {
+        "target": "official", "drafter": "official"}
+
+
+def test_gate_approval_record_is_signed_with_the_key(approved):
+    result, _, _, out, public = approved
+    assert result.signature == out.with_name("approval.json.sig")
+    assert verify_key_signature(out, result.signature, [public]).ok
+    tampered = out.with_name("tampered.json")
+    tampered.write_bytes(out.read_bytes().replace(b'"approved"', b'"APPROVED"'))
+    assert not verify_key_signature(tampered, result.signature, [public]).ok
+    forged = out.with_name("forged.sig")
+    forged.write_bytes(flip_signature_byte(result.signature.read_bytes()))
+    assert not verify_key_signature(out, forged, [public]).ok
+
+
+def test_gate_cli_prints_the_table_and_refuses_json(cli, pair, tmp_path):
+    """Through the CLI: a refusal is exit 1 with the reason; --format json is parseable."""
+    tampered_policy = write_policy(tmp_path, ("min_tau: 1.0", "min_tau: 99"))
+    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    result = cli("gate", "--lock", lock, "--policy", tampered_policy, "--root",
+                 f"target={pair.target}", "--root", f"drafter={pair.drafter}",
+                 "--out", tmp_path / "approval.json", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["decision"] == "refused"
+    assert report["checks"][-1]["name"] == "difftest"
+    assert "below the policy's minimum 99" in report["reason"]
+    assert not (tmp_path / "approval.json").exists()
+
+
+def test_gate_dev_policy_reviews_the_fixture_drafter_code():
+    """`make demo` gates the fixture pair under dev.yaml: its reviewed entry must not drift."""
+    assert fixture_code_sha256() in load_policy("dev").reviewed_sha256

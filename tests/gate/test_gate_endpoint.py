@@ -1,0 +1,195 @@
+"""The gate's endpoint step: the policy's `difftest.endpoints` diff two live engines.
+
+Three `kernels_ref.serve` reference engines over the fixture pair start once for the module: an
+autoregressive baseline, a speculative candidate, and a candidate with a planted verify bug.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from dflash_guard.errors import InputError
+from dflash_guard.gate import run_gate
+from dflash_guard.lossless import endpoint as endpoint_diff
+from dflash_guard.lossless.endpoint import run_endpoint_diff
+from dflash_guard.trust.policy import load_policy
+from dflash_guard.trust.provenance import read_approval
+from kernels_ref.serve import running_server
+from tests.support.trust import GATE_PROMPTS, one_line, write_lock, write_policy
+
+pytestmark = pytest.mark.slow  # reference-server subprocesses, about 3 s each
+
+SECRET = "sk-gate-test-0123456789abcdef"
+KEY_ENV = "DFLASH_GATE_TEST_API_KEY"
+DIFFTEST = "  near_tie_allowance: 0.0\n"
+
+
+def endpoints_section(baseline: str, candidate: str, *extra: str) -> str:
+    lines = [f"baseline: {baseline}", f"candidate: {candidate}", "prompts: prompts.jsonl",
+             "max_new_tokens: 24", *extra]
+    return DIFFTEST + "  endpoints:\n" + "".join(f"    {line}\n" for line in lines)
+
+
+@pytest.fixture(scope="module")
+def servers(pair):
+    with (
+        running_server(pair.target) as baseline,
+        running_server(pair.target, pair.drafter) as candidate,
+        running_server(pair.target, pair.drafter, inject="accept-off-by-one") as faulty,
+    ):
+        yield baseline.url, candidate.url, faulty.url
+
+
+@pytest.fixture
+def lock(pair, tmp_path):
+    return write_lock(pair.lock, tmp_path / "dflash.lock")
+
+
+def closed_port_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
+        cli, pair, servers, lock, tmp_path, monkeypatch):
+    baseline, candidate, _ = servers
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    sent_keys = []
+
+    def spy(*args, **kwargs):  # the key reaches the client (tests/endpoint: as a header only)
+        sent_keys.append(kwargs["api_key"])
+        return run_endpoint_diff(*args, **kwargs)
+
+    monkeypatch.setattr(endpoint_diff, "run_endpoint_diff", spy)
+    policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
+        baseline, candidate, f"api_key_env: {KEY_ENV}", "metrics: true")))
+    out = tmp_path / "approval.json"
+    result = cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={pair.target}",
+                 "--root", f"drafter={pair.drafter}", "--out", out, "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    step = report["checks"][-1]
+    assert step["name"] == "endpoint diff" and step["ok"] and not step["skipped"]
+    summary = read_approval(out)["predicate"]["endpointDiff"]
+    assert summary["baseline"] == baseline and summary["candidate"] == candidate
+    assert summary["prompts"] == summary["identical"] == 2
+    assert summary["hard"] == 0 and summary["nearTies"] == 0
+    assert summary["acceptance"]["source"] == "vllm" and summary["acceptance"]["drafts"] > 0
+    assert sent_keys == [SECRET]
+    for text in (result.stdout, result.stderr, out.read_text(), policy.read_text()):
+        assert SECRET not in text
+
+
+def test_gate_endpoint_refuses_a_faulty_candidate(pair, servers, lock, tmp_path):
+    baseline, _, faulty = servers
+    policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(baseline, faulty)))
+    out = tmp_path / "approval.json"
+    result = run_gate(lock, policy, pair.roots, out=out)
+    assert not result.approved
+    assert result.checks[-1].name == "endpoint diff" and not result.checks[-1].ok
+    assert result.checks[-2].name == "difftest" and result.checks[-2].ok
+    assert result.reason.startswith("endpoint diff: 1 of 2 prompts diverge between baseline "
+                                    "and candidate (first: loop at token")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("max_near_ties", "approved"), [(0, False), (1, True)])
+def test_gate_endpoint_near_tie_allowance(pair, servers, lock, tmp_path, max_near_ties,
+                                          approved):
+    """The planted bug turns prompt `code` into a near-tie only (the runner-up, at a margin
+    under 0.1 nats): tolerated up to `max_near_ties`, refused beyond."""
+    baseline, _, faulty = servers
+    policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
+        baseline, faulty, "near_tie_margin: 0.1", f"max_near_ties: {max_near_ties}")))
+    (tmp_path / "prompts.jsonl").write_text(json.dumps(GATE_PROMPTS[0]) + "\n")
+    result = run_gate(lock, policy, pair.roots, out=tmp_path / "approval.json")
+    assert result.approved is approved, result.reason
+    if approved:
+        assert "1 near-ties tolerated" in result.checks[-1].detail
+        summary = read_approval(tmp_path / "approval.json")["predicate"]["endpointDiff"]
+        assert (summary["nearTies"], summary["hard"], summary["identical"]) == (1, 0, 0)
+    else:
+        assert result.reason == ("endpoint diff: 1 near-tie divergences (code), more than the "
+                                 "policy's max_near_ties 0")
+
+
+def test_gate_endpoint_refuses_an_unreachable_candidate(cli, pair, servers, lock, tmp_path):
+    """A closed port given at gate time (--candidate overrides the policy): refused, exit 1."""
+    baseline, candidate, _ = servers
+    policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(baseline, candidate)))
+    out = tmp_path / "approval.json"
+    result = cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={pair.target}",
+                 "--root", f"drafter={pair.drafter}", "--out", out,
+                 "--candidate", closed_port_url())
+    assert result.exit_code == 1, result.stdout + result.stderr
+    text = one_line(result.stdout)
+    assert "REFUSED: endpoint diff: candidate endpoint" in text and "unreachable" in text
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not out.exists()
+
+
+def test_gate_endpoint_not_configured_says_so(cli, pair, lock, tmp_path):
+    out = tmp_path / "approval.json"
+    result = cli("gate", "--lock", lock, "--policy", write_policy(tmp_path), "--root",
+                 f"target={pair.target}", "--root", f"drafter={pair.drafter}", "--out", out)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if "endpoint diff" in line)
+    assert "not configured" in row and "pass" not in row
+    assert read_approval(out)["predicate"]["endpointDiff"] is None
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ("  endpoints:\n    baseline: http://127.0.0.1:8000\n",
+     "difftest.endpoints: missing required field 'candidate'"),
+    ("  endpoints: {}\n", "difftest.endpoints: missing required field 'baseline'"),
+    ("  endpoints:\n    baseline: http://a:1\n    candidate: http://b:2\n    api_key: sk-x\n",
+     "difftest.endpoints.api_key: unknown field"),
+    ("  endpoints:\n    baseline: http://a:1\n    candidate: ftp://b:2\n",
+     "difftest.endpoints.candidate: expected an http(s) URL"),
+    ("  endpoints:\n    baseline: http://user:sk-x@a:1\n    candidate: http://b:2\n",
+     "difftest.endpoints.baseline: expected an http(s) URL without credentials"),
+    ("  endpoints:\n    baseline: http://a:1\n    candidate: http://b:2\n    max_near_ties: -1\n",
+     "difftest.endpoints.max_near_ties: expected an integer >= 0"),
+])
+def test_gate_endpoint_schema_errors(tmp_path, section, message):
+    policy = write_policy(tmp_path, (DIFFTEST, DIFFTEST + section))
+    with pytest.raises(InputError) as error:
+        load_policy(policy)
+    assert str(error.value).startswith(f"{policy}:")
+    assert message in str(error.value)
+
+
+def test_gate_endpoint_settings_load_with_defaults(tmp_path):
+    policy = write_policy(tmp_path, (DIFFTEST, endpoints_section("http://a:1", "http://b:2/v1")))
+    rules = load_policy(policy).difftest.endpoints
+    assert (rules.baseline, rules.candidate, rules.max_new_tokens) == (
+        "http://a:1", "http://b:2/v1", 24)
+    assert rules.max_near_ties == 0 and rules.api_key_env is None
+    assert rules.prompts == str(tmp_path / "prompts.jsonl")
+    assert load_policy("default").difftest.endpoints is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--baseline", "http://127.0.0.1:1"), "give both --baseline and --candidate"),
+    (("--baseline", "file:///etc/passwd", "--candidate", "http://127.0.0.1:1"),
+     "--baseline: not an http(s) URL"),
+])
+def test_gate_endpoint_input_errors_exit_2(cli, lock, tmp_path, args, message):
+    result = cli("gate", "--lock", lock, "--policy", write_policy(tmp_path), *args)
+    assert result.exit_code == 2
+    assert message in one_line(result.stderr)
+
+
+def test_gate_endpoint_unset_api_key_variable_is_an_input_error(cli, lock, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
+        "http://127.0.0.1:1", "http://127.0.0.1:2", f"api_key_env: {KEY_ENV}")))
+    result = cli("gate", "--lock", lock, "--policy", policy)
+    assert result.exit_code == 2
+    assert f"names {KEY_ENV}, but that variable is unset" in one_line(result.stderr)

@@ -1,0 +1,272 @@
+"""Every refusal path of the gate: a planted fault makes it refuse, at the right check."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+
+import pytest
+
+from dflash_guard.errors import InputError
+from dflash_guard.gate import is_pr_head, is_release, run_gate
+from dflash_guard.pins.lockfile import Engine
+from dflash_guard.trust.signing import sign_with_key
+from tests.support.trust import (
+    DEFAULT_POLICY,
+    REPO,
+    as_hub,
+    copy_folder,
+    flip_byte,
+    flip_signature_byte,
+    make_key_pair,
+    one_line,
+    relock,
+    sign_model_folder,
+    with_artifact,
+    write_lock,
+    write_policy,
+)
+
+COMMUNITY = "RadixArk/Qwen3.8-27B-DSpark"
+PR_ENGINE = Engine("vllm", "https://github.com/vllm-project/vllm", "e" * 40,
+                   "refs/pull/52816/head")
+# A later check that always refuses: proves every earlier one (e.g. the policy) passed.
+REQUIRE_MODEL_SIG = ("  official:\n    signature_required: false",
+                     "  official:\n    signature_required: true")
+
+
+def _gate(tmp_path, pair, lock, *replacements, roots=None, reviewed=(), min_tau=None, **kwargs):
+    if min_tau is not None:
+        replacements = (*replacements, ("min_tau: 1.0", f"min_tau: {min_tau}"))
+    policy = write_policy(tmp_path / "policy", *replacements, reviewed=reviewed)
+    return run_gate(write_lock(lock, tmp_path / "dflash.lock"), policy, roots or pair.roots,
+                    out=tmp_path / "approval.json", **kwargs)
+
+
+def _refused_at(result, step: str) -> str:
+    assert not result.approved
+    assert result.checks[-1].name == step, result.reason
+    assert all(c.ok for c in result.checks[:-1])
+    return result.reason
+
+
+def _model_key_policy(tmp_path):
+    _, public = make_key_pair(tmp_path, "models")
+    return ("models: {identities: [], public_keys: []}",
+            f"models: {{identities: [], public_keys: [{public}]}}")
+
+
+def test_gate_refuses_tampered_drafter(tmp_path, pair):
+    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    weights = next(p for p in drafter.iterdir() if p.suffix == ".safetensors")
+    flip_byte(weights, weights.stat().st_size - 1)
+    result = _gate(tmp_path, pair, pair.lock, roots={"target": pair.target, "drafter": drafter})
+    assert f"drafter/{weights.name}: sha256 differs" in _refused_at(result, "verify")
+    assert not (tmp_path / "approval.json").exists()
+
+
+def test_gate_refuses_short_sha(tmp_path, pair):
+    short = as_hub(pair.lock.artifact("drafter"), "z-lab/Qwen3.8-27B-DFlash2", revision="abc1234")
+    result = _gate(tmp_path, pair, with_artifact(pair.lock, short))
+    assert "revision 'abc1234' is not a full SHA" in _refused_at(result, "lockfile")
+    branch = as_hub(pair.lock.artifact("drafter"), "z-lab/Qwen3.8-27B-DFlash2", revision="main")
+    result = _gate(tmp_path, pair, with_artifact(pair.lock, branch))
+    assert "revision 'main' is not a full SHA" in _refused_at(result, "lockfile")
+
+
+def test_gate_refuses_community_drafter_without_staging(tmp_path, pair):
+    community = as_hub(pair.lock.artifact("drafter"), COMMUNITY)
+    lock = with_artifact(pair.lock, community)
+    reason = _refused_at(_gate(tmp_path, pair, lock), "policy")
+    assert f"drafter {COMMUNITY}@cccccccccccc (community tier) has no recorded staging" in reason
+    staged = ("staging_approvals: []\n", f"""staging_approvals:
+  - artifact: {COMMUNITY}@{"c" * 40}
+    approver: carol@example.com
+    date: 2026-09-01
+""")
+    result = _gate(tmp_path, pair, lock, staged, REQUIRE_MODEL_SIG, _model_key_policy(tmp_path))
+    _refused_at(result, "model signatures")
+
+
+def test_gate_refuses_expired_waiver(tmp_path, pair):
+    expired = ("waivers: []\n", """waivers:
+  - id: W-7
+    covers: engine:vllm
+    reason: PR build while DFlash support lands
+    owner: alice@example.com
+    expires: 2026-01-31
+""")
+    result = _gate(tmp_path, pair, pair.lock, expired, today=dt.date(2026, 2, 1))
+    assert "waiver W-7 (engine:vllm) expired on 2026-01-31" in _refused_at(result, "policy")
+
+
+def test_gate_refuses_pr_head_engine_without_waiver(tmp_path, pair):
+    lock = dataclasses.replace(pair.lock, engines=(PR_ENGINE,))
+    reason = _refused_at(_gate(tmp_path, pair, lock), "policy")
+    assert "engine vllm is a PR-head build (refs/pull/52816/head) without a waiver" in reason
+    waiver = ("waivers: []\n", """waivers:
+  - id: W-8
+    covers: engine:vllm
+    reason: DFlash support only on the PR branch
+    owner: alice@example.com
+    expires: 2099-12-31
+""")
+    result = _gate(tmp_path, pair, lock, waiver, REQUIRE_MODEL_SIG, _model_key_policy(tmp_path))
+    _refused_at(result, "model signatures")
+    no_pr = ("allow_pr_head: true", "allow_pr_head: false")
+    reason = _refused_at(_gate(tmp_path, pair, lock, waiver, no_pr), "policy")
+    assert "the policy allows none" in reason
+
+
+@pytest.mark.parametrize("ref", ["refs/pull/52816/head", "pull/17865/merge", "pr-27342",
+                                 "PR#52816", "#52816", "refs/merge-requests/12/head"])
+def test_gate_pr_head_refs_are_recognised(ref):
+    assert is_pr_head(ref) and not is_release(ref)
+
+
+@pytest.mark.parametrize("ref", ["v0.11.0", "refs/tags/v0.5.3", "0.5.3rc1", "b4567"])
+def test_gate_release_refs_are_recognised(ref):
+    assert is_release(ref) and not is_pr_head(ref)
+
+
+@pytest.mark.parametrize("ref", [None, "", "main", "refs/heads/main", "dflash-support", "v1"])
+def test_gate_other_refs_are_neither(ref):
+    assert not is_release(ref) and not is_pr_head(ref)
+
+
+def test_gate_refuses_non_release_engine_when_required(tmp_path, pair):
+    branch = Engine("sglang", "https://github.com/sgl-project/sglang", "f" * 40, "main")
+    lock = dataclasses.replace(pair.lock, engines=(branch,))
+    release = ("require_release: false", "require_release: true")
+    reason = _refused_at(_gate(tmp_path, pair, lock, release), "policy")
+    assert "engine sglang is not a release build (ref 'main')" in reason
+
+
+def test_gate_refuses_unreviewed_remote_code(tmp_path, pair):
+    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    code = drafter / "modeling_dflash.py"
+    code.write_text("import torch\n\n\nclass DFlashDraftModel(torch.nn.Module):\n    pass\n")
+    lock = relock(pair, drafter)
+    roots = {"target": pair.target, "drafter": drafter}
+    reason = _refused_at(_gate(tmp_path, pair, lock, roots=roots), "scan")
+    assert "drafter/modeling_dflash.py" in reason and "unreviewed" in reason
+    digest = hashlib.sha256(code.read_bytes()).hexdigest()
+    result = _gate(tmp_path, pair, lock, REQUIRE_MODEL_SIG, _model_key_policy(tmp_path),
+                   roots=roots, reviewed=(digest,))
+    _refused_at(result, "model signatures")
+
+
+def test_gate_refuses_pickle_weights_under_strict(tmp_path, pair):
+    torch = pytest.importorskip("torch")
+    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    torch.save({"w": torch.zeros(2)}, drafter / "pytorch_model.bin")
+    lock = relock(pair, drafter)
+    roots = {"target": pair.target, "drafter": drafter}
+    private, public = make_key_pair(tmp_path)
+    lock_path = write_lock(lock, tmp_path / "dflash.lock")
+    sign_with_key(lock_path, private)
+    strict = (REPO / "policies" / "strict.yaml").read_text()
+    keyed = (
+        "  lockfile:\n    identities:\n      - identity: https://github.com/example-org/"
+        "deploy-config/.github/workflows/lock.yml@refs/heads/main\n        issuer: "
+        "https://token.actions.githubusercontent.com\n    public_keys: []",
+        f"  lockfile:\n    identities: []\n    public_keys: [{public}]",
+    )
+    policy = write_policy(tmp_path / "strict", keyed,
+                          base=strict.replace("max_new_tokens: 64", "max_new_tokens: 32"))
+    result = run_gate(lock_path, policy, roots, out=tmp_path / "approval.json")
+    assert "pickle-format weights are not allowed for the unknown tier" in _refused_at(
+        result, "scan")
+    assert result.checks[1].detail.startswith("signed by key")
+
+
+def test_gate_refuses_drafter_over_param_budget(tmp_path, pair):
+    """The budget is a policy rule: enforced whatever scan.fail_on says."""
+    budget = ("max_params: 4000000000", "max_params: 1000")
+    reason = _refused_at(_gate(tmp_path, pair, pair.lock, budget), "scan")
+    assert "parameters exceed the policy's budget of 1,000" in reason
+
+
+def test_gate_refuses_bad_lockfile_signature(tmp_path, pair):
+    private, public = make_key_pair(tmp_path)
+    lock_path = write_lock(pair.lock, tmp_path / "dflash.lock")
+    sig = sign_with_key(lock_path, private)
+    sig.write_bytes(flip_signature_byte(sig.read_bytes()))
+    accepted = ("lockfile: {identities: [], public_keys: []}",
+                f"lockfile: {{identities: [], public_keys: [{public}]}}")
+    policy = write_policy(tmp_path / "policy", accepted)
+    result = run_gate(lock_path, policy, pair.roots)
+    assert "dflash.lock.sig" in _refused_at(result, "lockfile signature")
+
+
+def test_gate_refuses_lockfile_signed_by_another_key(tmp_path, pair):
+    private, _ = make_key_pair(tmp_path, "mallory")
+    _, public = make_key_pair(tmp_path, "release")
+    lock_path = write_lock(pair.lock, tmp_path / "dflash.lock")
+    sign_with_key(lock_path, private)
+    accepted = ("lockfile: {identities: [], public_keys: []}",
+                f"lockfile: {{identities: [], public_keys: [{public}]}}")
+    required = ("lockfile_required: false", "lockfile_required: true")
+    result = run_gate(lock_path, write_policy(tmp_path / "p", accepted, required), pair.roots)
+    assert "Key mismatch" in _refused_at(result, "lockfile signature")
+    (tmp_path / "dflash.lock.sig").unlink()
+    result = run_gate(lock_path, write_policy(tmp_path / "p", accepted, required), pair.roots)
+    assert "requires a signed lockfile; none found" in _refused_at(result, "lockfile signature")
+
+
+def test_gate_refuses_model_signature_over_other_bytes(tmp_path, pair):
+    private, public = make_key_pair(tmp_path)
+    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    sign_model_folder(drafter, private)
+    roots = {"target": pair.target, "drafter": drafter}
+    keys = ("models: {identities: [], public_keys: []}",
+            f"models: {{identities: [], public_keys: [{public}]}}")
+    # Signed as locked: the signature check passes (the gate goes on to the diff test).
+    signed = _gate(tmp_path, pair, relock(pair, drafter), keys, roots=roots, min_tau=99)
+    assert _refused_at(signed, "difftest")
+    assert signed.checks[-2].detail.startswith("drafter by key key.pub")
+    config = drafter / "config.json"
+    config.write_text(config.read_text() + "\n")  # changed after signing, then locked
+    result = _gate(tmp_path, pair, relock(pair, drafter), keys, roots=roots)
+    reason = _refused_at(result, "model signatures")
+    assert "drafter/model.sig" in reason and "config.json" in reason
+
+
+def test_gate_refuses_failing_difftest(tmp_path, pair):
+    result = _gate(tmp_path, pair, pair.lock, inject="accept-off-by-one")
+    assert "diverge from the target's greedy output" in _refused_at(result, "difftest")
+    assert not (tmp_path / "approval.json").exists()
+
+
+def test_gate_input_errors_are_exit_2(cli, tmp_path, pair):
+    result = cli("gate", "--lock", tmp_path / "missing.lock", "--policy", DEFAULT_POLICY)
+    assert result.exit_code == 2 and "cannot read lockfile" in one_line(result.stderr)
+    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEFAULT_POLICY.read_text().replace("scan:\n", "scans:\n"))
+    result = cli("gate", "--lock", lock, "--policy", bad)
+    assert result.exit_code == 2 and "scans: unknown field" in one_line(result.stderr)
+    with pytest.raises(InputError, match="exclusive"):
+        run_gate(lock, DEFAULT_POLICY, pair.roots, sign=True, key=tmp_path / "k.pem")
+
+
+def test_gate_sign_without_credential_fails_before_any_check(tmp_path, pair, monkeypatch):
+    for name in ("GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "CIRCLECI"):
+        monkeypatch.delenv(name, raising=False)
+    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    with pytest.raises(InputError, match="no ambient OIDC credential"):
+        run_gate(lock, DEFAULT_POLICY, pair.roots, out=tmp_path / "a.json", sign=True)
+    assert not (tmp_path / "a.json").exists()
+
+
+def test_gate_text_report_shows_markup_like_names_verbatim(cli, tmp_path, pair):
+    # A planted file listed as `w[/b]` once crashed the text table: exit 2, not a refusal.
+    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    (drafter / "w[").mkdir()
+    (drafter / "w[" / "b]").write_bytes(b"x")
+    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    result = cli("gate", "--lock", lock, "--policy", DEFAULT_POLICY, "--root",
+                 f"target={pair.target}", "--root", f"drafter={drafter}")
+    assert result.exit_code == 1, result.stderr
+    assert "drafter/w[/b]: not in the lock" in one_line(result.stdout)

@@ -1,0 +1,34 @@
+"""scripts/pre-deploy-gate.sh: its exit status is the gate's decision."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.support.trust import REPO, write_lock
+
+SCRIPT = REPO / "scripts" / "pre-deploy-gate.sh"
+
+
+def _run(*args, cwd):
+    env = {**os.environ, "DFLASH_GUARD": f"{sys.executable} -m dflash_guard",
+           "PYTHONPATH": str(REPO)}
+    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_gate_script_refuses_unsigned_lock_under_strict(pair, tmp_path):
+    write_lock(pair.lock, tmp_path / "dflash.lock")
+    result = _run("--root", f"target={pair.target}", "--root", f"drafter={pair.drafter}",
+                  cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "pre-deploy gate: REFUSED" in result.stderr
+    assert "requires a signed lockfile" in " ".join(result.stdout.split())
+    assert not (tmp_path / "approval.json").exists()
+
+
+def test_gate_script_input_error_is_exit_2(tmp_path):
+    result = _run("--lock", tmp_path / "missing.lock", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "pre-deploy gate: ERROR" in result.stderr

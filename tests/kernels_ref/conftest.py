@@ -1,0 +1,15 @@
+"""Fixtures for the kernels_ref tests: the shipped pair loaded once on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels_ref.drafter import load_drafter
+from kernels_ref.model import load_target
+
+
+@pytest.fixture(scope="session")
+def cpu_fixture_models(fixture_pair):
+    """The shipped pair loaded on the CPU in float32."""
+    target = load_target(fixture_pair[0])
+    return target, load_drafter(fixture_pair[1], target)

@@ -1,0 +1,107 @@
+"""Prompt sets, the byte-level tokenizer, and the acceptance warnings of the difftest report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dflash_guard.errors import InputError
+from dflash_guard.lossless.local import (
+    DEFAULT_PROMPTS,
+    Prompt,
+    compare,
+    default_stop_ids,
+    difftest_models,
+    load_prompts,
+)
+from kernels_ref.drafter import load_drafter
+from kernels_ref.fixtures import EOS_ID, MASK_ID, TARGET_CONFIG
+from kernels_ref.loop import Generation
+from kernels_ref.model import load_target
+from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
+from tests.support.kernels import random_pair
+
+
+def test_fixture_tokenizer_round_trips(fixture_pair: tuple[Path, Path]) -> None:
+    tokenizer = load_byte_tokenizer(fixture_pair[0])
+    assert tokenizer is not None
+    text = "déf f(x):\n\treturn x  # ünïcode"
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+    assert tokenizer.decode([104, 105, EOS_ID, MASK_ID]) == "hi<|endoftext|><|mask|>"
+    assert tokenizer.token_id("\n") == 10
+    assert tokenizer.token_id("<|endoftext|>") == EOS_ID
+    assert tokenizer.token_id("ab") is None
+    data = json.loads((fixture_pair[0] / "tokenizer.json").read_text())
+    assert data["model"]["type"] == "BPE" and len(data["model"]["vocab"]) == 256
+    assert default_stop_ids(fixture_pair[0]) == {EOS_ID}
+
+
+def test_other_tokenizers_need_prompt_ids(tmp_path: Path) -> None:
+    target_dir, _ = random_pair(tmp_path, seed=1)
+    (target_dir / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordPiece"}}))
+    assert load_byte_tokenizer(target_dir) is None
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hello"}\n')
+    with pytest.raises(InputError, match="give 'prompt_ids'"):
+        load_prompts(prompts, None, 264)
+    prompts.write_text('{"id": "a", "prompt_ids": [1, 2], "stop": [10]}\n')
+    assert load_prompts(prompts, None, 264) == [Prompt("a", (1, 2), None, frozenset({10}))]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"id": "a", "prompt": "x", "prompt_ids": [1]}', "exactly one of"),
+        ('{"id": "a", "prompt_ids": [1, 999]}', "outside the vocabulary"),
+        ('{"id": "a", "prompt": ""}', "empty"),
+        ('{"id": "a", "prompt": "x", "stop": ["ab"]}', "not a single token"),
+        ('{"id": "a", "prompt": "x", "max_new_tokens": 0}', "positive integer"),
+        ('{"prompt": "x"}', "string 'id'"),
+        ("not json", "not valid JSON"),
+        ('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}', "not unique"),
+    ],
+)
+def test_malformed_prompt_files_are_refused(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(InputError, match=message):
+        load_prompts(path, ByteTokenizer({EOS_ID: "<|endoftext|>"}), 264)
+
+
+def test_default_prompt_set_covers_the_required_cases() -> None:
+    prompts = load_prompts(DEFAULT_PROMPTS, ByteTokenizer({}), 264)
+    limit = TARGET_CONFIG["max_position_embeddings"]
+    assert any(len(p.ids) == 1 for p in prompts)
+    assert any(limit - 64 < len(p.ids) < limit for p in prompts)
+    assert any(p.stop_ids for p in prompts)
+    assert any(MASK_ID in p.ids for p in prompts)
+    assert {"code", "math", "prose", "repetition"} <= {p.id.split("-")[0] for p in prompts}
+
+
+def test_collapsed_acceptance_and_mask_as_stop_are_flagged(tmp_path: Path) -> None:
+    target_dir, drafter_dir = random_pair(tmp_path, seed=2)  # an untrained drafter: tau ~ 1
+    target = load_target(target_dir)
+    drafter = load_drafter(drafter_dir, target)
+    prompts = [Prompt("a", (1, 2, 3)), Prompt("b", (40, 41))]
+    report = difftest_models(target, drafter, prompts, stop_ids=frozenset(), max_new_tokens=16)
+    assert report.identical
+    assert report.tau < 1.25
+    assert any("near 1" in w for w in report.warnings)
+    aliased = difftest_models(
+        target, drafter, prompts, stop_ids=frozenset({MASK_ID}), max_new_tokens=4
+    )
+    assert any("also a stop token" in w for w in aliased.warnings)
+
+
+def test_divergence_reports_position_tokens_and_near_tie() -> None:
+    ar = Generation(tokens=[5, 6, 7], steps=[], margins=[2.0, 0.01, 3.0])
+    tie = compare(ar, Generation([5, 9, 7], [], []), "p", None, 8, near_tie_margin=0.125)
+    assert (tie.first_diff_position, tie.ar_token, tie.spec_token) == (1, 6, 9)
+    assert tie.top2_margin == 0.01 and tie.near_tie
+    bug = compare(ar, Generation([4], [], []), "p", None, 8, near_tie_margin=0.125)
+    assert (bug.first_diff_position, bug.ar_token, bug.spec_token, bug.near_tie) == (0, 5, 4, False)
+    short = compare(ar, Generation([5, 6], [], []), "p", None, 8)
+    assert (short.first_diff_position, short.ar_token, short.spec_token) == (2, 7, None)
+    assert compare(ar, Generation([5, 6, 7], [], []), "p", None, 8).identical
