@@ -23,7 +23,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dflash_guard.errors import InputError
-from dflash_guard.pins.lockfile import COMMIT_RE, Artifact, Lockfile, load_lockfile
+from dflash_guard.patterns import COMMIT_RE
+from dflash_guard.pins.lockfile import Artifact, Lockfile, load_lockfile
 from dflash_guard.trust.policy import (
     EndpointRules,
     Policy,

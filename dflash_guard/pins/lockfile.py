@@ -22,14 +22,12 @@ import yaml
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 
 LOCKFILE_VERSION = 1
 ROLES = ("target", "drafter", "gguf")
 SOURCES = ("hub", "local")
 
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-REPO_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 
 

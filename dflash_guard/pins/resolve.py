@@ -15,13 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dflash_guard.errors import EXIT_FINDING, Error, HubError, InputError
+from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
 from dflash_guard.pins.folder import list_folder
 from dflash_guard.pins.hashing import StatCache, git_blob_id, hash_files, sha256_file
 from dflash_guard.pins.lockfile import (
-    COMMIT_RE,
     PACKAGE_RE,
-    SHA256_RE,
     Artifact,
     CodeRef,
     Engine,
@@ -85,7 +84,7 @@ def _lock_folder(
 ) -> Artifact:
     """Hash every file of a folder (or a cached snapshot) into an artifact."""
     in_cache = repo is not None
-    boundary = folder.resolve().parent.parent if in_cache else None
+    boundary = hub.snapshot_boundary(folder) if in_cache else None
     files, unsafe = list_folder(folder, boundary)
     if unsafe:
         first = unsafe[0]
@@ -175,7 +174,7 @@ def auto_map_refs(config_files: dict[str, Path]) -> dict[str, set[str]]:
 def _lock_code_refs(role: str, config_files: dict[str, Path]) -> tuple[CodeRef, ...]:
     refs = []
     for repo, modules in sorted(auto_map_refs(config_files).items()):
-        if hub.parse_hub_source(repo) is None:
+        if not REPO_RE.match(repo):
             raise LockRefused(f"--{role}: auto_map names {repo!r}, which is not an ORG/NAME repo")
         refs.append(_lock_code_ref(role, repo, sorted(modules)))
     return tuple(refs)

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from dflash_guard.errors import InputError
-from dflash_guard.pins.lockfile import SHA256_RE
+from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 
 POLICY_VERSION = 1
 TIERS = ("official", "community", "unknown")
@@ -37,8 +37,6 @@ SEVERITIES = ("low", "medium", "high", "critical")
 BUILTIN_POLICIES = ("default", "strict", "dev")
 WAIVER_KINDS = ("engine", "remote-code", "staging", "scan", "pickle", "gguf-comparison")
 
-REPO_AT_COMMIT_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)@(?P<commit>[0-9a-f]{40})$")
-ORG_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
