@@ -177,5 +177,5 @@ def verify_approval(path: Path, signers: Signers, *, trust_root: Path | None = N
         checks.append(verify_dsse_bundle(path.read_bytes(), bundle, signers.identities,
                                          trust_root=trust_root, subject=path.name))
     if not checks:
-        checks.append(SignatureCheck(path.name, str(bundle), False, reason="not signed"))
+        checks.append(SignatureCheck.bad(path.name, str(bundle), "not signed"))
     return checks

@@ -12,8 +12,9 @@ Three kinds of signature, each made and checked by a library, never by hand:
   approval record) in the same OpenSSF format, made and verified by `model_signing`'s key signer
   and verifier, so one format and one library cover every key-based signature.
 
-Checking a signature never raises for a bad signature: it returns a `SignatureCheck` with the
-reason (a finding). Only what prevents the check (an unreadable trust root) raises `InputError`.
+Checking a signature never raises for a bad signature: it returns a `SignatureCheck` whose
+`Outcome` is a refusal with the reason (a finding). Only what prevents the check (an unreadable
+trust root) raises `InputError`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.outcome import Outcome
 from dflash_guard.trust.policy import Identity, Policy, Signers
 
 SIGSTORE_SUFFIX = ".sigstore.json"
@@ -43,16 +45,35 @@ UNSIGNED_METADATA_DIRS = (".git/", ".github/")
 
 @dataclasses.dataclass(frozen=True)
 class SignatureCheck:
-    """The outcome of checking one signature: who signed it, or why it was refused."""
+    """The outcome of checking one signature (`subject`'s `signature` file): who signed it, or
+    why it was refused."""
 
     subject: str
     signature: str
-    ok: bool
+    outcome: Outcome
     signer: str | None = None
-    reason: str = ""
+
+    @classmethod
+    def good(cls, subject: str, signature: str, signer: str) -> SignatureCheck:
+        return cls(subject, signature, Outcome.passed(f"signed by {signer}"), signer)
+
+    @classmethod
+    def bad(cls, subject: str, signature: str, reason: str,
+            signer: str | None = None) -> SignatureCheck:
+        return cls(subject, signature, Outcome.refused(reason), signer)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome.ok
+
+    @property
+    def reason(self) -> str:
+        """Why it was refused ("" when it verified)."""
+        return "" if self.ok else self.outcome.reason
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"subject": self.subject, "signature": self.signature, "ok": self.ok,
+                "signer": self.signer, "reason": self.reason}
 
 
 # --- trust -----------------------------------------------------------------------------------
@@ -161,8 +182,8 @@ def verify_blob_bundle(
     """Check a Sigstore bundle over `data` against any of the accepted identities."""
     bundle, _, reason = _verify_sigstore(bundle_path, identities, trust_root, data=data)
     if bundle is None:
-        return SignatureCheck(subject, str(bundle_path), False, reason=reason)
-    return SignatureCheck(subject, str(bundle_path), True, signer=_signer_of(bundle, identities))
+        return SignatureCheck.bad(subject, str(bundle_path), reason)
+    return SignatureCheck.good(subject, str(bundle_path), _signer_of(bundle, identities))
 
 
 def _refusal(error: BaseException, identities: Sequence[Identity]) -> str:
@@ -238,7 +259,9 @@ def verify_key_signature(path: Path, sig: Path, keys: Sequence[Path],
                          *, subject: str = "artifact") -> SignatureCheck:
     """Check `FILE.sig` (OpenSSF format, ECDSA key) over one file against accepted keys."""
     signer, reason = _verify_with_keys(path, sig, keys)
-    return SignatureCheck(subject, str(sig), signer is not None, signer=signer, reason=reason)
+    if signer is None:
+        return SignatureCheck.bad(subject, str(sig), reason)
+    return SignatureCheck.good(subject, str(sig), signer)
 
 
 # --- the lockfile ----------------------------------------------------------------------------
@@ -263,8 +286,8 @@ def verify_lockfile_signature(
         checks.append(verify_key_signature(lock_path, keysig, signers.public_keys,
                                            subject=lock_path.name))
     if not checks and required:
-        checks.append(SignatureCheck(lock_path.name, str(bundle), False,
-                                     reason="the policy requires a signed lockfile; none found"))
+        checks.append(SignatureCheck.bad(lock_path.name, str(bundle),
+                                         "the policy requires a signed lockfile; none found"))
     return checks
 
 
@@ -338,25 +361,26 @@ def verify_model_signature(
         raw = json.loads(sig.read_text(encoding="utf-8"))
         material = raw["verificationMaterial"]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        return SignatureCheck(subject, name, False,
-                              reason=f"not a model signature: {_first_line(error)}")
+        return SignatureCheck.bad(subject, name,
+                                  f"not a model signature: {_first_line(error)}")
     if "publicKey" in material:
         signer, reason = _verify_with_keys(model_dir, sig, signers.public_keys)
         if signer is None:
-            return SignatureCheck(subject, name, False, reason=reason)
+            return SignatureCheck.bad(subject, name, reason)
         try:
             signed = signed_file_digests(sig)
         except ValueError as error:
-            return SignatureCheck(subject, name, False, reason=str(error))
+            return SignatureCheck.bad(subject, name, str(error))
     else:
         signer, signed, reason = _verify_sigstore_dsse(sig, signers.identities, trust_root)
         if signer is None:
-            return SignatureCheck(subject, name, False, reason=reason)
+            return SignatureCheck.bad(subject, name, reason)
     problems = compare_digests(signed, locked, sig_name)
     if problems:
-        return SignatureCheck(subject, name, False, signer=signer,
-                              reason="; ".join(problems[:5]) + (" ..." if problems[5:] else ""))
-    return SignatureCheck(subject, name, True, signer=signer)
+        return SignatureCheck.bad(subject, name,
+                                  "; ".join(problems[:5]) + (" ..." if problems[5:] else ""),
+                                  signer=signer)
+    return SignatureCheck.good(subject, name, signer)
 
 
 def verify_dsse_bundle(
@@ -371,11 +395,10 @@ def verify_dsse_bundle(
     name = str(bundle_path)
     bundle, signed, reason = _verify_sigstore(bundle_path, identities, trust_root)
     if bundle is None:
-        return SignatureCheck(subject, name, False, reason=reason)
+        return SignatureCheck.bad(subject, name, reason)
     if signed != (IN_TOTO_PAYLOAD_TYPE, payload):
-        return SignatureCheck(subject, name, False,
-                              reason="the signed statement is not this record")
-    return SignatureCheck(subject, name, True, signer=_signer_of(bundle, identities))
+        return SignatureCheck.bad(subject, name, "the signed statement is not this record")
+    return SignatureCheck.good(subject, name, _signer_of(bundle, identities))
 
 
 def _verify_sigstore_dsse(
@@ -477,8 +500,8 @@ def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Po
         tier = policy.tier_of(artifact.source, artifact.repo)
         if not (folder / MODEL_SIG).is_file():
             if policy.rule(tier).signature_required:
-                checks.append(SignatureCheck(artifact.role, str(folder / MODEL_SIG), False,
-                                             reason=f"missing, and the {tier} tier requires one"))
+                checks.append(SignatureCheck.bad(artifact.role, str(folder / MODEL_SIG),
+                                                 f"missing, and the {tier} tier requires one"))
             continue
         checks.append(verify_model_signature(
             folder, {f.path: f.sha256 for f in artifact.files}, policy.model_signers,
