@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.outcome import Outcome
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.trust.policy import Signers
 from dflash_guard.trust.signing import (
@@ -49,6 +50,11 @@ class CheckResult:
     ok: bool
     detail: str
     skipped: bool = False
+
+    @classmethod
+    def of(cls, name: str, outcome: Outcome) -> CheckResult:
+        """The row for a check named `name` that ended with `outcome`."""
+        return cls(name, outcome.ok, outcome.reason, outcome.is_skipped)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
