@@ -30,13 +30,12 @@ from typing import Any
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.outcome import Outcome
+from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
 
 SIGSTORE_SUFFIX = ".sigstore.json"
 KEY_SIG_SUFFIX = ".sig"
 MODEL_SIG = "model.sig"
-IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
-IN_TOTO_STATEMENT_V1 = "https://in-toto.io/Statement/v1"
 MODEL_SIGNING_PREDICATE = "https://model_signing/signature/v1.0"
 # Files a model signature need not cover: git metadata model_signing ignores by default.
 UNSIGNED_METADATA = (".gitattributes", ".gitignore")
@@ -305,13 +304,9 @@ def signed_file_digests(sig: Path) -> dict[str, str]:
 
 
 def _statement_digests(payload: bytes) -> dict[str, str]:
-    statement = json.loads(payload)
-    if statement.get("_type") != IN_TOTO_STATEMENT_V1:
-        raise ValueError(f"not an in-toto Statement v1: {statement.get('_type')!r}")
-    if statement.get("predicateType") != MODEL_SIGNING_PREDICATE:
-        raise ValueError(f"unexpected predicate type {statement.get('predicateType')!r}")
+    statement = Statement.loads(payload, MODEL_SIGNING_PREDICATE, "a model signature")
     digests = {}
-    for resource in statement["predicate"]["resources"]:
+    for resource in statement.predicate["resources"]:
         if resource.get("algorithm") != "sha256":
             raise ValueError(f"{resource.get('name')}: algorithm {resource.get('algorithm')!r}"
                              " is not sha256: cannot compare with the lockfile")
@@ -396,7 +391,7 @@ def verify_dsse_bundle(
     bundle, signed, reason = _verify_sigstore(bundle_path, identities, trust_root)
     if bundle is None:
         return SignatureCheck.bad(subject, name, reason)
-    if signed != (IN_TOTO_PAYLOAD_TYPE, payload):
+    if signed != (PAYLOAD_TYPE, payload):
         return SignatureCheck.bad(subject, name, "the signed statement is not this record")
     return SignatureCheck.good(subject, name, _signer_of(bundle, identities))
 
@@ -410,7 +405,7 @@ def _verify_sigstore_dsse(
     if bundle is None or signed is None:
         return None, {}, reason
     payload_type, payload = signed
-    if payload_type != IN_TOTO_PAYLOAD_TYPE:
+    if payload_type != PAYLOAD_TYPE:
         return None, {}, f"unexpected DSSE payload type {payload_type!r}"
     try:
         digests = _statement_digests(payload)
@@ -460,7 +455,7 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
     `statement`, sign that in-toto statement as DSSE instead of the file's bytes (used for
     approval records).
     """
-    from sigstore.dsse import Statement
+    from sigstore.dsse import Statement as DsseStatement
     from sigstore.errors import Error as SigstoreError
     from sigstore.models import ClientTrustConfig
     from sigstore.sign import SigningContext
@@ -473,7 +468,7 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
         context = SigningContext.from_trust_config(ClientTrustConfig.production())
         with context.signer(token) as signer:
             if statement is not None:
-                bundle = signer.sign_dsse(Statement(statement))
+                bundle = signer.sign_dsse(DsseStatement(statement))
             else:
                 bundle = signer.sign_artifact(path.read_bytes())
     except SigstoreError as error:
