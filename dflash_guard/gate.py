@@ -6,9 +6,9 @@ formats), the policy (expired waivers, staging, GGUF comparisons, engine builds)
 signatures, the greedy lossless diff test of the locked pair, and, when the policy names
 endpoints (`difftest.endpoints`), the diff of the live baseline and candidate engines; an
 endpoint the gate cannot reach refuses (a gate that cannot check does not approve). The first
-failing check
-refuses the deploy; only an approval writes the approval record (an in-toto statement, see
-`provenance`). Operational problems (a missing file, a malformed policy) raise `InputError`.
+failing check refuses the deploy; only an approval writes the approval record (an in-toto
+statement, see `provenance`). Operational problems (a missing file, a malformed policy) raise
+`InputError`.
 
 Each check is a function `(GateInputs) -> (Outcome, Learned)`: it reads the frozen inputs and
 hands what later checks (and the approval record) need on as a small frozen `Learned` value;
