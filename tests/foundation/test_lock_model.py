@@ -101,3 +101,20 @@ def test_example_qwen3_lockfile_is_valid_and_realistic():
     assert drafter.file("dflash.py") is not None
     assert lock.engines[0].name == "vllm" and len(lock.engines[0].commit) == 40
     assert dumps_lockfile(lock) == EXAMPLE.read_text()
+
+
+def test_build_lock_refusal_is_an_outcome_not_an_exception(tmp_path):
+    """An unsafe folder is refused (a result the CLI maps to exit 1); a clean one is locked."""
+    from dflash_guard.outcome import Verdict
+    from dflash_guard.pins.resolve import build_lock
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    clean = build_lock({"target": str(folder)})
+    assert clean.outcome.verdict is Verdict.passed and clean.lock is not None
+    (tmp_path / "secret").write_text("x")
+    (folder / "escape.json").symlink_to(tmp_path / "secret")
+    refused = build_lock({"target": str(folder)})
+    assert refused.outcome.verdict is Verdict.refused and refused.lock is None
+    assert "refusing to lock" in refused.outcome.reason and "escape.json" in refused.outcome.reason
