@@ -6,9 +6,16 @@ formats), the policy (expired waivers, staging, GGUF comparisons, engine builds)
 signatures, the greedy lossless diff test of the locked pair, and, when the policy names
 endpoints (`difftest.endpoints`), the diff of the live baseline and candidate engines; an
 endpoint the gate cannot reach refuses (a gate that cannot check does not approve). The first
-failing check
-refuses the deploy; only an approval writes the approval record (an in-toto statement, see
-`provenance`). Operational problems (a missing file, a malformed policy) raise `InputError`.
+failing check refuses the deploy; only an approval writes the approval record (an in-toto
+statement, see `provenance`). Operational problems (a missing file, a malformed policy) raise
+`InputError`.
+
+Each check is a function `(GateInputs) -> (Outcome, Learned)`: it reads the frozen inputs and
+hands what later checks (and the approval record) need on as a small frozen `Learned` value;
+`STEPS` is the list of the checks' names. `run_gate(GateOptions(...))` is the entry point.
+
+The module is over 450 lines on purpose: the eight checks read in the order they run, next to the
+loop that runs them; split apart, the order a deploy is checked in would be scattered.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dflash_guard.errors import InputError
-from dflash_guard.pins.lockfile import COMMIT_RE, Artifact, Lockfile, load_lockfile
+from dflash_guard.outcome import Outcome
+from dflash_guard.patterns import COMMIT_RE
+from dflash_guard.pins.lockfile import Artifact, Lockfile, load_lockfile
 from dflash_guard.trust.policy import (
     EndpointRules,
     Policy,
@@ -43,8 +52,6 @@ from dflash_guard.trust.signing import (
     verify_model_signatures,
 )
 
-STEPS = ("lockfile", "lockfile signature", "verify", "scan", "policy", "model signatures",
-         "difftest", "endpoint diff")
 PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)|^(pr|#)[-/#]?\d+$",
                         re.IGNORECASE)
 # Semantic-version tags, and llama.cpp's build tags (`b4567`).
@@ -52,12 +59,43 @@ RELEASE_RE = re.compile(r"^(refs/tags/)?(v?\d+(\.\d+)+([.\-+]?[0-9A-Za-z.]+)?|b\
 MAX_LISTED = 3
 
 
-class Refusal(Exception):
-    """A check failed: the deploy is refused for this reason (not an operational error)."""
+@dataclasses.dataclass(frozen=True)
+class ApprovalSigning:
+    """How the approval record is signed: Sigstore (keyless), an ECDSA key (PEM), or not."""
+
+    sigstore: bool = False
+    key: Path | None = None
+    interactive: bool = False  # the Sigstore login may open a browser
+
+    @property
+    def wanted(self) -> bool:
+        return self.sigstore or self.key is not None
 
 
-class Skipped(Exception):
-    """A check the policy does not configure: it passes, and the table says why it did not run."""
+@dataclasses.dataclass(frozen=True)
+class EndpointOverrides:
+    """Endpoint URLs given at gate time: they override the policy's (both: run the endpoint
+    diff under a policy that names none)."""
+
+    baseline: str | None = None
+    candidate: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GateOptions:
+    """Everything a gate run is told: what to gate, under which policy, and what to write."""
+
+    lock_path: Path
+    policy: str | Path | None = None  # a file or a built-in name; None: the built-in default
+    roots: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # role -> folder
+    out: Path | None = None  # the approval record, written only on approval
+    signing: ApprovalSigning = ApprovalSigning()
+    trust_root: Path | None = None  # Sigstore trusted root: verify offline
+    download: bool = False  # fetch artifacts missing from the HF cache at the pinned commit
+    device: str = "cpu"
+    inject: str | None = None  # a planted difftest fault (demonstrations)
+    endpoints: EndpointOverrides = EndpointOverrides()
+    today: dt.date | None = None  # None: today (UTC); waivers expire against it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,34 +120,61 @@ class GateResult:
         }
 
 
-@dataclasses.dataclass
-class _Context:
-    """What the checks learn along the way and hand to the next ones."""
+@dataclasses.dataclass(frozen=True)
+class Learned:
+    """What one check hands on: to later checks (`lock`, `locations`) and to the approval
+    record (`tiers`, `waivers` used, `record` sections named as `approval_statement`'s keywords)."""
+
+    lock: Lockfile | None = None
+    locations: Mapping[str, Path] | None = None
+    tiers: Mapping[str, str] | None = None
+    waivers: tuple[str, ...] = ()
+    record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+NOTHING = Learned()
+
+
+@dataclasses.dataclass(frozen=True)
+class GateInputs:
+    """What every check reads: the run's settings and what the checks before it learned."""
 
     lock_path: Path
     policy: Policy
-    roots: dict[str, Path]
+    roots: Mapping[str, Path]
     today: dt.date
     trust_root: Path | None
     download: bool
     device: str
     inject: str | None
-    endpoints: EndpointRules | None = None
+    endpoints: EndpointRules | None
     lock: Lockfile | None = None
-    locations: dict[str, Path] = dataclasses.field(default_factory=dict)
-    tiers: dict[str, str] = dataclasses.field(default_factory=dict)
-    scan_summary: dict[str, Any] = dataclasses.field(default_factory=dict)
-    difftest: dict[str, Any] = dataclasses.field(default_factory=dict)
-    tau: float = 0.0
-    endpoint_diff: dict[str, Any] | None = None
-    waivers_used: list[str] = dataclasses.field(default_factory=list)
+    locations: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    tiers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    waivers_used: tuple[str, ...] = ()
+    record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def waived(self, kind: str, target: str) -> bool:
-        """Whether an unexpired waiver covers `kind:target` (and remember that it was used)."""
+    def learn(self, learned: Learned) -> GateInputs:
+        """These inputs with what a check learned added."""
+        return dataclasses.replace(
+            self,
+            lock=learned.lock or self.lock,
+            locations=learned.locations if learned.locations is not None else self.locations,
+            tiers=learned.tiers if learned.tiers is not None else self.tiers,
+            waivers_used=self.waivers_used + tuple(
+                w for w in dict.fromkeys(learned.waivers) if w not in self.waivers_used),
+            record={**self.record, **learned.record},
+        )
+
+    def waived(self, kind: str, target: str, used: list[str]) -> bool:
+        """Whether an unexpired waiver covers `kind:target` (its id is added to `used`)."""
         waiver = self.policy.waiver(kind, target, self.today)
-        if waiver is not None and waiver.id not in self.waivers_used:
-            self.waivers_used.append(waiver.id)
+        if waiver is not None:
+            used.append(waiver.id)
         return waiver is not None
+
+
+Checked = tuple[Outcome, Learned]
 
 
 def _listed(problems: list[str]) -> str:
@@ -135,14 +200,15 @@ def artifact_key(artifact: Artifact) -> str:
 # --- the checks ------------------------------------------------------------------------------
 
 
-def check_lockfile(ctx: _Context) -> str:
+def check_lockfile(inputs: GateInputs) -> Checked:
     """Schema (by loading it) and pins: target and drafter present, revisions full SHAs."""
-    ctx.lock = lock = load_lockfile(ctx.lock_path)
+    lock = load_lockfile(inputs.lock_path)
     missing = [role for role in ("target", "drafter") if lock.artifact(role) is None]
     if missing:
-        raise Refusal(f"the lockfile locks no {' and no '.join(missing)}: the gate needs the pair")
+        return Outcome.refused(f"the lockfile locks no {' and no '.join(missing)}: the gate "
+                               "needs the pair"), NOTHING
     problems = []
-    if ctx.policy.require_full_sha:
+    if inputs.policy.require_full_sha:
         for artifact in lock.artifacts:
             if artifact.source == "hub" and not COMMIT_RE.match(artifact.revision or ""):
                 problems.append(f"{artifact.role} {artifact.repo}: revision "
@@ -152,33 +218,35 @@ def check_lockfile(ctx: _Context) -> str:
                     problems.append(f"{artifact.role} code {ref.repo}: revision "
                                     f"{ref.revision or '(default branch)'!r} is not a full SHA")
     if problems:
-        raise Refusal(_listed(problems) + " (policy: artifacts.require_full_sha)")
-    return (f"{len(lock.artifacts)} artifacts and {len(lock.engines)} engine(s) pinned, "
-            f"{lock.digest()[:19]}")
+        return Outcome.refused(_listed(problems) + " (policy: artifacts.require_full_sha)"), NOTHING
+    return Outcome.passed(f"{len(lock.artifacts)} artifacts and {len(lock.engines)} engine(s) "
+                          f"pinned, {lock.digest()[:19]}"), Learned(lock=lock)
 
 
-def check_lockfile_signature(ctx: _Context) -> str:
+def check_lockfile_signature(inputs: GateInputs) -> Checked:
     checks = verify_lockfile_signature(
-        ctx.lock_path, ctx.policy.lockfile_signers,
-        required=ctx.policy.lockfile_signature_required, trust_root=ctx.trust_root,
+        inputs.lock_path, inputs.policy.lockfile_signers,
+        required=inputs.policy.lockfile_signature_required, trust_root=inputs.trust_root,
     )
     failed = [c for c in checks if not c.ok]
     if failed:
-        raise Refusal(_listed([f"{Path(c.signature).name}: {c.reason}" for c in failed]))
+        return Outcome.refused(
+            _listed([f"{Path(c.signature).name}: {c.reason}" for c in failed])), NOTHING
     if not checks:
-        return "not signed (the policy does not require it)"
-    return "; ".join(f"signed by {c.signer}" for c in checks)
+        return Outcome.passed("not signed (the policy does not require it)"), NOTHING
+    return Outcome.passed("; ".join(f"signed by {c.signer}" for c in checks)), NOTHING
 
 
-def check_verify(ctx: _Context) -> str:
+def check_verify(inputs: GateInputs) -> Checked:
     from dflash_guard.pins.verify import verify_lock
 
-    assert ctx.lock is not None
-    report = verify_lock(ctx.lock, ctx.roots, download=ctx.download)
+    assert inputs.lock is not None
+    report = verify_lock(inputs.lock, dict(inputs.roots), download=inputs.download)
     if not report.ok:
-        raise Refusal(_listed([f"{p.role}/{p.path}: {_problem(p.kind)}" for p in report.problems]))
-    ctx.locations = dict(report.locations)
-    return f"{report.files_checked} files match byte for byte"
+        return Outcome.refused(_listed(
+            [f"{p.role}/{p.path}: {_problem(p.kind)}" for p in report.problems])), NOTHING
+    return (Outcome.passed(f"{report.files_checked} files match byte for byte"),
+            Learned(locations=dict(report.locations)))
 
 
 def _problem(kind: str) -> str:
@@ -188,33 +256,35 @@ def _problem(kind: str) -> str:
             "path": "unsafe path"}.get(kind, kind)
 
 
-def check_scan(ctx: _Context) -> str:
+def check_scan(inputs: GateInputs) -> Checked:
     from dflash_guard.scan import Severity, scan_paths
 
-    assert ctx.lock is not None
-    fail_on = Severity.parse(ctx.policy.fail_on)
+    assert inputs.lock is not None
+    policy, used = inputs.policy, []
+    fail_on = Severity.parse(policy.fail_on)
     problems: list[str] = []
     totals = {"findings": 0, "failing": 0, "remote_code": 0, "pickle_files": 0}
     per_role: dict[str, Any] = {}
-    for artifact in ctx.lock.artifacts:
-        folder = ctx.locations.get(artifact.role)
+    for artifact in inputs.lock.artifacts:
+        folder = inputs.locations.get(artifact.role)
         if folder is None:
             continue
-        tier = ctx.tiers[artifact.role] = ctx.policy.tier_of(artifact.source, artifact.repo)
-        rule = ctx.policy.rule(tier)
+        tier = policy.tier_of(artifact.source, artifact.repo)
+        rule = policy.rule(tier)
         is_drafter = artifact.role == "drafter"
         report = scan_paths(
             [folder],
-            target=ctx.locations.get("target") if is_drafter else None,
-            reviewed_sha256=ctx.policy.reviewed_sha256,
-            param_budget=ctx.policy.drafter_max_params if is_drafter else None,
+            target=inputs.locations.get("target") if is_drafter else None,
+            reviewed_sha256=policy.reviewed_sha256,
+            param_budget=policy.drafter_max_params if is_drafter else None,
         )
         failing = [f for f in report.findings
-                   if f.severity >= fail_on and not ctx.waived("scan", f.rule_id)]
+                   if f.severity >= fail_on and not inputs.waived("scan", f.rule_id, used)]
         problems += [f"{artifact.role}/{f.file}: {f.rule_id} ({f.severity.name}): {f.message}"
                      for f in failing]
         for code in report.remote_code:
-            if rule.remote_code is RemoteCode.allow or ctx.waived("remote-code", code.sha256):
+            if rule.remote_code is RemoteCode.allow or inputs.waived(
+                    "remote-code", code.sha256, used):
                 continue
             if rule.remote_code is RemoteCode.deny:
                 problems.append(f"{artifact.role}/{code.path}: remote code is denied for the "
@@ -222,11 +292,11 @@ def check_scan(ctx: _Context) -> str:
             elif not code.reviewed:
                 problems.append(f"{artifact.role}/{code.path}: unreviewed remote code "
                                 f"(sha256 {code.sha256}); add it to reviewed_code after review")
-        if report.pickle_files and not rule.pickle_allowed and not ctx.waived(
-                "pickle", artifact_key(artifact)):
+        if report.pickle_files and not rule.pickle_allowed and not inputs.waived(
+                "pickle", artifact_key(artifact), used):
             problems.append(f"{artifact.role}: pickle-format weights are not allowed for the "
                             f"{tier} tier: {', '.join(report.pickle_files[:MAX_LISTED])}")
-        budget = ctx.policy.drafter_max_params
+        budget = policy.drafter_max_params
         if is_drafter and report.param_count is not None and report.param_count > budget:
             problems.append(f"drafter: {report.param_count:,} parameters exceed the policy's "
                             f"budget of {budget:,} (drafter.max_params)")
@@ -236,78 +306,90 @@ def check_scan(ctx: _Context) -> str:
         totals["failing"] += len(failing)
         totals["remote_code"] += len(report.remote_code)
         totals["pickle_files"] += len(report.pickle_files)
-    ctx.scan_summary = {"fail_on": fail_on.name, **totals, "roles": per_role}
     if problems:
-        raise Refusal(_listed(problems))
-    return (f"{totals['findings']} findings, none at or above {fail_on.name}; "
-            f"{totals['remote_code']} remote-code files, {totals['pickle_files']} pickle files")
+        return Outcome.refused(_listed(problems)), NOTHING
+    summary = {"fail_on": fail_on.name, **totals, "roles": per_role}
+    return (Outcome.passed(f"{totals['findings']} findings, none at or above {fail_on.name}; "
+                           f"{totals['remote_code']} remote-code files, "
+                           f"{totals['pickle_files']} pickle files"),
+            Learned(waivers=tuple(used), record={"scan_summary": summary}))
 
 
-def check_policy(ctx: _Context) -> str:
-    assert ctx.lock is not None
-    policy, problems = ctx.policy, []
-    for waiver in policy.expired_waivers(ctx.today):
+def check_policy(inputs: GateInputs) -> Checked:
+    assert inputs.lock is not None
+    policy, problems, used = inputs.policy, [], []
+    tiers: dict[str, str] = {}
+    for waiver in policy.expired_waivers(inputs.today):
         problems.append(f"waiver {waiver.id} ({waiver.covers}) expired on "
                         f"{waiver.expires.isoformat()}")
-    for artifact in ctx.lock.artifacts:
-        tier = ctx.tiers.get(artifact.role) or policy.tier_of(artifact.source, artifact.repo)
-        ctx.tiers[artifact.role] = tier
+    for artifact in inputs.lock.artifacts:
+        tier = tiers[artifact.role] = policy.tier_of(artifact.source, artifact.repo)
         key = artifact_key(artifact)
         if policy.rule(tier).staging_required and not (
-            policy.staging_approved(artifact.repo, artifact.commit) or ctx.waived("staging", key)
+            policy.staging_approved(artifact.repo, artifact.commit)
+            or inputs.waived("staging", key, used)
         ):
             problems.append(f"{artifact.role} {artifact.label} ({tier} tier) has no recorded "
                             "staging approval for this commit")
         if artifact.role == "gguf" and policy.gguf_requires_comparison and not (
             policy.gguf_compared(artifact.repo, artifact.commit)
-            or ctx.waived("gguf-comparison", key)
+            or inputs.waived("gguf-comparison", key, used)
         ):
             problems.append(f"gguf {artifact.label} has no recorded comparison against the "
                             "safetensors path")
-    for engine in ctx.lock.engines:
+    for engine in inputs.lock.engines:
         ref = engine.ref or ""
         if is_pr_head(ref):
             if not policy.allow_pr_head:
                 problems.append(f"engine {engine.name} is a PR-head build ({ref}): the policy "
                                 "allows none")
-            elif not ctx.waived("engine", engine.name):
+            elif not inputs.waived("engine", engine.name, used):
                 problems.append(f"engine {engine.name} is a PR-head build ({ref}) without a "
                                 f"waiver (engine:{engine.name})")
         elif policy.require_release and not is_release(ref):
             problems.append(f"engine {engine.name} is not a release build "
                             f"(ref {ref or 'not recorded'!r})")
     if problems:
-        raise Refusal(_listed(problems))
-    tiers = ", ".join(f"{role}: {tier}" for role, tier in sorted(ctx.tiers.items()))
-    used = f"; waivers used: {', '.join(ctx.waivers_used)}" if ctx.waivers_used else ""
-    return f"tiers {tiers}{used}"
+        return Outcome.refused(_listed(problems)), NOTHING
+    named = ", ".join(f"{role}: {tier}" for role, tier in sorted(tiers.items()))
+    waivers = tuple(dict.fromkeys((*inputs.waivers_used, *used)))
+    listed = f"; waivers used: {', '.join(waivers)}" if waivers else ""
+    return Outcome.passed(f"tiers {named}{listed}"), Learned(tiers=tiers, waivers=tuple(used))
 
 
-def check_model_signatures(ctx: _Context) -> str:
-    assert ctx.lock is not None
-    checks = verify_model_signatures(ctx.lock, ctx.locations, ctx.policy,
-                                     trust_root=ctx.trust_root)
+def check_model_signatures(inputs: GateInputs) -> Checked:
+    assert inputs.lock is not None
+    checks = verify_model_signatures(inputs.lock, inputs.locations, inputs.policy,
+                                     trust_root=inputs.trust_root)
     failed = [f"{c.subject}/model.sig: {c.reason}" for c in checks if not c.ok]
     if failed:
-        raise Refusal(_listed(failed))
+        return Outcome.refused(_listed(failed)), NOTHING
     signed = [f"{c.subject} by {c.signer}" for c in checks]
-    return "; ".join(signed) if signed else "none present, none required"
+    return Outcome.passed("; ".join(signed) if signed else "none present, none required"), NOTHING
 
 
-def check_difftest(ctx: _Context) -> str:
+def check_difftest(inputs: GateInputs) -> Checked:
     from dflash_guard.lossless.local import run_difftest
 
-    rules = ctx.policy.difftest
+    rules = inputs.policy.difftest
     report = run_difftest(
-        ctx.locations["target"], ctx.locations["drafter"],
+        inputs.locations["target"], inputs.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
-        max_new_tokens=rules.max_new_tokens, device=ctx.device, inject=ctx.inject,
+        max_new_tokens=rules.max_new_tokens, device=inputs.device, inject=inputs.inject,
     )
     near_ties = [d for d in report.divergences
                  if d.top2_margin is not None and d.top2_margin < rules.near_tie_allowance]
     real = [d for d in report.divergences if d not in near_ties]
-    ctx.tau = report.tau
-    ctx.difftest = {
+    if real:
+        first = real[0]
+        return Outcome.refused(
+            f"{len(real)} of {len(report.results)} prompts diverge from the target's greedy "
+            f"output (first: {first.id} at token {first.first_diff_position}, "
+            f"margin {first.top2_margin})"), NOTHING
+    if report.tau < rules.min_tau:
+        return Outcome.refused(f"mean acceptance length {report.tau:.2f} is below the policy's "
+                               f"minimum {rules.min_tau}"), NOTHING
+    summary = {
         "prompts": len(report.results),
         "maxNewTokens": rules.max_new_tokens,
         "identical": report.identical,
@@ -317,28 +399,21 @@ def check_difftest(ctx: _Context) -> str:
         "minTau": rules.min_tau,
         "warnings": list(report.warnings),
     }
-    if real:
-        first = real[0]
-        raise Refusal(f"{len(real)} of {len(report.results)} prompts diverge from the target's "
-                      f"greedy output (first: {first.id} at token {first.first_diff_position}, "
-                      f"margin {first.top2_margin})")
-    if report.tau < rules.min_tau:
-        raise Refusal(f"mean acceptance length {report.tau:.2f} is below the policy's minimum "
-                      f"{rules.min_tau}")
     ties = f", {len(near_ties)} near-tie divergences tolerated" if near_ties else ""
-    return (f"{len(report.results)} prompts identical{ties}; tau {report.tau:.2f} "
-            f">= {rules.min_tau}")
+    return (Outcome.passed(f"{len(report.results)} prompts identical{ties}; "
+                           f"tau {report.tau:.2f} >= {rules.min_tau}"),
+            Learned(record={"difftest": summary, "acceptance_length": round(report.tau, 4)}))
 
 
-def check_endpoint_diff(ctx: _Context) -> str:
+def check_endpoint_diff(inputs: GateInputs) -> Checked:
     """Diff the live baseline and candidate engines: a hard divergence always refuses, more
     near-ties than `max_near_ties` refuse, and so does an endpoint the gate cannot use."""
     from dflash_guard.lossless.endpoint import EndpointError, load_prompts, run_endpoint_diff
     from dflash_guard.lossless.local import DEFAULT_PROMPTS
 
-    rules = ctx.endpoints
+    rules = inputs.endpoints
     if rules is None:
-        raise Skipped("not configured (the policy has no difftest.endpoints)")
+        return Outcome.skipped("not configured (the policy has no difftest.endpoints)"), NOTHING
     api_key = os.environ[rules.api_key_env].strip() if rules.api_key_env else None
     try:
         report = run_endpoint_diff(
@@ -350,14 +425,25 @@ def check_endpoint_diff(ctx: _Context) -> str:
             metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
         )
     except EndpointError as error:
-        raise Refusal(f"{error} (a gate that cannot check does not approve)") from None
+        return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), NOTHING
     hard, ties = report.hard_divergences, report.near_ties
     acceptance = report.acceptance
-    ctx.endpoint_diff = {
+    total = len(report.results)
+    if hard:
+        first = hard[0]
+        return Outcome.refused(
+            f"{len(hard)} of {total} prompts diverge between baseline and candidate "
+            f"(first: {first.prompt_id} at token {first.position}"
+            f"{': ' + first.detail if first.detail else ''})"), NOTHING
+    if len(ties) > rules.max_near_ties:
+        names = ", ".join(r.prompt_id for r in ties)
+        return Outcome.refused(f"{len(ties)} near-tie divergences ({names}), more than the "
+                               f"policy's max_near_ties {rules.max_near_ties}"), NOTHING
+    summary = {
         "baseline": report.baseline,
         "candidate": report.candidate,
         "model": rules.model,
-        "prompts": len(report.results),
+        "prompts": total,
         "maxNewTokens": rules.max_new_tokens,
         "identical": sum(r.status == "identical" for r in report.results),
         "nearTies": len(ties),
@@ -368,20 +454,11 @@ def check_endpoint_diff(ctx: _Context) -> str:
         "acceptance": dataclasses.asdict(acceptance) if acceptance else None,
         "warnings": list(report.warnings),
     }
-    total = len(report.results)
-    if hard:
-        first = hard[0]
-        raise Refusal(f"{len(hard)} of {total} prompts diverge between baseline and candidate "
-                      f"(first: {first.prompt_id} at token {first.position}"
-                      f"{': ' + first.detail if first.detail else ''})")
-    if len(ties) > rules.max_near_ties:
-        names = ", ".join(r.prompt_id for r in ties)
-        raise Refusal(f"{len(ties)} near-tie divergences ({names}), more than the policy's "
-                      f"max_near_ties {rules.max_near_ties}")
     tau = acceptance.mean_acceptance_length if acceptance else None
     figures = f"; candidate tau {tau:.2f}" if tau is not None else ""
     ties_note = f", {len(ties)} near-ties tolerated" if ties else ""
-    return f"{total} prompts match on the live endpoints{ties_note}{figures}"
+    return (Outcome.passed(f"{total} prompts match on the live endpoints{ties_note}{figures}"),
+            Learned(record={"endpoint_diff": summary}))
 
 
 def metrics_url(candidate: str) -> str:
@@ -416,81 +493,75 @@ def resolve_endpoints(policy: Policy, baseline: str | None = None,
     return rules
 
 
-CHECKS: tuple[tuple[str, Callable[[_Context], str]], ...] = (
-    ("lockfile", check_lockfile),
-    ("lockfile signature", check_lockfile_signature),
-    ("verify", check_verify),
-    ("scan", check_scan),
-    ("policy", check_policy),
-    ("model signatures", check_model_signatures),
-    ("difftest", check_difftest),
-    ("endpoint diff", check_endpoint_diff),
+@dataclasses.dataclass(frozen=True)
+class GateCheck:
+    """One named step of the gate."""
+
+    name: str
+    run: Callable[[GateInputs], Checked]
+
+
+CHECKS = (
+    GateCheck("lockfile", check_lockfile),
+    GateCheck("lockfile signature", check_lockfile_signature),
+    GateCheck("verify", check_verify),
+    GateCheck("scan", check_scan),
+    GateCheck("policy", check_policy),
+    GateCheck("model signatures", check_model_signatures),
+    GateCheck("difftest", check_difftest),
+    GateCheck("endpoint diff", check_endpoint_diff),
 )
+STEPS = tuple(check.name for check in CHECKS)
 
 
 # --- the gate --------------------------------------------------------------------------------
 
 
-def run_gate(
-    lock_path: Path,
-    policy_path: str | Path | None = None,
-    roots: Mapping[str, Path] | None = None,
-    *,
-    out: Path | None = None,
-    sign: bool = False,
-    key: Path | None = None,
-    trust_root: Path | None = None,
-    download: bool = False,
-    device: str = "cpu",
-    inject: str | None = None,
-    baseline: str | None = None,
-    candidate: str | None = None,
-    interactive: bool = False,
-    today: dt.date | None = None,
-    on_check: Callable[[CheckResult], None] | None = None,
-) -> GateResult:
-    """Run every check in order; refuse at the first failure; write `out` only on approval.
-
-    `baseline` and `candidate` override the policy's endpoint URLs (or, with both, run the
-    endpoint diff under a policy that names none)."""
-    if sign and key is not None:
+def _check_signing(options: GateOptions) -> None:
+    signing = options.signing
+    if signing.sigstore and signing.key is not None:
         raise InputError("--sign and --key are exclusive: sign with Sigstore or with a key")
-    if key is not None and not key.is_file():
-        raise InputError(f"--key {key}: no such file")
-    if (sign or key is not None) and out is None:
+    if signing.key is not None and not signing.key.is_file():
+        raise InputError(f"--key {signing.key}: no such file")
+    if signing.wanted and options.out is None:
         raise InputError("signing the approval needs --out FILE")
+
+
+def run_gate(options: GateOptions, *,
+             on_check: Callable[[CheckResult], None] | None = None) -> GateResult:
+    """Run every check in order; refuse at the first failure; write `options.out` only on
+    approval (signed as `options.signing` says). `on_check` sees each check as it ends."""
+    _check_signing(options)
+    policy = load_policy(options.policy)
+    endpoints = resolve_endpoints(policy, options.endpoints.baseline,
+                                  options.endpoints.candidate)
     # Ask for the Sigstore credential before any work, so a missing one fails at once.
-    policy = load_policy(policy_path)
-    endpoints = resolve_endpoints(policy, baseline, candidate)
-    token = identity_token(interactive) if sign else None
-    ctx = _Context(
-        lock_path=Path(lock_path), policy=policy, roots=dict(roots or {}),
-        today=today or dt.datetime.now(dt.UTC).date(), trust_root=trust_root,
-        download=download, device=device, inject=inject, endpoints=endpoints,
+    token = identity_token(options.signing.interactive) if options.signing.sigstore else None
+    inputs = GateInputs(
+        lock_path=Path(options.lock_path), policy=policy, roots=dict(options.roots),
+        today=options.today or dt.datetime.now(dt.UTC).date(), trust_root=options.trust_root,
+        download=options.download, device=options.device, inject=options.inject,
+        endpoints=endpoints,
     )
     results: list[CheckResult] = []
-    for name, check in CHECKS:
-        skipped = False
-        try:
-            detail, ok = check(ctx), True
-        except Skipped as skip:
-            detail, ok, skipped = str(skip), True, True
-        except Refusal as refusal:
-            detail, ok = str(refusal), False
-        results.append(CheckResult(name, ok, detail, skipped))
+    for check in CHECKS:
+        outcome, learned = check.run(inputs)
+        results.append(CheckResult.of(check.name, outcome))
         if on_check is not None:
             on_check(results[-1])
-        if not ok:
-            return GateResult(False, tuple(results), reason=f"{name}: {detail}")
-    assert ctx.lock is not None
+        if not outcome.ok:
+            return GateResult(False, tuple(results), reason=f"{check.name}: {outcome.reason}")
+        inputs = inputs.learn(learned)
+    assert inputs.lock is not None
     statement = approval_statement(
-        ctx.lock_path, ctx.lock, ctx.policy, checks=results, scan_summary=ctx.scan_summary,
-        difftest=ctx.difftest, acceptance_length=round(ctx.tau, 4), tiers=ctx.tiers,
-        waivers_used=ctx.waivers_used, endpoint_diff=ctx.endpoint_diff,
+        inputs.lock_path, inputs.lock, policy, checks=results, tiers=inputs.tiers,
+        waivers_used=inputs.waivers_used, **inputs.record,
     )
     signature = None
+    out = options.out
     if out is not None:
         write_approval(statement, out)
-        if sign or key is not None:
-            signature = sign_approval(out, key=key, token=token, interactive=interactive)
+        if options.signing.wanted:
+            signature = sign_approval(out, key=options.signing.key, token=token,
+                                      interactive=options.signing.interactive)
     return GateResult(True, tuple(results), record=out, signature=signature, statement=statement)

@@ -13,7 +13,14 @@ from rich.table import Table
 from dflash_guard.cli.common import OutputFormat, print_json, stdout
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
-from dflash_guard.gate import STEPS, GateResult, run_gate
+from dflash_guard.gate import (
+    STEPS,
+    ApprovalSigning,
+    EndpointOverrides,
+    GateOptions,
+    GateResult,
+    run_gate,
+)
 
 
 def render(result: GateResult) -> None:
@@ -74,11 +81,12 @@ def gate(
                    ] = OutputFormat.text,
 ) -> None:
     """Run every check of a deploy in order; exit 0 approved, 1 refused, 2 usage/input error."""
-    result = run_gate(
-        lock_path, policy, parse_roots(root or []), out=out, sign=sign, key=key,
+    result = run_gate(GateOptions(
+        lock_path, policy, parse_roots(root or []), out=out,
+        signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),
         trust_root=trust_root, download=download, device=device, inject=inject,
-        baseline=baseline, candidate=candidate, interactive=sys.stdin.isatty(),
-    )
+        endpoints=EndpointOverrides(baseline, candidate),
+    ))
     if fmt is OutputFormat.json:
         print_json(result.to_json())
     else:

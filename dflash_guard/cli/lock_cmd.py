@@ -12,7 +12,7 @@ from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
-from dflash_guard.pins.resolve import LockRefused, build_lock, requirements_text
+from dflash_guard.pins.resolve import build_lock, requirements_text
 
 export_app = typer.Typer(help="Export parts of a lockfile.", no_args_is_help=True)
 
@@ -49,11 +49,11 @@ def lock(
     sources = {"target": target, "drafter": drafter}
     if gguf:
         sources["gguf"] = gguf
-    try:
-        lockfile = build_lock(sources, engine or [], package or [])
-    except LockRefused as refusal:
-        stderr.print(f"[bold red]refused:[/] {escape(str(refusal))}", highlight=False)
-        raise typer.Exit(EXIT_FINDING) from None
+    result = build_lock(sources, engine or [], package or [])
+    if result.lock is None:
+        stderr.print(f"[bold red]refused:[/] {escape(result.outcome.reason)}", highlight=False)
+        raise typer.Exit(EXIT_FINDING)
+    lockfile = result.lock
     write_lockfile(lockfile, output)
     if fmt is OutputFormat.json:
         print_json(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -15,6 +15,38 @@ from dflash_guard.pins.lockfile import ROLES, load_lockfile
 from dflash_guard.pins.verify import VerifyReport, verify_lock
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.signing import SignatureCheck, verify_signatures
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+# Hashing less than this is quick: no progress bar for it.
+PROGRESS_MIN_BYTES = 256 * 1024 * 1024
+
+
+class HashingBar:
+    """The progress callback `verify_lock` calls: a transient rich bar on stderr for folders of
+    at least `PROGRESS_MIN_BYTES`, drawn while one folder is hashed and removed when it is done."""
+
+    def __init__(self) -> None:
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if done or total < PROGRESS_MIN_BYTES:
+                return
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+            self._bar = Progress("[progress.description]{task.description}", BarColumn(),
+                                 DownloadColumn(), TransferSpeedColumn(), console=stderr,
+                                 transient=True)
+            self._task = self._bar.add_task("hashing", total=total)
+            self._bar.start()
+        assert self._task is not None
+        self._bar.update(self._task, completed=done)
+        if done >= total:
+            self._bar.stop()
+            self._bar = None
 
 
 def parse_roots(specs: list[str]) -> dict[str, Path]:
@@ -97,7 +129,7 @@ def verify(
         parse_roots(root or []),
         download=download,
         use_cache=not no_cache,
-        progress=stderr.is_terminal,
+        on_progress=HashingBar() if stderr.is_terminal else None,
     )
     # Signatures: the lockfile's when one exists or the policy requires it; each model.sig.
     signatures = verify_signatures(lock_path, lockfile, report.locations, accepted,

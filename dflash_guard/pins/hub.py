@@ -12,17 +12,15 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from dflash_guard.errors import HubError, InputError
-from dflash_guard.pins.lockfile import COMMIT_RE
+from dflash_guard.patterns import COMMIT_RE, REPO_AT_REV_RE
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-HUB_SOURCE_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +86,7 @@ def timeout_s() -> float:
 
 def parse_hub_source(src: str) -> tuple[str, str | None] | None:
     """`ORG/NAME[@REV]` -> (repo, rev), or None when `src` is not of that shape."""
-    match = HUB_SOURCE_RE.match(src)
+    match = REPO_AT_REV_RE.match(src)
     return (match["repo"], match["rev"]) if match else None
 
 
@@ -97,9 +95,29 @@ def repo_folder(repo: str, cache: Path | None = None) -> Path:
     return (cache or hub_cache_dir()) / ("models--" + repo.replace("/", "--"))
 
 
+def snapshot_folder(repo: str, commit: str, cache: Path | None = None) -> Path:
+    """`<cache>/models--ORG--NAME/snapshots/<commit>` (whether or not it exists)."""
+    return repo_folder(repo, cache) / "snapshots" / commit
+
+
+def snapshot_boundary(snapshot: Path) -> Path:
+    """The repo folder a snapshot's links may point into (its `blobs/` live there)."""
+    return snapshot.resolve().parent.parent
+
+
+def enclosing_repo_folder(path: Path) -> Path | None:
+    """The repo folder of the HF-cache snapshot holding `path` (files link into its `blobs/`),
+    or None when `path` is not inside a cached snapshot."""
+    for folder in [path, *path.parents]:
+        repo = folder.parent.parent
+        if folder.parent.name == "snapshots" and (repo / "blobs").is_dir():
+            return repo
+    return None
+
+
 def cached_snapshot(repo: str, commit: str, cache: Path | None = None) -> Path | None:
     """The cached snapshot folder of `repo` at `commit`, if present."""
-    path = repo_folder(repo, cache) / "snapshots" / commit
+    path = snapshot_folder(repo, commit, cache)
     return path if path.is_dir() else None
 
 
@@ -249,9 +267,9 @@ def staging_cache(parent: Path | None = None) -> Iterator[Path]:
 def install_snapshot(repo: str, commit: str, staging: Path, cache: Path | None = None) -> Path:
     """Move a checked snapshot from `staging` into the real cache (blobs, then snapshot links)."""
     cache = cache or hub_cache_dir()
-    source = repo_folder(repo, staging) / "snapshots" / commit
+    source = snapshot_folder(repo, commit, staging)
     dest_repo = repo_folder(repo, cache)
-    dest = dest_repo / "snapshots" / commit
+    dest = snapshot_folder(repo, commit, cache)
     (dest_repo / "blobs").mkdir(parents=True, exist_ok=True)
     for entry in sorted(p for p in source.rglob("*") if p.is_symlink() or p.is_file()):
         rel = entry.relative_to(source)

@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -22,14 +21,13 @@ import yaml
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
+from dflash_guard.schema import Field, Fields, read_document
 
 LOCKFILE_VERSION = 1
 ROLES = ("target", "drafter", "gguf")
 SOURCES = ("hub", "local")
 
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-REPO_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 
 
@@ -181,55 +179,6 @@ def write_lockfile(lock: Lockfile, path: str | Path) -> None:
 # --- reading ---------------------------------------------------------------------------------
 
 
-class _Reader:
-    """Strict field access that names the file and the field in every error."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, where: str, message: str) -> InputError:
-        return InputError(f"{self.source}: {where}: {message}")
-
-    def mapping(self, value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
-        for key in value:
-            if key not in allowed:
-                raise self.fail(where, f"unknown field {key!r}")
-        return value
-
-    def field(
-        self,
-        obj: dict[str, Any],
-        key: str,
-        where: str,
-        kind: type,
-        *,
-        required: bool = True,
-        check: Callable[[Any], bool] | None = None,
-        expect: str = "",
-    ) -> Any:
-        here = f"{where}.{key}" if where else key
-        if key not in obj or obj[key] is None:
-            if required:
-                raise self.fail(here, "missing required field")
-            return None
-        value = obj[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(here, f"expected {expect or kind.__name__}, got {value!r}")
-        if check is not None and not check(value):
-            raise self.fail(here, f"expected {expect}, got {value!r}")
-        return value
-
-    def items(self, obj: dict[str, Any], key: str, where: str) -> list[Any]:
-        value = obj.get(key, [])
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise self.fail(f"{where}.{key}" if where else key, "expected a list")
-        return value
-
-
 def is_safe_relpath(path: str) -> bool:
     """A relative POSIX path with no `..`, `.`, empty or absolute parts and no backslash."""
     if not path or path.startswith("/") or "\\" in path or "\x00" in path:
@@ -238,131 +187,132 @@ def is_safe_relpath(path: str) -> bool:
     return all(p not in ("", ".", "..") for p in parts) and "/".join(parts) == path
 
 
-def _read_files(r: _Reader, raw: dict[str, Any], where: str) -> tuple[LockedFile, ...]:
+HEX64 = "64 lowercase hex"
+HEX40 = "a 40-hex commit"
+
+
+def _read_files(fields: Fields) -> tuple[LockedFile, ...]:
     files = []
     seen: set[str] = set()
-    for i, item in enumerate(r.items(raw, "files", where)):
-        here = f"{where}.files[{i}]"
-        obj = r.mapping(item, here, ("path", "size", "sha256", "blob_id"))
-        path = r.field(obj, "path", here, str, check=is_safe_relpath, expect="a safe relative path")
+    for item in fields.entries("files"):
+        f = item.mapping(("path", "size", "sha256", "blob_id"))
+        path = f.required("path").typed(str, is_safe_relpath, "a safe relative path")
         if path in seen:
-            raise r.fail(here, f"duplicate path {path!r}")
+            raise item.fail(f"duplicate path {path!r}")
         seen.add(path)
+        blob_id = f.optional("blob_id")
         files.append(
             LockedFile(
                 path=path,
-                size=r.field(obj, "size", here, int, check=lambda v: v >= 0, expect="a size"),
-                sha256=r.field(
-                    obj, "sha256", here, str, check=SHA256_RE.match, expect="64 lowercase hex"
-                ),
-                blob_id=r.field(
-                    obj, "blob_id", here, str, required=False, check=COMMIT_RE.match,
-                    expect="40 lowercase hex",
-                ),
+                size=f.required("size").typed(int, lambda v: v >= 0, "a size"),
+                sha256=f.required("sha256").typed(str, SHA256_RE.match, HEX64),
+                blob_id=(blob_id.typed(str, COMMIT_RE.match, "40 lowercase hex")
+                         if blob_id else None),
             )
         )
     return tuple(files)
 
 
-def _read_artifact(r: _Reader, item: Any, where: str) -> Artifact:
-    allowed = ("role", "source", "repo", "name", "revision", "commit", "files", "code_refs")
-    obj = r.mapping(item, where, allowed)
-    role = r.field(obj, "role", where, str, check=lambda v: v in ROLES, expect=f"one of {ROLES}")
-    source = r.field(
-        obj, "source", where, str, check=lambda v: v in SOURCES, expect=f"one of {SOURCES}"
-    )
+def _optional_str(fields: Fields, key: str) -> str | None:
+    field = fields.optional(key)
+    return None if field is None else field.typed(str)
+
+
+def _read_artifact(item: Field) -> Artifact:
+    f = item.mapping(("role", "source", "repo", "name", "revision", "commit", "files", "code_refs"))
+    role = f.required("role").typed(str, lambda v: v in ROLES, f"one of {ROLES}")
+    source = f.required("source").typed(str, lambda v: v in SOURCES, f"one of {SOURCES}")
     hub = source == "hub"
-    repo = r.field(obj, "repo", where, str, required=hub, check=REPO_RE.match, expect="ORG/NAME")
-    name = r.field(obj, "name", where, str, required=not hub)
-    commit = r.field(obj, "commit", where, str, required=hub, check=COMMIT_RE.match,
-                     expect="a 40-hex commit")
+    repo = f.required("repo") if hub else f.optional("repo")
+    name = f.optional("name") if hub else f.required("name")
+    commit = f.required("commit") if hub else f.optional("commit")
     code_refs = []
-    for i, raw in enumerate(r.items(obj, "code_refs", where)):
-        here = f"{where}.code_refs[{i}]"
-        cobj = r.mapping(raw, here, ("repo", "revision", "commit", "files"))
+    for raw in f.entries("code_refs"):
+        c = raw.mapping(("repo", "revision", "commit", "files"))
         code_refs.append(
             CodeRef(
-                repo=r.field(cobj, "repo", here, str, check=REPO_RE.match, expect="ORG/NAME"),
-                revision=r.field(cobj, "revision", here, str, required=False),
-                commit=r.field(cobj, "commit", here, str, check=COMMIT_RE.match,
-                               expect="a 40-hex commit"),
-                files=_read_files(r, cobj, here),
+                repo=c.required("repo").typed(str, REPO_RE.match, "ORG/NAME"),
+                revision=_optional_str(c, "revision"),
+                commit=c.required("commit").typed(str, COMMIT_RE.match, HEX40),
+                files=_read_files(c),
             )
         )
-    files = _read_files(r, obj, where)
+    files = _read_files(f)
     if not files:
-        raise r.fail(f"{where}.files", "an artifact must lock at least one file")
+        raise (f.optional("files") or item).fail("an artifact must lock at least one file")
     return Artifact(
         role=role,
         source=source,
-        repo=repo,
-        revision=r.field(obj, "revision", where, str, required=False),
-        commit=commit,
+        repo=repo.typed(str, REPO_RE.match, "ORG/NAME") if repo else None,
+        revision=_optional_str(f, "revision"),
+        commit=commit.typed(str, COMMIT_RE.match, HEX40) if commit else None,
         files=files,
         code_refs=tuple(code_refs),
-        name=name,
+        name=name.typed(str) if name else None,
     )
+
+
+def _read_engine(item: Field) -> Engine:
+    f = item.mapping(("name", "url", "commit", "ref"))
+    return Engine(
+        name=f.required("name").typed(str),
+        url=f.required("url").typed(str),
+        commit=f.required("commit").typed(str, COMMIT_RE.match, "a full 40-hex commit"),
+        ref=_optional_str(f, "ref"),
+    )
+
+
+def _read_package(item: Field) -> Package:
+    f = item.mapping(("name", "version", "sha256"))
+    hashes = f.entries("sha256")
+    if not hashes:
+        raise (f.optional("sha256") or item).fail("expected a non-empty list of 64-hex sha256")
+    return Package(
+        name=f.required("name").typed(str, PACKAGE_RE.match, "a name"),
+        version=f.required("version").typed(str),
+        sha256=tuple(h.typed(str, SHA256_RE.match, HEX64) for h in hashes),
+    )
+
+
+def _unique(field: Field | None, names: list[str], what: str) -> None:
+    repeated = next((n for n in names if names.count(n) > 1), None)
+    if field is not None and repeated is not None:
+        raise field.fail(f"{what} {repeated!r} appears more than once")
 
 
 def parse_lockfile(text: str, source: str = "<lockfile>") -> Lockfile:
-    """Parse and validate lockfile text; raise `InputError` naming `source` and the field."""
-    r = _Reader(source)
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise InputError(f"{source}: not valid YAML: {str(error).splitlines()[0]}") from None
-    allowed = ("lockfile_version", "tool_version", "artifacts", "engines", "packages", "digest")
-    doc = r.mapping(doc, "top level", allowed)
-    version = r.field(doc, "lockfile_version", "", int)
-    if version != LOCKFILE_VERSION:
-        raise r.fail("lockfile_version", f"unsupported version {version} (this tool reads 1)")
-    artifacts = tuple(
-        _read_artifact(r, item, f"artifacts[{i}]")
-        for i, item in enumerate(r.items(doc, "artifacts", ""))
+    """Parse and validate lockfile text; raise `InputError` naming `source`, line and field."""
+    top = read_document(text, source)
+    if top is None:
+        raise InputError(f"{source}: the lockfile is empty")
+    f = top.mapping(
+        ("lockfile_version", "tool_version", "artifacts", "engines", "packages", "digest")
     )
-    engines = []
-    for i, item in enumerate(r.items(doc, "engines", "")):
-        here = f"engines[{i}]"
-        obj = r.mapping(item, here, ("name", "url", "commit", "ref"))
-        engines.append(
-            Engine(
-                name=r.field(obj, "name", here, str),
-                url=r.field(obj, "url", here, str),
-                commit=r.field(obj, "commit", here, str, check=COMMIT_RE.match,
-                               expect="a full 40-hex commit"),
-                ref=r.field(obj, "ref", here, str, required=False),
-            )
-        )
-    packages = []
-    for i, item in enumerate(r.items(doc, "packages", "")):
-        here = f"packages[{i}]"
-        obj = r.mapping(item, here, ("name", "version", "sha256"))
-        hashes = r.items(obj, "sha256", here)
-        if not hashes or not all(isinstance(h, str) and SHA256_RE.match(h) for h in hashes):
-            raise r.fail(f"{here}.sha256", "expected a non-empty list of 64-hex sha256")
-        packages.append(
-            Package(
-                name=r.field(obj, "name", here, str, check=PACKAGE_RE.match, expect="a name"),
-                version=r.field(obj, "version", here, str),
-                sha256=tuple(hashes),
-            )
-        )
+    version_field = f.required("lockfile_version")
+    version = version_field.typed(int)
+    if version != LOCKFILE_VERSION:
+        raise version_field.fail(f"unsupported version {version} (this tool reads 1)")
+    artifacts = tuple(_read_artifact(item) for item in f.entries("artifacts"))
+    _unique(f.optional("artifacts"), [a.role for a in artifacts], "role")
+    engines = tuple(_read_engine(item) for item in f.entries("engines"))
+    _unique(f.optional("engines"), [e.name for e in engines], "engine name")
     lock = Lockfile(
         artifacts=artifacts,
-        engines=tuple(engines),
-        packages=tuple(packages),
-        tool_version=r.field(doc, "tool_version", "", str),
+        engines=engines,
+        packages=tuple(_read_package(item) for item in f.entries("packages")),
+        tool_version=f.required("tool_version").typed(str),
         lockfile_version=version,
     )
-    _validate_lock(lock, source)
-    digest = r.field(doc, "digest", "", str)
+    digest_field = f.required("digest")
+    digest = digest_field.typed(str)
     if digest != lock.digest():
-        raise r.fail("digest", f"{digest} does not match the content ({lock.digest()}); "
-                     "the file was edited or damaged: re-run `dflash-guard lock`")
+        raise digest_field.fail(f"{digest} does not match the content ({lock.digest()}); "
+                                "the file was edited or damaged: re-run `dflash-guard lock`")
     return lock
 
 
 def _validate_lock(lock: Lockfile, source: str) -> None:
+    """What a lock built in code must satisfy before it is written (reading checks the same)."""
     roles = [a.role for a in lock.artifacts]
     for role in set(roles):
         if roles.count(role) > 1:

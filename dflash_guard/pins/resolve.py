@@ -3,25 +3,27 @@
 `build_lock` is what `dflash-guard lock` runs. A Hub source is resolved once to a commit through
 `huggingface_hub`; files without an LFS sha256 are fetched (into a temporary cache, never the
 user's) at that commit, checked against their git blob id and hashed. `auto_map` entries naming
-another repo are pinned too, or the lock is refused (`LockRefused`, exit 1).
+another repo are pinned too, or the lock is refused: `build_lock` returns a refused `Outcome`
+(the CLI exits 1), an unusable input is an `InputError` (exit 2).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from dflash_guard.errors import EXIT_FINDING, Error, HubError, InputError
+from dflash_guard.errors import HubError, InputError
+from dflash_guard.outcome import Outcome
+from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
 from dflash_guard.pins.folder import list_folder
 from dflash_guard.pins.hashing import StatCache, git_blob_id, hash_files, sha256_file
 from dflash_guard.pins.lockfile import (
-    COMMIT_RE,
     PACKAGE_RE,
-    SHA256_RE,
     Artifact,
     CodeRef,
     Engine,
@@ -38,10 +40,16 @@ ENGINE_RE = re.compile(
 WHEEL_RE = re.compile(r"^(?P<name>[A-Za-z0-9][\w.]*)-(?P<version>[^-]+)(?:-[^-]+){3}\.whl$")
 
 
-class LockRefused(Error):
-    """The inputs are well-formed but cannot be locked safely (exit 1, with the reason)."""
+@dataclasses.dataclass(frozen=True)
+class LockResult:
+    """What `build_lock` concluded: the lock when it passed, else the refusal and its reason."""
 
-    exit_code = EXIT_FINDING
+    outcome: Outcome
+    lock: Lockfile | None = None
+
+
+class _Refused(Exception):
+    """Raised where a source turns out unsafe to lock; `build_lock` turns it into an outcome."""
 
 
 # --- artifacts -----------------------------------------------------------------------------------
@@ -85,11 +93,11 @@ def _lock_folder(
 ) -> Artifact:
     """Hash every file of a folder (or a cached snapshot) into an artifact."""
     in_cache = repo is not None
-    boundary = folder.resolve().parent.parent if in_cache else None
+    boundary = hub.snapshot_boundary(folder) if in_cache else None
     files, unsafe = list_folder(folder, boundary)
     if unsafe:
         first = unsafe[0]
-        raise LockRefused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
+        raise _Refused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
     if not files:
         raise InputError(f"{folder}: the folder has no files to lock")
     stat_cache = StatCache()
@@ -115,7 +123,7 @@ def _lock_hub(role: str, repo: str, revision: str | None) -> Artifact:
     state = hub.resolve_repo(repo, revision)
     for f in state.files:
         if not is_safe_relpath(f.path):
-            raise LockRefused(f"hub: {repo}@{state.commit}: unsafe file path {f.path!r}")
+            raise _Refused(f"hub: {repo}@{state.commit}: unsafe file path {f.path!r}")
     with hub.staging_cache() as staging:
         fetched = {
             f.path: _fetch_checked(repo, state.commit, f, staging)
@@ -175,8 +183,8 @@ def auto_map_refs(config_files: dict[str, Path]) -> dict[str, set[str]]:
 def _lock_code_refs(role: str, config_files: dict[str, Path]) -> tuple[CodeRef, ...]:
     refs = []
     for repo, modules in sorted(auto_map_refs(config_files).items()):
-        if hub.parse_hub_source(repo) is None:
-            raise LockRefused(f"--{role}: auto_map names {repo!r}, which is not an ORG/NAME repo")
+        if not REPO_RE.match(repo):
+            raise _Refused(f"--{role}: auto_map names {repo!r}, which is not an ORG/NAME repo")
         refs.append(_lock_code_ref(role, repo, sorted(modules)))
     return tuple(refs)
 
@@ -188,7 +196,7 @@ def _lock_code_ref(role: str, repo: str, modules: list[str]) -> CodeRef:
         snapshot = hub.cached_snapshot(repo, commit) if commit else None
         missing = [m for m in modules if snapshot is None or not (snapshot / m).is_file()]
         if snapshot is None or missing:
-            raise LockRefused(
+            raise _Refused(
                 f"--{role}: auto_map points at remote code in {repo} ({', '.join(modules)}), "
                 "which cannot be pinned: HF_HUB_OFFLINE is set and it is not in the HF cache"
             )
@@ -197,13 +205,13 @@ def _lock_code_ref(role: str, repo: str, modules: list[str]) -> CodeRef:
     try:
         state = hub.resolve_repo(repo, None)
     except HubError as error:
-        raise LockRefused(
+        raise _Refused(
             f"--{role}: auto_map points at remote code in {repo} that cannot be pinned: {error}"
         ) from None
     listed = {f.path: f for f in state.files}
     missing = [m for m in modules if m not in listed]
     if missing:
-        raise LockRefused(
+        raise _Refused(
             f"--{role}: auto_map points at {repo}, which has no {', '.join(missing)} "
             f"at {state.commit}"
         )
@@ -262,12 +270,17 @@ def build_lock(
     sources: dict[str, str],
     engines: Iterable[str] = (),
     packages: Iterable[str] = (),
-) -> Lockfile:
-    """Resolve every source (`{role: SRC}`), engine and package spec into a `Lockfile`."""
+) -> LockResult:
+    """Resolve every source (`{role: SRC}`), engine and package spec into a `Lockfile`, or
+    refuse (a source that cannot be locked safely); bad input raises `InputError`."""
     parsed_engines = tuple(parse_engine(e) for e in engines)
     parsed_packages = tuple(parse_package(p) for p in packages)
-    artifacts = tuple(lock_source(role, src) for role, src in sources.items())
-    return Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)
+    try:
+        artifacts = tuple(lock_source(role, src) for role, src in sources.items())
+    except _Refused as refusal:
+        return LockResult(Outcome.refused(str(refusal)))
+    lock = Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)
+    return LockResult(Outcome.passed(f"{len(artifacts)} artifacts locked"), lock)
 
 
 def requirements_text(lock: Lockfile) -> str:

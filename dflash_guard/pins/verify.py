@@ -9,7 +9,7 @@ size, sha256, unsafe symlink or path. Hashing runs in parallel with a stat cache
 from __future__ import annotations
 
 import dataclasses
-import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,8 @@ from dflash_guard.pins.folder import list_folder
 from dflash_guard.pins.hashing import StatCache, hash_files
 from dflash_guard.pins.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
 
-PROGRESS_MIN_BYTES = 256 * 1024 * 1024
+ProgressCallback = Callable[[int, int], None]
+"""`on_progress(done_bytes, total_bytes)`: called as one folder's files are hashed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +79,12 @@ def verify_lock(
     *,
     download: bool = False,
     use_cache: bool = True,
-    progress: bool = False,
+    on_progress: ProgressCallback | None = None,
 ) -> VerifyReport:
-    """Verify every artifact of `lock` on disk; raise `InputError` when a folder cannot be found."""
+    """Verify every artifact of `lock` on disk; raise `InputError` when a folder cannot be found.
+
+    `on_progress(done_bytes, total_bytes)` is called while each folder is hashed (the CLI draws
+    a progress bar with it)."""
     roots = dict(roots or {})
     unknown = sorted(set(roots) - {a.role for a in lock.artifacts})
     if unknown:
@@ -92,11 +96,11 @@ def verify_lock(
         if target is None:
             continue
         report.locations[artifact.role] = target.folder
-        _compare(target, cache, progress, report)
+        _compare(target, cache, on_progress, report)
         for ref in artifact.code_refs:
             code = _locate_code_ref(artifact.role, ref, download, report)
             if code is not None:
-                _compare(code, cache, progress, report)
+                _compare(code, cache, on_progress, report)
     if cache is not None:
         cache.save()
     return report
@@ -128,7 +132,7 @@ def _locate(
             f"artifact {artifact.role!r} ({artifact.label}) is not in the HF cache "
             f"({hub.hub_cache_dir()}); pass --root {artifact.role}=DIR or --download"
         )
-    return _Target(artifact.role, snapshot, snapshot.resolve().parent.parent, artifact.files)
+    return _Target(artifact.role, snapshot, hub.snapshot_boundary(snapshot), artifact.files)
 
 
 def _locate_code_ref(
@@ -147,7 +151,7 @@ def _locate_code_ref(
         )
         return None
     # Only the pinned module files matter in a code repo; other files there are not loaded.
-    return _Target(label, snapshot, snapshot.resolve().parent.parent, ref.files)
+    return _Target(label, snapshot, hub.snapshot_boundary(snapshot), ref.files)
 
 
 def _download_checked(
@@ -161,17 +165,18 @@ def _download_checked(
     with hub.staging_cache() as staging:
         for f in files:
             hub.download(repo, commit, f.path, staging)
-        snapshot = hub.repo_folder(repo, staging) / "snapshots" / commit
-        staged = _Target(role, snapshot, snapshot.parent.parent, files)
+        snapshot = hub.snapshot_folder(repo, commit, staging)
+        staged = _Target(role, snapshot, hub.snapshot_boundary(snapshot), files)
         before = len(report.problems)
-        _compare(staged, None, False, report)
+        _compare(staged, None, None, report)
         if len(report.problems) > before:
             return None
         return hub.install_snapshot(repo, commit, staging)
 
 
 def _compare(
-    target: _Target, cache: StatCache | None, progress: bool, report: VerifyReport
+    target: _Target, cache: StatCache | None, on_progress: ProgressCallback | None,
+    report: VerifyReport,
 ) -> None:
     """Compare one folder with its locked files, appending problems to `report`."""
     role = target.role
@@ -203,7 +208,7 @@ def _compare(
         locked_paths = {f.path for f in target.files}
         for rel in sorted(set(on_disk) - locked_paths):
             report.problems.append(FileProblem(role, rel, "extra", None, "not in the lockfile"))
-    hashes = _hash_with_progress(list(to_hash), cache, progress, report)
+    hashes = _hash(list(to_hash), cache, on_progress, report)
     for path, locked in to_hash.items():
         if hashes[path] != locked.sha256:
             report.problems.append(
@@ -212,23 +217,23 @@ def _compare(
     report.files_checked += len(target.files)
 
 
-def _hash_with_progress(
-    paths: list[Path], cache: StatCache | None, progress: bool, report: VerifyReport
+def _hash(
+    paths: list[Path], cache: StatCache | None, on_progress: ProgressCallback | None,
+    report: VerifyReport,
 ) -> dict[Path, str]:
     uncached = [p for p in paths if cache is None or cache.get(p) is None]
     total = sum(p.stat().st_size for p in uncached)
     report.cache_hits += len(paths) - len(uncached)
     report.bytes_hashed += total
-    if not (progress and total >= PROGRESS_MIN_BYTES and sys.stderr.isatty()):
+    if on_progress is None:
         return hash_files(paths, cache=cache)
-    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+    done, lock = 0, threading.Lock()  # files are hashed on several threads
+    on_progress(done, total)
 
-    from dflash_guard.cli.common import stderr
+    def advance(n: int) -> None:
+        nonlocal done
+        with lock:
+            done += n
+            on_progress(done, total)
 
-    with Progress(
-        "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-        TransferSpeedColumn(), console=stderr, transient=True,
-    ) as bar:
-        task = bar.add_task("hashing", total=total)
-        advance: Callable[[int], None] = lambda n: bar.advance(task, n)  # noqa: E731
-        return hash_files(paths, cache=cache, on_bytes=advance)
+    return hash_files(paths, cache=cache, on_bytes=advance)

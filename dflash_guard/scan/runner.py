@@ -12,6 +12,7 @@ from pathlib import Path
 
 from dflash_guard.errors import InputError
 from dflash_guard.pins.folder import Unsafe, list_folder
+from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.scan import (
     drafter_config,
     gguf_check,
@@ -212,22 +213,13 @@ class _Run:
             )
 
 
-def _hf_repo_folder(root: Path) -> Path | None:
-    """The repo folder of an HF-cache snapshot holding `root` (its files link into `blobs/`)."""
-    for folder in [root, *root.parents]:
-        repo = folder.parent.parent
-        if folder.parent.name == "snapshots" and (repo / "blobs").is_dir():
-            return repo
-    return None
-
-
 def _files(root: Path) -> tuple[list[tuple[str, Path]], list[Unsafe]]:
     """The regular files under `root` by relative path, and the entries not followed.
 
     `folder.list_folder` refuses symlinked folders, dangling links, special files and links out
     of the folder (or, for an HF-cache snapshot, out of its repo folder); those are reported.
     """
-    found, unsafe = list_folder(root, _hf_repo_folder(root.resolve()))
+    found, unsafe = list_folder(root, enclosing_repo_folder(root.resolve()))
 
     def kept(relative: str) -> bool:
         return not any(part in _SKIPPED_DIRS for part in relative.split("/")[:-1])

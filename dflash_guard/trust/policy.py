@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from dflash_guard.errors import InputError
-from dflash_guard.pins.lockfile import SHA256_RE
+from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
+from dflash_guard.schema import Field, read_document
 
 POLICY_VERSION = 1
 TIERS = ("official", "community", "unknown")
@@ -37,8 +36,6 @@ SEVERITIES = ("low", "medium", "high", "critical")
 BUILTIN_POLICIES = ("default", "strict", "dev")
 WAIVER_KINDS = ("engine", "remote-code", "staging", "scan", "pickle", "gguf-comparison")
 
-REPO_AT_COMMIT_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)@(?P<commit>[0-9a-f]{40})$")
-ORG_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -262,99 +259,7 @@ def resolve_policy(spec: str | Path | None) -> Path:
 # --- reading ---------------------------------------------------------------------------------
 
 
-class _Field:
-    """One YAML value with the node it came from, so errors can name its line."""
-
-    def __init__(self, reader: _Reader, node: yaml.Node, where: str) -> None:
-        self.reader = reader
-        self.node = node
-        self.where = where
-
-    def fail(self, message: str) -> InputError:
-        line = self.node.start_mark.line + 1
-        return InputError(f"{self.reader.source}:{line}: {self.where or 'top level'}: {message}")
-
-    def value(self) -> Any:
-        return self.reader.construct(self.node, self.where)
-
-    def mapping(self, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[str, _Field]:
-        """The keys of a mapping node; unknown, duplicate and missing keys are errors."""
-        if not isinstance(self.node, yaml.MappingNode):
-            raise self.fail(f"expected a mapping, got {_kind(self.node)}")
-        fields: dict[str, _Field] = {}
-        for key_node, value_node in self.node.value:
-            key = self.reader.construct(key_node, self.where)
-            here = f"{self.where}.{key}" if self.where else str(key)
-            key_field = _Field(self.reader, key_node, here)
-            if not isinstance(key, str) or key not in allowed:
-                raise key_field.fail(f"unknown field (allowed: {', '.join(allowed)})")
-            if key in fields:
-                raise key_field.fail("field given twice")
-            fields[key] = _Field(self.reader, value_node, here)
-        for key in required:
-            if key not in fields:
-                raise self.fail(f"missing required field {key!r}")
-        return fields
-
-    def items(self) -> list[_Field]:
-        if not isinstance(self.node, yaml.SequenceNode):
-            raise self.fail(f"expected a list, got {_kind(self.node)}")
-        return [_Field(self.reader, n, f"{self.where}[{i}]") for i, n in enumerate(self.node.value)]
-
-    def typed(self, kind: type | tuple[type, ...], check: Callable[[Any], Any] | None = None,
-              expect: str = "") -> Any:
-        value = self.value()
-        ok_type = isinstance(value, kind) and not (
-            isinstance(value, bool) and bool not in _as_tuple(kind)
-        )
-        if not ok_type or (check is not None and not check(value)):
-            wanted = expect or " or ".join(k.__name__ for k in _as_tuple(kind))
-            raise self.fail(f"expected {wanted}, got {value!r}")
-        return value
-
-    def text(self, check: Callable[[str], Any] | None = None, expect: str = "") -> str:
-        return self.typed(str, lambda v: v.strip() and (check is None or check(v)),
-                          expect or "a non-empty string")
-
-    def flag(self) -> bool:
-        return self.typed(bool, expect="true or false")
-
-    def date(self) -> dt.date:
-        return self.typed(dt.date, lambda v: not isinstance(v, dt.datetime), "a date YYYY-MM-DD")
-
-    def choice(self, choices: tuple[str, ...]) -> str:
-        return self.typed(str, lambda v: v in choices, f"one of {', '.join(choices)}")
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _kind(node: yaml.Node) -> str:
-    if isinstance(node, yaml.MappingNode):
-        return "a mapping"
-    if isinstance(node, yaml.SequenceNode):
-        return "a list"
-    return f"{node.value!r}" if node.value != "" else "nothing"
-
-
-class _Reader:
-    def __init__(self, text: str, source: str) -> None:
-        self.source = source
-        self.loader = yaml.SafeLoader(text)
-
-    def construct(self, node: yaml.Node, where: str) -> Any:
-        """The Python value of a node (safe constructors only: no tags run code)."""
-        try:
-            return self.loader.construct_object(node, deep=True)
-        except yaml.YAMLError as error:
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            mark = getattr(error, "problem_mark", None) or node.start_mark
-            line = mark.line + 1
-            raise InputError(f"{self.source}:{line}: {where or 'top level'}: {problem}") from None
-
-
-def _signers(field: _Field, base: Path) -> Signers:
+def _signers(field: Field, base: Path) -> Signers:
     f = field.mapping(("identities", "public_keys"), ("identities", "public_keys"))
     identities = []
     for item in f["identities"].items():
@@ -370,7 +275,7 @@ def _signers(field: _Field, base: Path) -> Signers:
     return Signers(tuple(identities), tuple(keys))
 
 
-def _tier_rule(field: _Field) -> TierRule:
+def _tier_rule(field: Field) -> TierRule:
     names = ("signature_required", "remote_code", "pickle_allowed", "staging_required")
     f = field.mapping(names, names)
     return TierRule(
@@ -381,17 +286,17 @@ def _tier_rule(field: _Field) -> TierRule:
     )
 
 
-def _repo_at_commit(field: _Field) -> tuple[str, str]:
+def _repo_at_commit(field: Field) -> tuple[str, str]:
     value = field.text(REPO_AT_COMMIT_RE.match, "ORG/NAME@<40-hex commit>")
     repo, commit = value.rsplit("@", 1)
     return repo, commit
 
 
-def _orgs(field: _Field) -> tuple[str, ...]:
+def _orgs(field: Field) -> tuple[str, ...]:
     return tuple(item.text(ORG_RE.match, "a Hub organisation name") for item in field.items())
 
 
-def _prompt_file(field: _Field, base: Path) -> str | None:
+def _prompt_file(field: Field, base: Path) -> str | None:
     """`builtin` (or nothing) is None; else a JSONL path relative to the policy, which exists."""
     prompts = field.value()
     if prompts is None or prompts == "builtin":
@@ -412,7 +317,7 @@ ENDPOINT_FIELDS = ("baseline", "candidate", "model", "api_key_env", "prompts", "
                    "max_near_ties", "near_tie_margin", "metrics", "concurrency", "timeout_s")
 
 
-def _endpoint_rules(field: _Field, base: Path, max_new_tokens: int) -> EndpointRules:
+def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRules:
     """`difftest.endpoints`: when present it must name both URLs (it fails closed)."""
     f = field.mapping(ENDPOINT_FIELDS, ("baseline", "candidate"))
     url = "an http(s) URL without credentials"
@@ -453,20 +358,10 @@ REQUIRED = (
 
 def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) -> Policy:
     """Parse and validate policy text; raise `InputError` naming `source`, line and field."""
-    reader = _Reader(text, source)
-    try:
-        node = reader.loader.get_single_node()
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise InputError(f"{source}{line}: not valid YAML: {problem}") from None
-    finally:
-        reader.loader.dispose()
-    if node is None:
+    top = read_document(text, source)
+    if top is None:
         raise InputError(f"{source}: the policy is empty (an empty policy never means allow)")
     base = base if base is not None else Path(".")
-    top = _Field(reader, node, "")
     f = top.mapping(TOP_LEVEL, REQUIRED)
 
     name = f["name"].text()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.outcome import Outcome
 from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.trust.intoto import Statement, Subject, dumps_json
 from dflash_guard.trust.policy import Signers
 from dflash_guard.trust.signing import (
     KEY_SIG_SUFFIX,
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from dflash_guard.pins.lockfile import Lockfile
     from dflash_guard.trust.policy import Policy
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/approval/v1"
 
 
@@ -49,6 +49,11 @@ class CheckResult:
     ok: bool
     detail: str
     skipped: bool = False
+
+    @classmethod
+    def of(cls, name: str, outcome: Outcome) -> CheckResult:
+        """The row for a check named `name` that ended with `outcome`."""
+        return cls(name, outcome.ok, outcome.reason, outcome.is_skipped)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -81,12 +86,10 @@ def approval_statement(
 ) -> dict[str, Any]:
     """The approval record as an in-toto Statement v1 (a dict ready for JSON); `endpoint_diff`
     is the live-engine diff's summary, None (`null`) when the policy configures none."""
-    subjects = [{"name": lock_path.name, "digest": {"sha256": sha256_file(lock_path)}}]
+    subjects = [Subject(lock_path.name, {"sha256": sha256_file(lock_path)})]
     for artifact in lock.artifacts:
         for locked in sorted(artifact.files, key=lambda f: f.path):
-            subjects.append(
-                {"name": f"{artifact.role}/{locked.path}", "digest": {"sha256": locked.sha256}}
-            )
+            subjects.append(Subject(f"{artifact.role}/{locked.path}", {"sha256": locked.sha256}))
     when = (time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
     predicate = {
         "decision": "approved",
@@ -118,17 +121,12 @@ def approval_statement(
         "endpointDiff": dict(endpoint_diff) if endpoint_diff is not None else None,
         "waivers": list(waivers_used),
     }
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": subjects,
-        "predicateType": PREDICATE_TYPE,
-        "predicate": predicate,
-    }
+    return Statement(tuple(subjects), PREDICATE_TYPE, predicate).to_json()
 
 
 def dumps_statement(statement: Mapping[str, Any]) -> bytes:
     """Stable JSON bytes for a statement (what is written, and what a signature covers)."""
-    return (json.dumps(statement, indent=2, sort_keys=True) + "\n").encode()
+    return dumps_json(statement)
 
 
 def write_approval(statement: Mapping[str, Any], out: Path) -> None:
@@ -151,14 +149,13 @@ def sign_approval(out: Path, *, key: Path | None = None, token: Any = None,
 def read_approval(path: Path) -> dict[str, Any]:
     """Read an approval record and check it is an in-toto Statement v1 from dflash-guard."""
     try:
-        statement = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, ValueError) as error:
         raise InputError(f"cannot read approval record {path}: {error}") from None
-    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
-        raise InputError(f"{path}: _type: not an in-toto Statement v1")
-    if statement.get("predicateType") != PREDICATE_TYPE:
-        raise InputError(f"{path}: predicateType: not a dflash-guard approval")
-    return statement
+    try:
+        return Statement.loads(text, PREDICATE_TYPE, "a dflash-guard approval").to_json()
+    except ValueError as error:
+        raise InputError(f"{path}: {error}") from None
 
 
 def verify_approval(path: Path, signers: Signers, *, trust_root: Path | None = None
@@ -177,5 +174,5 @@ def verify_approval(path: Path, signers: Signers, *, trust_root: Path | None = N
         checks.append(verify_dsse_bundle(path.read_bytes(), bundle, signers.identities,
                                          trust_root=trust_root, subject=path.name))
     if not checks:
-        checks.append(SignatureCheck(path.name, str(bundle), False, reason="not signed"))
+        checks.append(SignatureCheck.bad(path.name, str(bundle), "not signed"))
     return checks

@@ -12,8 +12,9 @@ Three kinds of signature, each made and checked by a library, never by hand:
   approval record) in the same OpenSSF format, made and verified by `model_signing`'s key signer
   and verifier, so one format and one library cover every key-based signature.
 
-Checking a signature never raises for a bad signature: it returns a `SignatureCheck` with the
-reason (a finding). Only what prevents the check (an unreadable trust root) raises `InputError`.
+Checking a signature never raises for a bad signature: it returns a `SignatureCheck` whose
+`Outcome` is a refusal with the reason (a finding). Only what prevents the check (an unreadable
+trust root) raises `InputError`.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.outcome import Outcome
+from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
 
 SIGSTORE_SUFFIX = ".sigstore.json"
 KEY_SIG_SUFFIX = ".sig"
 MODEL_SIG = "model.sig"
-IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
-IN_TOTO_STATEMENT_V1 = "https://in-toto.io/Statement/v1"
 MODEL_SIGNING_PREDICATE = "https://model_signing/signature/v1.0"
 # Files a model signature need not cover: git metadata model_signing ignores by default.
 UNSIGNED_METADATA = (".gitattributes", ".gitignore")
@@ -43,16 +44,35 @@ UNSIGNED_METADATA_DIRS = (".git/", ".github/")
 
 @dataclasses.dataclass(frozen=True)
 class SignatureCheck:
-    """The outcome of checking one signature: who signed it, or why it was refused."""
+    """The outcome of checking one signature (`subject`'s `signature` file): who signed it, or
+    why it was refused."""
 
     subject: str
     signature: str
-    ok: bool
+    outcome: Outcome
     signer: str | None = None
-    reason: str = ""
+
+    @classmethod
+    def good(cls, subject: str, signature: str, signer: str) -> SignatureCheck:
+        return cls(subject, signature, Outcome.passed(f"signed by {signer}"), signer)
+
+    @classmethod
+    def bad(cls, subject: str, signature: str, reason: str,
+            signer: str | None = None) -> SignatureCheck:
+        return cls(subject, signature, Outcome.refused(reason), signer)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome.ok
+
+    @property
+    def reason(self) -> str:
+        """Why it was refused ("" when it verified)."""
+        return "" if self.ok else self.outcome.reason
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"subject": self.subject, "signature": self.signature, "ok": self.ok,
+                "signer": self.signer, "reason": self.reason}
 
 
 # --- trust -----------------------------------------------------------------------------------
@@ -161,8 +181,8 @@ def verify_blob_bundle(
     """Check a Sigstore bundle over `data` against any of the accepted identities."""
     bundle, _, reason = _verify_sigstore(bundle_path, identities, trust_root, data=data)
     if bundle is None:
-        return SignatureCheck(subject, str(bundle_path), False, reason=reason)
-    return SignatureCheck(subject, str(bundle_path), True, signer=_signer_of(bundle, identities))
+        return SignatureCheck.bad(subject, str(bundle_path), reason)
+    return SignatureCheck.good(subject, str(bundle_path), _signer_of(bundle, identities))
 
 
 def _refusal(error: BaseException, identities: Sequence[Identity]) -> str:
@@ -238,7 +258,9 @@ def verify_key_signature(path: Path, sig: Path, keys: Sequence[Path],
                          *, subject: str = "artifact") -> SignatureCheck:
     """Check `FILE.sig` (OpenSSF format, ECDSA key) over one file against accepted keys."""
     signer, reason = _verify_with_keys(path, sig, keys)
-    return SignatureCheck(subject, str(sig), signer is not None, signer=signer, reason=reason)
+    if signer is None:
+        return SignatureCheck.bad(subject, str(sig), reason)
+    return SignatureCheck.good(subject, str(sig), signer)
 
 
 # --- the lockfile ----------------------------------------------------------------------------
@@ -263,8 +285,8 @@ def verify_lockfile_signature(
         checks.append(verify_key_signature(lock_path, keysig, signers.public_keys,
                                            subject=lock_path.name))
     if not checks and required:
-        checks.append(SignatureCheck(lock_path.name, str(bundle), False,
-                                     reason="the policy requires a signed lockfile; none found"))
+        checks.append(SignatureCheck.bad(lock_path.name, str(bundle),
+                                         "the policy requires a signed lockfile; none found"))
     return checks
 
 
@@ -282,13 +304,9 @@ def signed_file_digests(sig: Path) -> dict[str, str]:
 
 
 def _statement_digests(payload: bytes) -> dict[str, str]:
-    statement = json.loads(payload)
-    if statement.get("_type") != IN_TOTO_STATEMENT_V1:
-        raise ValueError(f"not an in-toto Statement v1: {statement.get('_type')!r}")
-    if statement.get("predicateType") != MODEL_SIGNING_PREDICATE:
-        raise ValueError(f"unexpected predicate type {statement.get('predicateType')!r}")
+    statement = Statement.loads(payload, MODEL_SIGNING_PREDICATE, "a model signature")
     digests = {}
-    for resource in statement["predicate"]["resources"]:
+    for resource in statement.predicate["resources"]:
         if resource.get("algorithm") != "sha256":
             raise ValueError(f"{resource.get('name')}: algorithm {resource.get('algorithm')!r}"
                              " is not sha256: cannot compare with the lockfile")
@@ -338,25 +356,26 @@ def verify_model_signature(
         raw = json.loads(sig.read_text(encoding="utf-8"))
         material = raw["verificationMaterial"]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        return SignatureCheck(subject, name, False,
-                              reason=f"not a model signature: {_first_line(error)}")
+        return SignatureCheck.bad(subject, name,
+                                  f"not a model signature: {_first_line(error)}")
     if "publicKey" in material:
         signer, reason = _verify_with_keys(model_dir, sig, signers.public_keys)
         if signer is None:
-            return SignatureCheck(subject, name, False, reason=reason)
+            return SignatureCheck.bad(subject, name, reason)
         try:
             signed = signed_file_digests(sig)
         except ValueError as error:
-            return SignatureCheck(subject, name, False, reason=str(error))
+            return SignatureCheck.bad(subject, name, str(error))
     else:
         signer, signed, reason = _verify_sigstore_dsse(sig, signers.identities, trust_root)
         if signer is None:
-            return SignatureCheck(subject, name, False, reason=reason)
+            return SignatureCheck.bad(subject, name, reason)
     problems = compare_digests(signed, locked, sig_name)
     if problems:
-        return SignatureCheck(subject, name, False, signer=signer,
-                              reason="; ".join(problems[:5]) + (" ..." if problems[5:] else ""))
-    return SignatureCheck(subject, name, True, signer=signer)
+        return SignatureCheck.bad(subject, name,
+                                  "; ".join(problems[:5]) + (" ..." if problems[5:] else ""),
+                                  signer=signer)
+    return SignatureCheck.good(subject, name, signer)
 
 
 def verify_dsse_bundle(
@@ -371,11 +390,10 @@ def verify_dsse_bundle(
     name = str(bundle_path)
     bundle, signed, reason = _verify_sigstore(bundle_path, identities, trust_root)
     if bundle is None:
-        return SignatureCheck(subject, name, False, reason=reason)
-    if signed != (IN_TOTO_PAYLOAD_TYPE, payload):
-        return SignatureCheck(subject, name, False,
-                              reason="the signed statement is not this record")
-    return SignatureCheck(subject, name, True, signer=_signer_of(bundle, identities))
+        return SignatureCheck.bad(subject, name, reason)
+    if signed != (PAYLOAD_TYPE, payload):
+        return SignatureCheck.bad(subject, name, "the signed statement is not this record")
+    return SignatureCheck.good(subject, name, _signer_of(bundle, identities))
 
 
 def _verify_sigstore_dsse(
@@ -387,7 +405,7 @@ def _verify_sigstore_dsse(
     if bundle is None or signed is None:
         return None, {}, reason
     payload_type, payload = signed
-    if payload_type != IN_TOTO_PAYLOAD_TYPE:
+    if payload_type != PAYLOAD_TYPE:
         return None, {}, f"unexpected DSSE payload type {payload_type!r}"
     try:
         digests = _statement_digests(payload)
@@ -437,7 +455,7 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
     `statement`, sign that in-toto statement as DSSE instead of the file's bytes (used for
     approval records).
     """
-    from sigstore.dsse import Statement
+    from sigstore.dsse import Statement as DsseStatement
     from sigstore.errors import Error as SigstoreError
     from sigstore.models import ClientTrustConfig
     from sigstore.sign import SigningContext
@@ -450,7 +468,7 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
         context = SigningContext.from_trust_config(ClientTrustConfig.production())
         with context.signer(token) as signer:
             if statement is not None:
-                bundle = signer.sign_dsse(Statement(statement))
+                bundle = signer.sign_dsse(DsseStatement(statement))
             else:
                 bundle = signer.sign_artifact(path.read_bytes())
     except SigstoreError as error:
@@ -477,8 +495,8 @@ def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Po
         tier = policy.tier_of(artifact.source, artifact.repo)
         if not (folder / MODEL_SIG).is_file():
             if policy.rule(tier).signature_required:
-                checks.append(SignatureCheck(artifact.role, str(folder / MODEL_SIG), False,
-                                             reason=f"missing, and the {tier} tier requires one"))
+                checks.append(SignatureCheck.bad(artifact.role, str(folder / MODEL_SIG),
+                                                 f"missing, and the {tier} tier requires one"))
             continue
         checks.append(verify_model_signature(
             folder, {f.path: f.sha256 for f in artifact.files}, policy.model_signers,

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from dflash_guard import __version__
-from dflash_guard.gate import STEPS, run_gate
+from dflash_guard.gate import STEPS, ApprovalSigning, GateOptions, run_gate
 from dflash_guard.pins.lockfile import Engine
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import PREDICATE_TYPE, read_approval
@@ -36,7 +36,8 @@ def approved(pair, tmp_path_factory):
         policy = write_policy(folder)
         lock = write_lock(dataclasses.replace(pair.lock, engines=(VLLM,)), folder / "dflash.lock")
         out = folder / "approval.json"
-        result = run_gate(lock, policy, pair.roots, out=out, key=private)
+        result = run_gate(GateOptions(lock, policy, pair.roots, out=out,
+                                      signing=ApprovalSigning(key=private)))
     return result, lock, policy, out, public
 
 

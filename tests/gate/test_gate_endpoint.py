@@ -12,7 +12,7 @@ import socket
 import pytest
 
 from dflash_guard.errors import InputError
-from dflash_guard.gate import run_gate
+from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless import endpoint as endpoint_diff
 from dflash_guard.lossless.endpoint import run_endpoint_diff
 from dflash_guard.trust.policy import load_policy
@@ -89,7 +89,7 @@ def test_gate_endpoint_refuses_a_faulty_candidate(pair, servers, lock, tmp_path)
     baseline, _, faulty = servers
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(baseline, faulty)))
     out = tmp_path / "approval.json"
-    result = run_gate(lock, policy, pair.roots, out=out)
+    result = run_gate(GateOptions(lock, policy, pair.roots, out=out))
     assert not result.approved
     assert result.checks[-1].name == "endpoint diff" and not result.checks[-1].ok
     assert result.checks[-2].name == "difftest" and result.checks[-2].ok
@@ -107,7 +107,7 @@ def test_gate_endpoint_near_tie_allowance(pair, servers, lock, tmp_path, max_nea
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
         baseline, faulty, "near_tie_margin: 0.1", f"max_near_ties: {max_near_ties}")))
     (tmp_path / "prompts.jsonl").write_text(json.dumps(GATE_PROMPTS[0]) + "\n")
-    result = run_gate(lock, policy, pair.roots, out=tmp_path / "approval.json")
+    result = run_gate(GateOptions(lock, policy, pair.roots, out=tmp_path / "approval.json"))
     assert result.approved is approved, result.reason
     if approved:
         assert "1 near-ties tolerated" in result.checks[-1].detail

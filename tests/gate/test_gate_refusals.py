@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from dflash_guard.errors import InputError
-from dflash_guard.gate import is_pr_head, is_release, run_gate
+from dflash_guard.gate import ApprovalSigning, GateOptions, is_pr_head, is_release, run_gate
 from dflash_guard.pins.lockfile import Engine
 from dflash_guard.trust.signing import sign_with_key
 from tests.support.trust import (
@@ -40,8 +40,8 @@ def _gate(tmp_path, pair, lock, *replacements, roots=None, reviewed=(), min_tau=
     if min_tau is not None:
         replacements = (*replacements, ("min_tau: 1.0", f"min_tau: {min_tau}"))
     policy = write_policy(tmp_path / "policy", *replacements, reviewed=reviewed)
-    return run_gate(write_lock(lock, tmp_path / "dflash.lock"), policy, roots or pair.roots,
-                    out=tmp_path / "approval.json", **kwargs)
+    return run_gate(GateOptions(write_lock(lock, tmp_path / "dflash.lock"), policy,
+                                roots or pair.roots, out=tmp_path / "approval.json", **kwargs))
 
 
 def _refused_at(result, step: str) -> str:
@@ -175,7 +175,7 @@ def test_gate_refuses_pickle_weights_under_strict(tmp_path, pair):
     )
     policy = write_policy(tmp_path / "strict", keyed,
                           base=strict.replace("max_new_tokens: 64", "max_new_tokens: 32"))
-    result = run_gate(lock_path, policy, roots, out=tmp_path / "approval.json")
+    result = run_gate(GateOptions(lock_path, policy, roots, out=tmp_path / "approval.json"))
     assert "pickle-format weights are not allowed for the unknown tier" in _refused_at(
         result, "scan")
     assert result.checks[1].detail.startswith("signed by key")
@@ -196,7 +196,7 @@ def test_gate_refuses_bad_lockfile_signature(tmp_path, pair):
     accepted = ("lockfile: {identities: [], public_keys: []}",
                 f"lockfile: {{identities: [], public_keys: [{public}]}}")
     policy = write_policy(tmp_path / "policy", accepted)
-    result = run_gate(lock_path, policy, pair.roots)
+    result = run_gate(GateOptions(lock_path, policy, pair.roots))
     assert "dflash.lock.sig" in _refused_at(result, "lockfile signature")
 
 
@@ -208,10 +208,12 @@ def test_gate_refuses_lockfile_signed_by_another_key(tmp_path, pair):
     accepted = ("lockfile: {identities: [], public_keys: []}",
                 f"lockfile: {{identities: [], public_keys: [{public}]}}")
     required = ("lockfile_required: false", "lockfile_required: true")
-    result = run_gate(lock_path, write_policy(tmp_path / "p", accepted, required), pair.roots)
+    result = run_gate(GateOptions(lock_path, write_policy(tmp_path / "p", accepted, required),
+                                  pair.roots))
     assert "Key mismatch" in _refused_at(result, "lockfile signature")
     (tmp_path / "dflash.lock.sig").unlink()
-    result = run_gate(lock_path, write_policy(tmp_path / "p", accepted, required), pair.roots)
+    result = run_gate(GateOptions(lock_path, write_policy(tmp_path / "p", accepted, required),
+                                  pair.roots))
     assert "requires a signed lockfile; none found" in _refused_at(result, "lockfile signature")
 
 
@@ -248,7 +250,8 @@ def test_gate_input_errors_are_exit_2(cli, tmp_path, pair):
     result = cli("gate", "--lock", lock, "--policy", bad)
     assert result.exit_code == 2 and "scans: unknown field" in one_line(result.stderr)
     with pytest.raises(InputError, match="exclusive"):
-        run_gate(lock, DEFAULT_POLICY, pair.roots, sign=True, key=tmp_path / "k.pem")
+        run_gate(GateOptions(lock, DEFAULT_POLICY, pair.roots,
+                             signing=ApprovalSigning(sigstore=True, key=tmp_path / "k.pem")))
 
 
 def test_gate_sign_without_credential_fails_before_any_check(tmp_path, pair, monkeypatch):
@@ -256,7 +259,8 @@ def test_gate_sign_without_credential_fails_before_any_check(tmp_path, pair, mon
         monkeypatch.delenv(name, raising=False)
     lock = write_lock(pair.lock, tmp_path / "dflash.lock")
     with pytest.raises(InputError, match="no ambient OIDC credential"):
-        run_gate(lock, DEFAULT_POLICY, pair.roots, out=tmp_path / "a.json", sign=True)
+        run_gate(GateOptions(lock, DEFAULT_POLICY, pair.roots, out=tmp_path / "a.json",
+                             signing=ApprovalSigning(sigstore=True)))
     assert not (tmp_path / "a.json").exists()
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the foundation tests: an isolated HF cache, the Hub emulator, local folders."""
+"""Fixtures for the pins tests: an isolated HF cache, the Hub emulator, local folders."""
 
 from __future__ import annotations
 

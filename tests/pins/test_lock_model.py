@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_digest_changes_with_any_content():
         ("size: 9", "size: true", "files[0].size"),
         ("sha256: " + "a" * 64, "sha256: " + "A" * 64, "files[0].sha256"),
         ("path: b.json", "path: /etc/passwd", "files[1].path"),
-        ("name: vllm", "name: vllm\n  branch: main", "unknown field 'branch'"),
+        ("name: vllm", "name: vllm\n  branch: main", "engines[0].branch: unknown field"),
     ],
 )
 def test_invalid_fields_are_named(old, new, field):
@@ -73,7 +74,8 @@ def test_invalid_fields_are_named(old, new, field):
     assert old in text
     with pytest.raises(InputError) as info:
         parse_lockfile(text.replace(old, new, 1), "x.lock")
-    assert field in str(info.value) and str(info.value).startswith("x.lock: ")
+    # The one schema error format: FILE:LINE: FIELD: MESSAGE.
+    assert field in str(info.value) and re.match(r"x\.lock:\d+: ", str(info.value))
 
 
 def test_duplicate_role_is_refused():
@@ -99,3 +101,20 @@ def test_example_qwen3_lockfile_is_valid_and_realistic():
     assert drafter.file("dflash.py") is not None
     assert lock.engines[0].name == "vllm" and len(lock.engines[0].commit) == 40
     assert dumps_lockfile(lock) == EXAMPLE.read_text()
+
+
+def test_build_lock_refusal_is_an_outcome_not_an_exception(tmp_path):
+    """An unsafe folder is refused (a result the CLI maps to exit 1); a clean one is locked."""
+    from dflash_guard.outcome import Verdict
+    from dflash_guard.pins.resolve import build_lock
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    clean = build_lock({"target": str(folder)})
+    assert clean.outcome.verdict is Verdict.passed and clean.lock is not None
+    (tmp_path / "secret").write_text("x")
+    (folder / "escape.json").symlink_to(tmp_path / "secret")
+    refused = build_lock({"target": str(folder)})
+    assert refused.outcome.verdict is Verdict.refused and refused.lock is None
+    assert "refusing to lock" in refused.outcome.reason and "escape.json" in refused.outcome.reason

@@ -50,3 +50,22 @@ def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("DFLASH_GUARD_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert hashing.cache_dir() == tmp_path / "xdg" / "dflash-guard"
+
+
+def test_verify_reports_hashing_progress_through_the_callback(tmp_path, monkeypatch):
+    """The library reports progress to a callback (the CLI draws the bar); done reaches total."""
+    from dflash_guard.pins.resolve import build_lock
+    from dflash_guard.pins.verify import verify_lock
+
+    monkeypatch.setattr(hashing, "CHUNK_BYTES", 1024)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name, size in (("a.bin", 5000), ("b.bin", 3000)):
+        (folder / name).write_bytes(os.urandom(size))
+    lock = build_lock({"target": str(folder)}).lock
+    calls: list[tuple[int, int]] = []
+    report = verify_lock(lock, {"target": folder}, use_cache=False,
+                         on_progress=lambda done, total: calls.append((done, total)))
+    assert report.ok
+    assert calls[0] == (0, 8000) and calls[-1] == (8000, 8000)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)

@@ -1,4 +1,4 @@
-"""Helpers for the foundation tests: tiny HF-style folders, HF cache snapshots, repo names."""
+"""Helpers for the pins tests: tiny HF-style folders, HF cache snapshots, repo names."""
 
 from __future__ import annotations
 

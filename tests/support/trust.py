@@ -137,7 +137,7 @@ def relock(pair: Pair, drafter: Path) -> Any:
     """The pair's lock with the drafter re-locked from another folder."""
     from dflash_guard.pins.resolve import build_lock
 
-    return build_lock({"target": str(pair.target), "drafter": str(drafter)})
+    return build_lock({"target": str(pair.target), "drafter": str(drafter)}).lock
 
 
 def as_hub(artifact: Any, repo: str, commit: str = "c" * 40, revision: str | None = None) -> Any:

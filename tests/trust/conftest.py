@@ -23,5 +23,5 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DFLASH_GUARD_CACHE_DIR", str(base / "cache"))
         target, drafter = make_fixture_pair(base / "fixtures")
-        lock = build_lock({"target": str(target), "drafter": str(drafter)})
+        lock = build_lock({"target": str(target), "drafter": str(drafter)}).lock
     return Pair(base, target, drafter, lock)

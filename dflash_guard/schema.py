@@ -1,0 +1,168 @@
+"""One strict reader for the YAML (and JSON) documents the tool trusts: lockfiles and policies.
+
+`read_document` parses with PyYAML's safe loader and keeps the node tree, so every value knows
+the line it came from. A `Field` is one value and its dotted name (`artifacts[0].files[2].sha256`);
+its accessors refuse unknown, duplicate and missing keys and wrong types, and every error is one
+`InputError` line of the same shape: `FILE:LINE: FIELD: MESSAGE` (`expected str, got 3`,
+`unknown field (allowed: a, b)`, `field given twice`, `missing required field 'x'`). Only safe
+constructors run: a `!!python/...` tag is an error, never code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from dflash_guard.errors import InputError
+
+Check = Callable[[Any], Any]
+
+
+class Document:
+    """A parsed document: its source name and the loader that builds values from its nodes."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.source = source
+        self._loader = yaml.SafeLoader(text)
+
+    def root(self) -> Field | None:
+        """The top-level value, or None for an empty document; bad YAML is an `InputError`."""
+        try:
+            node = self._loader.get_single_node()
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise InputError(f"{self.source}{line}: not valid YAML: {problem}") from None
+        finally:
+            self._loader.dispose()
+        return None if node is None else Field(self, node, "")
+
+    def construct(self, node: yaml.Node, where: str) -> Any:
+        """The Python value of a node (safe constructors only: no tag runs code)."""
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            mark = getattr(error, "problem_mark", None) or node.start_mark
+            raise InputError(
+                f"{self.source}:{mark.line + 1}: {where or 'top level'}: {problem}"
+            ) from None
+
+
+def read_document(text: str, source: str) -> Field | None:
+    """Parse `text` (YAML or JSON) named `source`; None when it holds nothing."""
+    return Document(text, source).root()
+
+
+class Field:
+    """One value of a document with the node it came from, so errors can name its line."""
+
+    def __init__(self, document: Document, node: yaml.Node, where: str) -> None:
+        self.document = document
+        self.node = node
+        self.where = where
+
+    @property
+    def line(self) -> int:
+        return int(self.node.start_mark.line) + 1
+
+    def fail(self, message: str) -> InputError:
+        """The error for this field: `FILE:LINE: FIELD: MESSAGE`."""
+        return InputError(
+            f"{self.document.source}:{self.line}: {self.where or 'top level'}: {message}"
+        )
+
+    def value(self) -> Any:
+        return self.document.construct(self.node, self.where)
+
+    @property
+    def is_null(self) -> bool:
+        return isinstance(self.node, yaml.ScalarNode) and self.node.tag == "tag:yaml.org,2002:null"
+
+    def mapping(self, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> Fields:
+        """The keys of a mapping; unknown, duplicate and missing keys are errors."""
+        if not isinstance(self.node, yaml.MappingNode):
+            raise self.fail(f"expected a mapping, got {_kind(self.node)}")
+        fields: dict[str, Field] = {}
+        for key_node, value_node in self.node.value:
+            key = self.document.construct(key_node, self.where)
+            here = f"{self.where}.{key}" if self.where else str(key)
+            key_field = Field(self.document, key_node, here)
+            if not isinstance(key, str) or key not in allowed:
+                raise key_field.fail(f"unknown field (allowed: {', '.join(allowed)})")
+            if key in fields:
+                raise key_field.fail("field given twice")
+            fields[key] = Field(self.document, value_node, here)
+        for key in required:
+            if key not in fields:
+                raise self.fail(f"missing required field {key!r}")
+        return Fields(self, fields)
+
+    def items(self) -> list[Field]:
+        """The entries of a list, each named `FIELD[i]`."""
+        if not isinstance(self.node, yaml.SequenceNode):
+            raise self.fail(f"expected a list, got {_kind(self.node)}")
+        return [Field(self.document, node, f"{self.where}[{i}]")
+                for i, node in enumerate(self.node.value)]
+
+    def typed(self, kind: type | tuple[type, ...], check: Check | None = None,
+              expect: str = "") -> Any:
+        """The value when it is a `kind` (a bool is never an int) and passes `check`."""
+        value = self.value()
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        ok_type = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if not ok_type or (check is not None and not check(value)):
+            wanted = expect or " or ".join(k.__name__ for k in kinds)
+            raise self.fail(f"expected {wanted}, got {value!r}")
+        return value
+
+    def text(self, check: Check | None = None, expect: str = "") -> str:
+        """A non-empty string passing `check`."""
+        return self.typed(str, lambda v: v.strip() and (check is None or check(v)),
+                          expect or "a non-empty string")
+
+    def flag(self) -> bool:
+        return self.typed(bool, expect="true or false")
+
+    def date(self) -> dt.date:
+        return self.typed(dt.date, lambda v: not isinstance(v, dt.datetime), "a date YYYY-MM-DD")
+
+    def choice(self, choices: tuple[str, ...]) -> str:
+        return self.typed(str, lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+class Fields(dict[str, Field]):
+    """The fields of a mapping (a dict of `Field`), with access to absent and null ones."""
+
+    def __init__(self, owner: Field, fields: dict[str, Field]) -> None:
+        super().__init__(fields)
+        self.owner = owner
+
+    def optional(self, key: str) -> Field | None:
+        """The field, or None when it is absent or null."""
+        field = self.get(key)
+        return None if field is None or field.is_null else field
+
+    def required(self, key: str) -> Field:
+        """The field; absent or null is `missing required field`."""
+        field = self.optional(key)
+        if field is None:
+            raise self.owner.fail(f"missing required field {key!r}")
+        return field
+
+    def entries(self, key: str) -> list[Field]:
+        """The entries of a list field; an absent or null list is empty."""
+        field = self.optional(key)
+        return [] if field is None else field.items()
+
+
+def _kind(node: yaml.Node) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return f"{node.value!r}" if node.value != "" else "nothing"
