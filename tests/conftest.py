@@ -1,5 +1,6 @@
-"""Fixtures every test folder shares: the CLI runner, the built-in pair, the shared vectors, and
-isolation (one torch thread, a private stat cache). Helper modules live in `tests/support/`."""
+"""Fixtures every test folder shares: the CLI runner, the built-in pair, the test vectors
+(`tests/vectors`), and isolation (one torch thread, a private stat cache). Helper modules live
+in `tests/support/`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from dflash_guard._cli import main
 from kernels_ref.fixtures import make_fixture_pair
 
-SHARED_VECTORS = Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
+VECTORS = Path(__file__).resolve().parent / "vectors"  # third-party test data, licences beside it
 
 
 @dataclasses.dataclass
@@ -43,10 +44,10 @@ def cli(capsys: pytest.CaptureFixture[str]):
 
 @pytest.fixture
 def shared_vectors() -> Path:
-    """The `../shared/vectors` folder; tests that need it skip with a reason when it is absent."""
-    if not SHARED_VECTORS.is_dir():
-        pytest.skip(f"shared test vectors not found at {SHARED_VECTORS}")
-    return SHARED_VECTORS
+    """`tests/vectors`: files from other projects' test suites, carried in the repository with
+    their licences (see its README), so no test depends on a folder outside the clone."""
+    assert VECTORS.is_dir(), f"test vectors missing at {VECTORS}"
+    return VECTORS
 
 
 @pytest.fixture(scope="session")
