@@ -8,6 +8,9 @@
 # Every argument is passed to `dflash-guard gate`; the defaults below apply when not given.
 # Environment: DFLASH_GUARD (the command, default `dflash-guard`), DFLASH_LOCK, DFLASH_POLICY,
 # DFLASH_APPROVAL.
+# `strict`, `default` and `dev` always mean the built-in policies, even when a file of that name
+# is in the working folder; give a policy file as a path (`./my-policy.yaml`). The approval record
+# names the policy (`builtin:strict` or the file) and carries its sha256.
 set -uo pipefail
 
 read -r -a guard <<< "${DFLASH_GUARD:-dflash-guard}"

@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import importlib.resources
+import os
 import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
@@ -247,13 +248,27 @@ def builtin_policy_path(name: str = "default") -> Path:
 
 
 def resolve_policy(spec: str | Path | None) -> Path:
-    """A policy argument as a path: None is the built-in default; a built-in name, or a file."""
+    """A policy argument as a path. None is the built-in default; `default`, `strict` and `dev`
+    always name the built-in policies, even when a file of that name is in the working folder;
+    a file is given as a path: a `Path`, or a string containing `/` or ending in `.yaml`/`.yml`
+    (`./strict` for a file named `strict`). Anything else is an `InputError`."""
     if spec is None:
         return builtin_policy_path("default")
-    path = Path(spec)
-    if path.exists() or str(spec) not in BUILTIN_POLICIES:
-        return path
-    return builtin_policy_path(str(spec))
+    if isinstance(spec, Path):
+        return spec
+    if spec in BUILTIN_POLICIES:
+        return builtin_policy_path(spec)
+    if "/" in spec or os.sep in spec or spec.endswith((".yaml", ".yml")):
+        return Path(spec)
+    raise InputError(
+        f"--policy {spec!r}: not a built-in policy ({', '.join(BUILTIN_POLICIES)}); give a policy "
+        f"file as a path (./{spec}, or a name ending in .yaml)"
+    )
+
+
+def is_builtin(policy: Policy) -> bool:
+    """Whether `policy` was read from one of the shipped policy files."""
+    return any(policy.source == str(builtin_policy_path(name)) for name in BUILTIN_POLICIES)
 
 
 # --- reading ---------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dflash_guard.fileio import write_atomic
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.trust.intoto import Statement, Subject, dumps_json
-from dflash_guard.trust.policy import Signers
+from dflash_guard.trust.policy import Signers, is_builtin
 from dflash_guard.trust.signing import (
     KEY_SIG_SUFFIX,
     SIGSTORE_SUFFIX,
@@ -97,7 +97,10 @@ def approval_statement(
         "tool": {"name": "dflash-guard", "version": __version__},
         "policy": {
             "name": policy.name,
-            "uri": Path(policy.source).name,
+            # `builtin:strict` for a shipped policy, else the file's name: a file can never pass
+            # for a built-in one (its digest differs too).
+            "uri": (f"builtin:{Path(policy.source).stem}" if is_builtin(policy)
+                    else Path(policy.source).name),
             "digest": {"sha256": policy.digest.removeprefix("sha256:")},
         },
         "lockfile": {"name": lock_path.name, "contentDigest": lock.digest()},

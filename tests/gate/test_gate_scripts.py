@@ -32,3 +32,15 @@ def test_gate_script_input_error_is_exit_2(tmp_path):
     result = _run("--lock", tmp_path / "missing.lock", cwd=tmp_path)
     assert result.returncode == 2
     assert "pre-deploy gate: ERROR" in result.stderr
+
+
+def test_gate_script_strict_is_the_builtin_even_with_a_file_named_strict(pair, tmp_path):
+    """Issue 15 item 2: a permissive file called `strict` in the working folder is not used."""
+    dev = (REPO / "policies" / "dev.yaml").read_text()
+    (tmp_path / "strict").write_text(dev.replace("name: dev", "name: strict", 1))
+    write_lock(pair.lock, tmp_path / "dflash.lock")
+    result = _run("--root", f"target={pair.target}", "--root", f"drafter={pair.drafter}",
+                  cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "requires a signed lockfile" in " ".join(result.stdout.split())
+    assert not (tmp_path / "approval.json").exists()

@@ -63,7 +63,8 @@ def test_provenance_predicate_fields(statement):
         "name": "llama.cpp", "uri": f"git+{ENGINE.url}@{ENGINE.commit}",
         "digest": {"gitCommit": ENGINE.commit}, "annotations": {"ref": ENGINE.ref}}]
     assert predicate["policy"]["name"] == "default"
-    assert len(predicate["policy"]["digest"]["sha256"]) == 64
+    assert predicate["policy"]["uri"] == "builtin:default"
+    assert predicate["policy"]["digest"]["sha256"] == load_policy("default").digest[7:]
     assert predicate["acceptanceLength"] == 3.5 and predicate["waivers"] == ["W-1"]
     assert predicate["checks"] == [{"name": "verify", "ok": True, "detail": "8 files",
                                    "skipped": False}]
