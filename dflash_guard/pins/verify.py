@@ -167,9 +167,11 @@ def _download_checked(
             hub.download(repo, commit, f.path, staging)
         snapshot = hub.snapshot_folder(repo, commit, staging)
         staged = _Target(role, snapshot, hub.snapshot_boundary(snapshot), files)
-        before = len(report.problems)
-        _compare(staged, None, None, report)
-        if len(report.problems) > before:
+        # A scratch report: the kept snapshot is compared again (and counted) by the caller.
+        scratch = VerifyReport(problems=[], locations={})
+        _compare(staged, None, None, scratch)
+        if scratch.problems:
+            report.problems.extend(scratch.problems)
             return None
         return hub.install_snapshot(repo, commit, staging)
 

@@ -323,9 +323,16 @@ def _prompt_file(field: Field, base: Path) -> str | None:
 
 
 def endpoint_url(value: str) -> bool:
-    """An http(s) URL with a host and no credentials in it (a key belongs in `api_key_env`)."""
-    parts = urlsplit(value)
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc
+    """An http(s) URL with a host, a valid port if any, and no credentials in it (a key belongs
+    in `api_key_env`). The one check of endpoint URLs: the policy's at load, the gate's
+    `--baseline`/`--candidate` before any work."""
+    try:
+        parts = urlsplit(value)
+        port_ok = parts.port is None or parts.port > 0  # `port` raises past 65535
+    except ValueError:  # `http://[::1`, `http://h:99999`, `http://h:x`
+        return False
+    return (parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok
+            and "@" not in parts.netloc)
 
 
 ENDPOINT_FIELDS = ("baseline", "candidate", "model", "api_key_env", "prompts", "max_new_tokens",

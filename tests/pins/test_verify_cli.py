@@ -249,3 +249,14 @@ def test_text_report_shows_markup_like_file_names_verbatim(cli, locked):
     assert r.exit_code == 1, r.stderr
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr
     assert "w[/b]" in r.stdout and "[bold]y" in r.stdout
+
+
+def test_download_counts_each_locked_file_once(cli, hub, hf_env, tmp_path):
+    """Issue 15 item 15: the staged check of a download is not counted as well."""
+    lock = tmp_path / "dflash.lock"
+    assert_ok(cli("lock", "--target", TARGET_REPO, "--drafter", DRAFTER_REPO, "-o", lock))
+    locked = load_lockfile(lock)
+    total = sum(len(a.files) + sum(len(c.files) for c in a.code_refs) for a in locked.artifacts)
+    r = cli("verify", "--lock", lock, "--download", "--format", "json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["files_checked"] == total
