@@ -241,12 +241,15 @@ def check_verify(inputs: GateInputs) -> Checked:
     from dflash_guard.pins.verify import verify_lock
 
     assert inputs.lock is not None
-    report = verify_lock(inputs.lock, dict(inputs.roots), download=inputs.download)
+    # No stat cache: a cache can only save time, never decide an approval, so the gate hashes
+    # every byte, and the record carries the digests computed here.
+    report = verify_lock(inputs.lock, dict(inputs.roots), download=inputs.download,
+                         use_cache=False)
     if not report.ok:
         return Outcome.refused(_listed(
             [f"{p.role}/{p.path}: {_problem(p.kind)}" for p in report.problems])), NOTHING
     return (Outcome.passed(f"{report.files_checked} files match byte for byte"),
-            Learned(locations=dict(report.locations)))
+            Learned(locations=dict(report.locations), record={"digests": dict(report.digests)}))
 
 
 def _problem(kind: str) -> str:

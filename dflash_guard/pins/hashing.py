@@ -2,17 +2,21 @@
 
 Files are hashed in a thread pool: `hashlib` releases the GIL on large updates, so threads use
 every core. Each worker streams its file through one reusable 8 MiB buffer. A stat cache maps
-(realpath, size, mtime_ns, inode, ctime_ns) to the sha256 so re-verifying unchanged files costs a
-`stat` each. The cache lives under `$DFLASH_GUARD_CACHE_DIR` (default
-`$XDG_CACHE_HOME/dflash-guard`) and is written atomically.
+(dev, inode, size, mtime_ns, ctime_ns, realpath) to the sha256 so re-verifying unchanged files
+costs a `stat` each. The cache lives under `$DFLASH_GUARD_CACHE_DIR` (default
+`$XDG_CACHE_HOME/dflash-guard`), is written atomically and is authenticated with an HMAC under a
+per-user key (see `StatCache` for the trust boundary).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import os
+import secrets
+import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +25,10 @@ from dflash_guard.fileio import write_atomic
 
 CHUNK_BYTES = 8 * 1024 * 1024
 STAT_CACHE_MAX_ENTRIES = 200_000
+CACHE_MAX_BYTES = 256 * 1024 * 1024
+CACHE_MAGIC = "dflash-guard-statcache-v2 hmac-sha256"
+KEY_FILE = "statcache.key"
+KEY_BYTES = 32
 
 
 def cache_dir() -> Path:
@@ -50,24 +58,88 @@ def git_blob_id(data: bytes) -> str:
 
 
 def _stat_key(path: Path) -> str:
+    """The identity a cached digest is bound to: (dev, inode, size, mtime_ns, ctime_ns, realpath).
+
+    `ctime` cannot be set by a user (`touch -d` moves it on), so a rewritten file never keeps its
+    key; the device and inode stop a copy at the same path from inheriting an entry."""
     real = os.path.realpath(path)
     st = os.stat(real)
-    return f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_ctime_ns}"
+    return f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{real}"
+
+
+def _read_private(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path` when it is a regular file owned by this user that nobody else can
+    read or write (and not larger than `limit`); None otherwise. Opened without following a
+    symlink and without blocking (a FIFO never hangs), then checked with `fstat`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()
+                or st.st_mode & 0o077 or st.st_size > limit):
+            return None
+        return handle.read(limit + 1)[:limit]
+
+
+def _cache_key(folder: Path) -> bytes | None:
+    """The per-user secret that authenticates the stat cache: `statcache.key` (32 random bytes,
+    created 0600 on first use). None when it exists but is not private to this user: then the
+    cache is neither read nor written."""
+    path = folder / KEY_FILE
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        key = _read_private(path, KEY_BYTES)
+        return key if key is not None and len(key) == KEY_BYTES else None
+    except OSError:
+        return None
+    key = secrets.token_bytes(KEY_BYTES)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(key)
+    return key
 
 
 class StatCache:
-    """(realpath, size, mtime_ns, inode, ctime_ns) -> sha256, persisted as one JSON file."""
+    """(dev, inode, size, mtime_ns, ctime_ns, realpath) -> sha256, persisted as one file.
+
+    The trust boundary: the cache can only save time, never change a verdict. The file is
+    authenticated with HMAC-SHA256 under a per-user secret key (`statcache.key`, 0600, owner
+    and mode checked); a file whose MAC does not verify, including any entry planted by
+    someone without the key (a CI cache restored from another branch), is ignored as a whole
+    and costs a full hash. Entries are bound to the file's identity (`_stat_key`). The gate
+    does not use the cache at all: it hashes every file, and its record carries those digests.
+    """
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path if path is not None else cache_dir() / "statcache.json"
+        self._key = _cache_key(self.path.parent)
         self._entries: dict[str, str] = {}
         self._dirty = False
+        data = _read_private(self.path, CACHE_MAX_BYTES) if self._key is not None else None
+        if data is not None:
+            self._entries = self._authenticated(data)
+
+    def _mac(self, body: bytes) -> str:
+        assert self._key is not None
+        return hmac.new(self._key, body, hashlib.sha256).hexdigest()
+
+    def _authenticated(self, data: bytes) -> dict[str, str]:
+        """The entries of a cache file whose MAC verifies; else none (a damaged or forged
+        cache only costs a full hash)."""
+        header, _, body = data.partition(b"\n")
+        expected = f"{CACHE_MAGIC} {self._mac(body)}".encode()
+        if not hmac.compare_digest(header, expected):
+            return {}
         try:
-            loaded = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(loaded, dict):
-                self._entries = {k: v for k, v in loaded.items() if isinstance(v, str)}
-        except (OSError, ValueError):
-            self._entries = {}  # a missing or damaged cache only costs a full hash
+            loaded = json.loads(body)
+        except ValueError:
+            return {}
+        if not isinstance(loaded, dict):
+            return {}
+        return {k: v for k, v in loaded.items() if isinstance(v, str)}
 
     def get(self, path: Path) -> str | None:
         """The cached sha256 for `path` if its stat identity is unchanged."""
@@ -87,17 +159,19 @@ class StatCache:
         self._dirty = True
 
     def save(self) -> None:
-        """Write the cache atomically; a failure to write is not an error (it is only a cache)."""
-        if not self._dirty:
+        """Write the cache atomically, with its MAC; a failure to write is not an error (it is
+        only a cache), and without a private key nothing is written."""
+        if not self._dirty or self._key is None:
             return
         entries = self._entries
         if len(entries) > STAT_CACHE_MAX_ENTRIES:
             entries = dict(list(entries.items())[-STAT_CACHE_MAX_ENTRIES:])
+        body = json.dumps(entries, separators=(",", ":")).encode()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps(entries, separators=(",", ":")))
+            write_atomic(self.path, f"{CACHE_MAGIC} {self._mac(body)}\n".encode() + body)
+            os.chmod(self.path, 0o600)
             self._dirty = False
-        except OSError:
+        except OSError:  # WriteError is one
             pass
 
 

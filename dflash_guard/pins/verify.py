@@ -47,6 +47,8 @@ class VerifyReport:
     files_checked: int = 0
     bytes_hashed: int = 0
     cache_hits: int = 0
+    # `ROLE/PATH` -> the sha256 found on disk (hashed in this run unless the cache answered).
+    digests: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -212,6 +214,7 @@ def _compare(
             report.problems.append(FileProblem(role, rel, "extra", None, "not in the lockfile"))
     hashes = _hash(list(to_hash), cache, on_progress, report)
     for path, locked in to_hash.items():
+        report.digests[f"{role}/{locked.path}"] = hashes[path]
         if hashes[path] != locked.sha256:
             report.problems.append(
                 FileProblem(role, locked.path, "sha256", locked.sha256, hashes[path])

@@ -1,6 +1,7 @@
 """The approval record: an in-toto Statement v1 saying what the gate approved, and why.
 
-Subjects are the lockfile and every locked artifact file, each with its sha256; the predicate
+Subjects are the lockfile and every locked artifact file, each with the sha256 computed from
+the bytes on disk in the gate run (not copied from the lock); the predicate
 records the policy (name and digest), the tool version, the engines as resource descriptors with
 `gitCommit` digests, the checks that ran, the scan summary, the difftest result, the acceptance
 length, the endpoint diff's summary (URLs, never an API key) and the time. The record is written
@@ -80,16 +81,24 @@ def approval_statement(
     difftest: Mapping[str, Any],
     acceptance_length: float,
     tiers: Mapping[str, str],
+    digests: Mapping[str, str],
     waivers_used: Sequence[str] = (),
     endpoint_diff: Mapping[str, Any] | None = None,
     time: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """The approval record as an in-toto Statement v1 (a dict ready for JSON); `endpoint_diff`
-    is the live-engine diff's summary, None (`null`) when the policy configures none."""
+    is the live-engine diff's summary, None (`null`) when the policy configures none.
+
+    `digests` (`ROLE/PATH` -> sha256) are the digests the gate computed from the bytes on disk
+    in this run, never the lock's: a subject names what was actually checked. A locked file
+    without one is an error (it was not checked)."""
     subjects = [Subject(lock_path.name, {"sha256": sha256_file(lock_path)})]
     for artifact in lock.artifacts:
         for locked in sorted(artifact.files, key=lambda f: f.path):
-            subjects.append(Subject(f"{artifact.role}/{locked.path}", {"sha256": locked.sha256}))
+            name = f"{artifact.role}/{locked.path}"
+            if name not in digests:
+                raise InputError(f"approval record: {name} was not hashed in this run")
+            subjects.append(Subject(name, {"sha256": digests[name]}))
     when = (time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
     predicate = {
         "decision": "approved",

@@ -36,6 +36,7 @@ def statement(pair, tmp_path):
         load_policy("default"), checks=[CheckResult("verify", True, "8 files")],
         scan_summary={"failing": 0}, difftest={"identical": True, "tau": 3.5},
         acceptance_length=3.5, tiers={"target": "official", "drafter": "official"},
+        digests={f"{a.role}/{f.path}": f.sha256 for a in pair.lock.artifacts for f in a.files},
         waivers_used=["W-1"], time=dt.datetime(2026, 9, 1, 12, 30, 5, 999, tzinfo=dt.UTC),
     )
 

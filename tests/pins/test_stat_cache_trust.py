@@ -1,0 +1,84 @@
+"""Issue 15 item 1: the stat cache can only save time, never change a verdict.
+
+An attacker who can write the cache file (a CI cache restored from an untrusted branch) but not
+read the per-user key cannot make a tampered file pass: a forged entry is ignored."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from dflash_guard.pins import hashing
+from dflash_guard.pins.hashing import StatCache, hash_files, sha256_file
+from dflash_guard.pins.lockfile import load_lockfile
+from dflash_guard.pins.verify import verify_lock
+
+
+def plant_entry(cache_file, path, sha256: str, header: str | None = None) -> None:
+    """Write a cache file mapping `path`'s current stat identity to `sha256`, without the key
+    (plain JSON, or after a header carrying a made-up MAC)."""
+    body = json.dumps({hashing._stat_key(path): sha256})
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    cache_file.write_text(body if header is None else f"{header}\n{body}")
+    cache_file.chmod(0o600)
+
+
+@pytest.mark.parametrize("header", [None, f"{hashing.CACHE_MAGIC} {'0' * 64}"])
+def test_forged_cache_entry_does_not_make_a_tampered_file_pass(cli, local_pair, tmp_path,
+                                                                monkeypatch, header):
+    monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / "cache"))
+    target, drafter = local_pair
+    lock_path = tmp_path / "dflash.lock"
+    assert cli("lock", "--target", target, "--drafter", drafter, "-o", lock_path).exit_code == 0
+    locked = load_lockfile(lock_path).artifact("drafter").file("model.safetensors")
+    weights = drafter / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01  # same size, different bytes
+    weights.write_bytes(bytes(data))
+    plant_entry(tmp_path / "cache" / "statcache.json", weights, locked.sha256, header)
+
+    report = verify_lock(load_lockfile(lock_path), {"target": target, "drafter": drafter})
+    assert not report.ok
+    assert [(p.path, p.kind) for p in report.problems] == [("model.safetensors", "sha256")]
+    assert report.digests["drafter/model.safetensors"] == sha256_file(weights)
+    r = cli("verify", "--lock", lock_path, "--root", f"target={target}",
+            "--root", f"drafter={drafter}")
+    assert r.exit_code == 1
+
+
+def test_cache_written_by_us_is_used_and_bound_to_the_key(tmp_path):
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"abc")
+    store = tmp_path / "cache" / "statcache.json"
+    cache = StatCache(store)
+    hash_files([path], cache=cache)
+    cache.save()
+    assert (store.parent / hashing.KEY_FILE).stat().st_mode & 0o777 == 0o600
+    assert StatCache(store).get(path) == sha256_file(path)
+    (store.parent / hashing.KEY_FILE).write_bytes(os.urandom(hashing.KEY_BYTES))  # another key
+    assert StatCache(store).get(path) is None
+
+
+def test_a_key_others_can_read_disables_the_cache(tmp_path):
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"abc")
+    store = tmp_path / "cache" / "statcache.json"
+    cache = StatCache(store)
+    hash_files([path], cache=cache)
+    cache.save()
+    (store.parent / hashing.KEY_FILE).chmod(0o644)
+    exposed = StatCache(store)
+    assert exposed.get(path) is None
+    store.unlink()
+    hash_files([path], cache=exposed)
+    exposed.save()
+    assert not store.exists()  # nothing is written under a key that is not private
+
+
+def test_a_fifo_as_cache_file_does_not_hang(tmp_path):
+    store = tmp_path / "cache" / "statcache.json"
+    store.parent.mkdir()
+    os.mkfifo(store, 0o600)
+    assert StatCache(store).get(tmp_path) is None
