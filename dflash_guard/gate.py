@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from dflash_guard.errors import InputError
 from dflash_guard.outcome import Outcome
+from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.lockfile import Artifact, Lockfile, load_lockfile
 from dflash_guard.trust.policy import (
@@ -47,7 +48,10 @@ from dflash_guard.trust.provenance import (
     write_approval,
 )
 from dflash_guard.trust.signing import (
+    KEY_SIG_SUFFIX,
+    SIGSTORE_SUFFIX,
     identity_token,
+    lock_signature_paths,
     verify_lockfile_signature,
     verify_model_signatures,
 )
@@ -530,12 +534,30 @@ def _check_signing(options: GateOptions) -> None:
         raise InputError("signing the approval needs --out FILE")
 
 
+def _check_outputs(options: GateOptions, policy: Policy) -> None:
+    """The approval record and its signature must not replace anything the gate reads."""
+    if options.out is None:
+        return
+    out = Path(options.out)
+    suffix = KEY_SIG_SUFFIX if options.signing.key is not None else SIGSTORE_SUFFIX
+    outputs = [("--out", out)]
+    if options.signing.wanted:
+        outputs.append(("signature", out.with_name(out.name + suffix)))
+    lock_path = Path(options.lock_path)
+    inputs = [("--lock", lock_path), ("--policy", Path(policy.source)),
+              ("--key", options.signing.key), ("--trust-root", options.trust_root),
+              *(("lockfile signature", p) for p in lock_signature_paths(lock_path)),
+              *((f"--root {role}", folder) for role, folder in options.roots.items())]
+    refuse_outputs_over_inputs(outputs, inputs)
+
+
 def run_gate(options: GateOptions, *,
              on_check: Callable[[CheckResult], None] | None = None) -> GateResult:
     """Run every check in order; refuse at the first failure; write `options.out` only on
     approval (signed as `options.signing` says). `on_check` sees each check as it ends."""
     _check_signing(options)
     policy = load_policy(options.policy)
+    _check_outputs(options, policy)
     endpoints = resolve_endpoints(policy, options.endpoints.baseline,
                                   options.endpoints.candidate)
     # Ask for the Sigstore credential before any work, so a missing one fails at once.

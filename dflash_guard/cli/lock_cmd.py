@@ -11,6 +11,7 @@ from rich.markup import escape
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
 from dflash_guard.pins.resolve import build_lock, requirements_text
 
@@ -49,6 +50,13 @@ def lock(
     sources = {"target": target, "drafter": drafter}
     if gguf:
         sources["gguf"] = gguf
+    refuse_outputs_over_inputs(
+        [("-o", output)],
+        [*((f"--{role}", Path(src).expanduser()) for role, src in sources.items()
+           if Path(src).expanduser().exists()),
+         *(("--package", Path(spec).expanduser()) for spec in package or []
+           if Path(spec).expanduser().is_file())],
+    )
     result = build_lock(sources, engine or [], package or [])
     if result.lock is None:
         stderr.print(f"[bold red]refused:[/] {escape(result.outcome.reason)}", highlight=False)
@@ -80,6 +88,7 @@ def export_requirements(
     ] = None,
 ) -> None:
     """Write a pip --require-hashes requirements file for the locked packages."""
+    refuse_outputs_over_inputs([("-o", output)], [("--lock", lock_path)])
     text = requirements_text(load_lockfile(lock_path))
     if output is not None and not output.parent.is_dir():
         raise InputError(f"-o {output}: folder {output.parent} does not exist")
