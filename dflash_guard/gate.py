@@ -276,7 +276,7 @@ def check_scan(inputs: GateInputs) -> Checked:
         folder = inputs.locations.get(artifact.role)
         if folder is None:
             continue
-        tier = policy.tier_of(artifact.source, artifact.repo)
+        tier = policy.artifact_tier(artifact)
         rule = policy.rule(tier)
         is_drafter = artifact.role == "drafter"
         report = scan_paths(
@@ -330,7 +330,7 @@ def check_policy(inputs: GateInputs) -> Checked:
         problems.append(f"waiver {waiver.id} ({waiver.covers}) expired on "
                         f"{waiver.expires.isoformat()}")
     for artifact in inputs.lock.artifacts:
-        tier = tiers[artifact.role] = policy.tier_of(artifact.source, artifact.repo)
+        tier = tiers[artifact.role] = policy.artifact_tier(artifact)
         key = artifact_key(artifact)
         if policy.rule(tier).staging_required and not (
             policy.staging_approved(artifact.repo, artifact.commit)

@@ -40,6 +40,10 @@ def lock(
     output: Annotated[Path, typer.Option("-o", "--output", help="Lockfile to write.")] = Path(
         "dflash.lock"
     ),
+    confirmed_by: Annotated[Path | None, typer.Option(
+        "--confirmed-by", metavar="LOCK",
+        help="An earlier lock made online: HF-cache snapshots it lists (same repo, commit and "
+             "files) are recorded hub-confirmed instead of cache-unconfirmed.")] = None,
     fmt: Annotated[
         OutputFormat, typer.Option("--format", help="text or json.")
     ] = OutputFormat.text,
@@ -52,12 +56,14 @@ def lock(
         sources["gguf"] = gguf
     refuse_outputs_over_inputs(
         [("-o", output)],
-        [*((f"--{role}", Path(src).expanduser()) for role, src in sources.items()
+        [("--confirmed-by", confirmed_by),
+         *((f"--{role}", Path(src).expanduser()) for role, src in sources.items()
            if Path(src).expanduser().exists()),
          *(("--package", Path(spec).expanduser()) for spec in package or []
            if Path(spec).expanduser().is_file())],
     )
-    result = build_lock(sources, engine or [], package or [])
+    earlier = load_lockfile(confirmed_by) if confirmed_by is not None else None
+    result = build_lock(sources, engine or [], package or [], confirmed_by=earlier)
     if result.lock is None:
         stderr.print(f"[bold red]refused:[/] {escape(result.outcome.reason)}", highlight=False)
         raise typer.Exit(EXIT_FINDING)
@@ -69,11 +75,16 @@ def lock(
                 "lockfile": str(output),
                 "digest": lockfile.digest(),
                 "artifacts": {a.role: a.label for a in lockfile.artifacts},
+                "provenance": {a.role: a.provenance for a in lockfile.artifacts},
             }
         )
         return
     for a in lockfile.artifacts:
-        stdout.print(f"{a.role:8} {a.label}  ({len(a.files)} files)", highlight=False,
+        note = ""
+        if a.source == "hub" and not a.hub_confirmed:
+            note = ("; cache-unconfirmed: trusted as a local folder until confirmed "
+                    "(lock it online, or --confirmed-by an earlier online lock)")
+        stdout.print(f"{a.role:8} {a.label}  ({len(a.files)} files{note})", highlight=False,
                      markup=False)
     stdout.print(f"wrote {output} ({lockfile.digest()})", highlight=False, markup=False)
 

@@ -1,10 +1,16 @@
 """The lockfile model: what exactly will be deployed, read and written deterministically.
 
-A lockfile (YAML, `lockfile_version: 1`) pins every artifact (target, drafter, gguf) to a commit
+A lockfile (YAML, `lockfile_version: 2`) pins every artifact (target, drafter, gguf) to a commit
 and lists each file with its size and sha256, pins engines to a full git commit and packages to
-wheel/sdist hashes. `dumps_lockfile` is deterministic (same content, same bytes) and embeds a
-digest of the canonical content; `load_lockfile` validates strictly (unknown fields, bad hashes,
-unsafe paths and a digest that does not match are input errors naming the file and field).
+wheel/sdist hashes. Version 2 adds each Hub artifact's `provenance`: `hub-confirmed` when its
+files were checked against the Hub's own metadata for that commit (LFS sha256, git blob ids:
+locked online, or matched with an earlier confirmed lock), `cache-unconfirmed` when they were
+only read from an HF-cache snapshot (or a folder laid out like one), whose path proves nothing.
+Version 1 files are still read; their Hub artifacts count as unconfirmed.
+
+`dumps_lockfile` is deterministic (same content, same bytes) and embeds a digest of the canonical
+content; `load_lockfile` validates strictly (unknown fields, bad hashes, unsafe paths and a
+digest that does not match are input errors naming the file and field).
 """
 
 from __future__ import annotations
@@ -24,9 +30,13 @@ from dflash_guard.fileio import write_atomic
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.schema import Field, Fields, read_document
 
-LOCKFILE_VERSION = 1
+LOCKFILE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 ROLES = ("target", "drafter", "gguf")
 SOURCES = ("hub", "local")
+HUB_CONFIRMED = "hub-confirmed"
+CACHE_UNCONFIRMED = "cache-unconfirmed"
+PROVENANCES = (HUB_CONFIRMED, CACHE_UNCONFIRMED)
 
 PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 
@@ -63,6 +73,13 @@ class Artifact:
     files: tuple[LockedFile, ...]
     code_refs: tuple[CodeRef, ...] = ()
     name: str | None = None
+    provenance: str | None = None  # Hub artifacts: HUB_CONFIRMED or CACHE_UNCONFIRMED
+
+    @property
+    def hub_confirmed(self) -> bool:
+        """A Hub artifact whose files were checked against the Hub's metadata (only those get
+        their organisation's trust tier; anything else is trusted as a local folder)."""
+        return self.source == "hub" and self.provenance == HUB_CONFIRMED
 
     def file(self, path: str) -> LockedFile | None:
         """The locked file at `path`, or None."""
@@ -131,10 +148,12 @@ def _code_ref_dict(c: CodeRef) -> dict[str, Any]:
     }
 
 
-def _artifact_dict(a: Artifact) -> dict[str, Any]:
+def _artifact_dict(a: Artifact, version: int) -> dict[str, Any]:
+    provenance = {"provenance": a.provenance} if version >= 2 else {}
     return {
         "role": a.role,
         "source": a.source,
+        **provenance,
         "repo": a.repo,
         "name": a.name,
         "revision": a.revision,
@@ -150,7 +169,8 @@ def _content(lock: Lockfile) -> dict[str, Any]:
         "lockfile_version": lock.lockfile_version,
         "tool_version": lock.tool_version,
         "artifacts": [
-            _artifact_dict(a) for a in sorted(lock.artifacts, key=lambda a: ROLES.index(a.role))
+            _artifact_dict(a, lock.lockfile_version)
+            for a in sorted(lock.artifacts, key=lambda a: ROLES.index(a.role))
         ],
         "engines": [
             {"name": e.name, "url": e.url, "commit": e.commit, "ref": e.ref}
@@ -218,11 +238,24 @@ def _optional_str(fields: Fields, key: str) -> str | None:
     return None if field is None else field.typed(str)
 
 
-def _read_artifact(item: Field) -> Artifact:
-    f = item.mapping(("role", "source", "repo", "name", "revision", "commit", "files", "code_refs"))
+def _read_provenance(f: Fields, hub: bool, version: int) -> str | None:
+    """Version 2: a Hub artifact's provenance (required), none for a local one; version 1 has
+    none (its Hub artifacts count as unconfirmed)."""
+    field = f.optional("provenance")
+    if version < 2 or not hub:
+        if field is not None:
+            raise field.fail("only a Hub artifact of a lockfile_version 2 file has a provenance")
+        return None
+    return f.required("provenance").choice(PROVENANCES)
+
+
+def _read_artifact(item: Field, version: int) -> Artifact:
+    f = item.mapping(("role", "source", "provenance", "repo", "name", "revision", "commit",
+                      "files", "code_refs"))
     role = f.required("role").typed(str, lambda v: v in ROLES, f"one of {ROLES}")
     source = f.required("source").typed(str, lambda v: v in SOURCES, f"one of {SOURCES}")
     hub = source == "hub"
+    provenance = _read_provenance(f, hub, version)
     repo = f.required("repo") if hub else f.optional("repo")
     name = f.optional("name") if hub else f.required("name")
     commit = f.required("commit") if hub else f.optional("commit")
@@ -249,6 +282,7 @@ def _read_artifact(item: Field) -> Artifact:
         files=files,
         code_refs=tuple(code_refs),
         name=name.typed(str) if name else None,
+        provenance=provenance,
     )
 
 
@@ -290,9 +324,9 @@ def parse_lockfile(text: str, source: str = "<lockfile>") -> Lockfile:
     )
     version_field = f.required("lockfile_version")
     version = version_field.typed(int)
-    if version != LOCKFILE_VERSION:
-        raise version_field.fail(f"unsupported version {version} (this tool reads 1)")
-    artifacts = tuple(_read_artifact(item) for item in f.entries("artifacts"))
+    if version not in READABLE_VERSIONS:
+        raise version_field.fail(f"unsupported version {version} (this tool reads 1 and 2)")
+    artifacts = tuple(_read_artifact(item, version) for item in f.entries("artifacts"))
     _unique(f.optional("artifacts"), [a.role for a in artifacts], "role")
     engines = tuple(_read_engine(item) for item in f.entries("engines"))
     _unique(f.optional("engines"), [e.name for e in engines], "engine name")
@@ -317,6 +351,11 @@ def _validate_lock(lock: Lockfile, source: str) -> None:
     for role in set(roles):
         if roles.count(role) > 1:
             raise InputError(f"{source}: artifacts: role {role!r} appears more than once")
+    if lock.lockfile_version >= 2:
+        for a in lock.artifacts:
+            if (a.provenance in PROVENANCES) != (a.source == "hub"):
+                raise InputError(f"{source}: artifacts: {a.role}: provenance {a.provenance!r} "
+                                 f"for a {a.source} artifact")
     names = [e.name for e in lock.engines]
     if len(set(names)) != len(names):
         raise InputError(f"{source}: engines: an engine name appears more than once")

@@ -2,9 +2,13 @@
 
 `build_lock` is what `dflash-guard lock` runs. A Hub source is resolved once to a commit through
 `huggingface_hub`; files without an LFS sha256 are fetched (into a temporary cache, never the
-user's) at that commit, checked against their git blob id and hashed. `auto_map` entries naming
-another repo are pinned too, or the lock is refused: `build_lock` returns a refused `Outcome`
-(the CLI exits 1), an unusable input is an `InputError` (exit 2).
+user's) at that commit, checked against their git blob id and hashed: its provenance is
+`hub-confirmed`. An HF-cache snapshot (given as a path, or found offline) is only a folder whose
+path names a repo and commit: anyone can lay one out. It is locked `cache-unconfirmed` (the
+policy then trusts it as a local folder) unless an earlier confirmed lock (`confirmed_by`) lists
+the same repo at the same commit with exactly these files; one that disagrees is refused.
+`auto_map` entries naming another repo are pinned too, or the lock is refused: `build_lock`
+returns a refused `Outcome` (the CLI exits 1), an unusable input is an `InputError` (exit 2).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from dflash_guard.pins import hub
 from dflash_guard.pins.folder import list_folder
 from dflash_guard.pins.hashing import StatCache, git_blob_id, hash_files, sha256_file
 from dflash_guard.pins.lockfile import (
+    CACHE_UNCONFIRMED,
+    HUB_CONFIRMED,
     PACKAGE_RE,
     Artifact,
     CodeRef,
@@ -55,15 +61,18 @@ class _Refused(Exception):
 # --- artifacts -----------------------------------------------------------------------------------
 
 
-def lock_source(role: str, src: str) -> Artifact:
-    """Lock one SRC: a local folder, an HF-cache snapshot, or `ORG/NAME[@REV]` on the Hub."""
+def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None) -> Artifact:
+    """Lock one SRC: a local folder, an HF-cache snapshot, or `ORG/NAME[@REV]` on the Hub.
+
+    `confirmed_by`: an earlier lock whose `hub-confirmed` artifacts can confirm a snapshot."""
     path = Path(src).expanduser()
     if path.exists():
         if not path.is_dir():
             raise InputError(f"--{role} {src}: not a folder")
         if (identity := hub.snapshot_identity(path)) is not None:
             repo, commit = identity
-            return _lock_folder(role, path, repo=repo, commit=commit, revision=commit)
+            return _lock_folder(role, path, repo=repo, commit=commit, revision=commit,
+                                confirmed_by=confirmed_by)
         return _lock_folder(role, path)
     if src.startswith((".", "/", "~")):
         raise InputError(f"--{role} {src}: no such folder")
@@ -79,7 +88,8 @@ def lock_source(role: str, src: str) -> Artifact:
                 f"hub: {repo}@{revision or 'main'}: HF_HUB_OFFLINE is set and the HF cache "
                 f"({hub.hub_cache_dir()}) has no snapshot for it"
             )
-        return _lock_folder(role, snapshot, repo=repo, commit=commit, revision=revision)
+        return _lock_folder(role, snapshot, repo=repo, commit=commit, revision=revision,
+                            confirmed_by=confirmed_by)
     return _lock_hub(role, repo, revision)
 
 
@@ -90,6 +100,7 @@ def _lock_folder(
     repo: str | None = None,
     commit: str | None = None,
     revision: str | None = None,
+    confirmed_by: Lockfile | None = None,
 ) -> Artifact:
     """Hash every file of a folder (or a cached snapshot) into an artifact."""
     in_cache = repo is not None
@@ -114,7 +125,10 @@ def _lock_folder(
     )
     code_refs = _lock_code_refs(role, {rel: files[rel] for rel in AUTO_MAP_FILES if rel in files})
     if in_cache:
-        return Artifact(role, "hub", repo, revision, commit, locked, code_refs)
+        assert repo is not None and commit is not None
+        provenance = _snapshot_provenance(role, repo, commit, locked, confirmed_by)
+        return Artifact(role, "hub", repo, revision, commit, locked, code_refs,
+                        provenance=provenance)
     return Artifact(role, "local", None, None, None, locked, code_refs, name=folder.resolve().name)
 
 
@@ -138,7 +152,26 @@ def _lock_hub(role: str, repo: str, revision: str | None) -> Artifact:
         code_refs = _lock_code_refs(
             role, {p: fetched[p][0] for p in AUTO_MAP_FILES if p in fetched}
         )
-    return Artifact(role, "hub", repo, revision, state.commit, locked, code_refs)
+    return Artifact(role, "hub", repo, revision, state.commit, locked, code_refs,
+                    provenance=HUB_CONFIRMED)
+
+
+def _snapshot_provenance(role: str, repo: str, commit: str, locked: tuple[LockedFile, ...],
+                         confirmed_by: Lockfile | None) -> str:
+    """`hub-confirmed` when `confirmed_by` has a confirmed artifact of `repo` at `commit` listing
+    every locked file with the same size and sha256; a confirmed lock that disagrees is a
+    refusal (the snapshot is not what the Hub served); otherwise `cache-unconfirmed`."""
+    known = next((a for a in (confirmed_by.artifacts if confirmed_by else ())
+                  if a.hub_confirmed and a.repo == repo and a.commit == commit), None)
+    if known is None:
+        return CACHE_UNCONFIRMED
+    expected = {f.path: (f.size, f.sha256) for f in known.files}
+    differ = [f.path for f in locked if expected.get(f.path) != (f.size, f.sha256)]
+    if differ:
+        raise _Refused(f"--{role}: {repo}@{commit[:12]}: {', '.join(differ[:3])} differ from "
+                       "the confirmed lock given with --confirmed-by (the snapshot is not what "
+                       "the Hub served)")
+    return HUB_CONFIRMED
 
 
 def _fetch_checked(
@@ -270,13 +303,15 @@ def build_lock(
     sources: dict[str, str],
     engines: Iterable[str] = (),
     packages: Iterable[str] = (),
+    confirmed_by: Lockfile | None = None,
 ) -> LockResult:
     """Resolve every source (`{role: SRC}`), engine and package spec into a `Lockfile`, or
-    refuse (a source that cannot be locked safely); bad input raises `InputError`."""
+    refuse (a source that cannot be locked safely); bad input raises `InputError`.
+    `confirmed_by` (an earlier lock) can confirm HF-cache snapshots' Hub provenance."""
     parsed_engines = tuple(parse_engine(e) for e in engines)
     parsed_packages = tuple(parse_package(p) for p in packages)
     try:
-        artifacts = tuple(lock_source(role, src) for role, src in sources.items())
+        artifacts = tuple(lock_source(role, src, confirmed_by) for role, src in sources.items())
     except _Refused as refusal:
         return LockResult(Outcome.refused(str(refusal)))
     lock = Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)

@@ -197,6 +197,12 @@ class Policy:
             return "community"
         return "unknown"
 
+    def artifact_tier(self, artifact: Any) -> str:
+        """The tier of a locked artifact (`dflash_guard.pins.lockfile.Artifact`): its Hub
+        organisation's only when its Hub provenance was confirmed; a `cache-unconfirmed`
+        snapshot (a path proves nothing) is trusted as a local folder."""
+        return self.tier_of("hub" if artifact.hub_confirmed else "local", artifact.repo)
+
     def rule(self, tier: str) -> TierRule:
         return self.tiers[tier]
 

@@ -117,6 +117,7 @@ def approval_statement(
             {
                 "role": a.role,
                 "source": a.source,
+                "provenance": a.provenance,
                 "repo": a.repo,
                 "commit": a.commit,
                 "name": getattr(a, "name", None),

@@ -492,7 +492,7 @@ def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Po
         folder = locations.get(artifact.role)
         if folder is None:
             continue
-        tier = policy.tier_of(artifact.source, artifact.repo)
+        tier = policy.artifact_tier(artifact)
         if not (folder / MODEL_SIG).is_file():
             if policy.rule(tier).signature_required:
                 checks.append(SignatureCheck.bad(artifact.role, str(folder / MODEL_SIG),

@@ -28,7 +28,8 @@ def _lock(files_order: int = 1) -> Lockfile:
         LockedFile("a.safetensors", 9, "a" * 64, "1" * 40),
     )
     drafter = Artifact("drafter", "local", None, None, None, files[::files_order], name="d")
-    target = Artifact("target", "hub", "org/t", "main", "c" * 40, files[::files_order])
+    target = Artifact("target", "hub", "org/t", "main", "c" * 40, files[::files_order],
+                      provenance="hub-confirmed")
     artifacts = (drafter, target) if files_order == 1 else (target, drafter)
     return Lockfile(
         artifacts=artifacts,

@@ -141,8 +141,10 @@ def relock(pair: Pair, drafter: Path) -> Any:
 
 
 def as_hub(artifact: Any, repo: str, commit: str = "c" * 40, revision: str | None = None) -> Any:
-    """The same locked files, presented as a Hub artifact `repo@commit`."""
-    return dataclasses.replace(artifact, source="hub", repo=repo, commit=commit,
+    """The same locked files, presented as a Hub artifact `repo@commit` whose provenance was
+    confirmed against the Hub."""
+    return dataclasses.replace(artifact, source="hub", provenance="hub-confirmed", repo=repo,
+                               commit=commit,
                                revision=commit if revision is None else revision, name=None)
 
 
