@@ -2,7 +2,7 @@
 
 Files are hashed in a thread pool: `hashlib` releases the GIL on large updates, so threads use
 every core. Each worker streams its file through one reusable 8 MiB buffer. A stat cache maps
-(dev, inode, size, mtime_ns, ctime_ns, realpath) to the sha256 so re-verifying unchanged files
+(dev, inode, size, mtime_ns, ctime_ns, path) to the sha256 so re-verifying unchanged files
 costs a `stat` each. The cache lives under `$DFLASH_GUARD_CACHE_DIR` (default
 `$XDG_CACHE_HOME/dflash-guard`), is written atomically and is authenticated with an HMAC under a
 per-user key (see `StatCache` for the trust boundary).
@@ -17,13 +17,16 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dflash_guard.fileio import write_atomic
 
 CHUNK_BYTES = 8 * 1024 * 1024
+SMALL_BUFFER_BYTES = 64 * 1024
+BATCH_BYTES = 8 * 1024 * 1024  # small files are hashed in batches: one pool task per file costs
+BATCH_FILES = 256              # more than hashing it
 STAT_CACHE_MAX_ENTRIES = 200_000
 CACHE_MAX_BYTES = 256 * 1024 * 1024
 CACHE_MAGIC = "dflash-guard-statcache-v2 hmac-sha256"
@@ -40,11 +43,13 @@ def cache_dir() -> Path:
 
 
 def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:
-    """The sha256 of a file, read in chunks into one buffer (memory bounded by CHUNK_BYTES)."""
+    """The sha256 of a file, read in chunks into one buffer (memory bounded by CHUNK_BYTES; a
+    small file gets a small buffer: zeroing 8 MiB per file would dominate 100k tiny files)."""
     digest = hashlib.sha256()
-    buffer = bytearray(CHUNK_BYTES)
-    view = memoryview(buffer)
     with open(path, "rb", buffering=0) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        buffer = bytearray(min(CHUNK_BYTES, max(size, SMALL_BUFFER_BYTES)))
+        view = memoryview(buffer)
         while n := handle.readinto(buffer):
             digest.update(view[:n])
             if on_bytes is not None:
@@ -58,13 +63,15 @@ def git_blob_id(data: bytes) -> str:
 
 
 def _stat_key(path: Path) -> str:
-    """The identity a cached digest is bound to: (dev, inode, size, mtime_ns, ctime_ns, realpath).
+    """The identity a cached digest is bound to: (dev, inode, size, mtime_ns, ctime_ns, path).
 
-    `ctime` cannot be set by a user (`touch -d` moves it on), so a rewritten file never keeps its
-    key; the device and inode stop a copy at the same path from inheriting an entry."""
-    real = os.path.realpath(path)
-    st = os.stat(real)
-    return f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{real}"
+    (dev, inode) name the file whatever path leads to it (a link is followed by `stat`), so a
+    copy or a swapped link never inherits an entry; `ctime` cannot be set by a user (`touch -d`
+    moves it on), so a rewritten file never keeps its key. The absolute path is kept for
+    readability (a `realpath` per file would cost more than the rest of a cached verify)."""
+    st = os.stat(path)
+    return (f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0"
+            f"{os.path.abspath(path)}")
 
 
 def _read_private(path: Path, limit: int) -> bytes | None:
@@ -103,7 +110,7 @@ def _cache_key(folder: Path) -> bytes | None:
 
 
 class StatCache:
-    """(dev, inode, size, mtime_ns, ctime_ns, realpath) -> sha256, persisted as one file.
+    """(dev, inode, size, mtime_ns, ctime_ns, path) -> sha256, persisted as one file.
 
     The trust boundary: the cache can only save time, never change a verdict. The file is
     authenticated with HMAC-SHA256 under a per-user secret key (`statcache.key`, 0600, owner
@@ -184,7 +191,9 @@ def hash_files(
 ) -> dict[Path, str]:
     """sha256 of each path, in parallel; answers from `cache` when the stat identity matches.
 
-    A file whose stat identity changes while it is hashed is not cached (it may be mid-write).
+    Files go to the pool in batches (up to BATCH_FILES files or BATCH_BYTES, a large file alone),
+    so many small files do not pay a task each. A file whose stat identity changes while it is
+    hashed is not cached (it may be mid-write).
     """
     results: dict[Path, str] = {}
     todo: list[tuple[Path, str | None]] = []
@@ -198,17 +207,37 @@ def hash_files(
                 continue
         todo.append((path, key))
 
-    def work(item: tuple[Path, str | None]) -> tuple[Path, str, str | None]:
-        path, key = item
-        sha = sha256_file(path, on_bytes)
-        if key is not None and _stat_key(path) != key:
-            key = None
-        return path, sha, key
+    def work(batch: list[tuple[Path, str | None]]) -> list[tuple[Path, str, str | None]]:
+        done = []
+        for path, key in batch:
+            sha = sha256_file(path, on_bytes)
+            if key is not None and _stat_key(path) != key:
+                key = None
+            done.append((path, sha, key))
+        return done
 
     if todo:
         with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-            for path, sha, key in pool.map(work, todo):
-                results[path] = sha
-                if cache is not None and key is not None:
-                    cache.put(key, sha)
+            for batch in pool.map(work, _batches(todo)):
+                for path, sha, key in batch:
+                    results[path] = sha
+                    if cache is not None and key is not None:
+                        cache.put(key, sha)
     return results
+
+
+def _batches(items: list[tuple[Path, str | None]]) -> Iterator[list[tuple[Path, str | None]]]:
+    """Consecutive items grouped up to BATCH_FILES files or BATCH_BYTES bytes."""
+    batch: list[tuple[Path, str | None]] = []
+    size = 0
+    for item in items:
+        try:
+            size += os.stat(item[0]).st_size
+        except OSError:
+            size += BATCH_BYTES  # hashing will report it; keep it alone
+        batch.append(item)
+        if size >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch

@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -188,7 +188,30 @@ def dumps_lockfile(lock: Lockfile) -> str:
     _validate_lock(lock, "<lockfile>")
     doc = {**_content(lock), "digest": lock.digest()}
     header = "# dflash-guard lockfile: written by `dflash-guard lock`; do not edit by hand.\n"
-    return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when present
+    return header + yaml.serialize(_node(doc), Dumper=dumper, width=100)
+
+
+def _node(value: Any) -> yaml.Node:
+    """The YAML node PyYAML's safe representer builds for `value` (dicts in order, block style;
+    str, int, bool, None), built directly: the generic representer is most of the time of
+    writing a 100k-file lockfile. `dumps_lockfile` output is byte for byte the same."""
+    if isinstance(value, dict):
+        return yaml.MappingNode("tag:yaml.org,2002:map",
+                                [(_node(k), _node(v)) for k, v in value.items()],
+                                flow_style=False)
+    if isinstance(value, list):
+        return yaml.SequenceNode("tag:yaml.org,2002:seq", [_node(v) for v in value],
+                                 flow_style=False)
+    if value is None:
+        return yaml.ScalarNode("tag:yaml.org,2002:null", "null")
+    if isinstance(value, bool):
+        return yaml.ScalarNode("tag:yaml.org,2002:bool", "true" if value else "false")
+    if isinstance(value, int):
+        return yaml.ScalarNode("tag:yaml.org,2002:int", str(value))
+    if isinstance(value, str):
+        return yaml.ScalarNode("tag:yaml.org,2002:str", value)
+    raise TypeError(f"cannot write {type(value).__name__} in a lockfile")
 
 
 def write_lockfile(lock: Lockfile, path: str | Path) -> None:
@@ -203,8 +226,7 @@ def is_safe_relpath(path: str) -> bool:
     """A relative POSIX path with no `..`, `.`, empty or absolute parts and no backslash."""
     if not path or path.startswith("/") or "\\" in path or "\x00" in path:
         return False
-    parts = PurePosixPath(path).parts
-    return all(p not in ("", ".", "..") for p in parts) and "/".join(parts) == path
+    return all(p not in ("", ".", "..") for p in path.split("/"))
 
 
 HEX64 = "64 lowercase hex"

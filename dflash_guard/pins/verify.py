@@ -226,12 +226,13 @@ def _hash(
     paths: list[Path], cache: StatCache | None, on_progress: ProgressCallback | None,
     report: VerifyReport,
 ) -> dict[Path, str]:
-    uncached = [p for p in paths if cache is None or cache.get(p) is None]
+    found = {p: hit for p in paths if cache is not None and (hit := cache.get(p)) is not None}
+    uncached = [p for p in paths if p not in found]
     total = sum(p.stat().st_size for p in uncached)
-    report.cache_hits += len(paths) - len(uncached)
+    report.cache_hits += len(found)
     report.bytes_hashed += total
     if on_progress is None:
-        return hash_files(paths, cache=cache)
+        return {**found, **hash_files(uncached, cache=cache)}
     done, lock = 0, threading.Lock()  # files are hashed on several threads
     on_progress(done, total)
 
@@ -241,4 +242,4 @@ def _hash(
             done += n
             on_progress(done, total)
 
-    return hash_files(paths, cache=cache, on_bytes=advance)
+    return {**found, **hash_files(uncached, cache=cache, on_bytes=advance)}
