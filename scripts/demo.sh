@@ -67,6 +67,8 @@ status=$?
 set -e
 if [ "$status" -eq 1 ] && [ ! -e "$out/approval-tampered.json" ]; then
   printf '\ndemo: the tampered drafter was refused (exit 1) and no approval was written.\n'
+  printf 'To run the README examples yourself, put dflash-guard on your PATH:\n'
+  printf '    . .venv/bin/activate        (or call .venv/bin/dflash-guard)\n'
 else
   printf '\ndemo: FAILED: expected a refusal (exit 1), got exit %s\n' "$status" >&2
   exit 1

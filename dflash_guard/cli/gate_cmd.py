@@ -53,19 +53,21 @@ def gate(
     lock_path: Annotated[Path, typer.Option("--lock", help="Lockfile to gate.")] = Path(
         "dflash.lock"),
     policy: Annotated[str | None, typer.Option(
-        "--policy", help="Policy file or built-in name (default, strict, dev).")] = None,
+        "--policy", help="default, strict or dev (always the built-in policies), or a policy "
+                         "file given as a path (./p.yaml).")] = None,
     root: Annotated[list[str] | None, typer.Option(
         "--root", help="ROLE=DIR: where that artifact lives (repeatable).")] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Where to write the approval record (only on approval).")] = None,
     sign: Annotated[bool, typer.Option(
-        "--sign", help="Sign the approval record with Sigstore (keyless).")] = False,
+        "--sign", metavar="", help="Sign the approval record with Sigstore (keyless).")] = False,
     key: Annotated[Path | None, typer.Option(
         "--key", help="Sign the approval record with this ECDSA P-256 key (PEM).")] = None,
     trust_root: Annotated[Path | None, typer.Option(
         "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
     download: Annotated[bool, typer.Option(
-        "--download", help="Fetch artifacts missing from the HF cache at the pinned SHA.")
+        "--download", metavar="",
+        help="Fetch artifacts missing from the HF cache at the pinned SHA.")
     ] = False,
     device: Annotated[str, typer.Option("--device", help="Diff-test device.")] = "cpu",
     inject: Annotated[str | None, typer.Option(

@@ -21,8 +21,8 @@ FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Report for
 
 @policy_app.command("check")
 def check(
-    file: Annotated[str, typer.Argument(help="Policy file, or a built-in name (default, strict, "
-                                        "dev).")],
+    file: Annotated[str, typer.Argument(help="A built-in name (default, strict, dev), or a "
+                                        "policy file given as a path (./p.yaml).")],
     output: FormatOption = OutputFormat.text,
 ) -> None:
     """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid."""

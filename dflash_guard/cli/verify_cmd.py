@@ -104,14 +104,17 @@ def verify(
         list[str] | None, typer.Option("--root", help="ROLE=DIR: where that artifact lives.")
     ] = None,
     download: Annotated[
-        bool, typer.Option("--download", help="Fetch missing artifacts at the pinned SHA.")
+        bool, typer.Option("--download", metavar="",
+                           help="Fetch missing artifacts at the pinned SHA.")
     ] = False,
     no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Ignore the stat cache; hash everything.")
+        bool, typer.Option("--no-cache", metavar="",
+                           help="Ignore the stat cache; hash everything.")
     ] = False,
     policy: Annotated[
         str | None,
-        typer.Option("--policy", help="Policy naming the accepted signers (default: built-in)."),
+        typer.Option("--policy", help="Policy naming the accepted signers: default, strict, dev "
+                     "(always the built-in ones) or a file given as a path (./p.yaml)."),
     ] = None,
     trust_root: Annotated[
         Path | None,
