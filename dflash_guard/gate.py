@@ -333,8 +333,9 @@ def check_difftest(ctx: _Context) -> str:
 def check_endpoint_diff(ctx: _Context) -> str:
     """Diff the live baseline and candidate engines: a hard divergence always refuses, more
     near-ties than `max_near_ties` refuse, and so does an endpoint the gate cannot use."""
-    from dflash_guard.lossless.endpoint import EndpointError, load_prompts, run_endpoint_diff
-    from dflash_guard.lossless.local import DEFAULT_PROMPTS
+    from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+    from dflash_guard.lossless.endpoint import EndpointError, EndpointOptions, run_endpoint_diff
+    from dflash_guard.lossless.prompts import read_prompts
 
     rules = ctx.endpoints
     if rules is None:
@@ -342,12 +343,14 @@ def check_endpoint_diff(ctx: _Context) -> str:
     api_key = os.environ[rules.api_key_env].strip() if rules.api_key_env else None
     try:
         report = run_endpoint_diff(
-            rules.baseline, rules.candidate,
-            load_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
-            model=rules.model, max_new_tokens=rules.max_new_tokens,
-            concurrency=rules.concurrency, api_key=api_key, timeout=rules.timeout_s,
-            near_tie_margin=rules.near_tie_margin,
-            metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
+            EndpointOptions(
+                rules.baseline, rules.candidate,
+                model=rules.model, max_new_tokens=rules.max_new_tokens,
+                concurrency=rules.concurrency, api_key=api_key, timeout=rules.timeout_s,
+                near_tie_margin=rules.near_tie_margin,
+                metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
+            ),
+            read_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
         )
     except EndpointError as error:
         raise Refusal(f"{error} (a gate that cannot check does not approve)") from None

@@ -21,10 +21,11 @@ from dflash_guard.lossless.endpoint import (
     DEFAULT_NEAR_TIE_MARGIN,
     DEFAULT_TIMEOUT_S,
     EndpointDiffReport,
+    EndpointOptions,
     read_api_key,
     run_endpoint_diff,
 )
-from dflash_guard.lossless.endpoint import load_prompts as load_endpoint_prompts
+from dflash_guard.lossless.prompts import read_prompts
 from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
 
 if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
@@ -246,10 +247,9 @@ def register(app: typer.Typer) -> None:
             if inject is not None:
                 raise InputError("--inject plants bugs in the reference runner: start "
                                  "`python -m kernels_ref.serve --inject` for an endpoint")
-            report = run_endpoint_diff(
+            options = EndpointOptions(
                 baseline,
                 candidate,
-                load_endpoint_prompts(prompts or DEFAULT_PROMPTS),
                 model=model,
                 max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
                 concurrency=concurrency,
@@ -259,6 +259,7 @@ def register(app: typer.Typer) -> None:
                 metrics_url=metrics,
                 token_ids=token_ids,
             )
+            report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS))
             if output_format is OutputFormat.json:
                 print_json(report.to_json())
             else:

@@ -11,7 +11,6 @@ aliasing; tau below the clean reference when a fault is injected).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
+from dflash_guard.lossless.prompts import Prompt, load_prompts
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter
@@ -40,16 +40,6 @@ NEAR_TIE_MARGIN = {
     torch.bfloat16: 0.125,
     torch.float16: 0.02,
 }
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One diff-test prompt: token ids, an optional own budget, extra stop token ids."""
-
-    id: str
-    ids: tuple[int, ...]
-    max_new_tokens: int | None = None
-    stop_ids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -119,78 +109,6 @@ class DifftestReport:
             },
             "prompts": [asdict(result) for result in self.results],
         }
-
-
-def load_prompts(path: Path, tokenizer: ByteTokenizer | None, vocab_size: int) -> list[Prompt]:
-    """Read a JSONL prompt set: {"id", "prompt" | "prompt_ids", "max_new_tokens"?, "stop"?}.
-
-    `stop` entries are token ids or strings that are exactly one token.
-    """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the prompt file ({exc})") from None
-    prompts: list[Prompt] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: not valid JSON ({exc})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-            raise InputError(f"{where}: each line must be an object with a string 'id'")
-        unknown = set(row) - {"id", "prompt", "prompt_ids", "max_new_tokens", "stop"}
-        if unknown:
-            raise InputError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-        prompts.append(_parse_prompt(row, where, tokenizer, vocab_size))
-    if not prompts:
-        raise InputError(f"{path}: no prompts")
-    if len({p.id for p in prompts}) != len(prompts):
-        raise InputError(f"{path}: prompt ids are not unique")
-    return prompts
-
-
-def _parse_prompt(
-    row: dict[str, Any], where: str, tokenizer: ByteTokenizer | None, vocab_size: int
-) -> Prompt:
-    if ("prompt" in row) == ("prompt_ids" in row):
-        raise InputError(f"{where}: give exactly one of 'prompt' and 'prompt_ids'")
-    if "prompt" in row:
-        if not isinstance(row["prompt"], str):
-            raise InputError(f"{where}: 'prompt' must be a string")
-        if tokenizer is None:
-            raise InputError(
-                f"{where}: text prompts need the byte-level tokenizer; give 'prompt_ids' "
-                "for this target"
-            )
-        ids = tokenizer.encode(row["prompt"])
-    else:
-        ids = row["prompt_ids"]
-        if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
-            raise InputError(f"{where}: 'prompt_ids' must be a list of integers")
-    if not ids or not all(0 <= i < vocab_size for i in ids):
-        raise InputError(f"{where}: the prompt is empty or has ids outside the vocabulary")
-    budget = row.get("max_new_tokens")
-    if budget is not None and (not _is_int(budget) or budget < 1):
-        raise InputError(f"{where}: 'max_new_tokens' must be a positive integer")
-    stops = row.get("stop", [])
-    if not isinstance(stops, list):
-        raise InputError(f"{where}: 'stop' must be a list")
-    stop_ids = set()
-    for stop in stops:
-        token = stop if _is_int(stop) else None
-        if isinstance(stop, str) and tokenizer is not None:
-            token = tokenizer.token_id(stop)
-        if token is None:
-            raise InputError(f"{where}: stop {stop!r} is not a single token id of this tokenizer")
-        stop_ids.add(token)
-    return Prompt(row["id"], tuple(ids), budget, frozenset(stop_ids))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def default_stop_ids(target_dir: Path) -> frozenset[int]:

@@ -11,19 +11,20 @@ from endpoint_fakes import text_choice, vllm_choice
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.endpoint import (
     EndpointError,
-    EndpointPrompt,
+    EndpointOptions,
     acceptance_from_metrics,
     acceptance_warnings,
     completions_url,
-    load_prompts,
     parse_completion,
     parse_prometheus,
     read_api_key,
     redact_url,
     run_endpoint_diff,
 )
+from dflash_guard.lossless.prompts import read_prompts
+from kernels_ref.prompts import PromptSpec
 
-PROMPTS = [EndpointPrompt("a", "alpha"), EndpointPrompt("b", "beta")]
+PROMPTS = [PromptSpec("a", "alpha"), PromptSpec("b", "beta")]
 FAST = dict(timeout=5.0, retries=3, backoff=0.01)
 
 
@@ -33,13 +34,14 @@ def both(pair, prompt: str, base_choice: dict, cand_choice: dict | None = None) 
 
 
 def run(pair, prompts=PROMPTS, **kwargs):
-    return run_endpoint_diff(pair.baseline_url, pair.candidate_url, prompts, **{**FAST, **kwargs})
+    options = EndpointOptions(pair.baseline_url, pair.candidate_url, **{**FAST, **kwargs})
+    return run_endpoint_diff(options, prompts)
 
 
 def test_endpoint_identical_outputs_pass(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5, 6, 7]))
     both(fake_pair, "beta", vllm_choice([8, 9]))
-    prompts = [EndpointPrompt("a", "alpha", 4, (".", 7)), EndpointPrompt("b", "beta", 99)]
+    prompts = [PromptSpec("a", "alpha", 4, (".", 7)), PromptSpec("b", "beta", 99)]
     report = run(fake_pair, prompts=prompts, max_new_tokens=8)
     assert report.identical and report.passed
     assert [r.compared_by for r in report.results] == ["token_ids", "token_ids"]
@@ -147,11 +149,11 @@ def test_endpoint_unreachable_is_a_clear_error():
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(EndpointError, match="baseline endpoint .* unreachable"):
-        run_endpoint_diff(url, url, PROMPTS, model="m", **FAST)
+        run_endpoint_diff(EndpointOptions(url, url, model="m", **FAST), PROMPTS)
 
 
 def test_endpoint_concurrency_is_bounded(fake_pair):
-    prompts = [EndpointPrompt(str(i), f"p{i}") for i in range(12)]
+    prompts = [PromptSpec(str(i), f"p{i}") for i in range(12)]
     for p in prompts:
         both(fake_pair, p.prompt, vllm_choice([1, 2]))
     fake_pair.baseline.delay_s = 0.05
@@ -242,13 +244,18 @@ def test_endpoint_parse_completion_rejects_garbage():
 def test_endpoint_prompt_file_and_urls(tmp_path):
     good = tmp_path / "p.jsonl"
     good.write_text('{"id": "x", "prompt": "hi", "stop": [".", 7]}\n\n'
-                    '{"prompt_ids": [1, 2], "max_new_tokens": 3}\n')
-    assert load_prompts(good) == [EndpointPrompt("x", "hi", None, (".", 7)),
-                                  EndpointPrompt("3", (1, 2), 3)]
+                    '{"id": "y", "prompt_ids": [1, 2], "max_new_tokens": 3}\n')
+    assert read_prompts(good) == [PromptSpec("x", "hi", None, (".", 7)),
+                                  PromptSpec("y", (1, 2), 3)]
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "ok"}\n{"prompt": \n')
+    bad.write_text('{"id": "a", "prompt": "ok"}\n{"prompt": \n')
     with pytest.raises(InputError, match="bad.jsonl:2"):
-        load_prompts(bad)
+        read_prompts(bad)
+    for line in ('{"prompt": "no id"}', '{"id": "a", "text": "old alias"}',
+                 '{"id": "a", "prompt": "x", "stop": [true]}'):
+        bad.write_text(line + "\n")  # the one loader is as strict for endpoints as for local
+        with pytest.raises(InputError, match="bad.jsonl:1"):
+            read_prompts(bad)
     assert completions_url("http://h:8000") == "http://h:8000/v1/completions"
     assert completions_url("http://h:8000/v1/") == "http://h:8000/v1/completions"
     assert redact_url("https://user:pw@h/v1?key=s") == "https://h/v1"
