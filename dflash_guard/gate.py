@@ -296,13 +296,14 @@ def check_model_signatures(ctx: _Context) -> str:
 
 def check_difftest(ctx: _Context) -> str:
     from dflash_guard.lossless.local import run_difftest
+    from dflash_guard.lossless.options import LocalOptions
 
     rules = ctx.policy.difftest
-    report = run_difftest(
+    report = run_difftest(LocalOptions(
         ctx.locations["target"], ctx.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
         max_new_tokens=rules.max_new_tokens, device=ctx.device, inject=ctx.inject,
-    )
+    ))
     near_ties = [d for d in report.divergences
                  if d.top2_margin is not None and d.top2_margin < rules.near_tie_allowance]
     real = [d for d in report.divergences if d not in near_ties]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,6 +26,7 @@ from dflash_guard.lossless.endpoint import (
     read_api_key,
     run_endpoint_diff,
 )
+from dflash_guard.lossless.options import LocalOptions, SampledOptions
 from dflash_guard.lossless.prompts import read_prompts
 from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
 
@@ -126,11 +128,60 @@ def render_sampled(report: SampledReport) -> None:
                                 else "[red]speculative sampling is biased[/]"))
 
 
+class Mode(StrEnum):
+    """The three kinds of diff test; each accepts only its own flags."""
+
+    local = "local"
+    sampled = "sampled"
+    endpoint = "endpoint"
+
+
+COMMON_FLAGS = frozenset({"prompts", "output_format"})
+MODE_FLAGS: dict[Mode, frozenset[str]] = {
+    Mode.local: COMMON_FLAGS | {"target", "drafter", "max_new_tokens", "block_size", "device",
+                                "dtype", "inject", "cuda_graphs", "fail_on_warning"},
+    Mode.sampled: COMMON_FLAGS | {"target", "drafter", "sampled", "samples", "sample_tokens",
+                                  "temperature", "top_k", "top_p", "alpha", "seed", "inject",
+                                  "block_size", "device", "dtype"},
+    Mode.endpoint: COMMON_FLAGS | {"baseline", "candidate", "model", "max_new_tokens",
+                                   "concurrency", "api_key_env", "metrics", "near_tie_margin",
+                                   "timeout", "token_ids", "fail_on_warning"},
+}
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set parameter `name` (typer vendors click, so compare sources by name)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _mode(ctx: typer.Context) -> Mode:
+    """The mode the flags ask for; `InputError` for a flag that does not apply to it."""
+    given = [param for param in ctx.command.params if param.name and _given(ctx, param.name)]
+    names = {param.name for param in given}
+    if names & {"baseline", "candidate"}:
+        mode = Mode.endpoint
+    elif "sampled" in names and ctx.params["sampled"]:
+        mode = Mode.sampled
+    else:
+        mode = Mode.local
+    if mode is Mode.endpoint and "inject" in names:
+        raise InputError("--inject plants bugs in the reference runner: start "
+                         "`python -m kernels_ref.serve --inject` for an endpoint")
+    for param in given:
+        if param.name not in MODE_FLAGS[mode]:
+            flag = param.opts[0] if param.opts else param.name
+            owners = " and ".join(m for m in Mode if param.name in MODE_FLAGS[m])
+            raise InputError(f"{flag} applies to {owners} mode, not to {mode} mode")
+    return mode
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
 
     @app.command("difftest")
     def difftest(
+        ctx: typer.Context,
         target: Annotated[
             Path | None, typer.Option("--target", help="Target model folder (HF layout).")
         ] = None,
@@ -235,18 +286,14 @@ def register(app: typer.Typer) -> None:
 
         Local mode (--target, --drafter) runs the reference runner; endpoint mode (--baseline,
         --candidate) diffs two live OpenAI-compatible engines; --sampled checks sampled decoding
-        statistically. Exit 0 identical (endpoint: no hard divergence; sampled: no rejection),
-        1 divergence (or a warning with --fail-on-warning), 2 input or endpoint error.
+        statistically. A flag of another mode is refused. Exit 0 identical (endpoint: no hard
+        divergence; sampled: no rejection), 1 divergence (or a warning with --fail-on-warning),
+        2 input or endpoint error.
         """
-        endpoint_mode = baseline is not None or candidate is not None
-        if endpoint_mode:
+        mode = _mode(ctx)
+        if mode is Mode.endpoint:
             if baseline is None or candidate is None:
                 raise InputError("endpoint mode needs both --baseline and --candidate")
-            if target is not None or drafter is not None or sampled:
-                raise InputError("give either --baseline/--candidate or --target/--drafter")
-            if inject is not None:
-                raise InputError("--inject plants bugs in the reference runner: start "
-                                 "`python -m kernels_ref.serve --inject` for an endpoint")
             options = EndpointOptions(
                 baseline,
                 candidate,
@@ -268,41 +315,32 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_FINDING if failed else EXIT_OK)
         if target is None or drafter is None:
             raise InputError("give --target and --drafter (or --baseline and --candidate)")
-        if sampled:
+        if mode is Mode.sampled:
+            sampled_options = SampledOptions(
+                target, drafter, prompts=prompts, samples=samples, sample_tokens=sample_tokens,
+                temperature=temperature, top_k=top_k, top_p=top_p, alpha=alpha, seed=seed,
+                inject=inject, block_size=block_size, device=device, dtype=dtype,
+            )
             from dflash_guard.lossless.sampled import run_sampled_difftest
-            from kernels_ref.sampling import SamplingParams
 
-            try:
-                params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
-            except ValueError as error:
-                raise InputError(str(error)) from None
             if output_format is OutputFormat.text:
                 stderr.print(f"sampling {samples} draws per prompt and side ...")
-            sampled_report = run_sampled_difftest(
-                target, drafter, prompts=prompts, samples=samples, tokens=sample_tokens,
-                params=params, alpha=alpha, seed=seed, inject=inject, block_size=block_size,
-                device=device, dtype=dtype,
-            )
+            sampled_report = run_sampled_difftest(sampled_options)
             if output_format is OutputFormat.json:
                 print_json(sampled_report.to_json())
             else:
                 render_sampled(sampled_report)
             raise typer.Exit(EXIT_OK if sampled_report.passed else EXIT_FINDING)
+        local_options = LocalOptions(
+            target, drafter, prompts=prompts, max_new_tokens=max_new_tokens,
+            block_size=block_size, device=device, dtype=dtype, inject=inject,
+            cuda_graphs=cuda_graphs,
+        )
         from dflash_guard.lossless.local import run_difftest
 
         if output_format is OutputFormat.text:
             stderr.print(f"diff-testing {drafter} against {target} ...")
-        report = run_difftest(
-            target,
-            drafter,
-            prompts=prompts,
-            max_new_tokens=max_new_tokens,
-            device=device,
-            dtype=dtype,
-            inject=inject,
-            block_size=block_size,
-            cuda_graphs=cuda_graphs,
-        )
+        report = run_difftest(local_options)
         if output_format is OutputFormat.json:
             print_json(report.to_json())
         else:

@@ -20,6 +20,7 @@ import torch
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
+from dflash_guard.lossless.options import LocalOptions
 from dflash_guard.lossless.prompts import Prompt, load_prompts
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
@@ -279,45 +280,30 @@ def _graph_models(
     return runner.target, runner.drafter
 
 
-def run_difftest(
-    target_dir: Path,
-    drafter_dir: Path,
-    *,
-    prompts: Path | None = None,
-    max_new_tokens: int | None = None,
-    device: str = "cpu",
-    dtype: str = "float32",
-    inject: str | None = None,
-    block_size: int | None = None,
-    cuda_graphs: bool = False,
-) -> DifftestReport:
-    """Load the pair from HF-style folders and diff-test it on `prompts` (default set if None).
+def run_difftest(options: LocalOptions) -> DifftestReport:
+    """Load the pair from HF-style folders and diff-test it on the options' prompts.
 
     Raises `InputError` for a missing folder, a malformed file, a drafter that does not match
-    its target, an unavailable device, an unknown fault, or `cuda_graphs` off CUDA.
+    its target, an unavailable device, or `cuda_graphs` off CUDA.
     """
-    if inject is not None and inject not in FAULTS:
-        raise InputError(f"unknown fault {inject!r}; known faults: {', '.join(FAULTS)}")
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise InputError("max_new_tokens must be at least 1")
-    if block_size is not None and block_size < 1:
-        raise InputError("block size must be at least 1")
-    torch_device = parse_device(device)
-    if cuda_graphs and torch_device.type != "cuda":
+    torch_device = parse_device(options.device)
+    if options.cuda_graphs and torch_device.type != "cuda":
         raise InputError("--cuda-graphs needs --device cuda")
-    target_dir, drafter_dir = Path(target_dir), Path(drafter_dir)
-    target = load_target(target_dir, torch_device, dtype)
-    drafter = load_drafter(drafter_dir, target, torch_device, dtype)
+    target_dir, drafter_dir = Path(options.target), Path(options.drafter)
+    target = load_target(target_dir, torch_device, options.dtype)
+    drafter = load_drafter(drafter_dir, target, torch_device, options.dtype)
     tokenizer = load_byte_tokenizer(target_dir)
-    prompt_set = load_prompts(prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
+    prompt_set = load_prompts(
+        options.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size
+    )
     return difftest_models(
         target,
         drafter,
         prompt_set,
         stop_ids=default_stop_ids(target_dir),
         tokenizer=tokenizer,
-        max_new_tokens=max_new_tokens,
-        block_size=block_size,
-        inject=inject,
-        cuda_graphs=cuda_graphs,
+        max_new_tokens=options.max_new_tokens,
+        block_size=options.block_size,
+        inject=options.inject,
+        cuda_graphs=options.cuda_graphs,
     )

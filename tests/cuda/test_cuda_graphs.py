@@ -8,6 +8,7 @@ from cuda_support import gpu_only, tiny_pair
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.local import DEFAULT_PROMPTS, difftest_models, load_prompts, run_difftest
+from dflash_guard.lossless.options import LocalOptions
 from kernels_ref.cuda_graphs import ALIGN, GraphRunner, static_len, step_sizes
 from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import EOS_ID
@@ -148,7 +149,7 @@ def test_difftest_through_the_runner_on_cpu(cpu_fixture_models, cuda_fixture_dir
 def test_cuda_graphs_flag_needs_a_cuda_device(cli, cuda_fixture_dirs) -> None:
     target, drafter = cuda_fixture_dirs
     with pytest.raises(InputError, match="--device cuda"):
-        run_difftest(target, drafter, cuda_graphs=True)
+        run_difftest(LocalOptions(target, drafter, cuda_graphs=True))
     result = cli("difftest", "--target", target, "--drafter", drafter, "--cuda-graphs")
     assert result.exit_code == 2 and "--device cuda" in result.stderr
 
@@ -174,5 +175,7 @@ def test_graph_replay_is_exact_on_cuda_in_float32(cuda_fixture_dirs) -> None:
 @pytest.mark.gpu
 @gpu_only
 def test_bfloat16_divergences_on_cuda_are_near_ties(cuda_fixture_dirs) -> None:
-    report = run_difftest(*cuda_fixture_dirs, device="cuda", dtype="bfloat16", cuda_graphs=True)
+    report = run_difftest(
+        LocalOptions(*cuda_fixture_dirs, device="cuda", dtype="bfloat16", cuda_graphs=True)
+    )
     assert all(result.near_tie for result in report.divergences)
