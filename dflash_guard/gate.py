@@ -305,24 +305,25 @@ def check_difftest(ctx: _Context) -> str:
         max_new_tokens=rules.max_new_tokens, device=ctx.device, inject=ctx.inject,
     ))
     near_ties = [d for d in report.divergences
-                 if d.top2_margin is not None and d.top2_margin < rules.near_tie_allowance]
+                 if d.divergence.margin is not None
+                 and d.divergence.margin < rules.near_tie_allowance]
     real = [d for d in report.divergences if d not in near_ties]
     ctx.tau = report.tau
     ctx.difftest = {
         "prompts": len(report.results),
         "maxNewTokens": rules.max_new_tokens,
         "identical": report.identical,
-        "divergences": [d.id for d in report.divergences],
-        "nearTies": [d.id for d in near_ties],
+        "divergences": [d.prompt_id for d in report.divergences],
+        "nearTies": [d.prompt_id for d in near_ties],
         "tau": round(report.tau, 4),
         "minTau": rules.min_tau,
         "warnings": list(report.warnings),
     }
     if real:
-        first = real[0]
+        first = real[0].divergence
         raise Refusal(f"{len(real)} of {len(report.results)} prompts diverge from the target's "
-                      f"greedy output (first: {first.id} at token {first.first_diff_position}, "
-                      f"margin {first.top2_margin})")
+                      f"greedy output (first: {real[0].prompt_id} at token {first.position}, "
+                      f"margin {first.margin})")
     if report.tau < rules.min_tau:
         raise Refusal(f"mean acceptance length {report.tau:.2f} is below the policy's minimum "
                       f"{rules.min_tau}")
@@ -363,7 +364,7 @@ def check_endpoint_diff(ctx: _Context) -> str:
         "model": rules.model,
         "prompts": len(report.results),
         "maxNewTokens": rules.max_new_tokens,
-        "identical": sum(r.status == "identical" for r in report.results),
+        "identical": sum(r.identical for r in report.results),
         "nearTies": len(ties),
         "maxNearTies": rules.max_near_ties,
         "nearTieMargin": rules.near_tie_margin,
@@ -374,9 +375,9 @@ def check_endpoint_diff(ctx: _Context) -> str:
     }
     total = len(report.results)
     if hard:
-        first = hard[0]
+        first = hard[0].divergence
         raise Refusal(f"{len(hard)} of {total} prompts diverge between baseline and candidate "
-                      f"(first: {first.prompt_id} at token {first.position}"
+                      f"(first: {hard[0].prompt_id} at token {first.position}"
                       f"{': ' + first.detail if first.detail else ''})")
     if len(ties) > rules.max_near_ties:
         names = ", ".join(r.prompt_id for r in ties)

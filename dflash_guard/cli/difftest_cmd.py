@@ -28,6 +28,7 @@ from dflash_guard.lossless.endpoint import (
 )
 from dflash_guard.lossless.options import LocalOptions, SampledOptions
 from dflash_guard.lossless.prompts import read_prompts
+from dflash_guard.lossless.result import Token
 from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
 
 if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
     from dflash_guard.lossless.sampled import SampledReport
 
 
-def _token(token: int | None) -> str:
+def _token(token: Token | None) -> str:
     return "<end of output>" if token is None else str(token)
 
 
@@ -45,20 +46,25 @@ def render_text(report: DifftestReport) -> None:
     for column in ("prompt", "identical", "tau", "steps", "target forwards AR/spec"):
         table.add_column(column, no_wrap=True)
     for r in report.results:
+        stats = r.speculation
+        assert stats is not None  # the local diff always speculates
         table.add_row(
-            r.id,
+            r.prompt_id,
             "yes" if r.identical else "[red]NO[/]",
-            f"{r.tau:.2f}",
-            str(r.steps),
-            f"{r.target_forwards_ar}/{r.target_forwards_spec}",
+            f"{stats.tau:.2f}",
+            str(stats.steps),
+            f"{stats.target_forwards_ar}/{stats.target_forwards_spec}",
         )
     stdout.print(table)
     for r in report.divergences:
-        margin = "" if r.top2_margin is None else f", target top-2 margin {r.top2_margin:g}"
-        tie = " (likely numerical near-tie)" if r.near_tie else ""
+        d = r.divergence
+        assert d is not None
+        margin = "" if d.margin is None else f", target top-2 margin {d.margin:g}"
+        tie = " (likely numerical near-tie)" if d.near_tie else ""
         stdout.print(
-            f"[red]divergence[/] {r.id}: first at generated token {r.first_diff_position}: "
-            f"autoregressive {_token(r.ar_token)}, speculative {_token(r.spec_token)}{margin}{tie}",
+            f"[red]divergence[/] {r.prompt_id}: first at generated token {d.position}: "
+            f"autoregressive {_token(d.reference_token)}, "
+            f"speculative {_token(d.candidate_token)}{margin}{tie}",
             highlight=False,
         )
     histogram = " ".join(f"{k}:{v}" for k, v in report.histogram.items())
@@ -87,12 +93,13 @@ def render_endpoint(report: EndpointDiffReport) -> None:
     for column in ("prompt", "status", "by", "position", "baseline", "candidate", "margin"):
         table.add_column(column)
     for r in report.results:
-        if r.status == "identical":
+        d = r.divergence
+        if d is None:
             continue
-        margin = "" if r.margin is None else f"{r.margin:.4f}"
-        colour = "red" if r.status == "hard" else "yellow"
-        table.add_row(r.prompt_id, f"[{colour}]{r.status}[/]", r.compared_by, str(r.position),
-                      repr(r.baseline_token), repr(r.candidate_token), margin)
+        margin = "" if d.margin is None else f"{d.margin:.4f}"
+        colour = "yellow" if d.near_tie else "red"
+        table.add_row(r.prompt_id, f"[{colour}]{r.status}[/]", r.compared_by, str(d.position),
+                      repr(d.reference_token), repr(d.candidate_token), margin)
     if table.row_count:
         stdout.print(table)
     if report.acceptance is not None:

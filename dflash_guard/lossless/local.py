@@ -12,7 +12,7 @@ aliasing; tau below the clean reference when a fault is injected).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,13 @@ from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
 from dflash_guard.lossless.options import LocalOptions
 from dflash_guard.lossless.prompts import Prompt, load_prompts
+from dflash_guard.lossless.result import (
+    Divergence,
+    PromptResult,
+    SpeculationStats,
+    first_difference,
+    token_at,
+)
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter
@@ -41,26 +48,6 @@ NEAR_TIE_MARGIN = {
     torch.bfloat16: 0.125,
     torch.float16: 0.02,
 }
-
-
-@dataclass(frozen=True)
-class PromptResult:
-    """The comparison of one prompt's autoregressive and speculative outputs."""
-
-    id: str
-    identical: bool
-    first_diff_position: int | None
-    ar_token: int | None
-    spec_token: int | None
-    top2_margin: float | None
-    tau: float
-    steps: int
-    target_forwards_ar: int
-    target_forwards_spec: int
-    ar_text: str = ""
-    spec_text: str = ""
-    histogram: dict[str, int] = field(default_factory=dict)
-    near_tie: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,11 +72,11 @@ class DifftestReport:
 
     @property
     def target_forwards_ar(self) -> int:
-        return sum(result.target_forwards_ar for result in self.results)
+        return sum(_stats(result).target_forwards_ar for result in self.results)
 
     @property
     def target_forwards_spec(self) -> int:
-        return sum(result.target_forwards_spec for result in self.results)
+        return sum(_stats(result).target_forwards_spec for result in self.results)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,10 +93,31 @@ class DifftestReport:
                 "forwards_saved": self.target_forwards_ar - self.target_forwards_spec,
                 "warnings": self.warnings,
                 "inject": self.inject,
-                "divergences": [result.id for result in self.divergences],
+                "divergences": [result.prompt_id for result in self.divergences],
             },
-            "prompts": [asdict(result) for result in self.results],
+            "prompts": [_prompt_json(result) for result in self.results],
         }
+
+
+def _prompt_json(result: PromptResult) -> dict[str, Any]:
+    """One prompt in the local report's JSON (its field names predate the shared type)."""
+    d, stats = result.divergence_fields(), _stats(result)
+    return {
+        "id": result.prompt_id,
+        "identical": result.identical,
+        "first_diff_position": d["position"],
+        "ar_token": d["reference_token"],
+        "spec_token": d["candidate_token"],
+        "top2_margin": d["margin"],
+        "tau": stats.tau,
+        "steps": stats.steps,
+        "target_forwards_ar": stats.target_forwards_ar,
+        "target_forwards_spec": stats.target_forwards_spec,
+        "ar_text": result.reference_text,
+        "spec_text": result.candidate_text,
+        "histogram": stats.histogram,
+        "near_tie": d["near_tie"],
+    }
 
 
 def default_stop_ids(target_dir: Path) -> frozenset[int]:
@@ -129,28 +137,40 @@ def compare(
     `near_tie_margin` is marked as a likely numerical near-tie)."""
     a, s = ar.tokens, spec.tokens
     decode = tokenizer.decode_bytes if tokenizer is not None else (lambda ids: b"")
-    identical = a == s and decode(a) == decode(s)
-    position = next((i for i, (x, y) in enumerate(zip(a, s, strict=False)) if x != y), None)
-    if position is None and len(a) != len(s):
-        position = min(len(a), len(s))
+    position = first_difference(a, s)
+    divergence = None
+    if position is not None:
+        margin = ar.margins[position] if position < len(ar.margins) else None
+        divergence = Divergence(
+            position,
+            token_at(a, position),
+            token_at(s, position),
+            None if margin is None else round(margin, 6),
+            near_tie=margin is not None and margin < near_tie_margin,
+        )
+    elif decode(a) != decode(s):
+        divergence = Divergence(None, None, None, None, detail="same tokens but different text")
     histogram = Counter(step.accepted + 1 for step in spec.steps)
-    margin = ar.margins[position] if position is not None and position < len(ar.margins) else None
     return PromptResult(
-        id=prompt_id,
-        identical=identical,
-        first_diff_position=position,
-        ar_token=a[position] if position is not None and position < len(a) else None,
-        spec_token=s[position] if position is not None and position < len(s) else None,
-        top2_margin=None if margin is None else round(margin, 6),
-        tau=round(spec.tau, 4),
-        steps=len(spec.steps),
-        target_forwards_ar=ar.target_forwards,
-        target_forwards_spec=spec.target_forwards,
-        ar_text=decode(a).decode("utf-8", errors="replace"),
-        spec_text=decode(s).decode("utf-8", errors="replace"),
-        histogram={str(n): histogram[n] for n in range(1, block_size + 1)},
-        near_tie=not identical and margin is not None and margin < near_tie_margin,
+        prompt_id,
+        divergence,
+        reference_length=len(a),
+        candidate_length=len(s),
+        reference_text=decode(a).decode("utf-8", errors="replace"),
+        candidate_text=decode(s).decode("utf-8", errors="replace"),
+        speculation=SpeculationStats(
+            tau=round(spec.tau, 4),
+            steps=len(spec.steps),
+            target_forwards_ar=ar.target_forwards,
+            target_forwards_spec=spec.target_forwards,
+            histogram={str(n): histogram[n] for n in range(1, block_size + 1)},
+        ),
     )
+
+
+def _stats(result: PromptResult) -> SpeculationStats:
+    assert result.speculation is not None  # the local diff always speculates
+    return result.speculation
 
 
 def mean_acceptance(generations: list[Generation]) -> float:

@@ -178,4 +178,4 @@ def test_bfloat16_divergences_on_cuda_are_near_ties(cuda_fixture_dirs) -> None:
     report = run_difftest(
         LocalOptions(*cuda_fixture_dirs, device="cuda", dtype="bfloat16", cuda_graphs=True)
     )
-    assert all(result.near_tie for result in report.divergences)
+    assert all(result.divergence.near_tie for result in report.divergences)

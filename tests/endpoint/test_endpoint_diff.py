@@ -60,9 +60,10 @@ def test_endpoint_near_tie_is_counted_not_failed(fake_pair):
     both(fake_pair, "beta", vllm_choice([5, 6, 7], tops), flipped)
     report = run(fake_pair, near_tie_margin=0.05)
     beta = report.results[1]
-    assert (beta.status, beta.position, beta.baseline_token, beta.candidate_token) == (
-        "near-tie", 1, 6, 9)
-    assert beta.margin == pytest.approx(0.02)
+    assert beta.status == "near-tie"
+    tie = beta.divergence
+    assert (tie.position, tie.reference_token, tie.candidate_token) == (1, 6, 9)
+    assert tie.margin == pytest.approx(0.02)
     assert report.passed and not report.identical and len(report.near_ties) == 1
     # A tighter threshold turns the same divergence into a hard one.
     assert not run(fake_pair, near_tie_margin=0.01).passed
@@ -74,9 +75,10 @@ def test_endpoint_hard_divergence_fails(fake_pair):
     both(fake_pair, "beta", vllm_choice([8, 9]))
     report = run(fake_pair)
     alpha = report.results[0]
-    assert (alpha.status, alpha.position, alpha.baseline_token, alpha.candidate_token) == (
-        "hard", 2, 7, 3)
-    assert alpha.margin == pytest.approx(2.9)
+    assert alpha.status == "hard"
+    bug = alpha.divergence
+    assert (bug.position, bug.reference_token, bug.candidate_token) == (2, 7, 3)
+    assert bug.margin == pytest.approx(2.9)
     assert not report.passed
     assert report.to_json()["hard"] == 1
 
@@ -86,14 +88,15 @@ def test_endpoint_small_margin_to_a_third_token_is_hard(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5], tops), vllm_choice([7]))
     both(fake_pair, "beta", vllm_choice([1]))
     result = run(fake_pair).results[0]
-    assert result.status == "hard" and "runner-up" in result.detail
+    assert result.status == "hard" and "runner-up" in result.divergence.detail
 
 
 def test_endpoint_candidate_ending_early_is_hard(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5, 6, 7]), vllm_choice([5, 6], finish="stop"))
     both(fake_pair, "beta", vllm_choice([1]))
     result = run(fake_pair).results[0]
-    assert (result.status, result.position, result.candidate_token) == ("hard", 2, None)
+    assert result.status == "hard"
+    assert (result.divergence.position, result.divergence.candidate_token) == (2, None)
 
 
 def test_endpoint_falls_back_to_token_text_then_text(fake_pair):
@@ -102,7 +105,8 @@ def test_endpoint_falls_back_to_token_text_then_text(fake_pair):
     report = run(fake_pair, token_ids=False)
     assert "return_token_ids" not in fake_pair.candidate.seen_bodies[0]
     alpha, beta = report.results
-    assert (alpha.compared_by, alpha.position, alpha.candidate_token) == ("token_texts", 1, "lp")
+    assert alpha.compared_by == "token_texts"
+    assert (alpha.divergence.position, alpha.divergence.candidate_token) == (1, "lp")
     assert (beta.compared_by, beta.status) == ("text", "identical")
 
 

@@ -58,7 +58,8 @@ def test_clean_pair_is_identical_and_quiet(clean_report) -> None:
     assert len(clean_report.results) >= 10
     overall = clean_report.to_json()["overall"]
     assert overall["forwards_saved"] > 0
-    assert sum(overall["histogram"].values()) == sum(r.steps for r in clean_report.results)
+    steps = sum(r.speculation.steps for r in clean_report.results)
+    assert sum(overall["histogram"].values()) == steps
     assert set(overall["histogram"]) == {str(n) for n in range(1, 9)}
 
 
@@ -69,11 +70,11 @@ def test_output_fault_makes_difftest_fail(
     prompts = default_subset(tmp_path, OUTPUT_FAULTS[fault])
     report = run_difftest(LocalOptions(*fixture_pair, prompts=prompts, inject=fault))
     assert not report.identical
-    assert {d.id for d in report.divergences} == set(OUTPUT_FAULTS[fault])
-    first = report.divergences[0]
-    assert first.first_diff_position is not None
-    assert first.ar_token != first.spec_token
-    assert first.top2_margin is None or first.top2_margin > 0
+    assert {d.prompt_id for d in report.divergences} == set(OUTPUT_FAULTS[fault])
+    first = report.divergences[0].divergence
+    assert first.position is not None
+    assert first.reference_token != first.candidate_token
+    assert first.margin is None or first.margin > 0
     assert not first.near_tie  # a logic bug, not a rounding tie
     clean = run_difftest(LocalOptions(*fixture_pair, prompts=prompts))
     assert clean.identical  # the clean path passes

@@ -19,7 +19,6 @@ from dflash_guard.lossless.endpoint.client import (
 )
 from dflash_guard.lossless.endpoint.compare import (
     DEFAULT_NEAR_TIE_MARGIN,
-    PromptResult,
     compare_completions,
 )
 from dflash_guard.lossless.endpoint.metrics import (
@@ -40,7 +39,6 @@ __all__ = [
     "EndpointDiffReport",
     "EndpointError",
     "EndpointOptions",
-    "PromptResult",
     "acceptance_from_metrics",
     "acceptance_warnings",
     "compare_completions",

@@ -19,6 +19,7 @@ from urllib.parse import SplitResult, urlsplit, urlunsplit
 import httpx2
 
 from dflash_guard.errors import Error, InputError
+from dflash_guard.lossless.result import Token
 from kernels_ref.prompts import PromptSpec
 
 DEFAULT_TOP_LOGPROBS = 5  # the most the OpenAI completions API allows
@@ -27,12 +28,9 @@ DEFAULT_RETRIES = 4
 RETRY_STATUSES = frozenset({429, 503})
 TOKEN_ID_PREFIX = "token_id:"
 
-Token = int | str
-
 
 class EndpointError(Error):
     """An endpoint was unreachable, timed out, refused the request or answered malformed data."""
-
 
 
 @dataclass(frozen=True)
@@ -44,9 +42,6 @@ class Completion:
     token_texts: tuple[str, ...] | None  # the logprob token strings, when reported
     top_logprobs: tuple[tuple[tuple[Token, float], ...], ...]  # per position, best first
     finish_reason: str | None
-
-
-
 
 
 def read_api_key(env_var: str | None) -> str | None:
@@ -287,5 +282,3 @@ def parse_completion(payload: Any) -> Completion:
         tops.append(tuple(ranked))
     reason = choice.get("finish_reason")
     return Completion(text, token_ids, token_texts, tuple(tops), reason if reason else None)
-
-

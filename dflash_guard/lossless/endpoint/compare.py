@@ -9,29 +9,18 @@ counted, a policy decides); any other divergence is `hard` (a logic bug until sh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Any
 
-from dflash_guard.lossless.endpoint.client import Completion, Token
+from dflash_guard.lossless.endpoint.client import Completion
+from dflash_guard.lossless.result import (
+    Divergence,
+    PromptResult,
+    Token,
+    first_difference,
+    token_at,
+)
 
 DEFAULT_NEAR_TIE_MARGIN = 0.05  # nats: |logprob(top1) - logprob(top2)| below this is a near-tie
-
-
-@dataclass(frozen=True)
-class PromptResult:
-    """The comparison of one prompt's two completions."""
-
-    prompt_id: str
-    status: str  # "identical" | "near-tie" | "hard"
-    compared_by: str  # "token_ids" | "token_texts" | "text"
-    position: int | None  # first differing token (or character, when compared by text)
-    baseline_token: Token | None  # None: the completion had ended there
-    candidate_token: Token | None
-    margin: float | None  # baseline top-1 minus top-2 logprob at `position`, in nats
-    candidate_margin: float | None
-    baseline_length: int
-    candidate_length: int
-    detail: str = ""
-
 
 
 def _margin(tops: Sequence[tuple[tuple[Token, float], ...]], position: int) -> float | None:
@@ -55,35 +44,49 @@ def compare_completions(
     else:
         by, left, right = "text", tuple(baseline.text), tuple(candidate.text)
 
-    lengths = {"baseline_length": len(left), "candidate_length": len(right)}
-    position = next((i for i, (a, b) in enumerate(zip(left, right, strict=False)) if a != b), None)
-    if position is None and len(left) == len(right):
-        if by != "text" and baseline.text != candidate.text:
-            return PromptResult(prompt_id, "hard", by, None, None, None, None, None, **lengths,
-                                detail="same tokens but different text")
-        return PromptResult(prompt_id, "identical", by, None, None, None, None, None, **lengths)
+    lengths = {"reference_length": len(left), "candidate_length": len(right)}
+    position = first_difference(left, right)
     if position is None:
-        position = min(len(left), len(right))
-    base_token = left[position] if position < len(left) else None
-    cand_token = right[position] if position < len(right) else None
+        if by != "text" and baseline.text != candidate.text:
+            tie = Divergence(None, None, None, None, detail="same tokens but different text")
+            return PromptResult(prompt_id, tie, by, **lengths)
+        return PromptResult(prompt_id, None, by, **lengths)
+    base_token, cand_token = token_at(left, position), token_at(right, position)
     if by == "text":
-        return PromptResult(prompt_id, "hard", by, position, base_token, cand_token, None, None,
-                            **lengths, detail="no token logprobs: compared text characters")
+        text = Divergence(position, base_token, cand_token, None,
+                          detail="no token logprobs: compared text characters")
+        return PromptResult(prompt_id, text, by, **lengths)
 
     margin = _margin(baseline.top_logprobs, position)
-    cand_margin = _margin(candidate.top_logprobs, position)
     runner_up = baseline.top_logprobs[position][1][0] if margin is not None else None
-    status, detail = "hard", ""
+    near_tie, detail = False, ""
     if base_token is None or cand_token is None:
         detail = "one completion ended earlier (stop token or length)"
     elif margin is None:
         detail = "baseline gave no top-2 logprobs at the divergence"
     elif margin < near_tie_margin and cand_token == runner_up:
-        status = "near-tie"
+        near_tie = True
         detail = f"candidate took the baseline's runner-up at margin {margin:.4f} nats"
     elif margin < near_tie_margin:
         detail = "small margin, but the candidate's token is not the baseline's runner-up"
-    return PromptResult(prompt_id, status, by, position, base_token, cand_token, margin,
-                        cand_margin, **lengths, detail=detail)
+    divergence = Divergence(position, base_token, cand_token, margin, near_tie,
+                            _margin(candidate.top_logprobs, position), detail)
+    return PromptResult(prompt_id, divergence, by, **lengths)
 
 
+def result_json(result: PromptResult) -> dict[str, Any]:
+    """One prompt in the endpoint report's JSON (field names predate the shared type)."""
+    d = result.divergence_fields()
+    return {
+        "prompt_id": result.prompt_id,
+        "status": str(result.status),
+        "compared_by": result.compared_by,
+        "position": d["position"],
+        "baseline_token": d["reference_token"],
+        "candidate_token": d["candidate_token"],
+        "margin": d["margin"],
+        "candidate_margin": d["candidate_margin"],
+        "baseline_length": result.reference_length,
+        "candidate_length": result.candidate_length,
+        "detail": d["detail"],
+    }

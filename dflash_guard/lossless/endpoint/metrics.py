@@ -22,7 +22,6 @@ class AcceptanceFigures:
     accepted_tokens: float | None = None
 
 
-
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?$")
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -92,5 +91,3 @@ def acceptance_warnings(figures: AcceptanceFigures | None) -> list[str]:
     if tau is not None and tau < 1.1:
         warnings.append(f"acceptance collapsed (tau {tau:.2f}): mask-token aliasing?")
     return warnings
-
-

@@ -18,8 +18,8 @@ from dflash_guard.lossless.endpoint.client import (
 )
 from dflash_guard.lossless.endpoint.compare import (
     DEFAULT_NEAR_TIE_MARGIN,
-    PromptResult,
     compare_completions,
+    result_json,
 )
 from dflash_guard.lossless.endpoint.metrics import (
     AcceptanceFigures,
@@ -27,6 +27,7 @@ from dflash_guard.lossless.endpoint.metrics import (
     acceptance_warnings,
     parse_prometheus,
 )
+from dflash_guard.lossless.result import PromptResult, Status
 from kernels_ref.prompts import PromptSpec
 
 
@@ -73,15 +74,15 @@ class EndpointDiffReport:
     @property
     def identical(self) -> bool:
         """Every prompt gave the same tokens on both endpoints."""
-        return all(r.status == "identical" for r in self.results)
+        return all(r.status is Status.identical for r in self.results)
 
     @property
     def hard_divergences(self) -> tuple[PromptResult, ...]:
-        return tuple(r for r in self.results if r.status == "hard")
+        return tuple(r for r in self.results if r.status is Status.hard)
 
     @property
     def near_ties(self) -> tuple[PromptResult, ...]:
-        return tuple(r for r in self.results if r.status == "near-tie")
+        return tuple(r for r in self.results if r.status is Status.near_tie)
 
     @property
     def passed(self) -> bool:
@@ -99,7 +100,7 @@ class EndpointDiffReport:
             "hard": len(self.hard_divergences),
             "near_ties": len(self.near_ties),
             "near_tie_margin": self.near_tie_margin,
-            "results": [asdict(r) for r in self.results],
+            "results": [result_json(r) for r in self.results],
             "acceptance": asdict(self.acceptance) if self.acceptance else None,
             "warnings": list(self.warnings),
         }
