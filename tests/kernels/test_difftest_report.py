@@ -62,6 +62,11 @@ def test_other_tokenizers_need_prompt_ids(tmp_path: Path) -> None:
         ('{"prompt": "x"}', "string 'id'"),
         ("not json", "not valid JSON"),
         ('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}', "not unique"),
+        ('{"id": "a", "prompt_ids": [true]}', "p.jsonl:1: 'prompt_ids' must be a list of integers"),
+        ('{"id": "a", "text": "x"}', "p.jsonl:1: unknown field 'text'"),
+        ('{"id": "a", "prompt": "x"}\n\n{"id": "b", "prompt": "x", "stop": [1.5]}',
+         "p.jsonl:3: 'stop' must be a list"),
+        ('{"id": "a", "prompt_ids": [1, 999]}', "p.jsonl:1: the prompt is empty or has ids"),
     ],
 )
 def test_malformed_prompt_files_are_refused(tmp_path: Path, line: str, message: str) -> None:
