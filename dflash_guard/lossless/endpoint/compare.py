@@ -48,8 +48,8 @@ def compare_completions(
     position = first_difference(left, right)
     if position is None:
         if by != "text" and baseline.text != candidate.text:
-            tie = Divergence(None, None, None, None, detail="same tokens but different text")
-            return PromptResult(prompt_id, tie, by, **lengths)
+            mismatch = Divergence(None, None, None, None, detail="same tokens but different text")
+            return PromptResult(prompt_id, mismatch, by, **lengths)
         return PromptResult(prompt_id, None, by, **lengths)
     base_token, cand_token = token_at(left, position), token_at(right, position)
     if by == "text":
