@@ -370,22 +370,24 @@ def check_model_signatures(inputs: GateInputs) -> Checked:
 
 def check_difftest(inputs: GateInputs) -> Checked:
     from dflash_guard.lossless.local import run_difftest
+    from dflash_guard.lossless.options import LocalOptions
 
     rules = inputs.policy.difftest
-    report = run_difftest(
+    report = run_difftest(LocalOptions(
         inputs.locations["target"], inputs.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
         max_new_tokens=rules.max_new_tokens, device=inputs.device, inject=inputs.inject,
-    )
+    ))
     near_ties = [d for d in report.divergences
-                 if d.top2_margin is not None and d.top2_margin < rules.near_tie_allowance]
+                 if d.divergence.margin is not None
+                 and d.divergence.margin < rules.near_tie_allowance]
     real = [d for d in report.divergences if d not in near_ties]
     if real:
-        first = real[0]
+        first = real[0].divergence
         return Outcome.refused(
             f"{len(real)} of {len(report.results)} prompts diverge from the target's greedy "
-            f"output (first: {first.id} at token {first.first_diff_position}, "
-            f"margin {first.top2_margin})"), NOTHING
+            f"output (first: {real[0].prompt_id} at token {first.position}, "
+            f"margin {first.margin})"), NOTHING
     if report.tau < rules.min_tau:
         return Outcome.refused(f"mean acceptance length {report.tau:.2f} is below the policy's "
                                f"minimum {rules.min_tau}"), NOTHING
@@ -393,8 +395,8 @@ def check_difftest(inputs: GateInputs) -> Checked:
         "prompts": len(report.results),
         "maxNewTokens": rules.max_new_tokens,
         "identical": report.identical,
-        "divergences": [d.id for d in report.divergences],
-        "nearTies": [d.id for d in near_ties],
+        "divergences": [d.prompt_id for d in report.divergences],
+        "nearTies": [d.prompt_id for d in near_ties],
         "tau": round(report.tau, 4),
         "minTau": rules.min_tau,
         "warnings": list(report.warnings),
@@ -408,8 +410,9 @@ def check_difftest(inputs: GateInputs) -> Checked:
 def check_endpoint_diff(inputs: GateInputs) -> Checked:
     """Diff the live baseline and candidate engines: a hard divergence always refuses, more
     near-ties than `max_near_ties` refuse, and so does an endpoint the gate cannot use."""
-    from dflash_guard.lossless.endpoint import EndpointError, load_prompts, run_endpoint_diff
-    from dflash_guard.lossless.local import DEFAULT_PROMPTS
+    from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+    from dflash_guard.lossless.endpoint import EndpointError, EndpointOptions, run_endpoint_diff
+    from dflash_guard.lossless.prompts import read_prompts
 
     rules = inputs.endpoints
     if rules is None:
@@ -417,12 +420,14 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     api_key = os.environ[rules.api_key_env].strip() if rules.api_key_env else None
     try:
         report = run_endpoint_diff(
-            rules.baseline, rules.candidate,
-            load_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
-            model=rules.model, max_new_tokens=rules.max_new_tokens,
-            concurrency=rules.concurrency, api_key=api_key, timeout=rules.timeout_s,
-            near_tie_margin=rules.near_tie_margin,
-            metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
+            EndpointOptions(
+                rules.baseline, rules.candidate,
+                model=rules.model, max_new_tokens=rules.max_new_tokens,
+                concurrency=rules.concurrency, api_key=api_key, timeout=rules.timeout_s,
+                near_tie_margin=rules.near_tie_margin,
+                metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
+            ),
+            read_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
         )
     except EndpointError as error:
         return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), NOTHING
@@ -430,10 +435,10 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     acceptance = report.acceptance
     total = len(report.results)
     if hard:
-        first = hard[0]
+        first = hard[0].divergence
         return Outcome.refused(
             f"{len(hard)} of {total} prompts diverge between baseline and candidate "
-            f"(first: {first.prompt_id} at token {first.position}"
+            f"(first: {hard[0].prompt_id} at token {first.position}"
             f"{': ' + first.detail if first.detail else ''})"), NOTHING
     if len(ties) > rules.max_near_ties:
         names = ", ".join(r.prompt_id for r in ties)
@@ -445,7 +450,7 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
         "model": rules.model,
         "prompts": total,
         "maxNewTokens": rules.max_new_tokens,
-        "identical": sum(r.status == "identical" for r in report.results),
+        "identical": sum(r.identical for r in report.results),
         "nearTies": len(ties),
         "maxNearTies": rules.max_near_ties,
         "nearTieMargin": rules.near_tie_margin,
