@@ -1,0 +1,145 @@
+"""`dflash-guard audit`: match a lock's engines, Hub revisions and packages against OSV advisories.
+
+Exit 0 clean, 1 an advisory (or an undecided range) at or above `--fail-on`, or a refused feed,
+2 a usage or input error (a malformed advisory names its file and field).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from dflash_guard.cli.common import print_json, stdout
+from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.scan.interface import Severity
+
+if TYPE_CHECKING:
+    from dflash_guard.audit.run import AuditReport
+
+
+class AuditFormat(StrEnum):
+    """Report formats of `audit`."""
+
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+class FailOn(StrEnum):
+    """Severities accepted by `--fail-on`."""
+
+    low = "low"
+    medium = "medium"
+    high = "high"
+    critical = "critical"
+
+
+_STYLE = {Severity.critical: "bold red", Severity.high: "red", Severity.medium: "yellow",
+          Severity.low: "dim"}
+
+
+def parse_clones(specs: list[str]) -> dict[str, Path]:
+    """`NAME=PATH` options -> {name: Path}; NAME is a locked engine's name or a Hub ORG/NAME."""
+    clones: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name or not folder:
+            raise InputError(f"--engine-repo {spec!r}: expected NAME=PATH (a local git clone)")
+        if name in clones:
+            raise InputError(f"--engine-repo {name}: given twice")
+        clones[name] = Path(folder).expanduser()
+    return clones
+
+
+def render_text(report: AuditReport) -> None:
+    """One line per feed, a table of findings, then the verdict."""
+    for feed in report.feeds:
+        newest = feed.newest.date().isoformat() if feed.newest else "no records"
+        stdout.print(f"feed {escape(feed.source)}: {len(feed.advisories)} advisories, newest "
+                     f"{newest}, {feed.digest[:19]}", highlight=False)
+    for problem in report.feed_problems:
+        stdout.print(f"[bold red]feed refused[/]: {escape(problem)}", highlight=False)
+    if report.findings:
+        table = Table(title="dflash-guard audit", title_justify="left")
+        for column in ("severity", "rule", "advisory", "subject"):
+            table.add_column(column)
+        table.add_column("detail", overflow="fold")
+        for f in report.findings:
+            table.add_row(f"[{_STYLE[f.severity]}]{f.severity.name}[/]", f.rule_id,
+                          escape(f.advisory), escape(f.subject), escape(f.message))
+        stdout.print(table)
+    verdict = "PASS" if report.ok else "FAIL"
+    stdout.print(
+        f"{verdict}: {report.subjects} pinned subjects against {report.advisories} advisories: "
+        f"{len(report.ids('DG-ADV-AFFECTED'))} affecting, {len(report.ids('DG-ADV-UNKNOWN'))} "
+        f"undecided, {len(report.failing)} findings at or above {report.fail_on.name}, "
+        f"{len(report.feed_problems)} feed refusals", highlight=False)
+
+
+def audit(
+    lock: Annotated[Path, typer.Option("--lock", help="Lockfile to audit.")] = Path(
+        "dflash.lock"),
+    advisories: Annotated[list[str] | None, typer.Option(
+        "--advisories", help="OSV feed: a JSON file, a folder of them, or an https:// URL "
+                             "(repeatable).")] = None,
+    engine_repo: Annotated[list[str] | None, typer.Option(
+        "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo "
+                              "ORG/NAME), to decide GIT ranges (repeatable).")] = None,
+    fail_on: Annotated[FailOn, typer.Option(
+        "--fail-on", help="Fail on advisories (and undecided ranges) at or above this "
+                          "severity.")] = FailOn.low,
+    max_age_days: Annotated[int | None, typer.Option(
+        "--max-age-days", min=1, help="Refuse a feed whose newest record is older.")] = None,
+    require_signed: Annotated[bool, typer.Option(
+        "--require-signed", help="Refuse a feed file without a signature beside it.")] = False,
+    public_key: Annotated[list[Path] | None, typer.Option(
+        "--public-key", help="Accept feeds signed with this ECDSA public key (PEM; "
+                             "repeatable).")] = None,
+    identity: Annotated[list[str] | None, typer.Option(
+        "--identity", help="Accept feeds signed by this Sigstore identity (repeatable; with "
+                           "--issuer).")] = None,
+    issuer: Annotated[str | None, typer.Option(
+        "--issuer", help="The OIDC issuer of the --identity signers.")] = None,
+    trust_root: Annotated[Path | None, typer.Option(
+        "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
+    fmt: Annotated[AuditFormat, typer.Option("--format", help="text, json or sarif.")
+                   ] = AuditFormat.text,
+) -> None:
+    """Match every locked engine commit, Hub revision and package version against OSV
+    advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error."""
+    from dflash_guard.audit.feeds import FeedRules
+    from dflash_guard.audit.run import run_audit
+    from dflash_guard.audit.sarif import render_sarif
+    from dflash_guard.trust.policy import Identity, Signers
+
+    if identity and not issuer:
+        raise InputError("--identity needs --issuer (the signer's OIDC issuer URL)")
+    for key in public_key or []:
+        if not key.is_file():
+            raise InputError(f"--public-key {key}: no such file")
+    signers = Signers(tuple(Identity(i, issuer or "") for i in identity or []),
+                      tuple(public_key or []))
+    rules = FeedRules(
+        signers=signers, allow_unsigned=not require_signed, trust_root=trust_root,
+        max_age=dt.timedelta(days=max_age_days) if max_age_days else None,
+    )
+    report = run_audit(lock, advisories or [], rules=rules, clones=parse_clones(engine_repo or []),
+                       fail_on=Severity.parse(fail_on.value))
+    if fmt is AuditFormat.json:
+        print_json(report.to_json())
+    elif fmt is AuditFormat.sarif:
+        print_json(render_sarif(report))
+    else:
+        render_text(report)
+    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDING)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `audit` to `app`."""
+    app.command("audit")(audit)
