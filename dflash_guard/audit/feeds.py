@@ -201,7 +201,7 @@ def download(url: str, dest: Path, *, max_bytes: int = MAX_FEED_BYTES,
             for chunk in response.iter_bytes():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise InputError(f"advisory feed {url}: more than {max_bytes} bytes")
+                    raise InputError(f"advisory feed {url}: over the {max_bytes}-byte limit")
                 chunks.append(chunk)
     except httpx2.TimeoutException:
         raise InputError(f"advisory feed {url}: timed out after {timeout:g} s") from None

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from dflash_guard.cli.common import print_json, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
@@ -58,22 +57,17 @@ def parse_clones(specs: list[str]) -> dict[str, Path]:
 
 
 def render_text(report: AuditReport) -> None:
-    """One line per feed, a table of findings, then the verdict."""
+    """One line per feed, two lines per finding, then the verdict."""
     for feed in report.feeds:
         newest = feed.newest.date().isoformat() if feed.newest else "no records"
         stdout.print(f"feed {escape(feed.source)}: {len(feed.advisories)} advisories, newest "
                      f"{newest}, {feed.digest[:19]}", highlight=False)
     for problem in report.feed_problems:
         stdout.print(f"[bold red]feed refused[/]: {escape(problem)}", highlight=False)
-    if report.findings:
-        table = Table(title="dflash-guard audit", title_justify="left")
-        for column in ("severity", "rule", "advisory", "subject"):
-            table.add_column(column)
-        table.add_column("detail", overflow="fold")
-        for f in report.findings:
-            table.add_row(f"[{_STYLE[f.severity]}]{f.severity.name}[/]", f.rule_id,
-                          escape(f.advisory), escape(f.subject), escape(f.message))
-        stdout.print(table)
+    for f in report.findings:
+        stdout.print(f"[{_STYLE[f.severity]}]{f.severity.name}[/] {f.rule_id} "
+                     f"{escape(f.advisory)}: {escape(f.subject)}", highlight=False)
+        stdout.print(f"    {escape(f.message)}", highlight=False)
     verdict = "PASS" if report.ok else "FAIL"
     stdout.print(
         f"{verdict}: {report.subjects} pinned subjects against {report.advisories} advisories: "
