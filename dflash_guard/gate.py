@@ -2,11 +2,11 @@
 
 In order: the lockfile (schema, pins), its signature, byte-exact verification of every locked
 folder, the scan of exactly the verified folders (then the tier rules on remote code and pickle
-formats), the policy (expired waivers, staging, GGUF comparisons, engine builds), model
-signatures, the greedy lossless diff test of the locked pair, and, when the policy names
-endpoints (`difftest.endpoints`), the diff of the live baseline and candidate engines; an
-endpoint the gate cannot reach refuses (a gate that cannot check does not approve). The first
-failing check
+formats), the policy (expired waivers, staging, GGUF comparisons, engine builds), the advisory
+audit of the lock against the policy's OSV feeds (when it names any), model signatures, the
+greedy lossless diff test of the locked pair, and, when the policy names endpoints
+(`difftest.endpoints`), the diff of the live baseline and candidate engines; an endpoint the
+gate cannot reach refuses (a gate that cannot check does not approve). The first failing check
 refuses the deploy; only an approval writes the approval record (an in-toto statement, see
 `provenance`). Operational problems (a missing file, a malformed policy) raise `InputError`.
 """
@@ -43,8 +43,8 @@ from dflash_guard.trust.signing import (
     verify_model_signatures,
 )
 
-STEPS = ("lockfile", "lockfile signature", "verify", "scan", "policy", "model signatures",
-         "difftest", "endpoint diff")
+STEPS = ("lockfile", "lockfile signature", "verify", "scan", "policy", "advisories",
+         "model signatures", "difftest", "endpoint diff")
 PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)|^(pr|#)[-/#]?\d+$",
                         re.IGNORECASE)
 # Semantic-version tags, and llama.cpp's build tags (`b4567`).
@@ -103,6 +103,8 @@ class _Context:
     tau: float = 0.0
     endpoint_diff: dict[str, Any] | None = None
     waivers_used: list[str] = dataclasses.field(default_factory=list)
+    engine_repos: dict[str, Path] = dataclasses.field(default_factory=dict)
+    advisories: dict[str, Any] | None = None
 
     def waived(self, kind: str, target: str) -> bool:
         """Whether an unexpired waiver covers `kind:target` (and remember that it was used)."""
@@ -283,6 +285,40 @@ def check_policy(ctx: _Context) -> str:
     return f"tiers {tiers}{used}"
 
 
+def check_advisories(ctx: _Context) -> str:
+    """Audit the lock against the policy's OSV feeds: a refused feed (bad or missing signature,
+    stale) or an advisory at or above `fail_on` (affecting, or undecided) refuses."""
+    from dflash_guard.audit.feeds import FeedRules, signed_by
+    from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN
+    from dflash_guard.audit.run import run_audit
+    from dflash_guard.scan import Severity
+
+    rules = ctx.policy.advisories
+    if rules is None:
+        raise Skipped("not configured (the policy has no advisories section)")
+    report = run_audit(
+        ctx.lock_path, rules.feeds, clones=ctx.engine_repos,
+        rules=FeedRules(rules.signers, rules.allow_unsigned,
+                        dt.timedelta(days=rules.max_age_days), ctx.trust_root),
+        fail_on=Severity.parse(rules.fail_on),
+    )
+    ctx.advisories = {
+        "feeds": [{"uri": f.source, "digest": {"sha256": f.digest.removeprefix("sha256:")},
+                   "newest": f.to_json()["newest"]} for f in report.feeds],
+        "signers": signed_by(report.feeds),
+        "failOn": rules.fail_on,
+        "affected": report.ids(RULE_AFFECTED),
+        "unknown": report.ids(RULE_UNKNOWN),
+    }
+    problems = list(report.feed_problems) + [f"{f.advisory} ({f.severity.name}): {f.subject}: "
+                                             f"{f.message}" for f in report.failing]
+    if problems:
+        raise Refusal(_listed(problems))
+    below = len(report.findings)
+    return (f"{len(report.feeds)} feed(s), {report.advisories} advisories; none at or above "
+            f"{rules.fail_on}" + (f" ({below} below it)" if below else ""))
+
+
 def check_model_signatures(ctx: _Context) -> str:
     assert ctx.lock is not None
     checks = verify_model_signatures(ctx.lock, ctx.locations, ctx.policy,
@@ -422,6 +458,7 @@ CHECKS: tuple[tuple[str, Callable[[_Context], str]], ...] = (
     ("verify", check_verify),
     ("scan", check_scan),
     ("policy", check_policy),
+    ("advisories", check_advisories),
     ("model signatures", check_model_signatures),
     ("difftest", check_difftest),
     ("endpoint diff", check_endpoint_diff),
@@ -445,6 +482,7 @@ def run_gate(
     inject: str | None = None,
     baseline: str | None = None,
     candidate: str | None = None,
+    engine_repos: Mapping[str, Path] | None = None,
     interactive: bool = False,
     today: dt.date | None = None,
     on_check: Callable[[CheckResult], None] | None = None,
@@ -452,7 +490,8 @@ def run_gate(
     """Run every check in order; refuse at the first failure; write `out` only on approval.
 
     `baseline` and `candidate` override the policy's endpoint URLs (or, with both, run the
-    endpoint diff under a policy that names none)."""
+    endpoint diff under a policy that names none). `engine_repos` maps a locked engine (or Hub
+    repo) to a local git clone, so the advisory audit decides `GIT` ranges over it."""
     if sign and key is not None:
         raise InputError("--sign and --key are exclusive: sign with Sigstore or with a key")
     if key is not None and not key.is_file():
@@ -467,6 +506,7 @@ def run_gate(
         lock_path=Path(lock_path), policy=policy, roots=dict(roots or {}),
         today=today or dt.datetime.now(dt.UTC).date(), trust_root=trust_root,
         download=download, device=device, inject=inject, endpoints=endpoints,
+        engine_repos=dict(engine_repos or {}),
     )
     results: list[CheckResult] = []
     for name, check in CHECKS:
@@ -488,6 +528,8 @@ def run_gate(
         difftest=ctx.difftest, acceptance_length=round(ctx.tau, 4), tiers=ctx.tiers,
         waivers_used=ctx.waivers_used, endpoint_diff=ctx.endpoint_diff,
     )
+    # The advisory audit's feeds (with digests) and matched ids; null when not configured.
+    statement["predicate"]["advisories"] = ctx.advisories
     signature = None
     if out is not None:
         write_approval(statement, out)

@@ -84,10 +84,8 @@ def _affected(subject: Subject, events: Events, versions: Sequence[str]) -> dict
         entry = {"package": {"ecosystem": "GIT", "name": repo}}
         range_type = "GIT"
     if not events.empty:
-        rng: dict[str, Any] = {"type": range_type, "events": events.to_osv()}
-        if repo is not None:
-            rng["repo"] = repo
-        entry["ranges"] = [rng]
+        repo_field = {"repo": repo} if repo is not None else {}
+        entry["ranges"] = [{"type": range_type, **repo_field, "events": events.to_osv()}]
     if versions:
         entry["versions"] = list(versions)
     return entry

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from dflash_guard.cli.audit_cmd import parse_clones
 from dflash_guard.cli.common import OutputFormat, print_json, stdout
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
@@ -70,6 +71,9 @@ def gate(
     candidate: Annotated[str | None, typer.Option(
         "--candidate", help="Endpoint diff: the candidate engine's URL (overrides the policy's).")
     ] = None,
+    engine_repo: Annotated[list[str] | None, typer.Option(
+        "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo), "
+                              "for the advisory audit's GIT ranges (repeatable).")] = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="text or json.")
                    ] = OutputFormat.text,
 ) -> None:
@@ -77,7 +81,8 @@ def gate(
     result = run_gate(
         lock_path, policy, parse_roots(root or []), out=out, sign=sign, key=key,
         trust_root=trust_root, download=download, device=device, inject=inject,
-        baseline=baseline, candidate=candidate, interactive=sys.stdin.isatty(),
+        baseline=baseline, candidate=candidate, engine_repos=parse_clones(engine_repo or []),
+        interactive=sys.stdin.isatty(),
     )
     if fmt is OutputFormat.json:
         print_json(result.to_json())
