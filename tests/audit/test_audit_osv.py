@@ -108,3 +108,14 @@ def test_advisory_new_engine_range_and_refusals(cli, tmp_path):
     bad_id = cli("advisory", "new", "--id", "ACME-3", "--summary", "s", "--pypi", "vllm",
                  "--version", "1.0", "--out", out)
     assert bad_id.exit_code == 2 and "x_ for a local database" in bad_id.stderr
+
+
+def test_docs_example_is_valid_marked_and_never_loaded_by_default():
+    repo = PACKAGE.parents[1]
+    example = repo / "docs" / "examples" / "osv-advisory.example.json"
+    [advisory] = parse_advisories(json.loads(example.read_text()), str(example))
+    assert advisory.id.startswith("x_EXAMPLE-") and advisory.summary.startswith("EXAMPLE ONLY")
+    for name in ("default", "strict", "dev"):
+        assert "advisories:" not in (PACKAGE.parent / "policies" / f"{name}.yaml").read_text()
+    shipped = [p for p in PACKAGE.parent.rglob("*.json") if p.name != "osv-schema.json"]
+    assert not any("affected" in p.read_text() for p in shipped)
