@@ -1,6 +1,7 @@
 """Advisory feeds: a JSON file, a folder of them, or an HTTPS URL, each treated as an artifact.
 
-A feed file holds one OSV record or a JSON list of them. A feed is named by its digest (the
+A feed file holds one OSV record, a JSON list of them, or (osv.dev's `all.zip`) a zip archive
+of record files. A feed is named by its digest (the
 file's sha256; for a folder, the sha256 of its sorted `sha256  path` listing), may carry a
 signature beside each file (`FILE.sigstore.json` or `FILE.sigstore`: a Sigstore bundle over the
 bytes; `FILE.sig`: an OpenSSF key signature, as `dflash-guard sign` writes them), and has an age:
@@ -19,6 +20,7 @@ import datetime as dt
 import hashlib
 import ipaddress
 import json
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
@@ -36,6 +38,7 @@ from dflash_guard.trust.signing import (
 )
 
 MAX_FEED_BYTES = 64 * 1024 * 1024
+MAX_ZIP_BYTES = 1024 * 1024 * 1024  # uncompressed, for a zip feed
 TIMEOUT_S = 30.0
 BUNDLE_SUFFIXES = (SIGSTORE_SUFFIX, ".sigstore")
 SIGNATURE_SUFFIXES = (*BUNDLE_SUFFIXES, KEY_SIG_SUFFIX)
@@ -115,25 +118,53 @@ def _signature_checks(path: Path, rules: FeedRules, label: str) -> tuple[Signatu
     return tuple(checks)
 
 
+def _parse_json(data: bytes, label: str) -> list[Advisory]:
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise InputError(f"{label}: not valid JSON: {error}") from None
+    return parse_advisories(document, label)
+
+
+def _read_zip(path: Path, label: str) -> list[Advisory]:
+    """osv.dev's per-ecosystem `all.zip`: one record per `*.json` member, read in memory (never
+    extracted), with the uncompressed total capped against zip bombs."""
+    advisories, total = [], 0
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in sorted(archive.infolist(), key=lambda m: m.filename):
+                if member.is_dir() or not member.filename.endswith(".json"):
+                    continue
+                total += member.file_size
+                if total > MAX_ZIP_BYTES:
+                    raise InputError(f"{label}: more than {MAX_ZIP_BYTES} bytes uncompressed")
+                data = archive.read(member)
+                advisories += _parse_json(data, f"{label}:{member.filename}")
+    except (OSError, zipfile.BadZipFile, EOFError) as error:
+        raise InputError(f"cannot read advisory feed {label}: {error}") from None
+    return advisories
+
+
 def _read_file(path: Path, label: str) -> tuple[bytes, list[Advisory]]:
     try:
         data = path.read_bytes()
-        document = json.loads(data)
     except OSError as error:
         raise InputError(f"cannot read advisory feed {label}: {error.strerror or error}"
                          ) from None
-    except (UnicodeDecodeError, ValueError) as error:
-        raise InputError(f"{label}: not valid JSON: {error}") from None
-    return data, parse_advisories(document, label)
+    if zipfile.is_zipfile(path):
+        return data, _read_zip(path, label)
+    return data, _parse_json(data, label)
 
 
 def read_feed(path: Path, rules: FeedRules, source: str | None = None) -> Feed:
-    """Load a feed file or folder of `*.json` files, checking the signatures beside each."""
+    """Load a feed file or a folder of `*.json`/`*.zip` files, checking the signatures beside
+    each."""
     source = source or str(path)
     if path.is_dir():
-        members = sorted(p for p in path.rglob("*.json") if p.is_file() and not _is_signature(p))
+        members = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".json", ".zip")
+                         and not _is_signature(p))
         if not members:
-            raise InputError(f"advisory feed {source}: no *.json file in the folder "
+            raise InputError(f"advisory feed {source}: no *.json or *.zip file in the folder "
                              "(an empty feed never means clean)")
     elif path.is_file():
         members = [path]

@@ -132,3 +132,18 @@ def test_feed_url_refused_before_any_request(lock, url):
     with pytest.raises(InputError) as error:
         run_audit(lock, [url], now=NOW)
     assert "secret" not in str(error.value)
+
+
+def test_feed_zip_as_osv_dev_publishes_it(lock, tmp_path):
+    import zipfile
+
+    archive = tmp_path / "all.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("x_FEED-1.json", json.dumps(_drafter_record()))
+        zf.writestr("x_FEED-2.json", json.dumps(osv("x_FEED-2", [])))
+    report = run_audit(lock, [str(archive)], now=NOW)
+    assert report.advisories == 2 and report.ids(RULE_AFFECTED) == ["x_FEED-1"]
+    with zipfile.ZipFile(archive, "a") as zf:
+        zf.writestr("x_FEED-3.json", json.dumps(osv("x_FEED-3", [{"versions": 3}])))
+    with pytest.raises(InputError, match=r"all\.zip:x_FEED-3\.json: affected\[0\]\.versions: "):
+        run_audit(lock, [str(archive)], now=NOW)
