@@ -7,15 +7,19 @@ Exit 0 clean, 1 an advisory (or an undecided range) at or above `--fail-on`, or 
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 
-from dflash_guard.cli.common import print_json, stdout
+from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.fileio import write_atomic
 from dflash_guard.scan.interface import Severity
 
 if TYPE_CHECKING:
@@ -56,20 +60,20 @@ def parse_clones(specs: list[str]) -> dict[str, Path]:
     return clones
 
 
-def render_text(report: AuditReport) -> None:
+def render_text(report: AuditReport, console: Console) -> None:
     """One line per feed, two lines per finding, then the verdict."""
     for feed in report.feeds:
         newest = feed.newest.date().isoformat() if feed.newest else "no records"
-        stdout.print(f"feed {escape(feed.source)}: {len(feed.advisories)} advisories, newest "
+        console.print(f"feed {escape(feed.source)}: {len(feed.advisories)} advisories, newest "
                      f"{newest}, {feed.digest[:19]}", highlight=False)
     for problem in report.feed_problems:
-        stdout.print(f"[bold red]feed refused[/]: {escape(problem)}", highlight=False)
+        console.print(f"[bold red]feed refused[/]: {escape(problem)}", highlight=False)
     for f in report.findings:
-        stdout.print(f"[{_STYLE[f.severity]}]{f.severity.name}[/] {f.rule_id} "
+        console.print(f"[{_STYLE[f.severity]}]{f.severity.name}[/] {f.rule_id} "
                      f"{escape(f.advisory)}: {escape(f.subject)}", highlight=False)
-        stdout.print(f"    {escape(f.message)}", highlight=False)
+        console.print(f"    {escape(f.message)}", highlight=False)
     verdict = "PASS" if report.ok else "FAIL"
-    stdout.print(
+    console.print(
         f"{verdict}: {report.subjects} pinned subjects against {report.advisories} advisories: "
         f"{len(report.ids('DG-ADV-AFFECTED'))} affecting, {len(report.ids('DG-ADV-UNKNOWN'))} "
         f"undecided, {len(report.failing)} findings at or above {report.fail_on.name}, "
@@ -104,6 +108,8 @@ def audit(
         "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
     fmt: Annotated[AuditFormat, typer.Option("--format", help="text, json or sarif.")
                    ] = AuditFormat.text,
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Write the report to FILE (atomically), not stdout.")] = None,
 ) -> None:
     """Match every locked engine commit, Hub revision and package version against OSV
     advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error."""
@@ -125,12 +131,18 @@ def audit(
     )
     report = run_audit(lock, advisories or [], rules=rules, clones=parse_clones(engine_repo or []),
                        fail_on=Severity.parse(fail_on.value))
-    if fmt is AuditFormat.json:
-        print_json(report.to_json())
-    elif fmt is AuditFormat.sarif:
-        print_json(render_sarif(report))
+    if fmt is AuditFormat.text:
+        console = Console(record=True, width=120, file=io.StringIO()) if output else stdout
+        render_text(report, console)
+        text = console.export_text() if output else ""
     else:
-        render_text(report)
+        payload = report.to_json() if fmt is AuditFormat.json else render_sarif(report)
+        text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
+        if output is None:
+            typer.echo(text, nl=False)
+    if output is not None:
+        write_atomic(output, text)
+        stderr.print(f"report written to {output}", highlight=False, markup=False)
     raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDING)
 
 

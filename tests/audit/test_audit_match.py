@@ -213,3 +213,15 @@ def test_audit_cli_engine_repo_errors(cli, tmp_path, history):
         assert result.exit_code == 2 and message in result.stderr, result.stderr
     none = cli("audit", "--lock", lock)
     assert none.exit_code == 2 and "no advisory feed" in none.stderr
+
+
+def test_audit_cli_output_file_is_written_whole(cli, tmp_path, history):
+    lock = write_lock(tmp_path / "dflash.lock", engine_commit=history.intro)
+    feed = write_feed(tmp_path / "feed.json", _engine_advisory(
+        history, introduced=history.intro, fixed=history.fix))
+    for fmt, check in (("sarif", lambda t: json.loads(t)["version"] == "2.1.0"),
+                       ("text", lambda t: "x_TEST-ENGINE-1" in t and "FAIL" in t)):
+        out = tmp_path / f"report.{fmt}"
+        result = cli("audit", "--lock", lock, "--advisories", feed, "--format", fmt,
+                     "--output", out)
+        assert result.exit_code == 1 and result.stdout == "" and check(out.read_text())
