@@ -49,7 +49,7 @@ class Events:
 
 
 @dataclasses.dataclass(frozen=True)
-class Subject:
+class AdvisorySubject:
     """Exactly one of `engine` (a git URL), `hf_repo` (ORG/NAME) or `pypi` (a package name)."""
 
     engine: str | None = None
@@ -57,7 +57,8 @@ class Subject:
     pypi: str | None = None
 
 
-def _affected(subject: Subject, events: Events, versions: Sequence[str]) -> dict[str, Any]:
+def _affected(subject: AdvisorySubject, events: Events, versions: Sequence[str]
+              ) -> dict[str, Any]:
     given = [name for name, value in dataclasses.asdict(subject).items() if value]
     if len(given) != 1:
         raise InputError("name exactly one subject: --engine URL, --hf-repo ORG/NAME or "
@@ -93,7 +94,7 @@ def _affected(subject: Subject, events: Events, versions: Sequence[str]) -> dict
 
 def new_advisory(
     advisory_id: str,
-    subject: Subject,
+    subject: AdvisorySubject,
     *,
     summary: str,
     severity: Severity,

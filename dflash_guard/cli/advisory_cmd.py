@@ -60,11 +60,11 @@ def new(
                      ] = False,
 ) -> None:
     """Write a schema-valid OSV advisory for one engine, Hub repo or PyPI package."""
-    from dflash_guard.audit.author import Events, Subject, new_advisory, write_advisory
+    from dflash_guard.audit.author import AdvisorySubject, Events, new_advisory, write_advisory
     from dflash_guard.scan.interface import Severity
 
     record = new_advisory(
-        advisory_id, Subject(engine=engine, hf_repo=hf_repo, pypi=pypi), summary=summary,
+        advisory_id, AdvisorySubject(engine=engine, hf_repo=hf_repo, pypi=pypi), summary=summary,
         severity=Severity.parse(severity.value), details=details,
         events=Events(tuple(introduced or ()), tuple(fixed or ()), tuple(last_affected or ()),
                       tuple(limit or ())),

@@ -34,13 +34,8 @@ class AuditFormat(StrEnum):
     sarif = "sarif"
 
 
-class FailOn(StrEnum):
-    """Severities accepted by `--fail-on`."""
-
-    low = "low"
-    medium = "medium"
-    high = "high"
-    critical = "critical"
+# The severities `--fail-on` and `advisory new --severity` accept: derived from the one Severity.
+FailOn = StrEnum("FailOn", {s.name: s.name for s in Severity})
 
 
 _STYLE = {Severity.critical: "bold red", Severity.high: "red", Severity.medium: "yellow",

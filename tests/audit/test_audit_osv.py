@@ -10,7 +10,7 @@ import pytest
 from audit_support import DRAFTER_COMMIT, DRAFTER_REPO, NOW, osv, write_feed, write_lock
 
 import dflash_guard.audit
-from dflash_guard.audit.author import Events, Subject, new_advisory
+from dflash_guard.audit.author import AdvisorySubject, Events, new_advisory
 from dflash_guard.audit.match import RULE_AFFECTED
 from dflash_guard.audit.osv import parse_advisories, parse_advisory
 from dflash_guard.audit.run import run_audit
@@ -92,7 +92,8 @@ def test_advisory_new_roundtrip_is_matched(cli, tmp_path):
 
 
 def test_advisory_new_engine_range_and_refusals(cli, tmp_path):
-    record = new_advisory("x_ACME-1", Subject(engine="https://github.com/ggml-org/llama.cpp"),
+    engine = AdvisorySubject(engine="https://github.com/ggml-org/llama.cpp")
+    record = new_advisory("x_ACME-1", engine,
                           summary="s", severity=Severity.high,
                           events=Events(introduced=("a" * 40,), fixed=("b" * 40,)))
     [rng] = record["affected"][0]["ranges"]
