@@ -288,20 +288,15 @@ def check_policy(ctx: _Context) -> str:
 def check_advisories(ctx: _Context) -> str:
     """Audit the lock against the policy's OSV feeds: a refused feed (bad or missing signature,
     stale) or an advisory at or above `fail_on` (affecting, or undecided) refuses."""
-    from dflash_guard.audit.feeds import FeedRules, signed_by
+    from dflash_guard.audit.feeds import signed_by
     from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN
-    from dflash_guard.audit.run import run_audit
-    from dflash_guard.scan import Severity
+    from dflash_guard.audit.run import run_policy_audit
 
     rules = ctx.policy.advisories
     if rules is None:
         raise Skipped("not configured (the policy has no advisories section)")
-    report = run_audit(
-        ctx.lock_path, rules.feeds, clones=ctx.engine_repos,
-        rules=FeedRules(rules.signers, rules.allow_unsigned,
-                        dt.timedelta(days=rules.max_age_days), ctx.trust_root),
-        fail_on=Severity.parse(rules.fail_on),
-    )
+    report = run_policy_audit(ctx.lock_path, rules, clones=ctx.engine_repos,
+                              trust_root=ctx.trust_root)
     ctx.advisories = {
         "feeds": [{"uri": f.source, "digest": {"sha256": f.digest.removeprefix("sha256:")},
                    "newest": f.to_json()["newest"]} for f in report.feeds],

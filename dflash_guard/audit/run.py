@@ -13,7 +13,7 @@ import datetime as dt
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_guard.audit.feeds import Feed, FeedRules, feed_problems, load_feed
 from dflash_guard.audit.match import (
@@ -28,6 +28,9 @@ from dflash_guard.audit.osv import Advisory
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.scan.interface import Severity
+
+if TYPE_CHECKING:
+    from dflash_guard.trust.policy import AdvisoryRules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,3 +123,19 @@ def run_audit(
     findings = match_lock(advisories, subjects, repos)
     return AuditReport(str(lock_path), lock.digest(), feeds, problems, tuple(findings),
                        fail_on, len(subjects), len(advisories))
+
+
+def run_policy_audit(
+    lock_path: Path,
+    rules: AdvisoryRules,
+    *,
+    extra_sources: Sequence[str] = (),
+    clones: Mapping[str, Path] | None = None,
+    trust_root: Path | None = None,
+    now: dt.datetime | None = None,
+) -> AuditReport:
+    """The audit a policy's `advisories` section asks for (the gate's step, `audit --policy`)."""
+    feed_rules = FeedRules(rules.signers, rules.allow_unsigned,
+                           dt.timedelta(days=rules.max_age_days), trust_root)
+    return run_audit(lock_path, [*rules.feeds, *extra_sources], rules=feed_rules, clones=clones,
+                     fail_on=Severity.parse(rules.fail_on), now=now)

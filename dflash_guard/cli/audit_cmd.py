@@ -23,6 +23,7 @@ from dflash_guard.fileio import write_atomic
 from dflash_guard.scan.interface import Severity
 
 if TYPE_CHECKING:
+    from dflash_guard.audit.feeds import FeedRules
     from dflash_guard.audit.run import AuditReport
 
 
@@ -75,18 +76,41 @@ def render_text(report: AuditReport, console: Console) -> None:
         f"{len(report.feed_problems)} feed refusals", highlight=False)
 
 
+def _flag_rules(fail_on: FailOn | None, max_age_days: int | None, require_signed: bool,
+                public_key: list[Path], identity: list[str], issuer: str | None,
+                trust_root: Path | None) -> tuple[FeedRules, Severity]:
+    """The feed rules and threshold the command-line flags describe (no policy)."""
+    from dflash_guard.audit.feeds import FeedRules
+    from dflash_guard.trust.policy import Identity, Signers
+
+    if identity and not issuer:
+        raise InputError("--identity needs --issuer (the signer's OIDC issuer URL)")
+    for key in public_key:
+        if not key.is_file():
+            raise InputError(f"--public-key {key}: no such file")
+    rules = FeedRules(
+        signers=Signers(tuple(Identity(i, issuer or "") for i in identity), tuple(public_key)),
+        allow_unsigned=not require_signed, trust_root=trust_root,
+        max_age=dt.timedelta(days=max_age_days) if max_age_days else None,
+    )
+    return rules, Severity.parse(fail_on.value if fail_on else "low")
+
+
 def audit(
     lock: Annotated[Path, typer.Option("--lock", help="Lockfile to audit.")] = Path(
         "dflash.lock"),
     advisories: Annotated[list[str] | None, typer.Option(
-        "--advisories", help="OSV feed: a JSON file, a folder of them, or an https:// URL "
-                             "(repeatable).")] = None,
+        "--advisories", help="OSV feed: a JSON or zip file, a folder of them, or an https:// "
+                             "URL (repeatable).")] = None,
     engine_repo: Annotated[list[str] | None, typer.Option(
         "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo "
                               "ORG/NAME), to decide GIT ranges (repeatable).")] = None,
-    fail_on: Annotated[FailOn, typer.Option(
+    policy: Annotated[str | None, typer.Option(
+        "--policy", help="Audit as this policy's advisories section says (feeds, signers, "
+                         "fail_on, max_age_days); --advisories adds feeds.")] = None,
+    fail_on: Annotated[FailOn | None, typer.Option(
         "--fail-on", help="Fail on advisories (and undecided ranges) at or above this "
-                          "severity.")] = FailOn.low,
+                          "severity (default: low).")] = None,
     max_age_days: Annotated[int | None, typer.Option(
         "--max-age-days", min=1, help="Refuse a feed whose newest record is older.")] = None,
     require_signed: Annotated[bool, typer.Option(
@@ -108,24 +132,28 @@ def audit(
 ) -> None:
     """Match every locked engine commit, Hub revision and package version against OSV
     advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error."""
-    from dflash_guard.audit.feeds import FeedRules
-    from dflash_guard.audit.run import run_audit
+    from dflash_guard.audit.run import run_audit, run_policy_audit
     from dflash_guard.audit.sarif import render_sarif
-    from dflash_guard.trust.policy import Identity, Signers
+    from dflash_guard.trust.policy import load_policy
 
-    if identity and not issuer:
-        raise InputError("--identity needs --issuer (the signer's OIDC issuer URL)")
-    for key in public_key or []:
-        if not key.is_file():
-            raise InputError(f"--public-key {key}: no such file")
-    signers = Signers(tuple(Identity(i, issuer or "") for i in identity or []),
-                      tuple(public_key or []))
-    rules = FeedRules(
-        signers=signers, allow_unsigned=not require_signed, trust_root=trust_root,
-        max_age=dt.timedelta(days=max_age_days) if max_age_days else None,
-    )
-    report = run_audit(lock, advisories or [], rules=rules, clones=parse_clones(engine_repo or []),
-                       fail_on=Severity.parse(fail_on.value))
+    clones = parse_clones(engine_repo or [])
+    if policy is not None:
+        given = [flag for flag, value in (
+            ("--fail-on", fail_on), ("--max-age-days", max_age_days),
+            ("--require-signed", require_signed), ("--public-key", public_key),
+            ("--identity", identity), ("--issuer", issuer)) if value]
+        if given:
+            raise InputError(f"{given[0]} does not apply with --policy: the policy's "
+                             "advisories section sets it")
+        section = load_policy(policy).advisories
+        if section is None:
+            raise InputError(f"--policy {policy}: the policy has no advisories section")
+        report = run_policy_audit(lock, section, extra_sources=advisories or [], clones=clones,
+                                  trust_root=trust_root)
+    else:
+        rules, threshold = _flag_rules(fail_on, max_age_days, require_signed, public_key or [],
+                                       identity or [], issuer, trust_root)
+        report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
     if fmt is AuditFormat.text:
         console = Console(record=True, width=120, file=io.StringIO()) if output else stdout
         render_text(report, console)

@@ -145,3 +145,20 @@ def test_gate_records_feed_digests_and_matched_ids(tmp_path, pair, key_pair):
     assert record["feeds"][0]["digest"] == {"sha256": digest}
     assert record["affected"] == ["x_GATE-LOW"] and record["unknown"] == []
     assert record["signers"][0].startswith("key feed-key.pub")
+
+
+def test_audit_cli_with_policy_section(cli, tmp_path, pair):
+    write_feed(tmp_path / "feed.json", _engine_record("x_GATE-MED", "MODERATE"))
+    lock_path = tmp_path / "dflash.lock"
+    write_lockfile(pair[0], lock_path)
+    high = _policy(tmp_path, _section(fail_on="high"))
+    result = cli("audit", "--lock", lock_path, "--policy", high, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["fail_on"] == "high" and report["summary"]["affected"] == ["x_GATE-MED"]
+    low = _policy(tmp_path, _section(fail_on="low"))
+    assert cli("audit", "--lock", lock_path, "--policy", low).exit_code == 1
+    clash = cli("audit", "--lock", lock_path, "--policy", low, "--fail-on", "critical")
+    assert clash.exit_code == 2 and "--fail-on does not apply with --policy" in clash.stderr
+    none = cli("audit", "--lock", lock_path, "--policy", "default")
+    assert none.exit_code == 2 and "no advisories section" in none.stderr
