@@ -103,9 +103,11 @@ def _is_signature(path: Path) -> bool:
     return path.name.endswith(SIGNATURE_SUFFIXES)
 
 
-def _signature_checks(path: Path, rules: FeedRules, label: str) -> tuple[SignatureCheck, ...]:
+def _signature_checks(path: Path, data: bytes, rules: FeedRules, label: str
+                      ) -> tuple[SignatureCheck, ...]:
+    """Check every signature beside `path`; `data` is what was parsed (the file must still hold
+    exactly that afterwards, so what was verified is what was read)."""
     checks = []
-    data = path.read_bytes()
     for suffix in BUNDLE_SUFFIXES:
         bundle = path.with_name(path.name + suffix)
         if bundle.is_file():
@@ -115,6 +117,8 @@ def _signature_checks(path: Path, rules: FeedRules, label: str) -> tuple[Signatu
     if keysig.is_file():
         checks.append(verify_key_signature(path, keysig, rules.signers.public_keys,
                                            subject=label))
+    if checks and hashlib.sha256(path.read_bytes()).digest() != hashlib.sha256(data).digest():
+        raise InputError(f"advisory feed {label}: changed while it was being read")
     return tuple(checks)
 
 
@@ -177,7 +181,7 @@ def read_feed(path: Path, rules: FeedRules, source: str | None = None) -> Feed:
         data, records = _read_file(member, label)
         advisories += records
         files.append(FeedFile(name, hashlib.sha256(data).hexdigest(),
-                              _signature_checks(member, rules, label)))
+                              _signature_checks(member, data, rules, label)))
     if path.is_dir():
         listing = "".join(f"{f.sha256}  {f.name}\n" for f in files).encode()
         digest = hashlib.sha256(listing).hexdigest()

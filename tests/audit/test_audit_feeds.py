@@ -147,3 +147,19 @@ def test_feed_zip_as_osv_dev_publishes_it(lock, tmp_path):
         zf.writestr("x_FEED-3.json", json.dumps(osv("x_FEED-3", [{"versions": 3}])))
     with pytest.raises(InputError, match=r"all\.zip:x_FEED-3\.json: affected\[0\]\.versions: "):
         run_audit(lock, [str(archive)], now=NOW)
+
+
+def test_feed_changed_between_parse_and_verify_is_refused(lock, signed_feed, key_pair,
+                                                          monkeypatch):
+    from dflash_guard.audit import feeds
+
+    verify = feeds.verify_key_signature
+
+    def swap_then_verify(path, sig, keys, *, subject):
+        path.write_text(path.read_text().replace(DRAFTER_COMMIT, "c" * 40))
+        sign_with_key(path, key_pair[0])  # a validly signed, different feed
+        return verify(path, sig, keys, subject=subject)
+
+    monkeypatch.setattr(feeds, "verify_key_signature", swap_then_verify)
+    with pytest.raises(InputError, match="changed while it was being read"):
+        run_audit(lock, [str(signed_feed)], rules=_rules(key_pair), now=NOW)
