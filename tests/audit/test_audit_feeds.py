@@ -163,3 +163,38 @@ def test_feed_changed_between_parse_and_verify_is_refused(lock, signed_feed, key
     monkeypatch.setattr(feeds, "verify_key_signature", swap_then_verify)
     with pytest.raises(InputError, match="changed while it was being read"):
         run_audit(lock, [str(signed_feed)], rules=_rules(key_pair), now=NOW)
+
+
+@pytest.mark.parametrize("suffix", [".sigstore.json", ".sigstore"])
+def test_feed_sigstore_bundle_beside_it_is_checked(lock, tmp_path, suffix):
+    from dflash_guard.trust.policy import Identity
+
+    feed = write_feed(tmp_path / "feed.json", _drafter_record())
+    (tmp_path / f"feed.json{suffix}").write_text("{}")
+    nobody = run_audit(lock, [str(feed)], now=NOW)
+    assert "accepts no Sigstore identity" in nobody.feed_problems[0]
+    ci = Signers((Identity("https://github.com/o/r/.github/workflows/feed.yml@refs/heads/main",
+                           "https://token.actions.githubusercontent.com"),), ())
+    report = run_audit(lock, [str(feed)], rules=FeedRules(signers=ci), now=NOW)
+    assert f"feed.json{suffix} refused: not a valid Sigstore bundle" in report.feed_problems[0]
+
+
+def test_feed_real_sigstore_bundle_verifies_and_tampered_bytes_do_not(shared_vectors, tmp_path):
+    """A real staging bundle (sigstore-python's `bundle.txt.sigstore`, the FEED.sigstore layout)
+    through the exact code that checks a feed's signatures, offline with the staging root."""
+    import shutil
+
+    from dflash_guard.audit.feeds import _signature_checks
+    from dflash_guard.trust.policy import Identity
+
+    vectors = shared_vectors / "sigstore-python"
+    blob = shutil.copy(vectors / "bundle.txt", tmp_path / "bundle.txt")
+    shutil.copy(vectors / "bundle.txt.sigstore", tmp_path / "bundle.txt.sigstore")
+    rules = FeedRules(signers=Signers((Identity("a@tny.town", "https://github.com/login/oauth"),),
+                                      ()), trust_root=vectors / "staging-trusted_root.json")
+    data = blob.read_bytes()
+    [check] = _signature_checks(blob, data, rules, "bundle.txt")
+    assert check.ok and check.signer.startswith("a@tny.town")
+    blob.write_bytes(data + b" ")
+    [check] = _signature_checks(blob, data + b" ", rules, "bundle.txt")
+    assert not check.ok
