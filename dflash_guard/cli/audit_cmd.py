@@ -58,6 +58,8 @@ def parse_clones(specs: list[str]) -> dict[str, Path]:
 
 def render_text(report: AuditReport, console: Console) -> None:
     """One line per feed, two lines per finding, then the verdict."""
+    from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN
+
     for feed in report.feeds:
         newest = feed.newest.date().isoformat() if feed.newest else "no records"
         console.print(f"feed {escape(feed.source)}: {len(feed.advisories)} advisories, newest "
@@ -71,7 +73,7 @@ def render_text(report: AuditReport, console: Console) -> None:
     verdict = "PASS" if report.ok else "FAIL"
     console.print(
         f"{verdict}: {report.subjects} pinned subjects against {report.advisories} advisories: "
-        f"{len(report.ids('DG-ADV-AFFECTED'))} affecting, {len(report.ids('DG-ADV-UNKNOWN'))} "
+        f"{len(report.ids(RULE_AFFECTED))} affecting, {len(report.ids(RULE_UNKNOWN))} "
         f"undecided, {len(report.failing)} findings at or above {report.fail_on.name}, "
         f"{len(report.feed_problems)} feed refusals", highlight=False)
 
