@@ -9,16 +9,18 @@ from typing import Any
 
 from rich.console import Console
 
+from dflash_guard.formats import OutputFormat as ReportFormat
+
 # Reports go to stdout; progress, warnings and errors to stderr, so `--format json` stays parseable.
 stdout = Console(soft_wrap=True)
 stderr = Console(stderr=True, soft_wrap=True)
 
 
 class OutputFormat(StrEnum):
-    """Report formats shared by commands that report."""
+    """`--format` of the commands that report as text or JSON (see `formats.OutputFormat`)."""
 
-    text = "text"
-    json = "json"
+    text = ReportFormat.text.value
+    json = ReportFormat.json.value
 
 
 def print_json(payload: Any) -> None:

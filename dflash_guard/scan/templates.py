@@ -15,8 +15,8 @@ from pathlib import Path
 from jinja2 import Environment, nodes
 from jinja2.exceptions import TemplateSyntaxError
 
-from dflash_guard.scan import jsonfile
-from dflash_guard.scan.interface import Finding, Severity
+from dflash_guard.scan import jsonfile, rules
+from dflash_guard.scan.interface import Finding, Rule, Severity
 
 DETECTOR = "template"
 # Globals through which SSTI payloads reach Python internals (lipsum.__globals__ and friends).
@@ -59,16 +59,16 @@ _ESCAPED_UNDERSCORE = re.compile(r"\\x5f|\\u005f|\\U0000005f|\\137", re.IGNORECA
 def check_template(source: str, display: str, member: str | None = None) -> list[Finding]:
     """Findings for one chat template's source text."""
 
-    def finding(rule: str, severity: Severity, message: str, line: int | None) -> Finding:
+    def finding(rule: Rule, severity: Severity, message: str, line: int | None) -> Finding:
         return Finding(
-            rule, severity, display, message, line=line, member=member, detector=DETECTOR
+            rule.id, severity, display, message, line=line, member=member, detector=DETECTOR
         )
 
     findings: list[Finding] = []
     if _ESCAPED_UNDERSCORE.search(source):
         findings.append(
             finding(
-                "DG-TPL-ESCAPED-NAME",
+                rules.TPL_ESCAPED_NAME,
                 Severity.high,
                 "escaped underscore (\\x5f and the like) hides a dunder name",
                 None,
@@ -80,7 +80,7 @@ def check_template(source: str, display: str, member: str | None = None) -> list
     except TemplateSyntaxError as error:
         findings.append(
             finding(
-                "DG-TPL-SYNTAX",
+                rules.TPL_SYNTAX,
                 Severity.medium,
                 f"does not parse as Jinja: {error.message}",
                 error.lineno,
@@ -89,7 +89,7 @@ def check_template(source: str, display: str, member: str | None = None) -> list
         return findings
     except RecursionError:
         findings.append(
-            finding("DG-UNSCANNABLE", Severity.high, "nested too deeply to check", None)
+            finding(rules.UNSCANNABLE, Severity.high, "nested too deeply to check", None)
         )
         return findings
     for node, (rule, severity, message) in problems:
@@ -102,20 +102,20 @@ def _node_problems(node: nodes.Node) -> list[tuple[str, Severity, str]]:
         if node.attr.startswith("__"):
             return [
                 (
-                    "DG-TPL-DUNDER",
+                    rules.TPL_DUNDER,
                     Severity.critical,
                     f"attribute access to {node.attr!r} (sandbox escape shape)",
                 )
             ]
         if node.attr.startswith("_") or node.attr in _RISKY_ATTRS:
-            return [("DG-TPL-DUNDER", Severity.high, f"attribute access to {node.attr!r}")]
+            return [(rules.TPL_DUNDER, Severity.high, f"attribute access to {node.attr!r}")]
     elif isinstance(node, nodes.Getitem):
         key = node.arg
         if isinstance(key, nodes.Const) and isinstance(key.value, str):
             if key.value.startswith("_") or key.value in _RISKY_ATTRS:
                 return [
                     (
-                        "DG-TPL-DUNDER",
+                        rules.TPL_DUNDER,
                         Severity.critical,
                         f"subscript access to {key.value!r} (sandbox escape shape)",
                     )
@@ -123,7 +123,7 @@ def _node_problems(node: nodes.Node) -> list[tuple[str, Severity, str]]:
         elif _builds_string(key):
             return [
                 (
-                    "DG-TPL-COMPUTED-ATTR",
+                    rules.TPL_COMPUTED_ATTR,
                     Severity.high,
                     "subscript with a computed name (string built at render time)",
                 )
@@ -131,7 +131,7 @@ def _node_problems(node: nodes.Node) -> list[tuple[str, Severity, str]]:
     elif isinstance(node, nodes.Filter) and node.name == "attr":
         return [
             (
-                "DG-TPL-ATTR-FILTER",
+                rules.TPL_ATTR_FILTER,
                 Severity.high,
                 "|attr filter reads an attribute by a name given as data",
             )
@@ -139,7 +139,7 @@ def _node_problems(node: nodes.Node) -> list[tuple[str, Severity, str]]:
     elif isinstance(node, nodes.Name) and node.name in _RISKY_NAMES:
         return [
             (
-                "DG-TPL-RISKY-GLOBAL",
+                rules.TPL_RISKY_GLOBAL,
                 Severity.medium,
                 f"uses the global {node.name!r}, a usual stepping stone to __globals__",
             )
@@ -148,14 +148,14 @@ def _node_problems(node: nodes.Node) -> list[tuple[str, Severity, str]]:
         if _DUNDER.search(node.value):
             return [
                 (
-                    "DG-TPL-DUNDER",
+                    rules.TPL_DUNDER,
                     Severity.high,
                     f"string constant names a dunder ({_DUNDER.search(node.value).group(0)})",
                 )
             ]
     elif isinstance(node, (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
         return [
-            ("DG-TPL-INCLUDE", Severity.medium, "loads another template (include/import/extends)")
+            (rules.TPL_INCLUDE, Severity.medium, "loads another template (include/import/extends)")
         ]
     return []
 
@@ -179,7 +179,11 @@ def scan_jinja_file(path: Path, display: str) -> list[Finding]:
     except (OSError, UnicodeDecodeError) as error:
         return [
             Finding(
-                "DG-UNSCANNABLE", Severity.high, display, f"cannot read: {error}", detector=DETECTOR
+                rules.UNSCANNABLE.id,
+                Severity.high,
+                display,
+                f"cannot read: {error}",
+                detector=DETECTOR,
             )
         ]
     return check_template(source, display)
@@ -208,7 +212,7 @@ def scan_config_templates(path: Path, display: str) -> list[Finding]:
     except (OSError, UnicodeDecodeError, ValueError) as error:
         return [
             Finding(
-                "DG-CONFIG-INVALID",
+                rules.CONFIG_INVALID.id,
                 Severity.medium,
                 display,
                 f"not readable JSON: {error}",

@@ -30,10 +30,10 @@ import yaml
 
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import SHA256_RE
+from dflash_guard.severity import Severity
 
 POLICY_VERSION = 1
 TIERS = ("official", "community", "unknown")
-SEVERITIES = ("low", "medium", "high", "critical")
 BUILTIN_POLICIES = ("default", "strict", "dev")
 WAIVER_KINDS = ("engine", "remote-code", "staging", "scan", "pickle", "gguf-comparison")
 
@@ -564,7 +564,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         gguf_requires_comparison=artifacts["gguf_requires_comparison"].flag(),
         allow_pr_head=engines["allow_pr_head"].flag(),
         require_release=engines["require_release"].flag(),
-        fail_on=scan["fail_on"].choice(SEVERITIES),
+        fail_on=scan["fail_on"].choice(Severity.names()),
         difftest=rules,
         drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),
         lockfile_signature_required=lockfile_required,

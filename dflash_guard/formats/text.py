@@ -1,0 +1,48 @@
+"""Text rendering: a table per file, worst findings first, then the report's one-line summary."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from dflash_guard.formats.interface import Report
+from dflash_guard.severity import Severity
+
+_STYLE = {
+    Severity.critical: "bold red",
+    Severity.high: "red",
+    Severity.medium: "yellow",
+    Severity.low: "dim",
+}
+
+
+def print_report(report: Report, console: Console) -> None:
+    """Print `report` on `console` (with colours when the console has them)."""
+    for file in sorted({f.file for f in report.findings}):
+        table = Table(title=escape(file), title_justify="left", show_lines=False, expand=False)
+        table.add_column("severity")
+        table.add_column("rule")
+        table.add_column("where")
+        table.add_column("message", overflow="fold")
+        for finding in (f for f in report.findings if f.file == file):
+            where = finding.member or ""
+            if finding.line:
+                where = f"{where} line {finding.line}".strip()
+            table.add_row(
+                f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
+                finding.rule_id,
+                escape(where),
+                escape(finding.message),
+            )
+        console.print(table)
+    console.print(report.summary(), highlight=False)
+
+
+def render(report: Report) -> str:
+    """`report` as plain text, 120 columns wide."""
+    console = Console(record=True, width=120, file=io.StringIO())
+    print_report(report, console)
+    return console.export_text()
