@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from dflash_guard.formats.interface import Report
 from dflash_guard.severity import Severity
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from dflash_guard.scan.interface import Finding
 
 _STYLE = {
     Severity.critical: "bold red",
@@ -22,23 +27,29 @@ _STYLE = {
 def print_report(report: Report, console: Console) -> None:
     """Print `report` on `console` (with colours when the console has them)."""
     for file in sorted({f.file for f in report.findings}):
-        table = Table(title=escape(file), title_justify="left", show_lines=False, expand=False)
-        table.add_column("severity")
-        table.add_column("rule")
-        table.add_column("where")
-        table.add_column("message", overflow="fold")
-        for finding in (f for f in report.findings if f.file == file):
-            where = finding.member or ""
-            if finding.line:
-                where = f"{where} line {finding.line}".strip()
-            table.add_row(
-                f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
-                finding.rule_id,
-                escape(where),
-                escape(finding.message),
-            )
-        console.print(table)
-    console.print(report.summary(), highlight=False)
+        console.print(_file_table(file, [f for f in report.findings if f.file == file]))
+    console.print(report.summary(), markup=False, emoji=False, highlight=False)
+
+
+def _file_table(file: str, findings: list[Finding]) -> Table:
+    from rich.table import Table  # imported here: a clean report prints one line, no table
+
+    table = Table(title=escape(file), title_justify="left", show_lines=False, expand=False)
+    table.add_column("severity")
+    table.add_column("rule")
+    table.add_column("where")
+    table.add_column("message", overflow="fold")
+    for finding in findings:
+        where = finding.member or ""
+        if finding.line:
+            where = f"{where} line {finding.line}".strip()
+        table.add_row(
+            f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
+            finding.rule_id,
+            escape(where),
+            escape(finding.message),
+        )
+    return table
 
 
 def render(report: Report) -> str:

@@ -176,8 +176,8 @@ def check_drafter(
     return findings
 
 
-def _shape_problems(config: dict, dflash: dict, target: dict) -> list[tuple[str, Severity, str]]:
-    problems: list[tuple[str, Severity, str]] = []
+def _shape_problems(config: dict, dflash: dict, target: dict) -> list[tuple[Rule, Severity, str]]:
+    problems: list[tuple[Rule, Severity, str]] = []
     layers = target.get("num_hidden_layers")
     layer_ids = dflash.get("target_layer_ids", config.get("target_layer_ids"))
     if isinstance(layers, int):

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
-from dflash_guard.scan.templates import check_template
 
 DETECTOR = "gguf"
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -68,5 +67,7 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
                 finding(rules.GGUF_METADATA, Severity.high, f"{key} is not a string", member=key)
             )
             continue
+        from dflash_guard.scan.templates import check_template  # jinja2: only for a template
+
         findings.extend(check_template(source, display, member=key))
     return findings

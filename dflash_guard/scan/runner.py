@@ -16,11 +16,9 @@ from dflash_guard.scan import (
     drafter_config,
     gguf_check,
     jsonfile,
-    pickles,
     remote_code,
     rules,
     safetensors_check,
-    templates,
 )
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
 from dflash_guard.scan.report import ScanReport
@@ -92,12 +90,17 @@ class _Run:
         if name.endswith(".index.json") and "safetensors" in name:
             self.findings += safetensors_check.check_index(path, display)
             return
+        # the template detector imports jinja2 (~50 ms): only where a template can be
         if name in _TEMPLATE_CONFIGS:
-            self.findings += templates.scan_config_templates(path, display)
+            from dflash_guard.scan.templates import scan_config_templates
+
+            self.findings += scan_config_templates(path, display)
         if name in _AUTO_MAP_CONFIGS:
             self.auto_map(path, display)
         if suffix == ".jinja":
-            self.findings += templates.scan_jinja_file(path, display)
+            from dflash_guard.scan.templates import scan_jinja_file
+
+            self.findings += scan_jinja_file(path, display)
             return
         try:
             fmt = sniff(path)
@@ -192,7 +195,9 @@ class _Run:
             self.param_count = (self.param_count or 0) + header.param_count
 
     def pickle(self, path: Path, display: str) -> None:
-        findings = pickles.scan_pickle_file(path, display)
+        from dflash_guard.scan.pickles import scan_pickle_file  # pickletools, zipfile, modelscan
+
+        findings = scan_pickle_file(path, display)
         self.findings += findings
         if any(f.rule_id == rules.PICKLE_PRESENT.id for f in findings):
             self.pickle_files.append(display)

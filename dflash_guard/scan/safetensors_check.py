@@ -17,6 +17,7 @@ from dflash_guard.scan import jsonfile, rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
 
 DETECTOR = "safetensors"
+_DESERIALIZE_BELOW = 16 << 20  # bytes: read whole and validated in memory below this size
 MAX_HEADER = 100 * 1024 * 1024  # the safetensors loader's own limit
 _TAIL = 64 * 1024 + 22  # where a zip's end-of-central-directory record can start
 DTYPE_BITS = {
@@ -211,12 +212,20 @@ def _polyglot(data: bytes, where: str, check: _Checker) -> None:
 
 
 def _library_check(path: Path, check: _Checker) -> None:
-    """Let the safetensors loader validate the header (it maps the file; reads no tensor data)."""
-    from safetensors import safe_open
+    """Let the safetensors loader validate the header and offsets (it reads no tensor data).
+
+    A file under `_DESERIALIZE_BELOW` goes to `safetensors.deserialize` (the same validation on
+    the bytes); a larger one is mapped by `safe_open`, which imports numpy (about 50 ms), a price
+    a small folder's scan should not pay.
+    """
+    from safetensors import deserialize, safe_open
 
     try:
-        with safe_open(str(path), framework="numpy") as handle:
-            handle.keys()
+        if path.stat().st_size < _DESERIALIZE_BELOW:
+            deserialize(path.read_bytes())
+        else:
+            with safe_open(str(path), framework="numpy") as handle:
+                handle.keys()
     except Exception as error:  # noqa: BLE001 - the library raises its own error types
         check.add(rules.ST_INVALID, Severity.high, f"rejected by the safetensors loader: {error}")
 

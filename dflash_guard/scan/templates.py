@@ -97,7 +97,7 @@ def check_template(source: str, display: str, member: str | None = None) -> list
     return findings
 
 
-def _node_problems(node: nodes.Node) -> list[tuple[str, Severity, str]]:
+def _node_problems(node: nodes.Node) -> list[tuple[Rule, Severity, str]]:
     if isinstance(node, nodes.Getattr):
         if node.attr.startswith("__"):
             return [
