@@ -67,7 +67,7 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
                 finding(rules.GGUF_METADATA, Severity.high, f"{key} is not a string", member=key)
             )
             continue
-        from dflash_guard.scan.templates import check_template  # jinja2: only for a template
+        from dflash_guard.scan.template_check import check_template  # jinja2: only for a template
 
         findings.extend(check_template(source, display, member=key))
     return findings

@@ -19,6 +19,7 @@ from dflash_guard.scan import (
     remote_code,
     rules,
     safetensors_check,
+    templates,
 )
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
 from dflash_guard.scan.report import ScanReport
@@ -90,17 +91,12 @@ class _Run:
         if name.endswith(".index.json") and "safetensors" in name:
             self.findings += safetensors_check.check_index(path, display)
             return
-        # the template detector imports jinja2 (~50 ms): only where a template can be
         if name in _TEMPLATE_CONFIGS:
-            from dflash_guard.scan.templates import scan_config_templates
-
-            self.findings += scan_config_templates(path, display)
+            self.findings += templates.scan_config_templates(path, display)
         if name in _AUTO_MAP_CONFIGS:
             self.auto_map(path, display)
         if suffix == ".jinja":
-            from dflash_guard.scan.templates import scan_jinja_file
-
-            self.findings += scan_jinja_file(path, display)
+            self.findings += templates.scan_jinja_file(path, display)
             return
         try:
             fmt = sniff(path)

@@ -9,7 +9,7 @@ import pytest
 from scan_builders import write_json
 
 from dflash_guard.scan import Severity, scan_paths
-from dflash_guard.scan.templates import check_template
+from dflash_guard.scan.template_check import check_template
 
 # The shape of Qwen3's chat template (abridged): namespaces, slicing, filters, method calls.
 BENIGN = """{%- if tools %}{{- '<|im_start|>system\\n' }}{%- for tool in tools %}
