@@ -12,10 +12,8 @@ import os
 import sys
 
 import typer
-from rich.markup import escape
 
 from dflash_guard import __version__
-from dflash_guard.cli.common import stderr
 from dflash_guard.errors import EXIT_ERROR, Error
 
 # Top-level command name -> the module in dflash_guard/cli/ that registers it (help order).
@@ -69,20 +67,26 @@ def main(argv: list[str] | None = None) -> None:
     try:
         build_app(command)(args=args, standalone_mode=True)
     except Error as error:
-        stderr.print(
-            f"[bold red]error:[/] {escape(error.diagnostics())}", highlight=False, soft_wrap=True
-        )
+        _print_error("error:", error.diagnostics())
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
-        stderr.print("[bold red]interrupted[/]")
+        _print_error("interrupted", "")
         sys.exit(130)
     except Exception as error:  # noqa: BLE001 - the contract is "never a traceback"
         if os.environ.get("DFLASH_GUARD_DEBUG"):
             raise
-        stderr.print(
-            f"[bold red]internal error:[/] {type(error).__name__}: {escape(str(error))} "
-            "(set DFLASH_GUARD_DEBUG=1 for the traceback)",
-            highlight=False,
-            soft_wrap=True,
+        _print_error(
+            "internal error:",
+            f"{type(error).__name__}: {error} (set DFLASH_GUARD_DEBUG=1 for the traceback)",
         )
         sys.exit(EXIT_ERROR)
+
+
+def _print_error(label: str, text: str) -> None:
+    """`label text` on stderr, the label in bold red and `text` never read as markup."""
+    from rich.markup import escape
+
+    from dflash_guard.cli.common import stderr
+
+    line = f"[bold red]{label}[/] {escape(text)}" if text else f"[bold red]{label}[/]"
+    stderr.print(line, highlight=False, soft_wrap=True)

@@ -8,10 +8,14 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import stderr, stdout
+from dflash_guard import formats
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat
+from dflash_guard.scan import scan_paths
 from dflash_guard.severity import Severity
+
+# The rich consoles of cli.common are imported where used: a clean scan prints without rich.
 
 
 def register(app: typer.Typer) -> None:
@@ -51,10 +55,6 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Scan checkpoints, chat templates and remote code; exit 1 on findings at --fail-on+."""
-        from dflash_guard import formats
-        from dflash_guard.fileio import write_atomic
-        from dflash_guard.scan import scan_paths
-
         report = scan_paths(
             paths,
             target=target,
@@ -62,10 +62,11 @@ def register(app: typer.Typer) -> None:
             param_budget=param_budget,
         )
         report = dataclasses.replace(report, fail_on=fail_on)
-        if output is None and output_format is OutputFormat.text:
+        if output is None and output_format is OutputFormat.text and report.findings:
+            from dflash_guard.cli.common import stdout
             from dflash_guard.formats.text import print_report
 
-            print_report(report, stdout)
+            print_report(report, stdout)  # in colour and terminal-wide, unlike render()
         elif output is None:
             typer.echo(formats.render(report, output_format), nl=False)
         else:
@@ -74,5 +75,7 @@ def register(app: typer.Typer) -> None:
             except OSError as error:
                 reason = error.strerror or error
                 raise InputError(f"{output}: cannot write the report ({reason})") from None
+            from dflash_guard.cli.common import stderr
+
             stderr.print(f"report written to {output}", highlight=False)
         raise typer.Exit(EXIT_FINDING if report.fails() else EXIT_OK)

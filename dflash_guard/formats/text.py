@@ -1,17 +1,18 @@
-"""Text rendering: a table per file, worst findings first, then the report's one-line summary."""
+"""Text rendering: a table per file, worst findings first, then the report's one-line summary.
+
+rich is imported only when there is a finding to tabulate: a clean report is one plain line.
+"""
 
 from __future__ import annotations
 
 import io
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-
 from dflash_guard.formats.interface import Report
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
     from dflash_guard.scan.interface import Finding
@@ -26,13 +27,14 @@ _STYLE = {
 
 def print_report(report: Report, console: Console) -> None:
     """Print `report` on `console` (with colours when the console has them)."""
-    for file in sorted({f.file for f in report.findings}):
+    for file in sorted({f.file for f in report.findings}):  # rich loads with the first table
         console.print(_file_table(file, [f for f in report.findings if f.file == file]))
     console.print(report.summary(), markup=False, emoji=False, highlight=False)
 
 
 def _file_table(file: str, findings: list[Finding]) -> Table:
-    from rich.table import Table  # imported here: a clean report prints one line, no table
+    from rich.markup import escape
+    from rich.table import Table
 
     table = Table(title=escape(file), title_justify="left", show_lines=False, expand=False)
     table.add_column("severity")
@@ -53,7 +55,11 @@ def _file_table(file: str, findings: list[Finding]) -> Table:
 
 
 def render(report: Report) -> str:
-    """`report` as plain text, 120 columns wide."""
+    """`report` as plain text, tables 120 columns wide (a clean report is its summary line)."""
+    if not report.findings:
+        return report.summary() + "\n"
+    from rich.console import Console
+
     console = Console(record=True, width=120, file=io.StringIO())
     print_report(report, console)
     return console.export_text()

@@ -1,7 +1,8 @@
 """`dflash-guard scan` imports only what the files in front of it need (start-up time).
 
 Each case runs the CLI in a fresh interpreter and lists the heavy libraries it imported: a folder
-of safetensors and JSON needs none of them; a pickle brings modelscan, a template jinja2.
+of safetensors and JSON needs none of them; a pickle brings modelscan, a template jinja2 and a
+finding rich (for its tables).
 """
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ from pathlib import Path
 
 from scan_builders import gadget_pickle, write_json, write_safetensors
 
-HEAVY = ("torch", "modelscan", "sigstore", "huggingface_hub", "jinja2", "numpy", "httpx", "gguf")
+HEAVY = (
+    "torch",
+    "modelscan",
+    "sigstore",
+    "huggingface_hub",
+    "jinja2",
+    "numpy",
+    "httpx",
+    "gguf",
+    "rich",  # a clean report is one plain line; tables come with findings
+)
 
 _PROBE = """
 import json, sys
@@ -52,5 +63,5 @@ def test_a_pickle_brings_modelscan_and_a_template_brings_jinja2(tmp_path: Path) 
     (tmp_path / "pytorch_model.bin").write_bytes(gadget_pickle("os", "system"))
     write_json(tmp_path / "tokenizer_config.json", {"chat_template": "{{ messages }}"})
     code, heavy = _scan_imports(tmp_path)
-    assert code == 1 and {"modelscan", "jinja2"} <= set(heavy)
+    assert code == 1 and {"modelscan", "jinja2", "rich"} <= set(heavy)
     assert "torch" not in heavy and "sigstore" not in heavy
