@@ -17,7 +17,9 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
     from gguf import GGUFReader
 
     def finding(rule: Rule, severity: Severity, message: str, member: str | None = None):
-        return Finding(rule.id, severity, display, message, member=member, detector=DETECTOR)
+        return Finding.of(
+            rule, display, message, severity=severity, member=member, detector=DETECTOR
+        )
 
     try:
         reader = GGUFReader(path)

@@ -354,7 +354,9 @@ class _Scan:
 
     def add(self, rule: Rule, severity: Severity, message: str, member: str | None) -> None:
         self.findings.append(
-            Finding(rule.id, severity, self.display, message, member=member, detector=DETECTOR)
+            Finding.of(
+                rule, self.display, message, severity=severity, member=member, detector=DETECTOR
+            )
         )
 
     # -- pickles -------------------------------------------------------------------------------

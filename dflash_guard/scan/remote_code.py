@@ -166,7 +166,9 @@ class _Visitor(ast.NodeVisitor):
         where = self.context[-1]
         line = getattr(node, "lineno", None)
         self.findings.append(
-            Finding(rule.id, severity, self.display, message, line=line, detector=DETECTOR)
+            Finding.of(
+                rule, self.display, message, severity=severity, line=line, detector=DETECTOR
+            )
         )
         if runs and where in _IMPORT_TIME and rule != rules.RC_IMPORT_TIME_SIDE_EFFECT:
             raised = Severity(min(severity + 1, Severity.critical))

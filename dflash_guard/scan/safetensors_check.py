@@ -69,7 +69,9 @@ class _Checker:
 
     def add(self, rule: Rule, severity: Severity, message: str, member: str | None = None) -> None:
         self.findings.append(
-            Finding(rule.id, severity, self.display, message, member=member, detector=DETECTOR)
+            Finding.of(
+                rule, self.display, message, severity=severity, member=member, detector=DETECTOR
+            )
         )
 
 
