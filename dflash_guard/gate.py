@@ -364,7 +364,7 @@ def check_advisories(inputs: GateInputs) -> Checked:
     """Audit the lock against the policy's OSV feeds: a refused feed (bad or missing signature,
     stale) or an advisory at or above `fail_on` (affecting, or undecided) refuses."""
     from dflash_guard.audit.feeds import signed_by
-    from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN
+    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
     from dflash_guard.audit.run import run_policy_audit
 
     rules = inputs.policy.advisories

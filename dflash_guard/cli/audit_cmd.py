@@ -20,7 +20,7 @@ from rich.markup import escape
 from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.scan.interface import Severity
+from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
     from dflash_guard.audit.feeds import FeedRules
@@ -35,8 +35,7 @@ class AuditFormat(StrEnum):
     sarif = "sarif"
 
 
-# The severities `--fail-on` and `advisory new --severity` accept: derived from the one Severity.
-FailOn = StrEnum("FailOn", {s.name: s.name for s in Severity})
+SEVERITY_METAVAR = "[" + "|".join(Severity.names()) + "]"
 
 
 _STYLE = {Severity.critical: "bold red", Severity.high: "red", Severity.medium: "yellow",
@@ -58,7 +57,7 @@ def parse_clones(specs: list[str]) -> dict[str, Path]:
 
 def render_text(report: AuditReport, console: Console) -> None:
     """One line per feed, two lines per finding, then the verdict."""
-    from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN
+    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 
     for feed in report.feeds:
         newest = feed.newest.date().isoformat() if feed.newest else "no records"
@@ -78,7 +77,7 @@ def render_text(report: AuditReport, console: Console) -> None:
         f"{len(report.feed_problems)} feed refusals", highlight=False)
 
 
-def _flag_rules(fail_on: FailOn | None, max_age_days: int | None, require_signed: bool,
+def _flag_rules(fail_on: Severity | None, max_age_days: int | None, require_signed: bool,
                 public_key: list[Path], identity: list[str], issuer: str | None,
                 trust_root: Path | None) -> tuple[FeedRules, Severity]:
     """The feed rules and threshold the command-line flags describe (no policy)."""
@@ -95,7 +94,7 @@ def _flag_rules(fail_on: FailOn | None, max_age_days: int | None, require_signed
         allow_unsigned=not require_signed, trust_root=trust_root,
         max_age=dt.timedelta(days=max_age_days) if max_age_days else None,
     )
-    return rules, Severity.parse(fail_on.value if fail_on else "low")
+    return rules, fail_on or Severity.low
 
 
 def audit(
@@ -110,8 +109,9 @@ def audit(
     policy: Annotated[str | None, typer.Option(
         "--policy", help="Audit as this policy's advisories section says (feeds, signers, "
                          "fail_on, max_age_days); --advisories adds feeds.")] = None,
-    fail_on: Annotated[FailOn | None, typer.Option(
-        "--fail-on", help="Fail on advisories (and undecided ranges) at or above this "
+    fail_on: Annotated[Severity | None, typer.Option(
+        "--fail-on", parser=Severity.parse, metavar=SEVERITY_METAVAR,
+        help="Fail on advisories (and undecided ranges) at or above this "
                           "severity (default: low).")] = None,
     max_age_days: Annotated[int | None, typer.Option(
         "--max-age-days", min=1, help="Refuse a feed whose newest record is older.")] = None,
