@@ -17,7 +17,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dflash_guard.errors import InputError
 from kernels_ref.checkpoint import (
     assign_weights,
     load_tensors,
@@ -25,6 +24,7 @@ from kernels_ref.checkpoint import (
     parse_dtype,
     read_config,
 )
+from kernels_ref.errors import RunnerError
 from kernels_ref.model import DecoderLayer, ModelConfig, RMSNorm, Target, rope
 
 
@@ -43,12 +43,12 @@ class DrafterConfig:
         """Parse `config.json`; `dflash_config` fields may also sit at top level."""
         nested = raw.get("dflash_config") or {}
         if not isinstance(nested, dict):
-            raise InputError(f"{where}: 'dflash_config' must be an object")
+            raise RunnerError(f"{where}: 'dflash_config' must be an object")
 
         def field(name: str) -> Any:
             value = nested.get(name, raw.get(name))
             if value is None:
-                raise InputError(f"{where}: DFlash field {name!r} is missing")
+                raise RunnerError(f"{where}: DFlash field {name!r} is missing")
             return value
 
         layer_ids = field("target_layer_ids")
@@ -62,7 +62,7 @@ class DrafterConfig:
         }
         for name, bad in unsupported.items():
             if bad:
-                raise InputError(
+                raise RunnerError(
                     f"{where}: drafter option {name!r} is not supported by kernels_ref"
                 )
         ints = [raw.get("block_size"), raw.get("num_target_layers"), field("mask_token_id")]
@@ -71,12 +71,12 @@ class DrafterConfig:
             or not layer_ids
             or not all(isinstance(i, int) and not isinstance(i, bool) for i in [*layer_ids, *ints])
         ):
-            raise InputError(
+            raise RunnerError(
                 f"{where}: block_size, num_target_layers, mask_token_id and target_layer_ids "
                 "must be integers (target_layer_ids a non-empty list)"
             )
         if raw["block_size"] < 2:
-            raise InputError(f"{where}: block_size must be at least 2")
+            raise RunnerError(f"{where}: block_size must be at least 2")
         return cls(
             ModelConfig.from_dict(raw, where),
             raw["block_size"],
@@ -107,7 +107,7 @@ class DrafterConfig:
         if not 0 <= self.mask_token_id < target.vocab_size:
             problems.append(f"mask_token_id {self.mask_token_id} outside the target's vocabulary")
         if problems:
-            raise InputError(f"{where}: drafter does not match its target: " + "; ".join(problems))
+            raise RunnerError(f"{where}: drafter does not match its target: " + "; ".join(problems))
 
 
 class DrafterCache:

@@ -21,6 +21,7 @@ import torch
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
+from dflash_guard.lossless.reference import runner_errors
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter
@@ -361,6 +362,7 @@ def _graph_models(
     return runner.target, runner.drafter
 
 
+@runner_errors()
 def run_difftest(
     target_dir: Path,
     drafter_dir: Path,

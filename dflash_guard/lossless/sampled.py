@@ -30,6 +30,7 @@ from dflash_guard.lossless.defaults import (
     DEFAULT_RUNNER_TOKENS,
 )
 from dflash_guard.lossless.local import load_prompts
+from dflash_guard.lossless.reference import runner_errors
 from kernels_ref.drafter import load_drafter
 from kernels_ref.loop import DraftModel, generate
 from kernels_ref.model import Target, load_target
@@ -331,6 +332,7 @@ def runner_sampler(
     return draw
 
 
+@runner_errors()
 def run_sampled_difftest(
     target_dir: Path,
     drafter_dir: Path,
