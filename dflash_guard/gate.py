@@ -296,12 +296,13 @@ def check_model_signatures(ctx: _Context) -> str:
 
 def check_difftest(ctx: _Context) -> str:
     from dflash_guard.lossless.local import run_difftest
+    from dflash_guard.lossless.reference import parse_fault
 
     rules = ctx.policy.difftest
     report = run_difftest(
         ctx.locations["target"], ctx.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
-        max_new_tokens=rules.max_new_tokens, device=ctx.device, inject=ctx.inject,
+        max_new_tokens=rules.max_new_tokens, device=ctx.device, inject=parse_fault(ctx.inject),
     )
     near_ties = [d for d in report.divergences
                  if d.top2_margin is not None and d.top2_margin < rules.near_tie_allowance]

@@ -25,7 +25,8 @@ from dflash_guard.lossless.endpoint import (
     run_endpoint_diff,
 )
 from dflash_guard.lossless.endpoint import load_prompts as load_endpoint_prompts
-from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
+from dflash_guard.lossless.reference import parse_fault
+from kernels_ref.faults import Fault
 
 if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
     from dflash_guard.lossless.local import DifftestReport
@@ -66,7 +67,7 @@ def render_text(report: DifftestReport) -> None:
         f"{report.target_forwards_spec} speculative ({saved} saved)"
     )
     if report.inject:
-        stdout.print(f"injected fault: {report.inject} ({FAULTS[report.inject]})")
+        stdout.print(f"injected fault: {report.inject} ({report.inject.description})")
     for warning in report.warnings:
         stdout.print(f"[yellow]warning:[/] {warning}", highlight=False)
     verdict = (
@@ -150,8 +151,8 @@ def register(app: typer.Typer) -> None:
         inject: Annotated[
             str | None,
             typer.Option(
-                help="Plant a known engine bug: " + ", ".join(FAULTS) + " (with --sampled: "
-                + ", ".join(SAMPLING_FAULTS) + ")."
+                help="Plant a known engine bug: " + ", ".join(f for f in Fault if f.greedy)
+                + " (with --sampled: " + ", ".join(f for f in Fault if f.sampling) + ")."
             ),
         ] = None,
         cuda_graphs: Annotated[
@@ -237,6 +238,7 @@ def register(app: typer.Typer) -> None:
         statistically. Exit 0 identical (endpoint: no hard divergence; sampled: no rejection),
         1 divergence (or a warning with --fail-on-warning), 2 input or endpoint error.
         """
+        fault = parse_fault(inject)
         endpoint_mode = baseline is not None or candidate is not None
         if endpoint_mode:
             if baseline is None or candidate is None:
@@ -279,7 +281,7 @@ def register(app: typer.Typer) -> None:
                 stderr.print(f"sampling {samples} draws per prompt and side ...")
             sampled_report = run_sampled_difftest(
                 target, drafter, prompts=prompts, samples=samples, tokens=sample_tokens,
-                params=params, alpha=alpha, seed=seed, inject=inject, block_size=block_size,
+                params=params, alpha=alpha, seed=seed, inject=fault, block_size=block_size,
                 device=device, dtype=dtype,
             )
             if output_format is OutputFormat.json:
@@ -298,7 +300,7 @@ def register(app: typer.Typer) -> None:
             max_new_tokens=max_new_tokens,
             device=device,
             dtype=dtype,
-            inject=inject,
+            inject=fault,
             block_size=block_size,
             cuda_graphs=cuda_graphs,
         )

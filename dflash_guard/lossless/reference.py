@@ -1,4 +1,5 @@
-"""Where dflash_guard meets kernels_ref: its `RunnerError` becomes `InputError`."""
+"""Where dflash_guard meets kernels_ref: its `RunnerError` becomes `InputError`, and an
+`--inject` name becomes a `Fault`. Torch-free, so the CLI can parse `--inject` cheaply."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from contextlib import contextmanager
 
 from dflash_guard.errors import InputError
 from kernels_ref.errors import RunnerError
+from kernels_ref.faults import Fault
 
 
 @contextmanager
@@ -16,3 +18,11 @@ def runner_errors() -> Iterator[None]:
         yield
     except RunnerError as error:
         raise InputError(str(error)) from None
+
+
+def parse_fault(name: str | None) -> Fault | None:
+    """The `Fault` called `name` (None stays None); `InputError` naming the known faults."""
+    if name is None:
+        return None
+    with runner_errors():
+        return Fault.parse(name)

@@ -32,10 +32,10 @@ from dflash_guard.lossless.defaults import (
 from dflash_guard.lossless.local import load_prompts
 from dflash_guard.lossless.reference import runner_errors
 from kernels_ref.drafter import load_drafter
-from kernels_ref.loop import DraftModel, generate
+from kernels_ref.faults import Fault
+from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
 from kernels_ref.sampling import (
-    SAMPLING_FAULTS,
     SamplingParams,
     draft_block,
     probs_from_logits,
@@ -43,6 +43,7 @@ from kernels_ref.sampling import (
     seeded,
     verify_block,
 )
+from kernels_ref.step import DraftModel
 from kernels_ref.tokenizer import load_byte_tokenizer
 
 DEFAULT_MIN_CELL = 10
@@ -192,7 +193,7 @@ def sample_speculative(
     draft_generator: torch.Generator,
     verify_generator: torch.Generator,
     greedy_draft: bool = True,
-    inject: str | None = None,
+    inject: Fault | None = None,
 ) -> tuple[torch.Tensor, float]:
     """[samples, tokens] continuations drawn by draft-and-verify steps, and the mean number of
     draft tokens accepted per step. Draws advance in lockstep; each keeps its own length."""
@@ -276,7 +277,7 @@ def check_sampled(
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     greedy_draft: bool = True,
-    inject: str | None = None,
+    inject: Fault | None = None,
     min_cell: int = DEFAULT_MIN_CELL,
 ) -> SampledReport:
     """The check on a cache-free model pair, both samplers vectorised over the draws."""
@@ -308,7 +309,7 @@ def runner_sampler(
     params: SamplingParams,
     *,
     block_size: int | None = None,
-    inject: str | None = None,
+    inject: Fault | None = None,
 ) -> Sampler:
     """A sampler that decodes each draw with `kernels_ref.loop.generate` (the runner under test,
     KV cache and all): autoregressive without a drafter, speculative with one."""
@@ -343,7 +344,7 @@ def run_sampled_difftest(
     params: SamplingParams | None = None,
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
-    inject: str | None = None,
+    inject: Fault | None = None,
     block_size: int | None = None,
     device: str = "cpu",
     dtype: str = "float32",
@@ -358,10 +359,11 @@ def run_sampled_difftest(
     params = params or SamplingParams()
     if params.greedy:
         raise InputError("--sampled needs --temperature above 0")
-    if inject is not None and inject not in SAMPLING_FAULTS:
-        raise InputError(f"--sampled plants sampler faults only: {', '.join(SAMPLING_FAULTS)}")
-    if inject == "reuse-draft-uniforms":
-        raise InputError("reuse-draft-uniforms needs a sampled draft; the runner drafts greedily")
+    if inject is not None and not inject.sampling:
+        sampler_faults = ", ".join(fault for fault in Fault if fault.sampling)
+        raise InputError(f"--sampled plants sampler faults only: {sampler_faults}")
+    if inject is not None and not inject.runner:
+        raise InputError(f"{inject} needs a sampled draft; the runner drafts greedily")
     if samples < 1 or tokens < 1 or not 0 < alpha < 1:
         raise InputError("--samples and --sample-tokens must be positive, --alpha in (0, 1)")
     target = load_target(Path(target_dir), device, dtype)
