@@ -9,6 +9,7 @@ published checkpoints: `fc.weight`, `hidden_norm.weight`, `norm.weight`, `layers
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from kernels_ref.checkpoint import (
     parse_dtype,
     read_config,
 )
+from kernels_ref.compat import compatibility_problems
 from kernels_ref.errors import RunnerError
 from kernels_ref.model import DecoderLayer, ModelConfig, RMSNorm, Target, rope
 
@@ -86,28 +88,17 @@ class DrafterConfig:
         )
 
     def check_against(self, target: ModelConfig, where: Path | str) -> None:
-        """Refuse a drafter that cannot work with `target` (the usual mismatches, named)."""
-        problems = []
-        if self.layers.hidden_size != target.hidden_size:
-            problems.append(
-                f"hidden_size {self.layers.hidden_size} != target's {target.hidden_size}"
-            )
-        if self.layers.vocab_size != target.vocab_size:
-            problems.append(f"vocab_size {self.layers.vocab_size} != target's {target.vocab_size}")
-        if self.num_target_layers != target.num_hidden_layers:
-            problems.append(
-                f"num_target_layers {self.num_target_layers} != target's "
-                f"num_hidden_layers {target.num_hidden_layers}"
-            )
-        bad = [i for i in self.target_layer_ids if not 0 <= i < target.num_hidden_layers]
-        if bad:
-            problems.append(
-                f"target_layer_ids {bad} out of range for {target.num_hidden_layers} target layers"
-            )
-        if not 0 <= self.mask_token_id < target.vocab_size:
-            problems.append(f"mask_token_id {self.mask_token_id} outside the target's vocabulary")
+        """Refuse a drafter that cannot work with `target` (`kernels_ref.compat` names why)."""
+        drafter = {
+            **dataclasses.asdict(self.layers),
+            "num_target_layers": self.num_target_layers,
+            "mask_token_id": self.mask_token_id,
+            "target_layer_ids": list(self.target_layer_ids),
+        }
+        problems = compatibility_problems(drafter, dataclasses.asdict(target))
         if problems:
-            raise RunnerError(f"{where}: drafter does not match its target: " + "; ".join(problems))
+            messages = "; ".join(problem.message for problem in problems)
+            raise RunnerError(f"{where}: drafter does not match its target: {messages}")
 
 
 class DrafterCache:
