@@ -1,6 +1,6 @@
 """Can this DFlash drafter run on this target? One check over the two `config.json` dicts.
 
-Pure Python (no torch), shared by `dflash_guard.scan` (findings) and `kernels_ref.drafter`
+Pure Python (no torch), shared by the guard's scanner (findings) and `kernels_ref.drafter`
 (refusing to load). Where a field lives follows z-lab's published drafters: `mask_token_id` and
 `target_layer_ids` in `dflash_config`, the rest at the top level; either place is read, the
 usual one first.

@@ -1,6 +1,4 @@
-"""One draft-verify step, shared by every decoding mode: the drafter's interface, the step and
-generation records, and the two moves of a step (draft then verify; commit context).
-"""
+"""The draft-verify step every decoding mode shares: drafter interface, records, step moves."""
 
 from __future__ import annotations
 
