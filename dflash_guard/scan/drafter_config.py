@@ -14,12 +14,21 @@ from pathlib import Path
 
 from dflash_guard.scan import jsonfile, rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
+from kernels_ref.compat import compatibility_problems, dflash_field
 
 DETECTOR = "drafter-config"
 KNOWN_ARCHITECTURES = frozenset({"DFlashDraftModel", "DFlash2DraftModel"})
 KNOWN_MODEL_TYPES = frozenset({"dflash", "dflash2", "qwen3", "llama"})
 DEFAULT_PARAM_BUDGET = 3_000_000_000
 BLOCK_RANGE = (2, 64)
+# The rule of each `kernels_ref.compat` problem code.
+COMPAT_RULES = {
+    "mask_token_id": rules.DRAFTER_MASK,
+    "target_layer_ids": rules.DRAFTER_LAYERS,
+    "num_target_layers": rules.DRAFTER_LAYERS,
+    "hidden_size": rules.DRAFTER_SHAPE,
+    "vocab_size": rules.DRAFTER_SHAPE,
+}
 
 
 def is_drafter_config(config: object) -> bool:
@@ -127,8 +136,6 @@ def check_drafter(
                 f"{param_count:,} parameters exceed the budget of {budget:,}",
             )
         )
-    mask = dflash.get("mask_token_id", config.get("mask_token_id"))
-    vocab = config.get("vocab_size")
     target_config: dict = {}
     if target is not None:
         target_config, error = _load(target / "config.json")
@@ -139,25 +146,13 @@ def check_drafter(
                 )
             )
             target_config = {}
-        vocab = target_config.get("vocab_size", vocab)
-    if not isinstance(mask, int) or isinstance(mask, bool):
-        findings.append(
-            finding(
-                rules.DRAFTER_MASK,
-                Severity.high,
-                f"mask_token_id {mask!r} is missing or not an integer",
-            )
-        )
-    elif isinstance(vocab, int) and not 0 <= mask < vocab:
-        findings.append(
-            finding(
-                rules.DRAFTER_MASK,
-                Severity.high,
-                f"mask_token_id {mask} is outside the vocabulary (0..{vocab - 1})",
-            )
-        )
+    findings.extend(  # with no target, only the mask token is checked (against its own vocab)
+        finding(COMPAT_RULES[problem.code], Severity.high, problem.message)
+        for problem in compatibility_problems(config, target_config)
+    )
     if target is None:
         return findings
+    mask = dflash_field(config, "mask_token_id")
     if isinstance(mask, int):
         reserved = reserved_token_ids(target)
         if mask in reserved:
@@ -171,41 +166,13 @@ def check_drafter(
             )
     findings.extend(
         finding(rule, severity, message)
-        for rule, severity, message in _shape_problems(config, dflash, target_config)
+        for rule, severity, message in _shape_problems(config, target_config)
     )
     return findings
 
 
-def _shape_problems(config: dict, dflash: dict, target: dict) -> list[tuple[Rule, Severity, str]]:
+def _shape_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, str]]:
     problems: list[tuple[Rule, Severity, str]] = []
-    layers = target.get("num_hidden_layers")
-    layer_ids = dflash.get("target_layer_ids", config.get("target_layer_ids"))
-    if isinstance(layers, int):
-        if not isinstance(layer_ids, list) or not all(
-            isinstance(i, int) and 0 <= i < layers for i in layer_ids
-        ):
-            problems.append(
-                (
-                    rules.DRAFTER_LAYERS,
-                    Severity.high,
-                    f"target_layer_ids {layer_ids!r} not all within 0..{layers - 1}",
-                )
-            )
-        num_target = config.get("num_target_layers", dflash.get("num_target_layers"))
-        if num_target is not None and num_target != layers:
-            problems.append(
-                (
-                    rules.DRAFTER_LAYERS,
-                    Severity.high,
-                    f"num_target_layers {num_target!r} != target num_hidden_layers {layers}",
-                )
-            )
-    for key in ("hidden_size", "vocab_size"):
-        ours, theirs = config.get(key), target.get(key)
-        if ours is not None and theirs is not None and ours != theirs:
-            problems.append(
-                (rules.DRAFTER_SHAPE, Severity.high, f"{key} {ours!r} != the target's {theirs!r}")
-            )
     head_dim = config.get("head_dim")
     heads = config.get("num_attention_heads")
     hidden = config.get("hidden_size")
