@@ -69,13 +69,18 @@ def action_step(step_id: str) -> dict[str, Any]:
 
 
 def run_action_step(
-    step_id: str, inputs: dict[str, str], env: dict[str, str], cwd: Path
+    step_id: str,
+    inputs: dict[str, str],
+    env: dict[str, str],
+    cwd: Path,
+    overrides: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run one `shell: bash` step of action.yml as the runner does (`bash -e {0}`).
 
     The step's `env:` values are `${{ inputs.NAME }}` or `${{ github.action_path }}`-style
     expressions; `inputs` gives each input's value (defaults from action.yml otherwise) and
-    `env` the runner's variables (GITHUB_OUTPUT, PATH, ...).
+    `env` the runner's variables (GITHUB_OUTPUT, PATH, ...) and the expression contexts
+    (`github.action_path`, `runner.temp`); `overrides` replaces step variables after that.
     """
     step = action_step(step_id)
     assert step["shell"] == "bash"
@@ -87,6 +92,7 @@ def run_action_step(
         text = re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: values[m[1]], text)
         text = re.sub(r"\$\{\{\s*([\w.]+)\s*\}\}", lambda m: env[m[1]], text)
         step_env[name] = text
+    step_env.update(overrides or {})
     script = cwd / f"{step_id}.sh"
     script.write_text(step["run"], encoding="utf-8")
     full_env = {k: v for k, v in env.items() if "." not in k}
