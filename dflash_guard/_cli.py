@@ -29,8 +29,10 @@ from dflash_guard.errors import EXIT_ERROR, Error
 app = typer.Typer(
     name="dflash-guard",
     help="Lock, scan, verify, diff-test and gate DFlash speculative-decoding deploys.",
+    epilog="Example: dflash-guard verify --lock dflash.lock. Shell completion: "
+    "dflash-guard --install-completion (bash, zsh, fish, PowerShell).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

@@ -236,6 +236,8 @@ def register(app: typer.Typer) -> None:
         --candidate) diffs two live OpenAI-compatible engines; --sampled checks sampled decoding
         statistically. Exit 0 identical (endpoint: no hard divergence; sampled: no rejection),
         1 divergence (or a warning with --fail-on-warning), 2 input or endpoint error.
+
+        Example: dflash-guard difftest --target demo-out/target --drafter demo-out/drafter
         """
         endpoint_mode = baseline is not None or candidate is not None
         if endpoint_mode:
