@@ -29,7 +29,8 @@ from release_support import (
 from dflash_guard import __version__
 from dflash_guard.pins.lockfile import load_lockfile
 
-pytestmark = pytest.mark.slow
+# Installing torch into a fresh venv takes about a minute of CPU; on a busy machine far longer.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 COPY_IGNORE = shutil.ignore_patterns(
     ".git", ".venv", ".wheelhouse", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
