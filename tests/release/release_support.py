@@ -80,7 +80,8 @@ def run_action_step(
     The step's `env:` values are `${{ inputs.NAME }}` or `${{ github.action_path }}`-style
     expressions; `inputs` gives each input's value (defaults from action.yml otherwise) and
     `env` the runner's variables (GITHUB_OUTPUT, PATH, ...) and the expression contexts
-    (`github.action_path`, `runner.temp`); `overrides` replaces step variables after that.
+    (`github.action_path`, `runner.temp`, `steps.python.outputs.python-path`); `overrides`
+    replaces step variables after that.
     """
     step = action_step(step_id)
     assert step["shell"] == "bash"
@@ -90,7 +91,7 @@ def run_action_step(
     for name, value in step.get("env", {}).items():
         text = str(value)
         text = re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: values[m[1]], text)
-        text = re.sub(r"\$\{\{\s*([\w.]+)\s*\}\}", lambda m: env[m[1]], text)
+        text = re.sub(r"\$\{\{\s*([\w.-]+)\s*\}\}", lambda m: env[m[1]], text)
         step_env[name] = text
     step_env.update(overrides or {})
     script = cwd / f"{step_id}.sh"

@@ -65,6 +65,7 @@ def action_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "GITHUB_PATH": str(runner / "github_path"),
         "github.action_path": str(REPO),
         "runner.temp": str(runner),
+        "steps.python.outputs.python-path": sys.executable,
     })
 
 
