@@ -91,6 +91,14 @@ def _run(venv_bin: Path, *args: object, cwd: Path) -> subprocess.CompletedProces
                           text=True, timeout=300)
 
 
+@pytest.fixture(scope="module")
+def pair(venv_bin: Path, tmp_path_factory) -> Path:
+    """The built-in pair, written by the installed tool (from the weights inside the wheel)."""
+    folder = tmp_path_factory.mktemp("pair")
+    assert _run(venv_bin, "dflash-guard", "fixtures", "make", folder, cwd=folder).returncode == 0
+    return folder
+
+
 def test_sdist_and_wheel_pass_twine_check(dist: Path):
     files = sorted(dist.iterdir())
     assert sorted(f.suffix for f in files) == [".gz", ".whl"]
@@ -122,14 +130,13 @@ def test_the_venv_holds_exactly_the_locked_packages(venv_bin: Path, tmp_path: Pa
 
 
 def test_the_installed_tool_is_the_wheel_and_verifies_the_release_lock(
-    venv_bin: Path, tmp_path: Path
+    venv_bin: Path, pair: Path, tmp_path: Path
 ):
     where = _run(venv_bin, venv_bin / "python", "-c",
                  "import dflash_guard; print(dflash_guard.__file__)", cwd=tmp_path)
     assert Path(where.stdout.strip()).is_relative_to(venv_bin.parent)
 
-    made = _run(venv_bin, "dflash-guard", "fixtures", "make", tmp_path / "pair", cwd=tmp_path)
-    assert made.returncode == 0, made.stderr
+    shutil.copytree(pair, tmp_path / "pair")  # `pair` was written by the installed tool
     roots = ("--root", f"target={tmp_path / 'pair' / 'target'}",
              "--root", f"drafter={tmp_path / 'pair' / 'drafter'}")
     verified = _run(venv_bin, "dflash-guard", "verify", "--lock", RELEASE_LOCK, *roots,
@@ -156,14 +163,6 @@ def test_the_install_step_refuses_a_wrong_hash(action_env: dict[str, str], tmp_p
     assert result.returncode != 0
     assert "DO NOT MATCH THE HASHES" in result.stderr
     assert not (tmp_path / "path").exists()
-
-
-@pytest.fixture(scope="module")
-def pair(venv_bin: Path, tmp_path_factory) -> Path:
-    """The built-in pair, written by the installed tool, for the run-step cases."""
-    folder = tmp_path_factory.mktemp("pair")
-    assert _run(venv_bin, "dflash-guard", "fixtures", "make", folder, cwd=folder).returncode == 0
-    return folder
 
 
 def _run_step(venv_bin: Path, inputs: dict[str, str], tmp_path: Path):
