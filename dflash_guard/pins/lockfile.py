@@ -20,9 +20,9 @@ import yaml
 
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import write_atomic
+from dflash_guard.fileio import read_regular, write_atomic
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
-from dflash_guard.schema import Field, Fields, read_document
+from dflash_guard.schema import MAX_DOCUMENT_CHARS, Field, Fields, read_document
 
 LOCKFILE_VERSION = 1
 ROLES = ("target", "drafter", "gguf")
@@ -325,7 +325,9 @@ def _validate_lock(lock: Lockfile, source: str) -> None:
 def load_lockfile(path: str | Path) -> Lockfile:
     """Read and validate a lockfile; raise `InputError` naming the file and the bad field."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_regular(path, MAX_DOCUMENT_CHARS).decode("utf-8")
+    except InputError as error:
+        raise InputError(f"cannot read lockfile {error}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"cannot read lockfile {path}: {error}") from None
     return parse_lockfile(text, str(path))
