@@ -367,13 +367,13 @@ def bench_fixture(args: argparse.Namespace, device: torch.device, bw: float) -> 
                 max_new_tokens=args.fixture_tokens,
                 cuda_graphs=True,
             )
-            near = [r for r in report.divergences if r.near_tie]
+            near = [r for r in report.divergences if r.divergence.near_tie]
             out[dtype] = {
                 "prompts": len(prompts),
                 "divergences": len(report.divergences),
                 "near_ties": len(near),
                 "hard": len(report.divergences) - len(near),
-                "margins": [r.top2_margin for r in report.divergences],
+                "margins": [r.divergence.margin for r in report.divergences],
                 "tau": report.tau,
             }
         target = load_target(target_dir, device, args.dtype)  # timed in the shapes' dtype

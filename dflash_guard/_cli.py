@@ -14,6 +14,8 @@ from rich.markup import escape
 
 from dflash_guard import __version__
 from dflash_guard.cli import (
+    advisory_cmd,
+    audit_cmd,
     difftest_cmd,
     fixtures_cmd,
     gate_cmd,
@@ -59,6 +61,8 @@ for module in (
     policy_cmd,
     sign_cmd,
     gate_cmd,
+    audit_cmd,
+    advisory_cmd,
 ):
     module.register(app)
 

@@ -45,6 +45,7 @@ from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.drafter import Drafter, load_drafter
 from kernels_ref.loop import FAULTS, Generation, generate
 from kernels_ref.model import Target, load_target
+from kernels_ref.prompts import PromptSetError, is_int, prompt_token_ids
 from kernels_ref.sampling import SAMPLING_FAULTS, SamplingParams
 from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
 
@@ -104,17 +105,12 @@ class ReferenceEngine:
     def _prompt_ids(self, prompt: Any) -> list[int]:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
             prompt = prompt[0]  # a batch of one
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise RequestError("this target has no byte-level tokenizer: send token ids")
-            ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, list) and all(_is_int(t) for t in prompt):
-            ids = list(prompt)
-        else:
+        if not isinstance(prompt, str | list):
             raise RequestError("`prompt` must be one string or one list of token ids")
-        vocab = self.target.config.vocab_size
-        if not ids or not all(0 <= t < vocab for t in ids):
-            raise RequestError("the prompt is empty or holds ids outside the vocabulary")
+        try:
+            ids = list(prompt_token_ids(prompt, self.tokenizer, self.target.config.vocab_size))
+        except PromptSetError as error:
+            raise RequestError(str(error)) from None
         if len(ids) >= self.target.config.max_position_embeddings:
             raise RequestError("the prompt does not fit the model's context")
         return ids
@@ -122,7 +118,7 @@ class ReferenceEngine:
     def _stop_ids(self, body: dict[str, Any]) -> frozenset[int]:
         stops = set(self.eos)
         extra = body.get("stop_token_ids") or []
-        if not isinstance(extra, list) or not all(_is_int(t) for t in extra):
+        if not isinstance(extra, list) or not all(is_int(t) for t in extra):
             raise RequestError("`stop_token_ids` must be a list of integers")
         stops.update(extra)
         words = body.get("stop") or []
@@ -145,9 +141,9 @@ class ReferenceEngine:
         prompt = self._prompt_ids(body.get("prompt"))
         max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS)
         logprobs = body.get("logprobs")
-        if not _is_int(max_tokens) or max_tokens < 1:
+        if not is_int(max_tokens) or max_tokens < 1:
             raise RequestError("`max_tokens` must be a positive integer")
-        if logprobs is not None and (not _is_int(logprobs) or not 0 <= logprobs <= MAX_LOGPROBS):
+        if logprobs is not None and (not is_int(logprobs) or not 0 <= logprobs <= MAX_LOGPROBS):
             raise RequestError(f"`logprobs` must be an integer in 0..{MAX_LOGPROBS}")
         try:
             params = SamplingParams(
@@ -158,7 +154,7 @@ class ReferenceEngine:
         except (TypeError, ValueError) as error:
             raise RequestError(f"bad sampling parameters: {error}") from None
         seed = body.get("seed")
-        if seed is not None and not _is_int(seed):
+        if seed is not None and not is_int(seed):
             raise RequestError("`seed` must be an integer")
 
         generation = self._generate(prompt, max_tokens, self._stop_ids(body), params, seed)
@@ -278,10 +274,6 @@ class ReferenceEngine:
             lines += [f"# HELP {name}_total {help_text}", f"# TYPE {name}_total counter",
                       f"{name}_total{label} {float(value)}"]
         return "\n".join(lines) + "\n"
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
