@@ -4,10 +4,8 @@ and exit 2, or in a finding (exit 1); never a hang, a crash or a file silently l
 from __future__ import annotations
 
 import builtins
-import contextlib
 import errno
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.pins import verify as verify_module
 from dflash_guard.pins.folder import list_folder
 from dflash_guard.trust.policy import parse_policy
+from tests.support.hostile import one_line_error, unblocking
 from tests.support.pins import drafter_files, target_files, write_folder
 
 
@@ -42,33 +41,8 @@ def locked(cli, tmp_path):
     return out, target, drafter
 
 
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
-    return result.stderr.replace("\n", "")
 
 
-@contextlib.contextmanager
-def unblocking(fifo: Path):
-    """Keep a test from hanging forever on a FIFO: while the block runs, a writer opens and
-    closes `fifo` whenever a reader waits on it, so a blocked reader sees end-of-file (and the
-    test fails on its assertion instead of hanging)."""
-    done = threading.Event()
-
-    def writer() -> None:
-        while not done.wait(0.2):
-            try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                continue  # no reader yet (ENXIO) or the FIFO is gone
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
 
 
 # --- item 4: anchors, aliases, size, unbounded values --------------------------------------------
