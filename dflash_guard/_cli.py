@@ -10,7 +10,6 @@ import os
 import sys
 
 import typer
-from rich.markup import escape
 
 from dflash_guard import __version__
 from dflash_guard.cli import (
@@ -27,6 +26,7 @@ from dflash_guard.cli import (
 )
 from dflash_guard.cli.common import stderr
 from dflash_guard.errors import EXIT_ERROR, Error
+from dflash_guard.formats.text import markup_safe
 
 app = typer.Typer(
     name="dflash-guard",
@@ -72,9 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except Error as error:
-        stderr.print(
-            f"[bold red]error:[/] {escape(error.diagnostics())}", highlight=False, soft_wrap=True
-        )
+        stderr.print(f"[bold red]error:[/] {markup_safe(error.diagnostics())}", highlight=False,
+                     soft_wrap=True)
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
         stderr.print("[bold red]interrupted[/]")
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("DFLASH_GUARD_DEBUG"):
             raise
         stderr.print(
-            f"[bold red]internal error:[/] {type(error).__name__}: {escape(str(error))} "
+            f"[bold red]internal error:[/] {type(error).__name__}: {markup_safe(str(error))} "
             "(set DFLASH_GUARD_DEBUG=1 for the traceback)",
             highlight=False,
             soft_wrap=True,

@@ -7,11 +7,12 @@ import sys
 from enum import StrEnum
 from typing import Any
 
-from rich.console import Console
+from dflash_guard.formats.text import SafeConsole
 
-# Reports go to stdout; progress, warnings and errors to stderr, so `--format json` stays parseable.
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+# Reports go to stdout; progress, warnings and errors to stderr, so `--format json` stays
+# parseable. Both escape control characters in every string they print (formats/text.py).
+stdout = SafeConsole(soft_wrap=True)
+stderr = SafeConsole(stderr=True, soft_wrap=True)
 
 
 class OutputFormat(StrEnum):

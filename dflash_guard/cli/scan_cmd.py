@@ -10,12 +10,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.formats.text import SafeConsole, markup_safe
 from dflash_guard.scan import ScanReport, Severity, scan_paths
 
 _STYLE = {
@@ -47,7 +47,7 @@ def render_text(report: ScanReport, fail_on: Severity, console: Console) -> None
     """A table per file, worst findings first, then a one-line verdict."""
     files = sorted({f.file for f in report.findings})
     for file in files:
-        table = Table(title=escape(file), title_justify="left", show_lines=False, expand=False)
+        table = Table(title=markup_safe(file), title_justify="left", show_lines=False, expand=False)
         table.add_column("severity")
         table.add_column("rule")
         table.add_column("where")
@@ -59,8 +59,8 @@ def render_text(report: ScanReport, fail_on: Severity, console: Console) -> None
             table.add_row(
                 f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
                 finding.rule_id,
-                escape(where),
-                escape(finding.message),
+                markup_safe(where),
+                markup_safe(finding.message),
             )
         console.print(table)
     worst = report.max_severity
@@ -77,7 +77,7 @@ def render_text(report: ScanReport, fail_on: Severity, console: Console) -> None
 def _report_text(report: ScanReport, output_format: ScanFormat, fail_on: Severity) -> str:
     """The report as text (what `render_text` prints), JSON or SARIF."""
     if output_format is ScanFormat.text:
-        console = Console(record=True, width=120, file=io.StringIO())
+        console = SafeConsole(record=True, width=120, file=io.StringIO())
         render_text(report, fail_on, console)
         return console.export_text()
     payload = report.to_json(fail_on) if output_format is ScanFormat.json else report.to_sarif()

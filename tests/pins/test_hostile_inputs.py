@@ -15,7 +15,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.pins import verify as verify_module
 from dflash_guard.pins.folder import list_folder
 from dflash_guard.trust.policy import parse_policy
-from tests.support.hostile import one_line_error, unblocking
+from tests.support.hostile import deep_folder, one_line_error, remove_deep_folder, unblocking
 from tests.support.pins import drafter_files, target_files, write_folder
 
 
@@ -156,31 +156,13 @@ def test_an_unreadable_file_is_one_line_in_lock_and_verify(cli, locked, tmp_path
 # --- item 5: folders the walk cannot enter -------------------------------------------------------
 
 
-def deep_folder(base: Path, depth: int) -> Path:
-    """`base/d/d/.../d` `depth` levels deep with a file at the bottom, made through directory
-    descriptors (the full path is longer than PATH_MAX); returns `base`."""
-    base.mkdir()
-    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        file_fd = os.open("hidden.bin", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-        os.write(file_fd, b"not checked")
-        os.close(file_fd)
-    finally:
-        os.close(fd)
-    return base
-
-
 @pytest.fixture
 def deep_target(tmp_path):
     """A target folder with a file 2500 folders down (past PATH_MAX)."""
     target = write_folder(tmp_path / "deep-target", target_files())
     deep_folder(target / "sub", 2500)
-    return target
+    yield target
+    remove_deep_folder(target / "sub")
 
 
 def test_walk_reports_a_folder_past_path_max(deep_target):
@@ -236,8 +218,11 @@ def test_verify_and_scan_report_a_folder_they_cannot_enter(cli, locked, unlistab
 def test_verify_fails_closed_on_a_folder_past_path_max(cli, locked):
     lock_path, target, drafter = locked
     deep_folder(target / "sub", 2500)
-    verify = cli("verify", "--lock", lock_path, "--root", f"target={target}",
-                 "--root", f"drafter={drafter}", "--format", "json")
+    try:
+        verify = cli("verify", "--lock", lock_path, "--root", f"target={target}",
+                     "--root", f"drafter={drafter}", "--format", "json")
+    finally:
+        remove_deep_folder(target / "sub")
     assert verify.exit_code == 1, verify.stderr
     assert '"path": "sub/d/' in verify.stdout
 

@@ -37,3 +37,37 @@ def unblocking(fifo: Path) -> Iterator[None]:
     finally:
         done.set()
         thread.join()
+
+
+def deep_folder(base: Path, depth: int) -> Path:
+    """`base/d/d/.../d`, `depth` levels, with a file at the bottom, made through directory
+    descriptors (the full path is longer than PATH_MAX); returns `base`. Remove it with
+    `remove_deep_folder`: `shutil.rmtree` (and so pytest's tmp cleanup) recurses once per level
+    and fails on it."""
+    base.mkdir()
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        file_fd = os.open("hidden.bin", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(file_fd, b"not checked")
+        os.close(file_fd)
+    finally:
+        os.close(fd)
+    return base
+
+
+def remove_deep_folder(base: Path) -> None:
+    """Remove a `deep_folder` chain without recursion: lift `base/d/d` to `base/d` one level at
+    a time (every path stays short), then remove what is left."""
+    import shutil
+
+    lifted = base / ".lifted"
+    while (base / "d" / "d").is_dir():
+        os.rename(base / "d" / "d", lifted)
+        shutil.rmtree(base / "d")
+        os.rename(lifted, base / "d")
+    shutil.rmtree(base)
