@@ -241,18 +241,18 @@ def check_ec_private_key(key: Path) -> None:
     try:
         pem = read_regular(key, KEY_FILE_MAX_BYTES)
     except InputError as error:
-        raise InputError(f"--key: {error}") from None
+        raise InputError(f"cannot sign with --key {error}") from None
     except OSError as error:
-        raise InputError(f"--key {key}: {error.strerror or error}") from None
+        raise InputError(f"cannot sign with --key {key}: {error.strerror or error}") from None
     try:
         private = serialization.load_pem_private_key(pem, password=None)
     except (ValueError, TypeError) as error:
-        raise InputError(f"--key {key}: not an unencrypted PEM private key "
+        raise InputError(f"cannot sign with --key {key}: not an unencrypted PEM private key "
                          f"({_first_line(error)})") from None
     if not isinstance(private, ec.EllipticCurvePrivateKey):
         kind = type(private).__name__.removesuffix("PrivateKey").removeprefix("_") or "other"
-        raise InputError(f"--key {key}: an {kind} key; an ECDSA (EC, e.g. P-256) private key "
-                         "is needed")
+        raise InputError(f"cannot sign with --key {key}: an {kind} key; an ECDSA (EC, e.g. "
+                         "P-256) private key is needed")
 
 
 def _verify_with_keys(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | None, str]:
