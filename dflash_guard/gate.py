@@ -364,7 +364,7 @@ def check_advisories(inputs: GateInputs) -> Checked:
     """Audit the lock against the policy's OSV feeds: a refused feed (bad or missing signature,
     stale) or an advisory at or above `fail_on` (affecting, or undecided) refuses."""
     from dflash_guard.audit.feeds import signed_by
-    from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN
+    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
     from dflash_guard.audit.run import run_policy_audit
 
     rules = inputs.policy.advisories
@@ -404,12 +404,14 @@ def check_model_signatures(inputs: GateInputs) -> Checked:
 def check_difftest(inputs: GateInputs) -> Checked:
     from dflash_guard.lossless.local import run_difftest
     from dflash_guard.lossless.options import LocalOptions
+    from dflash_guard.lossless.reference import parse_fault
 
     rules = inputs.policy.difftest
     report = run_difftest(LocalOptions(
         inputs.locations["target"], inputs.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
-        max_new_tokens=rules.max_new_tokens, device=inputs.device, inject=inputs.inject,
+        max_new_tokens=rules.max_new_tokens, device=inputs.device,
+        inject=parse_fault(inputs.inject),
     ))
     near_ties = [d for d in report.divergences
                  if d.divergence.margin is not None

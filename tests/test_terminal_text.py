@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from dflash_guard.formats.text import SafeConsole, terminal_safe
+from dflash_guard.formats.terminal import safe_console, terminal_safe
 from tests.support.pins import drafter_files, target_files, write_folder
 
 HOSTILE = "a\x1b]0;pwned\x07b\x1b[2Jc\rd\x9be\u202ef\x7f"
@@ -39,7 +39,7 @@ def test_terminal_safe_can_keep_the_tools_own_newlines():
 
 def test_the_console_escapes_strings_a_renderer_forgot():
     buffer = io.StringIO()
-    console = SafeConsole(file=buffer, width=200, color_system=None)
+    console = safe_console(file=buffer, width=200, color_system=None)
     console.print(f"plain {HOSTILE}", markup=False)
     from rich.table import Table
     table = Table(title=HOSTILE)

@@ -23,12 +23,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from dflash_guard.audit.osv import Advisory, Affected, Range
+from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 from dflash_guard.errors import InputError
-from dflash_guard.scan.interface import Severity
+from dflash_guard.severity import Severity
 
 HF_URL = "https://huggingface.co/"
-RULE_AFFECTED = "DG-ADV-AFFECTED"
-RULE_UNKNOWN = "DG-ADV-UNKNOWN"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.scan.interface import Severity
+from dflash_guard.severity import Severity
 
 SCHEMA_RESOURCE = "osv-schema.json"
 HF_PURL_PREFIX = "pkg:huggingface/"

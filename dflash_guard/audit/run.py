@@ -17,17 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_guard.audit.feeds import Feed, FeedRules, feed_problems, load_feed
 from dflash_guard.audit.match import (
-    RULE_AFFECTED,
-    RULE_UNKNOWN,
     AuditFinding,
     GitClone,
     lock_subjects,
     match_lock,
 )
 from dflash_guard.audit.osv import Advisory
+from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import load_lockfile
-from dflash_guard.scan.interface import Severity
+from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
     from dflash_guard.trust.policy import AdvisoryRules

@@ -9,20 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from dflash_guard import __version__
-from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN
+from dflash_guard.audit.rules import RULE_FEED, RULES
 from dflash_guard.audit.run import AuditReport
-from dflash_guard.scan.interface import Severity
+from dflash_guard.severity import Severity
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-RULE_FEED = "DG-ADV-FEED"
-RULES: dict[str, str] = {
-    RULE_AFFECTED: "A locked engine commit, Hub revision or package version is affected by an "
-                   "OSV advisory.",
-    RULE_UNKNOWN: "An advisory range over a locked subject could not be decided (a GIT range "
-                  "without a local clone): never reported as clean.",
-    RULE_FEED: "An advisory feed is refused: a signature that fails, unsigned where signatures "
-               "are required, or older than the maximum age.",
-}
 _LEVEL = {Severity.critical: "error", Severity.high: "error", Severity.medium: "warning",
           Severity.low: "note"}
 _SECURITY_SEVERITY = {Severity.critical: "9.5", Severity.high: "8.0", Severity.medium: "5.0",

@@ -11,8 +11,9 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.audit_cmd import FailOn
+from dflash_guard.cli.audit_cmd import SEVERITY_METAVAR
 from dflash_guard.cli.common import stderr
+from dflash_guard.severity import Severity
 
 advisory_app = typer.Typer(
     help="Write OSV advisories for engines, Hub repos and packages.", no_args_is_help=True,
@@ -48,8 +49,9 @@ def new(
     version: Annotated[list[str] | None, typer.Option(
         "--version", help="An exact affected commit (Hub repo, engine) or version "
                           "(repeatable).")] = None,
-    severity: Annotated[FailOn, typer.Option("--severity", help="low, medium, high, critical.")
-                        ] = FailOn.high,
+    severity: Annotated[Severity, typer.Option(
+        "--severity", parser=Severity.parse, metavar=SEVERITY_METAVAR,
+        show_default=Severity.high.name)] = Severity.high,
     details: Annotated[str, typer.Option("--details", help="Longer description (Markdown).")
                        ] = "",
     alias: Annotated[list[str] | None, typer.Option(
@@ -61,11 +63,10 @@ def new(
 ) -> None:
     """Write a schema-valid OSV advisory for one engine, Hub repo or PyPI package."""
     from dflash_guard.audit.author import AdvisorySubject, Events, new_advisory, write_advisory
-    from dflash_guard.scan.interface import Severity
 
     record = new_advisory(
         advisory_id, AdvisorySubject(engine=engine, hf_repo=hf_repo, pypi=pypi), summary=summary,
-        severity=Severity.parse(severity.value), details=details,
+        severity=severity, details=details,
         events=Events(tuple(introduced or ()), tuple(fixed or ()), tuple(last_affected or ()),
                       tuple(limit or ())),
         versions=tuple(version or ()), aliases=tuple(alias or ()),

@@ -20,8 +20,8 @@ from rich.markup import escape
 from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.formats.text import SafeConsole
-from dflash_guard.scan.interface import Severity
+from dflash_guard.formats.terminal import safe_console
+from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
     from dflash_guard.audit.feeds import FeedRules
@@ -36,8 +36,7 @@ class AuditFormat(StrEnum):
     sarif = "sarif"
 
 
-# The severities `--fail-on` and `advisory new --severity` accept: derived from the one Severity.
-FailOn = StrEnum("FailOn", {s.name: s.name for s in Severity})
+SEVERITY_METAVAR = "[" + "|".join(Severity.names()) + "]"
 
 
 _STYLE = {Severity.critical: "bold red", Severity.high: "red", Severity.medium: "yellow",
@@ -59,7 +58,7 @@ def parse_clones(specs: list[str]) -> dict[str, Path]:
 
 def render_text(report: AuditReport, console: Console) -> None:
     """One line per feed, two lines per finding, then the verdict."""
-    from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN
+    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 
     for feed in report.feeds:
         newest = feed.newest.date().isoformat() if feed.newest else "no records"
@@ -79,7 +78,7 @@ def render_text(report: AuditReport, console: Console) -> None:
         f"{len(report.feed_problems)} feed refusals", highlight=False)
 
 
-def _flag_rules(fail_on: FailOn | None, max_age_days: int | None, require_signed: bool,
+def _flag_rules(fail_on: Severity | None, max_age_days: int | None, require_signed: bool,
                 public_key: list[Path], identity: list[str], issuer: str | None,
                 trust_root: Path | None) -> tuple[FeedRules, Severity]:
     """The feed rules and threshold the command-line flags describe (no policy)."""
@@ -96,7 +95,7 @@ def _flag_rules(fail_on: FailOn | None, max_age_days: int | None, require_signed
         allow_unsigned=not require_signed, trust_root=trust_root,
         max_age=dt.timedelta(days=max_age_days) if max_age_days else None,
     )
-    return rules, Severity.parse(fail_on.value if fail_on else "low")
+    return rules, fail_on or Severity.low
 
 
 def audit(
@@ -111,8 +110,9 @@ def audit(
     policy: Annotated[str | None, typer.Option(
         "--policy", help="Audit as this policy's advisories section says (feeds, signers, "
                          "fail_on, max_age_days); --advisories adds feeds.")] = None,
-    fail_on: Annotated[FailOn | None, typer.Option(
-        "--fail-on", help="Fail on advisories (and undecided ranges) at or above this "
+    fail_on: Annotated[Severity | None, typer.Option(
+        "--fail-on", parser=Severity.parse, metavar=SEVERITY_METAVAR,
+        help="Fail on advisories (and undecided ranges) at or above this "
                           "severity (default: low).")] = None,
     max_age_days: Annotated[int | None, typer.Option(
         "--max-age-days", min=1, help="Refuse a feed whose newest record is older.")] = None,
@@ -158,7 +158,7 @@ def audit(
                                        identity or [], issuer, trust_root)
         report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
     if fmt is AuditFormat.text:
-        console = SafeConsole(record=True, width=120, file=io.StringIO()) if output else stdout
+        console = safe_console(record=True, width=120, file=io.StringIO()) if output else stdout
         render_text(report, console)
         text = console.export_text() if output else ""
     else:

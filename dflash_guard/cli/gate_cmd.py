@@ -13,7 +13,7 @@ from dflash_guard.cli.audit_cmd import parse_clones
 from dflash_guard.cli.common import OutputFormat, print_json, stdout
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
-from dflash_guard.formats.text import markup_safe
+from dflash_guard.formats.terminal import markup_safe
 from dflash_guard.gate import (
     STEPS,
     ApprovalSigning,

@@ -10,7 +10,7 @@ import typer
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.formats.text import markup_safe, terminal_safe
+from dflash_guard.formats.terminal import markup_safe, terminal_safe
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
 from dflash_guard.pins.resolve import build_lock, requirements_text
 

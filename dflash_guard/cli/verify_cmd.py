@@ -10,7 +10,7 @@ from rich.table import Table
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
-from dflash_guard.formats.text import markup_safe, terminal_safe
+from dflash_guard.formats.terminal import markup_safe, terminal_safe
 from dflash_guard.pins.lockfile import ROLES, load_lockfile
 from dflash_guard.pins.verify import VerifyReport, verify_lock
 from dflash_guard.trust.policy import load_policy

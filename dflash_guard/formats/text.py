@@ -1,55 +1,64 @@
-"""Untrusted strings made safe for a terminal: the one place text output escapes them.
+"""Text rendering: a table per file, worst findings first, then the report's one-line summary.
+Untrusted strings (file names, messages) are escaped for the terminal (`formats.terminal`).
 
-File names, lockfile paths, repo names, server answers and error messages can carry control
-characters: `ESC]0;...BEL` retitles the terminal, `ESC[2J` clears it, CR overwrites a line, C1
-controls and bidi overrides (`U+202E`) reorder what the reader sees. Rich's markup escaping does
-not touch them, and rich strips only a few (BEL, BS, CR). `terminal_safe` shows every control,
-format (bidi, zero-width) and line/paragraph-separator character as a visible `\\xNN`/`\\uNNNN`
-escape. `SafeConsole` applies it to every string it renders, so a renderer that forgets cannot
-leak one; renderers also call it on single-line values so a newline cannot forge a line.
+rich is imported only when there is a finding to tabulate: a clean report is one plain line.
 """
 
 from __future__ import annotations
 
-import unicodedata
-from typing import Any
+import io
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
+from dflash_guard.formats.interface import Report
+from dflash_guard.formats.terminal import markup_safe, safe_console
+from dflash_guard.severity import Severity
 
-# Unicode categories never shown raw: controls (C0, DEL, C1), format characters (bidi
-# overrides and isolates, zero-width joiners, LRM/RLM), line and paragraph separators.
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
+    from dflash_guard.scan.interface import Finding
 
-def _escaped(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else (
-        f"\\U{code:08x}")
-
-
-def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
-    """`text` with every control, format and separator character shown as an escape;
-    `keep_newlines` leaves `\\n` and `\\t` (for multi-line output the tool itself composed)."""
-    if text.isprintable():
-        return text
-    kept = "\n\t" if keep_newlines else ""
-    return "".join(
-        char if char in kept or unicodedata.category(char) not in _HIDDEN_CATEGORIES
-        else _escaped(char)
-        for char in text
-    )
+_STYLE = {
+    Severity.critical: "bold red",
+    Severity.high: "red",
+    Severity.medium: "yellow",
+    Severity.low: "dim",
+}
 
 
-def markup_safe(text: object) -> str:
-    """An untrusted value to embed in rich markup: terminal-safe and markup-escaped."""
-    return escape(terminal_safe(str(text)))
+def print_report(report: Report, console: Console) -> None:
+    """Print `report` on `console` (with colours when the console has them)."""
+    for file in sorted({f.file for f in report.findings}):  # rich loads with the first table
+        console.print(_file_table(file, [f for f in report.findings if f.file == file]))
+    console.print(report.summary(), markup=False, emoji=False, highlight=False)
 
 
-class SafeConsole(Console):
-    """A rich `Console` that passes every string it renders through `terminal_safe` (newlines
-    kept), whether printed directly, as a table cell or as a title."""
+def _file_table(file: str, findings: list[Finding]) -> Table:
+    from rich.table import Table
 
-    def render_str(self, text: str, **kwargs: Any) -> Text:
-        return super().render_str(terminal_safe(text, keep_newlines=True), **kwargs)
+    table = Table(title=markup_safe(file), title_justify="left", show_lines=False, expand=False)
+    table.add_column("severity")
+    table.add_column("rule")
+    table.add_column("where")
+    table.add_column("message", overflow="fold")
+    for finding in findings:
+        where = finding.member or ""
+        if finding.line:
+            where = f"{where} line {finding.line}".strip()
+        table.add_row(
+            f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
+            finding.rule_id,
+            markup_safe(where),
+            markup_safe(finding.message),
+        )
+    return table
+
+
+def render(report: Report) -> str:
+    """`report` as plain text, tables 120 columns wide (a clean report is its summary line)."""
+    if not report.findings:
+        return report.summary() + "\n"
+    console = safe_console(record=True, width=120, file=io.StringIO())
+    print_report(report, console)
+    return console.export_text()

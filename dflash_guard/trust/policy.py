@@ -29,10 +29,10 @@ from urllib.parse import urlsplit
 from dflash_guard.errors import InputError
 from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 from dflash_guard.schema import Field, read_document
+from dflash_guard.severity import Severity
 
 POLICY_VERSION = 1
 TIERS = ("official", "community", "unknown")
-SEVERITIES = ("low", "medium", "high", "critical")
 BUILTIN_POLICIES = ("default", "strict", "dev")
 WAIVER_KINDS = ("engine", "remote-code", "staging", "scan", "pickle", "gguf-comparison")
 
@@ -389,7 +389,7 @@ def _advisory_rules(field: Field, base: Path) -> AdvisoryRules:
                                 "nothing could pass")
     return AdvisoryRules(
         feeds=feeds, signers=signers, allow_unsigned=allow_unsigned,
-        fail_on=f["fail_on"].choice(SEVERITIES),
+        fail_on=f["fail_on"].choice(Severity.names()),
         max_age_days=f["max_age_days"].typed(int, lambda v: v > 0, "a number of days > 0"),
     )
 
@@ -509,7 +509,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         gguf_requires_comparison=artifacts["gguf_requires_comparison"].flag(),
         allow_pr_head=engines["allow_pr_head"].flag(),
         require_release=engines["require_release"].flag(),
-        fail_on=scan["fail_on"].choice(SEVERITIES),
+        fail_on=scan["fail_on"].choice(Severity.names()),
         difftest=rules,
         drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),
         lockfile_signature_required=lockfile_required,

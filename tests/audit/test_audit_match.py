@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.audit.match import RULE_AFFECTED, RULE_UNKNOWN, normalise_repo_url
+from dflash_guard.audit.match import normalise_repo_url
+from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 from dflash_guard.audit.run import run_audit
-from dflash_guard.scan.interface import Severity
+from dflash_guard.severity import Severity
 from tests.support.audit import (
     DRAFTER_COMMIT,
     DRAFTER_REPO,

@@ -14,7 +14,7 @@ from dflash_guard.audit.match import RULE_AFFECTED
 from dflash_guard.audit.osv import parse_advisories, parse_advisory
 from dflash_guard.audit.run import run_audit
 from dflash_guard.errors import InputError
-from dflash_guard.scan.interface import Severity
+from dflash_guard.severity import Severity
 from tests.support.audit import DRAFTER_COMMIT, DRAFTER_REPO, NOW, osv, write_feed, write_lock
 
 PACKAGE = Path(dflash_guard.audit.__file__).parent
