@@ -172,7 +172,7 @@ def test_walk_reports_a_folder_past_path_max(deep_target):
     assert any("PATH_MAX" in u.detail or "cannot be listed" in u.detail for u in unsafe)
 
 
-def test_lock_verify_and_scan_fail_closed_on_a_path_past_path_max(cli, deep_target, tmp_path):
+def test_lock_and_scan_fail_closed_on_a_path_past_path_max(cli, deep_target, tmp_path):
     drafter = write_folder(tmp_path / "drafter", drafter_files())
     lock = cli("lock", "--target", deep_target, "--drafter", drafter, "-o", tmp_path / "x.lock")
     assert lock.exit_code == 1, lock.stderr
