@@ -24,7 +24,10 @@ def register(app: typer.Typer) -> None:
         """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR.
 
         Writes DIR/target and DIR/drafter only; refuses to touch either if it exists, unless
-        --force, which deletes and rewrites both (nothing else in DIR is touched)."""
+        --force, which deletes and rewrites both (nothing else in DIR is touched).
+
+        Example: dflash-guard fixtures make demo-out
+        """
         from kernels_ref.fixtures import make_fixture_pair  # loads torch: only when it runs
 
         if out_dir.exists() and not out_dir.is_dir():
