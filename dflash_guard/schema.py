@@ -64,6 +64,9 @@ class Document:
             raise InputError(
                 f"{self.source}:{mark.line + 1}: {where or 'top level'}: {problem}"
             ) from None
+        except RecursionError:  # composing may not recurse (libyaml), building values does
+            raise InputError(f"{self.source}:{node.start_mark.line + 1}: {where or 'top level'}: "
+                             "nested too deeply") from None
         except (ValueError, OverflowError) as error:  # a 5000-digit int, a 30th of February
             problem = str(error).split(":")[0]
             raise InputError(

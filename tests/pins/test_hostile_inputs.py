@@ -121,6 +121,19 @@ def test_yaml_nested_thousands_deep_is_an_input_error(cli, tmp_path):
     assert "nested too deeply" in one_line_error(cli("verify", "--lock", path))
 
 
+def test_building_a_value_nested_too_deep_is_an_input_error():
+    """libyaml composes deep nesting without Python recursion; building the value recurses."""
+    import yaml
+
+    mark = yaml.Mark("deep.yaml", 0, 0, 0, None, None)
+    node = yaml.SequenceNode("tag:yaml.org,2002:seq", [], mark, mark)
+    for _ in range(5000):
+        node = yaml.SequenceNode("tag:yaml.org,2002:seq", [node], mark, mark)
+    document = schema.Document("", "deep.yaml")
+    with pytest.raises(InputError, match="deep.yaml:1: a: nested too deeply"):
+        document.construct(node, "a")
+
+
 def test_a_lockfile_that_is_a_device_is_not_read(cli):
     assert "a device, not a regular file" in one_line_error(cli("verify", "--lock", "/dev/zero"))
 
