@@ -20,6 +20,7 @@ from rich.markup import escape
 from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.formats.terminal import safe_console
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ def audit(
                                        identity or [], issuer, trust_root)
         report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
     if fmt is AuditFormat.text:
-        console = Console(record=True, width=120, file=io.StringIO()) if output else stdout
+        console = safe_console(record=True, width=120, file=io.StringIO()) if output else stdout
         render_text(report, console)
         text = console.export_text() if output else ""
     else:
