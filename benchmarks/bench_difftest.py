@@ -25,6 +25,7 @@ from dflash_guard.lossless.local import (  # noqa: E402
     load_prompts,
     run_difftest,
 )
+from dflash_guard.lossless.options import LocalOptions  # noqa: E402
 from kernels_ref.drafter import load_drafter  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
 from kernels_ref.loop import generate  # noqa: E402
@@ -45,12 +46,14 @@ def main() -> None:
         target_dir, drafter_dir = make_fixture_pair(Path(tmp))
         began = time.perf_counter()
         report = run_difftest(
-            target_dir,
-            drafter_dir,
-            max_new_tokens=args.max_new_tokens,
-            device=args.device,
-            dtype=args.dtype,
-            block_size=args.block_size,
+            LocalOptions(
+                target_dir,
+                drafter_dir,
+                max_new_tokens=args.max_new_tokens,
+                device=args.device,
+                dtype=args.dtype,
+                block_size=args.block_size,
+            )
         )
         whole = time.perf_counter() - began
         print(

@@ -18,8 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_guard.lossless.endpoint import load_prompts, run_endpoint_diff  # noqa: E402
-from dflash_guard.lossless.local import DEFAULT_PROMPTS  # noqa: E402
+from dflash_guard.lossless.defaults import DEFAULT_PROMPTS  # noqa: E402
+from dflash_guard.lossless.endpoint import EndpointOptions, run_endpoint_diff  # noqa: E402
+from dflash_guard.lossless.prompts import read_prompts  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
 from kernels_ref.serve import running_server  # noqa: E402
 
@@ -30,16 +31,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="passes over the prompt set")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     args = parser.parse_args()
-    prompts = load_prompts(DEFAULT_PROMPTS) * args.repeat
+    prompts = read_prompts(DEFAULT_PROMPTS) * args.repeat
     with tempfile.TemporaryDirectory() as tmp:
         target, drafter = make_fixture_pair(Path(tmp))
         with running_server(target) as base, running_server(target, drafter) as cand:
-            run_endpoint_diff(base.url, cand.url, prompts[:2], max_new_tokens=4)  # warm up
+            warm_up = EndpointOptions(base.url, cand.url, max_new_tokens=4)
+            run_endpoint_diff(warm_up, prompts[:2])
             rates = {}
             for concurrency in args.concurrency:
                 began = time.perf_counter()
-                report = run_endpoint_diff(base.url, cand.url, prompts, concurrency=concurrency,
-                                           max_new_tokens=args.max_new_tokens)
+                options = EndpointOptions(base.url, cand.url, concurrency=concurrency,
+                                          max_new_tokens=args.max_new_tokens)
+                report = run_endpoint_diff(options, prompts)
                 elapsed = time.perf_counter() - began
                 rates[concurrency] = 2 * len(prompts) / elapsed
                 print(f"concurrency {concurrency}: {2 * len(prompts)} requests in {elapsed:.2f} s"

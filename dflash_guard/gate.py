@@ -2,19 +2,19 @@
 
 In order: the lockfile (schema, pins), its signature, byte-exact verification of every locked
 folder, the scan of exactly the verified folders (then the tier rules on remote code and pickle
-formats), the policy (expired waivers, staging, GGUF comparisons, engine builds), model
-signatures, the greedy lossless diff test of the locked pair, and, when the policy names
-endpoints (`difftest.endpoints`), the diff of the live baseline and candidate engines; an
-endpoint the gate cannot reach refuses (a gate that cannot check does not approve). The first
-failing check refuses the deploy; only an approval writes the approval record (an in-toto
-statement, see `provenance`). Operational problems (a missing file, a malformed policy) raise
-`InputError`.
+formats), the policy (expired waivers, staging, GGUF comparisons, engine builds), the advisory
+audit of the lock against the policy's OSV feeds (when it names any), model signatures, the greedy
+lossless diff test of the locked pair, and, when the policy names endpoints (`difftest.endpoints`),
+the diff of the live baseline and candidate engines; an endpoint the gate cannot reach refuses (a
+gate that cannot check does not approve). The first failing check refuses the deploy; only an
+approval writes the approval record (an in-toto statement, see `provenance`). Operational problems
+(a missing file, a malformed policy) raise `InputError`.
 
 Each check is a function `(GateInputs) -> (Outcome, Learned)`: it reads the frozen inputs and
 hands what later checks (and the approval record) need on as a small frozen `Learned` value;
 `STEPS` is the list of the checks' names. `run_gate(GateOptions(...))` is the entry point.
 
-The module is over 450 lines on purpose: the eight checks read in the order they run, next to the
+The module is over 450 lines on purpose: the nine checks read in the order they run, next to the
 loop that runs them; split apart, the order a deploy is checked in would be scattered.
 """
 
@@ -99,6 +99,8 @@ class GateOptions:
     device: str = "cpu"
     inject: str | None = None  # a planted difftest fault (demonstrations)
     endpoints: EndpointOverrides = EndpointOverrides()
+    engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # advisory audit:
+    # a locked engine (or Hub repo) -> a local git clone, so GIT ranges are decided over it
     today: dt.date | None = None  # None: today (UTC); waivers expire against it
 
 
@@ -157,6 +159,7 @@ class GateInputs:
     tiers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     waivers_used: tuple[str, ...] = ()
     record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
     def learn(self, learned: Learned) -> GateInputs:
         """These inputs with what a check learned added."""
@@ -364,6 +367,36 @@ def check_policy(inputs: GateInputs) -> Checked:
     return Outcome.passed(f"tiers {named}{listed}"), Learned(tiers=tiers, waivers=tuple(used))
 
 
+def check_advisories(inputs: GateInputs) -> Checked:
+    """Audit the lock against the policy's OSV feeds: a refused feed (bad or missing signature,
+    stale) or an advisory at or above `fail_on` (affecting, or undecided) refuses."""
+    from dflash_guard.audit.feeds import signed_by
+    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
+    from dflash_guard.audit.run import run_policy_audit
+
+    rules = inputs.policy.advisories
+    if rules is None:
+        return Outcome.skipped("not configured (the policy has no advisories section)"), NOTHING
+    report = run_policy_audit(inputs.lock_path, rules, clones=inputs.engine_repos,
+                              trust_root=inputs.trust_root)
+    summary = {
+        "feeds": [{"uri": f.source, "digest": {"sha256": f.digest.removeprefix("sha256:")},
+                   "newest": f.to_json()["newest"]} for f in report.feeds],
+        "signers": signed_by(report.feeds),
+        "failOn": rules.fail_on,
+        "affected": report.ids(RULE_AFFECTED),
+        "unknown": report.ids(RULE_UNKNOWN),
+    }
+    problems = list(report.feed_problems) + [f"{f.advisory} ({f.severity.name}): {f.subject}: "
+                                             f"{f.message}" for f in report.failing]
+    if problems:
+        return Outcome.refused(_listed(problems)), NOTHING
+    below = len(report.findings)
+    return (Outcome.passed(f"{len(report.feeds)} feed(s), {report.advisories} advisories; none at "
+                           f"or above {rules.fail_on}" + (f" ({below} below it)" if below else "")),
+            Learned(record={"advisories": summary}))
+
+
 def check_model_signatures(inputs: GateInputs) -> Checked:
     assert inputs.lock is not None
     checks = verify_model_signatures(inputs.lock, inputs.locations, inputs.policy,
@@ -377,22 +410,26 @@ def check_model_signatures(inputs: GateInputs) -> Checked:
 
 def check_difftest(inputs: GateInputs) -> Checked:
     from dflash_guard.lossless.local import run_difftest
+    from dflash_guard.lossless.options import LocalOptions
+    from dflash_guard.lossless.reference import parse_fault
 
     rules = inputs.policy.difftest
-    report = run_difftest(
+    report = run_difftest(LocalOptions(
         inputs.locations["target"], inputs.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
-        max_new_tokens=rules.max_new_tokens, device=inputs.device, inject=inputs.inject,
-    )
+        max_new_tokens=rules.max_new_tokens, device=inputs.device,
+        inject=parse_fault(inputs.inject),
+    ))
     near_ties = [d for d in report.divergences
-                 if d.top2_margin is not None and d.top2_margin < rules.near_tie_allowance]
+                 if d.divergence.margin is not None
+                 and d.divergence.margin < rules.near_tie_allowance]
     real = [d for d in report.divergences if d not in near_ties]
     if real:
-        first = real[0]
+        first = real[0].divergence
         return Outcome.refused(
             f"{len(real)} of {len(report.results)} prompts diverge from the target's greedy "
-            f"output (first: {first.id} at token {first.first_diff_position}, "
-            f"margin {first.top2_margin})"), NOTHING
+            f"output (first: {real[0].prompt_id} at token {first.position}, "
+            f"margin {first.margin})"), NOTHING
     if report.tau < rules.min_tau:
         return Outcome.refused(f"mean acceptance length {report.tau:.2f} is below the policy's "
                                f"minimum {rules.min_tau}"), NOTHING
@@ -400,8 +437,8 @@ def check_difftest(inputs: GateInputs) -> Checked:
         "prompts": len(report.results),
         "maxNewTokens": rules.max_new_tokens,
         "identical": report.identical,
-        "divergences": [d.id for d in report.divergences],
-        "nearTies": [d.id for d in near_ties],
+        "divergences": [d.prompt_id for d in report.divergences],
+        "nearTies": [d.prompt_id for d in near_ties],
         "tau": round(report.tau, 4),
         "minTau": rules.min_tau,
         "warnings": list(report.warnings),
@@ -415,8 +452,9 @@ def check_difftest(inputs: GateInputs) -> Checked:
 def check_endpoint_diff(inputs: GateInputs) -> Checked:
     """Diff the live baseline and candidate engines: a hard divergence always refuses, more
     near-ties than `max_near_ties` refuse, and so does an endpoint the gate cannot use."""
-    from dflash_guard.lossless.endpoint import EndpointError, load_prompts, run_endpoint_diff
-    from dflash_guard.lossless.local import DEFAULT_PROMPTS
+    from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+    from dflash_guard.lossless.endpoint import EndpointError, EndpointOptions, run_endpoint_diff
+    from dflash_guard.lossless.prompts import read_prompts
 
     rules = inputs.endpoints
     if rules is None:
@@ -424,12 +462,14 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     api_key = os.environ[rules.api_key_env].strip() if rules.api_key_env else None
     try:
         report = run_endpoint_diff(
-            rules.baseline, rules.candidate,
-            load_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
-            model=rules.model, max_new_tokens=rules.max_new_tokens,
-            concurrency=rules.concurrency, api_key=api_key, timeout=rules.timeout_s,
-            near_tie_margin=rules.near_tie_margin,
-            metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
+            EndpointOptions(
+                rules.baseline, rules.candidate,
+                model=rules.model, max_new_tokens=rules.max_new_tokens,
+                concurrency=rules.concurrency, api_key=api_key, timeout=rules.timeout_s,
+                near_tie_margin=rules.near_tie_margin,
+                metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
+            ),
+            read_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
         )
     except EndpointError as error:
         return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), NOTHING
@@ -437,10 +477,10 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     acceptance = report.acceptance
     total = len(report.results)
     if hard:
-        first = hard[0]
+        first = hard[0].divergence
         return Outcome.refused(
             f"{len(hard)} of {total} prompts diverge between baseline and candidate "
-            f"(first: {first.prompt_id} at token {first.position}"
+            f"(first: {hard[0].prompt_id} at token {first.position}"
             f"{': ' + first.detail if first.detail else ''})"), NOTHING
     if len(ties) > rules.max_near_ties:
         names = ", ".join(r.prompt_id for r in ties)
@@ -452,7 +492,7 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
         "model": rules.model,
         "prompts": total,
         "maxNewTokens": rules.max_new_tokens,
-        "identical": sum(r.status == "identical" for r in report.results),
+        "identical": sum(r.identical for r in report.results),
         "nearTies": len(ties),
         "maxNearTies": rules.max_near_ties,
         "nearTieMargin": rules.near_tie_margin,
@@ -514,6 +554,7 @@ CHECKS = (
     GateCheck("verify", check_verify),
     GateCheck("scan", check_scan),
     GateCheck("policy", check_policy),
+    GateCheck("advisories", check_advisories),
     GateCheck("model signatures", check_model_signatures),
     GateCheck("difftest", check_difftest),
     GateCheck("endpoint diff", check_endpoint_diff),
@@ -567,6 +608,7 @@ def run_gate(options: GateOptions, *,
         today=options.today or dt.datetime.now(dt.UTC).date(), trust_root=options.trust_root,
         download=options.download, device=options.device, inject=options.inject,
         endpoints=endpoints,
+        engine_repos=dict(options.engine_repos),
     )
     results: list[CheckResult] = []
     for check in CHECKS:

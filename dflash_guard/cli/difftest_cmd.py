@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,18 +22,22 @@ from dflash_guard.lossless.endpoint import (
     DEFAULT_NEAR_TIE_MARGIN,
     DEFAULT_TIMEOUT_S,
     EndpointDiffReport,
+    EndpointOptions,
     read_api_key,
     run_endpoint_diff,
 )
-from dflash_guard.lossless.endpoint import load_prompts as load_endpoint_prompts
-from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
+from dflash_guard.lossless.options import LocalOptions, SampledOptions
+from dflash_guard.lossless.prompts import read_prompts
+from dflash_guard.lossless.reference import parse_fault
+from dflash_guard.lossless.result import Token
+from kernels_ref.faults import Fault
 
 if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
     from dflash_guard.lossless.local import DifftestReport
     from dflash_guard.lossless.sampled import SampledReport
 
 
-def _token(token: int | None) -> str:
+def _token(token: Token | None) -> str:
     return "<end of output>" if token is None else str(token)
 
 
@@ -42,20 +47,25 @@ def render_text(report: DifftestReport) -> None:
     for column in ("prompt", "identical", "tau", "steps", "target forwards AR/spec"):
         table.add_column(column, no_wrap=True)
     for r in report.results:
+        stats = r.speculation
+        assert stats is not None  # the local diff always speculates
         table.add_row(
-            r.id,
+            r.prompt_id,
             "yes" if r.identical else "[red]NO[/]",
-            f"{r.tau:.2f}",
-            str(r.steps),
-            f"{r.target_forwards_ar}/{r.target_forwards_spec}",
+            f"{stats.tau:.2f}",
+            str(stats.steps),
+            f"{stats.target_forwards_ar}/{stats.target_forwards_spec}",
         )
     stdout.print(table)
     for r in report.divergences:
-        margin = "" if r.top2_margin is None else f", target top-2 margin {r.top2_margin:g}"
-        tie = " (likely numerical near-tie)" if r.near_tie else ""
+        d = r.divergence
+        assert d is not None
+        margin = "" if d.margin is None else f", target top-2 margin {d.margin:g}"
+        tie = " (likely numerical near-tie)" if d.near_tie else ""
         stdout.print(
-            f"[red]divergence[/] {r.id}: first at generated token {r.first_diff_position}: "
-            f"autoregressive {_token(r.ar_token)}, speculative {_token(r.spec_token)}{margin}{tie}",
+            f"[red]divergence[/] {r.prompt_id}: first at generated token {d.position}: "
+            f"autoregressive {_token(d.reference_token)}, "
+            f"speculative {_token(d.candidate_token)}{margin}{tie}",
             highlight=False,
         )
     histogram = " ".join(f"{k}:{v}" for k, v in report.histogram.items())
@@ -66,7 +76,7 @@ def render_text(report: DifftestReport) -> None:
         f"{report.target_forwards_spec} speculative ({saved} saved)"
     )
     if report.inject:
-        stdout.print(f"injected fault: {report.inject} ({FAULTS[report.inject]})")
+        stdout.print(f"injected fault: {report.inject} ({report.inject.description})")
     for warning in report.warnings:
         stdout.print(f"[yellow]warning:[/] {warning}", highlight=False)
     verdict = (
@@ -84,12 +94,13 @@ def render_endpoint(report: EndpointDiffReport) -> None:
     for column in ("prompt", "status", "by", "position", "baseline", "candidate", "margin"):
         table.add_column(column)
     for r in report.results:
-        if r.status == "identical":
+        d = r.divergence
+        if d is None:
             continue
-        margin = "" if r.margin is None else f"{r.margin:.4f}"
-        colour = "red" if r.status == "hard" else "yellow"
-        table.add_row(r.prompt_id, f"[{colour}]{r.status}[/]", r.compared_by, str(r.position),
-                      repr(r.baseline_token), repr(r.candidate_token), margin)
+        margin = "" if d.margin is None else f"{d.margin:.4f}"
+        colour = "yellow" if d.near_tie else "red"
+        table.add_row(r.prompt_id, f"[{colour}]{r.status}[/]", r.compared_by, str(d.position),
+                      repr(d.reference_token), repr(d.candidate_token), margin)
     if table.row_count:
         stdout.print(table)
     if report.acceptance is not None:
@@ -125,11 +136,60 @@ def render_sampled(report: SampledReport) -> None:
                                 else "[red]speculative sampling is biased[/]"))
 
 
+class Mode(StrEnum):
+    """The three kinds of diff test; each accepts only its own flags."""
+
+    local = "local"
+    sampled = "sampled"
+    endpoint = "endpoint"
+
+
+COMMON_FLAGS = frozenset({"prompts", "output_format"})
+MODE_FLAGS: dict[Mode, frozenset[str]] = {
+    Mode.local: COMMON_FLAGS | {"target", "drafter", "max_new_tokens", "block_size", "device",
+                                "dtype", "inject", "cuda_graphs", "fail_on_warning"},
+    Mode.sampled: COMMON_FLAGS | {"target", "drafter", "sampled", "samples", "sample_tokens",
+                                  "temperature", "top_k", "top_p", "alpha", "seed", "inject",
+                                  "block_size", "device", "dtype"},
+    Mode.endpoint: COMMON_FLAGS | {"baseline", "candidate", "model", "max_new_tokens",
+                                   "concurrency", "api_key_env", "metrics", "near_tie_margin",
+                                   "timeout", "token_ids", "fail_on_warning"},
+}
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set parameter `name` (typer vendors click, so compare sources by name)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _mode(ctx: typer.Context) -> Mode:
+    """The mode the flags ask for; `InputError` for a flag that does not apply to it."""
+    given = [param for param in ctx.command.params if param.name and _given(ctx, param.name)]
+    names = {param.name for param in given}
+    if names & {"baseline", "candidate"}:
+        mode = Mode.endpoint
+    elif "sampled" in names and ctx.params["sampled"]:
+        mode = Mode.sampled
+    else:
+        mode = Mode.local
+    if mode is Mode.endpoint and "inject" in names:
+        raise InputError("--inject plants bugs in the reference runner: start "
+                         "`python -m kernels_ref.serve --inject` for an endpoint")
+    for param in given:
+        if param.name not in MODE_FLAGS[mode]:
+            flag = param.opts[0] if param.opts else param.name
+            owners = " and ".join(m for m in Mode if param.name in MODE_FLAGS[m])
+            raise InputError(f"{flag} applies to {owners} mode, not to {mode} mode")
+    return mode
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
 
     @app.command("difftest")
     def difftest(
+        ctx: typer.Context,
         target: Annotated[
             Path | None, typer.Option("--target", help="Target model folder (HF layout).")
         ] = None,
@@ -150,8 +210,8 @@ def register(app: typer.Typer) -> None:
         inject: Annotated[
             str | None,
             typer.Option(
-                help="Plant a known engine bug: " + ", ".join(FAULTS) + " (with --sampled: "
-                + ", ".join(SAMPLING_FAULTS) + ")."
+                help="Plant a known engine bug: " + ", ".join(f for f in Fault if f.greedy)
+                + " (with --sampled: " + ", ".join(f for f in Fault if f.sampling) + ")."
             ),
         ] = None,
         cuda_graphs: Annotated[
@@ -234,22 +294,19 @@ def register(app: typer.Typer) -> None:
 
         Local mode (--target, --drafter) runs the reference runner; endpoint mode (--baseline,
         --candidate) diffs two live OpenAI-compatible engines; --sampled checks sampled decoding
-        statistically. Exit 0 identical (endpoint: no hard divergence; sampled: no rejection),
-        1 divergence (or a warning with --fail-on-warning), 2 input or endpoint error.
+        statistically. A flag of another mode is refused. Exit 0 identical (endpoint: no hard
+        divergence; sampled: no rejection), 1 divergence (or a warning with --fail-on-warning),
+        2 input or endpoint error.
+
+        Example: dflash-guard difftest --target demo-out/target --drafter demo-out/drafter
         """
-        endpoint_mode = baseline is not None or candidate is not None
-        if endpoint_mode:
+        mode = _mode(ctx)
+        if mode is Mode.endpoint:
             if baseline is None or candidate is None:
                 raise InputError("endpoint mode needs both --baseline and --candidate")
-            if target is not None or drafter is not None or sampled:
-                raise InputError("give either --baseline/--candidate or --target/--drafter")
-            if inject is not None:
-                raise InputError("--inject plants bugs in the reference runner: start "
-                                 "`python -m kernels_ref.serve --inject` for an endpoint")
-            report = run_endpoint_diff(
+            options = EndpointOptions(
                 baseline,
                 candidate,
-                load_endpoint_prompts(prompts or DEFAULT_PROMPTS),
                 model=model,
                 max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
                 concurrency=concurrency,
@@ -259,6 +316,7 @@ def register(app: typer.Typer) -> None:
                 metrics_url=metrics,
                 token_ids=token_ids,
             )
+            report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS))
             if output_format is OutputFormat.json:
                 print_json(report.to_json())
             else:
@@ -267,41 +325,33 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_FINDING if failed else EXIT_OK)
         if target is None or drafter is None:
             raise InputError("give --target and --drafter (or --baseline and --candidate)")
-        if sampled:
+        fault = parse_fault(inject)
+        if mode is Mode.sampled:
+            sampled_options = SampledOptions(
+                target, drafter, prompts=prompts, samples=samples, sample_tokens=sample_tokens,
+                temperature=temperature, top_k=top_k, top_p=top_p, alpha=alpha, seed=seed,
+                inject=fault, block_size=block_size, device=device, dtype=dtype,
+            )
             from dflash_guard.lossless.sampled import run_sampled_difftest
-            from kernels_ref.sampling import SamplingParams
 
-            try:
-                params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
-            except ValueError as error:
-                raise InputError(str(error)) from None
             if output_format is OutputFormat.text:
                 stderr.print(f"sampling {samples} draws per prompt and side ...")
-            sampled_report = run_sampled_difftest(
-                target, drafter, prompts=prompts, samples=samples, tokens=sample_tokens,
-                params=params, alpha=alpha, seed=seed, inject=inject, block_size=block_size,
-                device=device, dtype=dtype,
-            )
+            sampled_report = run_sampled_difftest(sampled_options)
             if output_format is OutputFormat.json:
                 print_json(sampled_report.to_json())
             else:
                 render_sampled(sampled_report)
             raise typer.Exit(EXIT_OK if sampled_report.passed else EXIT_FINDING)
+        local_options = LocalOptions(
+            target, drafter, prompts=prompts, max_new_tokens=max_new_tokens,
+            block_size=block_size, device=device, dtype=dtype, inject=fault,
+            cuda_graphs=cuda_graphs,
+        )
         from dflash_guard.lossless.local import run_difftest
 
         if output_format is OutputFormat.text:
             stderr.print(f"diff-testing {drafter} against {target} ...")
-        report = run_difftest(
-            target,
-            drafter,
-            prompts=prompts,
-            max_new_tokens=max_new_tokens,
-            device=device,
-            dtype=dtype,
-            inject=inject,
-            block_size=block_size,
-            cuda_graphs=cuda_graphs,
-        )
+        report = run_difftest(local_options)
         if output_format is OutputFormat.json:
             print_json(report.to_json())
         else:

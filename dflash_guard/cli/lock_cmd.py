@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.formats.terminal import markup_safe, terminal_safe
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
 from dflash_guard.pins.resolve import build_lock, requirements_text
@@ -48,7 +48,10 @@ def lock(
         OutputFormat, typer.Option("--format", help="text or json.")
     ] = OutputFormat.text,
 ) -> None:
-    """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile."""
+    """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile.
+
+    Example: dflash-guard lock --target Qwen/Qwen3-8B --drafter z-lab/Qwen3-8B-DFlash-b16
+    """
     if not output.parent.is_dir():
         raise InputError(f"-o {output}: folder {output.parent} does not exist")
     sources = {"target": target, "drafter": drafter}
@@ -65,7 +68,7 @@ def lock(
     earlier = load_lockfile(confirmed_by) if confirmed_by is not None else None
     result = build_lock(sources, engine or [], package or [], confirmed_by=earlier)
     if result.lock is None:
-        stderr.print(f"[bold red]refused:[/] {escape(result.outcome.reason)}", highlight=False)
+        stderr.print(f"[bold red]refused:[/] {markup_safe(result.outcome.reason)}", highlight=False)
         raise typer.Exit(EXIT_FINDING)
     lockfile = result.lock
     write_lockfile(lockfile, output)
@@ -84,9 +87,10 @@ def lock(
         if a.source == "hub" and not a.hub_confirmed:
             note = ("; cache-unconfirmed: trusted as a local folder until confirmed "
                     "(lock it online, or --confirmed-by an earlier online lock)")
-        stdout.print(f"{a.role:8} {a.label}  ({len(a.files)} files{note})", highlight=False,
-                     markup=False)
-    stdout.print(f"wrote {output} ({lockfile.digest()})", highlight=False, markup=False)
+        stdout.print(f"{a.role:8} {terminal_safe(a.label)}  ({len(a.files)} files{note})",
+                     highlight=False, markup=False)
+    stdout.print(f"wrote {terminal_safe(str(output))} ({lockfile.digest()})", highlight=False,
+                 markup=False)
 
 
 @export_app.command("requirements")
@@ -98,7 +102,10 @@ def export_requirements(
         Path | None, typer.Option("-o", "--output", help="File to write (default stdout).")
     ] = None,
 ) -> None:
-    """Write a pip --require-hashes requirements file for the locked packages."""
+    """Write a pip --require-hashes requirements file for the locked packages.
+
+    Example: dflash-guard export requirements --lock lockfiles/release.lock -o release.txt
+    """
     refuse_outputs_over_inputs([("-o", output)], [("--lock", lock_path)])
     text = requirements_text(load_lockfile(lock_path))
     if output is not None and not output.parent.is_dir():

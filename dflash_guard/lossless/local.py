@@ -11,9 +11,8 @@ aliasing; tau below the clean reference when a fault is injected).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,23 @@ import torch
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
+from dflash_guard.lossless.options import LocalOptions
+from dflash_guard.lossless.prompts import Prompt, load_prompts
+from dflash_guard.lossless.reference import runner_errors
+from dflash_guard.lossless.result import (
+    Divergence,
+    PromptResult,
+    SpeculationStats,
+    first_difference,
+    token_at,
+)
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter
-from kernels_ref.loop import FAULTS, DraftModel, Generation, generate
+from kernels_ref.faults import Fault
+from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
+from kernels_ref.step import DraftModel, Generation
 from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
 
 LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many steps: suspicious
@@ -43,36 +54,6 @@ NEAR_TIE_MARGIN = {
 
 
 @dataclass(frozen=True)
-class Prompt:
-    """One diff-test prompt: token ids, an optional own budget, extra stop token ids."""
-
-    id: str
-    ids: tuple[int, ...]
-    max_new_tokens: int | None = None
-    stop_ids: frozenset[int] = frozenset()
-
-
-@dataclass(frozen=True)
-class PromptResult:
-    """The comparison of one prompt's autoregressive and speculative outputs."""
-
-    id: str
-    identical: bool
-    first_diff_position: int | None
-    ar_token: int | None
-    spec_token: int | None
-    top2_margin: float | None
-    tau: float
-    steps: int
-    target_forwards_ar: int
-    target_forwards_spec: int
-    ar_text: str = ""
-    spec_text: str = ""
-    histogram: dict[str, int] = field(default_factory=dict)
-    near_tie: bool = False
-
-
-@dataclass(frozen=True)
 class DifftestReport:
     """All prompts' results plus the acceptance summary and warnings."""
 
@@ -81,7 +62,7 @@ class DifftestReport:
     tau: float
     histogram: dict[str, int]
     warnings: list[str]
-    inject: str | None = None
+    inject: Fault | None = None
     tau_reference: float | None = None
 
     @property
@@ -94,11 +75,11 @@ class DifftestReport:
 
     @property
     def target_forwards_ar(self) -> int:
-        return sum(result.target_forwards_ar for result in self.results)
+        return sum(_stats(result).target_forwards_ar for result in self.results)
 
     @property
     def target_forwards_spec(self) -> int:
-        return sum(result.target_forwards_spec for result in self.results)
+        return sum(_stats(result).target_forwards_spec for result in self.results)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,82 +96,31 @@ class DifftestReport:
                 "forwards_saved": self.target_forwards_ar - self.target_forwards_spec,
                 "warnings": self.warnings,
                 "inject": self.inject,
-                "divergences": [result.id for result in self.divergences],
+                "divergences": [result.prompt_id for result in self.divergences],
             },
-            "prompts": [asdict(result) for result in self.results],
+            "prompts": [_prompt_json(result) for result in self.results],
         }
 
 
-def load_prompts(path: Path, tokenizer: ByteTokenizer | None, vocab_size: int) -> list[Prompt]:
-    """Read a JSONL prompt set: {"id", "prompt" | "prompt_ids", "max_new_tokens"?, "stop"?}.
-
-    `stop` entries are token ids or strings that are exactly one token.
-    """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the prompt file ({exc})") from None
-    prompts: list[Prompt] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: not valid JSON ({exc})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-            raise InputError(f"{where}: each line must be an object with a string 'id'")
-        unknown = set(row) - {"id", "prompt", "prompt_ids", "max_new_tokens", "stop"}
-        if unknown:
-            raise InputError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-        prompts.append(_parse_prompt(row, where, tokenizer, vocab_size))
-    if not prompts:
-        raise InputError(f"{path}: no prompts")
-    if len({p.id for p in prompts}) != len(prompts):
-        raise InputError(f"{path}: prompt ids are not unique")
-    return prompts
-
-
-def _parse_prompt(
-    row: dict[str, Any], where: str, tokenizer: ByteTokenizer | None, vocab_size: int
-) -> Prompt:
-    if ("prompt" in row) == ("prompt_ids" in row):
-        raise InputError(f"{where}: give exactly one of 'prompt' and 'prompt_ids'")
-    if "prompt" in row:
-        if not isinstance(row["prompt"], str):
-            raise InputError(f"{where}: 'prompt' must be a string")
-        if tokenizer is None:
-            raise InputError(
-                f"{where}: text prompts need the byte-level tokenizer; give 'prompt_ids' "
-                "for this target"
-            )
-        ids = tokenizer.encode(row["prompt"])
-    else:
-        ids = row["prompt_ids"]
-        if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
-            raise InputError(f"{where}: 'prompt_ids' must be a list of integers")
-    if not ids or not all(0 <= i < vocab_size for i in ids):
-        raise InputError(f"{where}: the prompt is empty or has ids outside the vocabulary")
-    budget = row.get("max_new_tokens")
-    if budget is not None and (not _is_int(budget) or budget < 1):
-        raise InputError(f"{where}: 'max_new_tokens' must be a positive integer")
-    stops = row.get("stop", [])
-    if not isinstance(stops, list):
-        raise InputError(f"{where}: 'stop' must be a list")
-    stop_ids = set()
-    for stop in stops:
-        token = stop if _is_int(stop) else None
-        if isinstance(stop, str) and tokenizer is not None:
-            token = tokenizer.token_id(stop)
-        if token is None:
-            raise InputError(f"{where}: stop {stop!r} is not a single token id of this tokenizer")
-        stop_ids.add(token)
-    return Prompt(row["id"], tuple(ids), budget, frozenset(stop_ids))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _prompt_json(result: PromptResult) -> dict[str, Any]:
+    """One prompt in the local report's JSON (its field names predate the shared type)."""
+    d, stats = result.divergence_fields(), _stats(result)
+    return {
+        "id": result.prompt_id,
+        "identical": result.identical,
+        "first_diff_position": d["position"],
+        "ar_token": d["reference_token"],
+        "spec_token": d["candidate_token"],
+        "top2_margin": d["margin"],
+        "tau": stats.tau,
+        "steps": stats.steps,
+        "target_forwards_ar": stats.target_forwards_ar,
+        "target_forwards_spec": stats.target_forwards_spec,
+        "ar_text": result.reference_text,
+        "spec_text": result.candidate_text,
+        "histogram": stats.histogram,
+        "near_tie": d["near_tie"],
+    }
 
 
 def default_stop_ids(target_dir: Path) -> frozenset[int]:
@@ -210,28 +140,40 @@ def compare(
     `near_tie_margin` is marked as a likely numerical near-tie)."""
     a, s = ar.tokens, spec.tokens
     decode = tokenizer.decode_bytes if tokenizer is not None else (lambda ids: b"")
-    identical = a == s and decode(a) == decode(s)
-    position = next((i for i, (x, y) in enumerate(zip(a, s, strict=False)) if x != y), None)
-    if position is None and len(a) != len(s):
-        position = min(len(a), len(s))
+    position = first_difference(a, s)
+    divergence = None
+    if position is not None:
+        margin = ar.margins[position] if position < len(ar.margins) else None
+        divergence = Divergence(
+            position,
+            token_at(a, position),
+            token_at(s, position),
+            None if margin is None else round(margin, 6),
+            near_tie=margin is not None and margin < near_tie_margin,
+        )
+    elif decode(a) != decode(s):
+        divergence = Divergence(None, None, None, None, detail="same tokens but different text")
     histogram = Counter(step.accepted + 1 for step in spec.steps)
-    margin = ar.margins[position] if position is not None and position < len(ar.margins) else None
     return PromptResult(
-        id=prompt_id,
-        identical=identical,
-        first_diff_position=position,
-        ar_token=a[position] if position is not None and position < len(a) else None,
-        spec_token=s[position] if position is not None and position < len(s) else None,
-        top2_margin=None if margin is None else round(margin, 6),
-        tau=round(spec.tau, 4),
-        steps=len(spec.steps),
-        target_forwards_ar=ar.target_forwards,
-        target_forwards_spec=spec.target_forwards,
-        ar_text=decode(a).decode("utf-8", errors="replace"),
-        spec_text=decode(s).decode("utf-8", errors="replace"),
-        histogram={str(n): histogram[n] for n in range(1, block_size + 1)},
-        near_tie=not identical and margin is not None and margin < near_tie_margin,
+        prompt_id,
+        divergence,
+        reference_length=len(a),
+        candidate_length=len(s),
+        reference_text=decode(a).decode("utf-8", errors="replace"),
+        candidate_text=decode(s).decode("utf-8", errors="replace"),
+        speculation=SpeculationStats(
+            tau=round(spec.tau, 4),
+            steps=len(spec.steps),
+            target_forwards_ar=ar.target_forwards,
+            target_forwards_spec=spec.target_forwards,
+            histogram={str(n): histogram[n] for n in range(1, block_size + 1)},
+        ),
     )
+
+
+def _stats(result: PromptResult) -> SpeculationStats:
+    assert result.speculation is not None  # the local diff always speculates
+    return result.speculation
 
 
 def mean_acceptance(generations: list[Generation]) -> float:
@@ -278,7 +220,7 @@ def difftest_models(
     tokenizer: ByteTokenizer | None = None,
     max_new_tokens: int | None = None,
     block_size: int | None = None,
-    inject: str | None = None,
+    inject: Fault | None = None,
     cuda_graphs: bool = False,
 ) -> DifftestReport:
     """Diff-test loaded models on `prompts` (the library core; `run_difftest` loads folders).
@@ -289,8 +231,8 @@ def difftest_models(
     caches; decode, verify and draft steps captured as CUDA graphs on a CUDA device, run eagerly
     over the same static buffers elsewhere).
     """
-    if inject is not None and inject not in FAULTS:
-        raise InputError(f"unknown fault {inject!r}; known faults: {', '.join(FAULTS)}")
+    if inject is not None and not inject.greedy:
+        raise InputError(f"{inject} plants a sampler bug: use it with --sampled")
     size = block_size or drafter.config.block_size
     if size < 1:
         raise InputError("block size must be at least 1")
@@ -348,12 +290,12 @@ def _graph_models(
     prompts: list[Prompt],
     budget: int,
     size: int,
-    inject: str | None,
+    inject: Fault | None,
 ) -> tuple[Any, Any]:
     """The runner's stand-ins for `target` and `drafter`, sized for the longest prompt."""
     if not isinstance(drafter, Drafter):
         raise InputError("CUDA graphs need a DFlash drafter (kernels_ref.drafter.Drafter)")
-    if inject == "stale-kv":
+    if inject is Fault.STALE_KV:
         raise InputError("the stale-kv fault needs the growing cache: run it without CUDA graphs")
     longest = max(len(prompt.ids) for prompt in prompts)
     max_len = static_len(longest, budget, target.config.max_position_embeddings)
@@ -361,45 +303,31 @@ def _graph_models(
     return runner.target, runner.drafter
 
 
-def run_difftest(
-    target_dir: Path,
-    drafter_dir: Path,
-    *,
-    prompts: Path | None = None,
-    max_new_tokens: int | None = None,
-    device: str = "cpu",
-    dtype: str = "float32",
-    inject: str | None = None,
-    block_size: int | None = None,
-    cuda_graphs: bool = False,
-) -> DifftestReport:
-    """Load the pair from HF-style folders and diff-test it on `prompts` (default set if None).
+@runner_errors()
+def run_difftest(options: LocalOptions) -> DifftestReport:
+    """Load the pair from HF-style folders and diff-test it on the options' prompts.
 
     Raises `InputError` for a missing folder, a malformed file, a drafter that does not match
-    its target, an unavailable device, an unknown fault, or `cuda_graphs` off CUDA.
+    its target, an unavailable device, or `cuda_graphs` off CUDA.
     """
-    if inject is not None and inject not in FAULTS:
-        raise InputError(f"unknown fault {inject!r}; known faults: {', '.join(FAULTS)}")
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise InputError("max_new_tokens must be at least 1")
-    if block_size is not None and block_size < 1:
-        raise InputError("block size must be at least 1")
-    torch_device = parse_device(device)
-    if cuda_graphs and torch_device.type != "cuda":
+    torch_device = parse_device(options.device)
+    if options.cuda_graphs and torch_device.type != "cuda":
         raise InputError("--cuda-graphs needs --device cuda")
-    target_dir, drafter_dir = Path(target_dir), Path(drafter_dir)
-    target = load_target(target_dir, torch_device, dtype)
-    drafter = load_drafter(drafter_dir, target, torch_device, dtype)
+    target_dir, drafter_dir = Path(options.target), Path(options.drafter)
+    target = load_target(target_dir, torch_device, options.dtype)
+    drafter = load_drafter(drafter_dir, target, torch_device, options.dtype)
     tokenizer = load_byte_tokenizer(target_dir)
-    prompt_set = load_prompts(prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
+    prompt_set = load_prompts(
+        options.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size
+    )
     return difftest_models(
         target,
         drafter,
         prompt_set,
         stop_ids=default_stop_ids(target_dir),
         tokenizer=tokenizer,
-        max_new_tokens=max_new_tokens,
-        block_size=block_size,
-        inject=inject,
-        cuda_graphs=cuda_graphs,
+        max_new_tokens=options.max_new_tokens,
+        block_size=options.block_size,
+        inject=options.inject,
+        cuda_graphs=options.cuda_graphs,
     )

@@ -26,15 +26,15 @@ from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_PROMPTS,
-    DEFAULT_RUNNER_SAMPLES,
-    DEFAULT_RUNNER_TOKENS,
 )
-from dflash_guard.lossless.local import load_prompts
+from dflash_guard.lossless.options import SampledOptions
+from dflash_guard.lossless.prompts import load_prompts
+from dflash_guard.lossless.reference import runner_errors
 from kernels_ref.drafter import load_drafter
-from kernels_ref.loop import DraftModel, generate
+from kernels_ref.faults import Fault
+from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
 from kernels_ref.sampling import (
-    SAMPLING_FAULTS,
     SamplingParams,
     draft_block,
     probs_from_logits,
@@ -42,6 +42,7 @@ from kernels_ref.sampling import (
     seeded,
     verify_block,
 )
+from kernels_ref.step import DraftModel
 from kernels_ref.tokenizer import load_byte_tokenizer
 
 DEFAULT_MIN_CELL = 10
@@ -191,7 +192,7 @@ def sample_speculative(
     draft_generator: torch.Generator,
     verify_generator: torch.Generator,
     greedy_draft: bool = True,
-    inject: str | None = None,
+    inject: Fault | None = None,
 ) -> tuple[torch.Tensor, float]:
     """[samples, tokens] continuations drawn by draft-and-verify steps, and the mean number of
     draft tokens accepted per step. Draws advance in lockstep; each keeps its own length."""
@@ -275,7 +276,7 @@ def check_sampled(
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     greedy_draft: bool = True,
-    inject: str | None = None,
+    inject: Fault | None = None,
     min_cell: int = DEFAULT_MIN_CELL,
 ) -> SampledReport:
     """The check on a cache-free model pair, both samplers vectorised over the draws."""
@@ -307,7 +308,7 @@ def runner_sampler(
     params: SamplingParams,
     *,
     block_size: int | None = None,
-    inject: str | None = None,
+    inject: Fault | None = None,
 ) -> Sampler:
     """A sampler that decodes each draw with `kernels_ref.loop.generate` (the runner under test,
     KV cache and all): autoregressive without a drafter, speculative with one."""
@@ -331,52 +332,34 @@ def runner_sampler(
     return draw
 
 
-def run_sampled_difftest(
-    target_dir: Path,
-    drafter_dir: Path,
-    *,
-    prompts: Path | None = None,
-    samples: int = DEFAULT_RUNNER_SAMPLES,
-    tokens: int = DEFAULT_RUNNER_TOKENS,
-    params: SamplingParams | None = None,
-    alpha: float = DEFAULT_ALPHA,
-    seed: int = 0,
-    inject: str | None = None,
-    block_size: int | None = None,
-    device: str = "cpu",
-    dtype: str = "float32",
-    threads: int = 1,
-) -> SampledReport:
+@runner_errors()
+def run_sampled_difftest(options: SampledOptions) -> SampledReport:
     """Load the pair and check the runner's sampled speculative decoding against its own
-    autoregressive sampling (`prompts`: a JSONL set; default: three of the shipped prompts).
+    autoregressive sampling (default prompts: three of the shipped set).
 
-    Decoding runs on `threads` torch CPU threads (restored afterwards): thousands of one-token
-    forwards of a small model run fastest single-threaded.
+    Decoding runs on `options.threads` torch CPU threads (restored afterwards): thousands of
+    one-token forwards of a small model run fastest single-threaded.
     """
-    params = params or SamplingParams()
-    if params.greedy:
-        raise InputError("--sampled needs --temperature above 0")
-    if inject is not None and inject not in SAMPLING_FAULTS:
-        raise InputError(f"--sampled plants sampler faults only: {', '.join(SAMPLING_FAULTS)}")
-    if inject == "reuse-draft-uniforms":
-        raise InputError("reuse-draft-uniforms needs a sampled draft; the runner drafts greedily")
-    if samples < 1 or tokens < 1 or not 0 < alpha < 1:
-        raise InputError("--samples and --sample-tokens must be positive, --alpha in (0, 1)")
-    target = load_target(Path(target_dir), device, dtype)
-    drafter = load_drafter(Path(drafter_dir), target, device, dtype)
-    tokenizer = load_byte_tokenizer(Path(target_dir))
-    prompt_set = load_prompts(prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
-    if prompts is None:
+    o = options
+    try:
+        params = SamplingParams(temperature=o.temperature, top_k=o.top_k, top_p=o.top_p)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    target = load_target(Path(o.target), o.device, o.dtype)
+    drafter = load_drafter(Path(o.drafter), target, o.device, o.dtype)
+    tokenizer = load_byte_tokenizer(Path(o.target))
+    prompt_set = load_prompts(o.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
+    if o.prompts is None:
         prompt_set = [p for p in prompt_set if p.id in DEFAULT_RUNNER_PROMPTS]
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(o.threads)
     try:
         return compare_samplers(
             runner_sampler(target, None, params),
-            runner_sampler(target, drafter, params, block_size=block_size, inject=inject),
+            runner_sampler(target, drafter, params, block_size=o.block_size, inject=o.inject),
             [(p.id, p.ids) for p in prompt_set],
-            params=params, greedy_draft=True, samples=samples, tokens=tokens, alpha=alpha,
-            seed=seed,
+            params=params, greedy_draft=True, samples=o.samples, tokens=o.sample_tokens,
+            alpha=o.alpha, seed=o.seed,
         )
     finally:
         torch.set_num_threads(previous_threads)

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dflash_guard.fileio import write_atomic
+from dflash_guard.errors import InputError
+from dflash_guard.fileio import open_regular, write_atomic
 
 CHUNK_BYTES = 8 * 1024 * 1024
 SMALL_BUFFER_BYTES = 64 * 1024
@@ -43,17 +44,24 @@ def cache_dir() -> Path:
 
 
 def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:
-    """The sha256 of a file, read in chunks into one buffer (memory bounded by CHUNK_BYTES; a
-    small file gets a small buffer: zeroing 8 MiB per file would dominate 100k tiny files)."""
+    """The sha256 of a regular file, read in chunks into one buffer (memory bounded by
+    CHUNK_BYTES; a small file gets a small buffer: zeroing 8 MiB per file would dominate 100k
+    tiny files); a file that cannot be opened or read, or is not a regular file, is an
+    `InputError`."""
     digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        buffer = bytearray(min(CHUNK_BYTES, max(size, SMALL_BUFFER_BYTES)))
-        view = memoryview(buffer)
-        while n := handle.readinto(buffer):
-            digest.update(view[:n])
-            if on_bytes is not None:
-                on_bytes(n)
+    try:  # never blocks: a FIFO swapped in for a file is refused after opening (fstat)
+        with os.fdopen(open_regular(path), "rb", buffering=0) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            buffer = bytearray(min(CHUNK_BYTES, max(size, SMALL_BUFFER_BYTES)))
+            view = memoryview(buffer)
+            while n := handle.readinto(buffer):
+                digest.update(view[:n])
+                if on_bytes is not None:
+                    on_bytes(n)
+    except InputError:
+        raise
+    except OSError as error:
+        raise InputError(f"cannot read {path}: {error.strerror or error}") from None
     return digest.hexdigest()
 
 

@@ -84,10 +84,12 @@ def approval_statement(
     digests: Mapping[str, str],
     waivers_used: Sequence[str] = (),
     endpoint_diff: Mapping[str, Any] | None = None,
+    advisories: Mapping[str, Any] | None = None,
     time: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """The approval record as an in-toto Statement v1 (a dict ready for JSON); `endpoint_diff`
-    is the live-engine diff's summary, None (`null`) when the policy configures none.
+    is the live-engine diff's summary and `advisories` the audit's feeds (with digests) and
+    matched ids, each None (`null`) when the policy configures none.
 
     `digests` (`ROLE/PATH` -> sha256) are the digests the gate computed from the bytes on disk
     in this run, never the lock's: a subject names what was actually checked. A locked file
@@ -133,6 +135,7 @@ def approval_statement(
         "acceptanceLength": acceptance_length,
         "endpointDiff": dict(endpoint_diff) if endpoint_diff is not None else None,
         "waivers": list(waivers_used),
+        "advisories": dict(advisories) if advisories is not None else None,
     }
     return Statement(tuple(subjects), PREDICATE_TYPE, predicate).to_json()
 

@@ -62,7 +62,7 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     sent_keys = []
 
     def spy(*args, **kwargs):  # the key reaches the client (tests/endpoint: as a header only)
-        sent_keys.append(kwargs["api_key"])
+        sent_keys.append(args[0].api_key)
         return run_endpoint_diff(*args, **kwargs)
 
     monkeypatch.setattr(endpoint_diff, "run_endpoint_diff", spy)

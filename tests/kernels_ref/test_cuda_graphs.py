@@ -7,8 +7,10 @@ import torch
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.local import DEFAULT_PROMPTS, difftest_models, load_prompts, run_difftest
+from dflash_guard.lossless.options import LocalOptions
 from kernels_ref.cuda_graphs import ALIGN, GraphRunner, static_len, step_sizes
 from kernels_ref.drafter import load_drafter
+from kernels_ref.faults import Fault
 from kernels_ref.fixtures import EOS_ID
 from kernels_ref.loop import generate
 from kernels_ref.model import load_target
@@ -139,16 +141,18 @@ def test_difftest_through_the_runner_on_cpu(cpu_fixture_models, fixture_pair) ->
     graphed = difftest_models(target, drafter, prompts, cuda_graphs=True, **args)
     plain = difftest_models(target, drafter, prompts, **args)
     assert graphed.identical and graphed.tau == plain.tau
-    bad = difftest_models(target, drafter, prompts, cuda_graphs=True, inject="skip-bonus", **args)
+    bad = difftest_models(
+        target, drafter, prompts, cuda_graphs=True, inject=Fault.SKIP_BONUS, **args
+    )
     assert not bad.identical
     with pytest.raises(InputError, match="stale-kv"):
-        difftest_models(target, drafter, prompts, cuda_graphs=True, inject="stale-kv", **args)
+        difftest_models(target, drafter, prompts, cuda_graphs=True, inject=Fault.STALE_KV, **args)
 
 
 def test_cuda_graphs_flag_needs_a_cuda_device(cli, fixture_pair) -> None:
     target, drafter = fixture_pair
     with pytest.raises(InputError, match="--device cuda"):
-        run_difftest(target, drafter, cuda_graphs=True)
+        run_difftest(LocalOptions(target, drafter, cuda_graphs=True))
     result = cli("difftest", "--target", target, "--drafter", drafter, "--cuda-graphs")
     assert result.exit_code == 2 and "--device cuda" in result.stderr
 
@@ -174,5 +178,7 @@ def test_graph_replay_is_exact_on_cuda_in_float32(fixture_pair) -> None:
 @pytest.mark.gpu
 @gpu_only
 def test_bfloat16_divergences_on_cuda_are_near_ties(fixture_pair) -> None:
-    report = run_difftest(*fixture_pair, device="cuda", dtype="bfloat16", cuda_graphs=True)
-    assert all(result.near_tie for result in report.divergences)
+    report = run_difftest(
+        LocalOptions(*fixture_pair, device="cuda", dtype="bfloat16", cuda_graphs=True)
+    )
+    assert all(result.divergence.near_tie for result in report.divergences)

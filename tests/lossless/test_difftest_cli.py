@@ -132,3 +132,49 @@ def test_block_size_beyond_the_context_exits_2(cli, fixture_pair, fast_prompts) 
                  "--prompts", fast_prompts, "--block-size", "1000000000")
     assert result.exit_code == 2
     assert "exceeds the target's context" in result.stderr
+
+
+LOCAL = ("--target", "t", "--drafter", "d")
+ENDPOINT = ("--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9")
+SAMPLED = (*LOCAL, "--sampled")
+
+
+@pytest.mark.parametrize(
+    ("mode", "flag"),
+    [
+        *((ENDPOINT, flag) for flag in (
+            ("--target", "t"), ("--drafter", "d"), ("--block-size", "4"), ("--device", "cpu"),
+            ("--dtype", "float64"), ("--cuda-graphs",), ("--sampled",), ("--samples", "5"),
+            ("--sample-tokens", "2"), ("--temperature", "0.5"), ("--top-k", "3"),
+            ("--top-p", "0.5"), ("--alpha", "0.1"), ("--seed", "1"))),
+        *((SAMPLED, flag) for flag in (
+            ("--max-new-tokens", "8"), ("--cuda-graphs",), ("--fail-on-warning",),
+            ("--model", "m"), ("--concurrency", "2"), ("--api-key-env", "K"),
+            ("--metrics", "http://127.0.0.1:9/metrics"), ("--near-tie-margin", "0.1"),
+            ("--timeout", "3"), ("--no-token-ids",))),
+        *((LOCAL, flag) for flag in (
+            ("--samples", "5"), ("--sample-tokens", "2"), ("--temperature", "0.5"),
+            ("--top-k", "3"), ("--top-p", "0.5"), ("--alpha", "0.1"), ("--seed", "1"),
+            ("--model", "m"), ("--concurrency", "2"), ("--api-key-env", "K"),
+            ("--metrics", "http://127.0.0.1:9/metrics"), ("--near-tie-margin", "0.1"),
+            ("--timeout", "3"), ("--token-ids",))),
+    ],
+)
+def test_a_flag_of_another_mode_is_refused(cli, mode, flag) -> None:
+    """Before, a flag that did not apply to the chosen mode was silently ignored."""
+    result = cli("difftest", *mode, *flag)
+    assert result.exit_code == 2, (flag, result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "not to" in lines[0] and "Traceback" not in result.stderr
+    assert flag[0].replace("--no-", "--") in lines[0]
+
+
+def test_flags_of_the_chosen_mode_pass_the_mode_check(cli, tmp_path: Path) -> None:
+    """The same flags reach the library in their own mode (here: it fails on the folder)."""
+    missing = tmp_path / "missing"
+    for args in (
+        ("--target", missing, "--drafter", missing, "--block-size", "4", "--fail-on-warning"),
+        ("--target", missing, "--drafter", missing, "--sampled", "--samples", "5", "--seed", "1"),
+    ):
+        result = cli("difftest", *args)
+        assert result.exit_code == 2 and "model folder not found" in result.stderr, result.stderr

@@ -15,7 +15,9 @@ from dflash_guard.lossless.local import (
     load_prompts,
     run_difftest,
 )
+from dflash_guard.lossless.options import LocalOptions
 from kernels_ref.drafter import DrafterCache, load_drafter
+from kernels_ref.faults import Fault
 from kernels_ref.loop import generate
 from kernels_ref.model import load_target
 from kernels_ref.tokenizer import load_byte_tokenizer
@@ -23,14 +25,14 @@ from kernels_ref.tokenizer import load_byte_tokenizer
 # Each fault with the default prompts that catch it: a subset keeps the suite fast, and a
 # subset that diverges proves the whole default set diverges too.
 OUTPUT_FAULTS = {
-    "accept-off-by-one": ["code-function"],
-    "no-cumprod": ["code-function"],
-    "stale-kv": ["code-function"],
-    "skip-bonus": ["code-function"],
-    "drop-mask-id": ["mask-token-in-output"],
-    "missed-stop": ["stop-newline-in-block", "stop-paren-in-block"],
+    Fault.ACCEPT_OFF_BY_ONE: ["code-function"],
+    Fault.NO_CUMPROD: ["code-function"],
+    Fault.STALE_KV: ["code-function"],
+    Fault.SKIP_BONUS: ["code-function"],
+    Fault.DROP_MASK_ID: ["mask-token-in-output"],
+    Fault.MISSED_STOP: ["stop-newline-in-block", "stop-paren-in-block"],
 }
-ACCEPTANCE_FAULTS = ["seq-inflation", "hidden-offset"]  # lossless: only acceptance drops
+ACCEPTANCE_FAULTS = [Fault.SEQ_INFLATION, Fault.HIDDEN_OFFSET]  # lossless: only acceptance drops
 ACCEPTANCE_PROMPTS = ["code-function", "code-class", "math-loop", "repetition-words"]
 
 
@@ -47,7 +49,7 @@ def default_subset(tmp_path: Path, ids: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def clean_report(fixture_pair: tuple[Path, Path]):
-    return run_difftest(*fixture_pair)
+    return run_difftest(LocalOptions(*fixture_pair))
 
 
 def test_clean_pair_is_identical_and_quiet(clean_report) -> None:
@@ -57,7 +59,8 @@ def test_clean_pair_is_identical_and_quiet(clean_report) -> None:
     assert len(clean_report.results) >= 10
     overall = clean_report.to_json()["overall"]
     assert overall["forwards_saved"] > 0
-    assert sum(overall["histogram"].values()) == sum(r.steps for r in clean_report.results)
+    steps = sum(r.speculation.steps for r in clean_report.results)
+    assert sum(overall["histogram"].values()) == steps
     assert set(overall["histogram"]) == {str(n) for n in range(1, 9)}
 
 
@@ -66,15 +69,16 @@ def test_output_fault_makes_difftest_fail(
     fixture_pair: tuple[Path, Path], tmp_path: Path, fault: str
 ) -> None:
     prompts = default_subset(tmp_path, OUTPUT_FAULTS[fault])
-    report = run_difftest(*fixture_pair, prompts=prompts, inject=fault)
+    report = run_difftest(LocalOptions(*fixture_pair, prompts=prompts, inject=fault))
     assert not report.identical
-    assert {d.id for d in report.divergences} == set(OUTPUT_FAULTS[fault])
-    first = report.divergences[0]
-    assert first.first_diff_position is not None
-    assert first.ar_token != first.spec_token
-    assert first.top2_margin is None or first.top2_margin > 0
+    assert {d.prompt_id for d in report.divergences} == set(OUTPUT_FAULTS[fault])
+    first = report.divergences[0].divergence
+    assert first.position is not None
+    assert first.reference_token != first.candidate_token
+    assert first.margin is None or first.margin > 0
     assert not first.near_tie  # a logic bug, not a rounding tie
-    assert run_difftest(*fixture_pair, prompts=prompts).identical  # the clean path passes
+    clean = run_difftest(LocalOptions(*fixture_pair, prompts=prompts))
+    assert clean.identical  # the clean path passes
 
 
 @pytest.mark.parametrize("fault", ACCEPTANCE_FAULTS)
@@ -82,9 +86,9 @@ def test_acceptance_fault_is_flagged(
     fixture_pair: tuple[Path, Path], tmp_path: Path, fault: str
 ) -> None:
     prompts = default_subset(tmp_path, ACCEPTANCE_PROMPTS)
-    report = run_difftest(*fixture_pair, prompts=prompts, inject=fault)
+    report = run_difftest(LocalOptions(*fixture_pair, prompts=prompts, inject=fault))
     assert report.identical  # the target still verifies every token
-    clean = run_difftest(*fixture_pair, prompts=prompts)
+    clean = run_difftest(LocalOptions(*fixture_pair, prompts=prompts))
     assert report.tau_reference == pytest.approx(clean.tau)
     assert report.tau < 0.95 * clean.tau
     assert any("below the clean reference" in w for w in report.warnings)

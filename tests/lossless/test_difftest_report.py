@@ -16,6 +16,7 @@ from dflash_guard.lossless.local import (
     difftest_models,
     load_prompts,
 )
+from dflash_guard.lossless.result import Divergence
 from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import EOS_ID, MASK_ID, TARGET_CONFIG
 from kernels_ref.loop import Generation
@@ -61,6 +62,11 @@ def test_other_tokenizers_need_prompt_ids(tmp_path: Path) -> None:
         ('{"prompt": "x"}', "string 'id'"),
         ("not json", "not valid JSON"),
         ('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}', "not unique"),
+        ('{"id": "a", "prompt_ids": [true]}', "p.jsonl:1: 'prompt_ids' must be a list of integers"),
+        ('{"id": "a", "text": "x"}', "p.jsonl:1: unknown field 'text'"),
+        ('{"id": "a", "prompt": "x"}\n\n{"id": "b", "prompt": "x", "stop": [1.5]}',
+         "p.jsonl:3: 'stop' must be a list"),
+        ('{"id": "a", "prompt_ids": [1, 999]}', "p.jsonl:1: the prompt is empty or has ids"),
     ],
 )
 def test_malformed_prompt_files_are_refused(tmp_path: Path, line: str, message: str) -> None:
@@ -98,10 +104,11 @@ def test_collapsed_acceptance_and_mask_as_stop_are_flagged(tmp_path: Path) -> No
 def test_divergence_reports_position_tokens_and_near_tie() -> None:
     ar = Generation(tokens=[5, 6, 7], steps=[], margins=[2.0, 0.01, 3.0])
     tie = compare(ar, Generation([5, 9, 7], [], []), "p", None, 8, near_tie_margin=0.125)
-    assert (tie.first_diff_position, tie.ar_token, tie.spec_token) == (1, 6, 9)
-    assert tie.top2_margin == 0.01 and tie.near_tie
+    assert tie.divergence == Divergence(1, 6, 9, 0.01, near_tie=True)
+    assert tie.status == "near-tie"
     bug = compare(ar, Generation([4], [], []), "p", None, 8, near_tie_margin=0.125)
-    assert (bug.first_diff_position, bug.ar_token, bug.spec_token, bug.near_tie) == (0, 5, 4, False)
+    assert bug.divergence == Divergence(0, 5, 4, 2.0, near_tie=False)
+    assert bug.status == "hard"
     short = compare(ar, Generation([5, 6], [], []), "p", None, 8)
-    assert (short.first_diff_position, short.ar_token, short.spec_token) == (2, 7, None)
+    assert short.divergence == Divergence(2, 7, None, 3.0)
     assert compare(ar, Generation([5, 6, 7], [], []), "p", None, 8).identical

@@ -10,20 +10,21 @@ import pytest
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.endpoint import (
     EndpointError,
-    EndpointPrompt,
+    EndpointOptions,
     acceptance_from_metrics,
     acceptance_warnings,
     completions_url,
-    load_prompts,
     parse_completion,
     parse_prometheus,
     read_api_key,
     redact_url,
     run_endpoint_diff,
 )
+from dflash_guard.lossless.prompts import read_prompts
+from kernels_ref.prompts import PromptSpec
 from tests.support.endpoint_fakes import text_choice, vllm_choice
 
-PROMPTS = [EndpointPrompt("a", "alpha"), EndpointPrompt("b", "beta")]
+PROMPTS = [PromptSpec("a", "alpha"), PromptSpec("b", "beta")]
 FAST = dict(timeout=5.0, retries=3, backoff=0.01)
 
 
@@ -33,13 +34,14 @@ def both(pair, prompt: str, base_choice: dict, cand_choice: dict | None = None) 
 
 
 def run(pair, prompts=PROMPTS, **kwargs):
-    return run_endpoint_diff(pair.baseline_url, pair.candidate_url, prompts, **{**FAST, **kwargs})
+    options = EndpointOptions(pair.baseline_url, pair.candidate_url, **{**FAST, **kwargs})
+    return run_endpoint_diff(options, prompts)
 
 
 def test_endpoint_identical_outputs_pass(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5, 6, 7]))
     both(fake_pair, "beta", vllm_choice([8, 9]))
-    prompts = [EndpointPrompt("a", "alpha", 4, (".", 7)), EndpointPrompt("b", "beta", 99)]
+    prompts = [PromptSpec("a", "alpha", 4, (".", 7)), PromptSpec("b", "beta", 99)]
     report = run(fake_pair, prompts=prompts, max_new_tokens=8)
     assert report.identical and report.passed
     assert [r.compared_by for r in report.results] == ["token_ids", "token_ids"]
@@ -58,9 +60,10 @@ def test_endpoint_near_tie_is_counted_not_failed(fake_pair):
     both(fake_pair, "beta", vllm_choice([5, 6, 7], tops), flipped)
     report = run(fake_pair, near_tie_margin=0.05)
     beta = report.results[1]
-    assert (beta.status, beta.position, beta.baseline_token, beta.candidate_token) == (
-        "near-tie", 1, 6, 9)
-    assert beta.margin == pytest.approx(0.02)
+    assert beta.status == "near-tie"
+    tie = beta.divergence
+    assert (tie.position, tie.reference_token, tie.candidate_token) == (1, 6, 9)
+    assert tie.margin == pytest.approx(0.02)
     assert report.passed and not report.identical and len(report.near_ties) == 1
     # A tighter threshold turns the same divergence into a hard one.
     assert not run(fake_pair, near_tie_margin=0.01).passed
@@ -72,9 +75,10 @@ def test_endpoint_hard_divergence_fails(fake_pair):
     both(fake_pair, "beta", vllm_choice([8, 9]))
     report = run(fake_pair)
     alpha = report.results[0]
-    assert (alpha.status, alpha.position, alpha.baseline_token, alpha.candidate_token) == (
-        "hard", 2, 7, 3)
-    assert alpha.margin == pytest.approx(2.9)
+    assert alpha.status == "hard"
+    bug = alpha.divergence
+    assert (bug.position, bug.reference_token, bug.candidate_token) == (2, 7, 3)
+    assert bug.margin == pytest.approx(2.9)
     assert not report.passed
     assert report.to_json()["hard"] == 1
 
@@ -84,14 +88,15 @@ def test_endpoint_small_margin_to_a_third_token_is_hard(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5], tops), vllm_choice([7]))
     both(fake_pair, "beta", vllm_choice([1]))
     result = run(fake_pair).results[0]
-    assert result.status == "hard" and "runner-up" in result.detail
+    assert result.status == "hard" and "runner-up" in result.divergence.detail
 
 
 def test_endpoint_candidate_ending_early_is_hard(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5, 6, 7]), vllm_choice([5, 6], finish="stop"))
     both(fake_pair, "beta", vllm_choice([1]))
     result = run(fake_pair).results[0]
-    assert (result.status, result.position, result.candidate_token) == ("hard", 2, None)
+    assert result.status == "hard"
+    assert (result.divergence.position, result.divergence.candidate_token) == (2, None)
 
 
 def test_endpoint_falls_back_to_token_text_then_text(fake_pair):
@@ -100,7 +105,8 @@ def test_endpoint_falls_back_to_token_text_then_text(fake_pair):
     report = run(fake_pair, token_ids=False)
     assert "return_token_ids" not in fake_pair.candidate.seen_bodies[0]
     alpha, beta = report.results
-    assert (alpha.compared_by, alpha.position, alpha.candidate_token) == ("token_texts", 1, "lp")
+    assert alpha.compared_by == "token_texts"
+    assert (alpha.divergence.position, alpha.divergence.candidate_token) == (1, "lp")
     assert (beta.compared_by, beta.status) == ("text", "identical")
 
 
@@ -147,11 +153,11 @@ def test_endpoint_unreachable_is_a_clear_error():
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(EndpointError, match="baseline endpoint .* unreachable"):
-        run_endpoint_diff(url, url, PROMPTS, model="m", **FAST)
+        run_endpoint_diff(EndpointOptions(url, url, model="m", **FAST), PROMPTS)
 
 
 def test_endpoint_concurrency_is_bounded(fake_pair):
-    prompts = [EndpointPrompt(str(i), f"p{i}") for i in range(12)]
+    prompts = [PromptSpec(str(i), f"p{i}") for i in range(12)]
     for p in prompts:
         both(fake_pair, p.prompt, vllm_choice([1, 2]))
     fake_pair.baseline.delay_s = 0.05
@@ -242,13 +248,18 @@ def test_endpoint_parse_completion_rejects_garbage():
 def test_endpoint_prompt_file_and_urls(tmp_path):
     good = tmp_path / "p.jsonl"
     good.write_text('{"id": "x", "prompt": "hi", "stop": [".", 7]}\n\n'
-                    '{"prompt_ids": [1, 2], "max_new_tokens": 3}\n')
-    assert load_prompts(good) == [EndpointPrompt("x", "hi", None, (".", 7)),
-                                  EndpointPrompt("3", (1, 2), 3)]
+                    '{"id": "y", "prompt_ids": [1, 2], "max_new_tokens": 3}\n')
+    assert read_prompts(good) == [PromptSpec("x", "hi", None, (".", 7)),
+                                  PromptSpec("y", (1, 2), 3)]
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "ok"}\n{"prompt": \n')
+    bad.write_text('{"id": "a", "prompt": "ok"}\n{"prompt": \n')
     with pytest.raises(InputError, match="bad.jsonl:2"):
-        load_prompts(bad)
+        read_prompts(bad)
+    for line in ('{"prompt": "no id"}', '{"id": "a", "text": "old alias"}',
+                 '{"id": "a", "prompt": "x", "stop": [true]}'):
+        bad.write_text(line + "\n")  # the one loader is as strict for endpoints as for local
+        with pytest.raises(InputError, match="bad.jsonl:1"):
+            read_prompts(bad)
     assert completions_url("http://h:8000") == "http://h:8000/v1/completions"
     assert completions_url("http://h:8000/v1/") == "http://h:8000/v1/completions"
     assert redact_url("https://user:pw@h/v1?key=s") == "https://h/v1"

@@ -13,7 +13,7 @@ import signal
 import httpx2
 import pytest
 
-from dflash_guard.lossless.local import DEFAULT_PROMPTS
+from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from kernels_ref.serve import running_server
 from tests.support.endpoint_fakes import Behaviour, make_app, serve
 
@@ -114,7 +114,7 @@ def test_endpoint_malformed_answer_and_secret_key(cli, servers, prompt_file, mon
 def test_endpoint_cli_modes_are_exclusive(cli, pair):
     result = cli("difftest", "--baseline", "http://127.0.0.1:9", "--candidate",
                  "http://127.0.0.1:9", "--target", pair[0])
-    assert result.exit_code == 2 and "either" in result.stderr
+    assert result.exit_code == 2 and "not to endpoint mode" in result.stderr
     result = cli("difftest", "--baseline", "http://127.0.0.1:9")
     assert result.exit_code == 2 and "--candidate" in result.stderr
 

@@ -1,0 +1,286 @@
+"""The HTTP side of the endpoint diff: a small `/v1/completions` client and its URL handling.
+
+Greedy requests with logprobs (and vLLM's token-id fields when enabled), bounded retries on
+429/503, an API key that travels only in the `Authorization` header and never reaches a message,
+and URLs shown without credentials. `parse_completion` normalises what vLLM, SGLang and plain
+OpenAI-compatible servers answer into one `Completion`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import SplitResult, urlsplit, urlunsplit
+
+import httpx2
+
+from dflash_guard.errors import Error, InputError
+from dflash_guard.lossless.result import Token
+from kernels_ref.prompts import PromptSpec
+
+DEFAULT_TOP_LOGPROBS = 5  # the most the OpenAI completions API allows
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_RETRIES = 4
+RETRY_STATUSES = frozenset({429, 503})
+TOKEN_ID_PREFIX = "token_id:"
+
+
+class EndpointError(Error):
+    """An endpoint was unreachable, timed out, refused the request or answered malformed data."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What one endpoint generated for one prompt, normalised across engines."""
+
+    text: str
+    token_ids: tuple[int, ...] | None  # when the server reported ids
+    token_texts: tuple[str, ...] | None  # the logprob token strings, when reported
+    top_logprobs: tuple[tuple[tuple[Token, float], ...], ...]  # per position, best first
+    finish_reason: str | None
+
+
+def read_api_key(env_var: str | None) -> str | None:
+    """The API key held in environment variable `env_var` (None when no variable is named)."""
+    if not env_var:
+        return None
+    key = os.environ.get(env_var, "")
+    if not key.strip():
+        raise InputError(f"--api-key-env names {env_var}, but that variable is unset or empty")
+    return key.strip()
+
+
+def http_url_parts(url: str) -> SplitResult:
+    """`url` split, raising `InputError` unless it is a well-formed http(s) URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InputError(f"not an http(s) URL: {redact_url(url)}")
+    return parts
+
+
+def completions_url(base: str) -> str:
+    """`http://h:8000`, `http://h:8000/v1` or the full URL -> `.../v1/completions`."""
+    parts = http_url_parts(base)
+    path = parts.path.rstrip("/")
+    if path.endswith("/completions"):
+        return base
+    if not path.endswith("/v1"):
+        path += "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path + "/completions", "", ""))
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password and query (credentials never reach a report)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(malformed URL)"
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+# --------------------------------------------------------------------------- client
+
+
+class CompletionClient:
+    """A small `/v1/completions` client: greedy, with logprobs, bounded retries on 429/503.
+
+    Thread-safe (one `httpx2.Client` shared by the worker threads). The API key travels only
+    in the `Authorization` header; every message this client raises is scrubbed of it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        token_ids: bool = True,
+        top_logprobs: int = DEFAULT_TOP_LOGPROBS,
+        pool_size: int = 8,
+    ) -> None:
+        self.name = name
+        self.url = completions_url(base_url)
+        self.shown_url = redact_url(self.url)
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.token_ids = token_ids
+        self.top_logprobs = top_logprobs
+        self._secret = api_key
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx2.Client(
+            headers=headers,
+            timeout=httpx2.Timeout(timeout),
+            limits=httpx2.Limits(max_connections=pool_size, max_keepalive_connections=pool_size),
+            follow_redirects=False,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> CompletionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _fail(self, message: str, url: str | None = None) -> EndpointError:
+        if self._secret:
+            message = message.replace(self._secret, "***")
+        shown = redact_url(url) if url else self.shown_url
+        return EndpointError(f"{self.name} endpoint {shown}: {message}")
+
+    def _send(self, method: str, url: str, body: dict[str, Any] | None) -> httpx2.Response:
+        """Send one request, retrying 429/503 with exponential backoff (or `Retry-After`)."""
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                response = self._http.request(method, url, json=body)
+            except httpx2.TimeoutException:
+                raise self._fail(f"no answer within {self.timeout:g} s", url) from None
+            except httpx2.TransportError as error:
+                raise self._fail(f"unreachable ({type(error).__name__}: {error})", url) from None
+            if response.status_code not in RETRY_STATUSES or attempt == self.retries:
+                return response
+            time.sleep(min(self.max_backoff, _retry_after(response) or delay))
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns
+
+    def request_json(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+        """Send a request and return its JSON body; any failure is an `EndpointError`."""
+        response = self._send(method, url, body)
+        status = response.status_code
+        if status in (401, 403):
+            raise self._fail(f"refused the credentials (HTTP {status})", url)
+        if status >= 400:
+            hint = ""
+            if status in (400, 422) and self.token_ids:
+                hint = " (if it rejects the token-id fields, retry with --no-token-ids)"
+            snippet = response.text[:200].replace("\n", " ")
+            raise self._fail(f"HTTP {status}: {snippet}{hint}", url)
+        try:
+            return response.json()
+        except RecursionError:  # parse depth is bounded by the interpreter's recursion limit
+            raise self._fail("answered JSON nested too deeply to parse", url) from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise self._fail(f"answered malformed JSON: {response.text[:80]!r}", url) from None
+
+    def get_text(self, url: str) -> str:
+        """GET `url` (same credentials, timeout and retries) and return the body as text."""
+        response = self._send("GET", url, None)
+        if response.status_code != 200:
+            raise self._fail(f"HTTP {response.status_code}", url)
+        return response.text
+
+    def first_model(self) -> str:
+        """The first model the server lists on `/v1/models` (both vLLM and SGLang serve it)."""
+        url = self.url.rsplit("/completions", 1)[0] + "/models"
+        payload = self.request_json("GET", url)
+        try:
+            return str(payload["data"][0]["id"])
+        except (KeyError, IndexError, TypeError):
+            raise self._fail("`/v1/models` lists no model; pass --model") from None
+
+    def complete(self, prompt: PromptSpec, *, model: str, max_tokens: int) -> Completion:
+        """Greedy completion of `prompt` with logprobs (and token ids when enabled); `max_tokens`
+        caps the prompt's own budget."""
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": list(prompt.prompt) if isinstance(prompt.prompt, tuple) else prompt.prompt,
+            "max_tokens": min(prompt.max_new_tokens or max_tokens, max_tokens),
+            "temperature": 0,
+            "n": 1,
+            "stream": False,
+            "logprobs": self.top_logprobs,
+        }
+        words = [s for s in prompt.stop if isinstance(s, str)]
+        ids = [s for s in prompt.stop if not isinstance(s, str)]
+        if words:
+            body["stop"] = words
+        if ids:
+            body["stop_token_ids"] = ids  # a vLLM and SGLang extension
+        if self.token_ids:
+            body["return_token_ids"] = True  # vLLM >= 0.10.2: choices[].token_ids
+            body["return_tokens_as_token_ids"] = True  # vLLM: logprob tokens as "token_id:N"
+        payload = self.request_json("POST", self.url, body)
+        try:
+            return parse_completion(payload)
+        except ValueError as error:
+            raise self._fail(f"malformed completion for prompt {prompt.id!r}: {error}") from None
+
+
+def _retry_after(response: httpx2.Response) -> float | None:
+    try:
+        value = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _token_key(token: Any) -> Token:
+    if isinstance(token, str) and token.startswith(TOKEN_ID_PREFIX):
+        tail = token[len(TOKEN_ID_PREFIX) :]
+        if tail.lstrip("-").isdigit():
+            return int(tail)
+    if isinstance(token, bool) or not isinstance(token, int | str):
+        raise ValueError(f"token {token!r} is neither text nor an id")
+    return token
+
+
+def parse_completion(payload: Any) -> Completion:
+    """Normalise an OpenAI-style completion body; raise ValueError on anything malformed."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
+        raise ValueError("no `choices` list")
+    if not payload["choices"] or not isinstance(payload["choices"][0], dict):
+        raise ValueError("empty `choices`")
+    choice = payload["choices"][0]
+    text = choice.get("text")
+    if not isinstance(text, str):
+        raise ValueError("`choices[0].text` is not a string")
+    logprobs = choice.get("logprobs") or {}
+    if not isinstance(logprobs, dict):
+        raise ValueError("`logprobs` is not an object")
+
+    raw_tokens = logprobs.get("tokens")
+    keys = [_token_key(t) for t in raw_tokens] if isinstance(raw_tokens, list) else None
+    token_ids: tuple[int, ...] | None = None
+    token_texts: tuple[str, ...] | None = None
+    if isinstance(choice.get("token_ids"), list):
+        ids = choice["token_ids"]
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise ValueError("`token_ids` holds a non-integer")
+        token_ids = tuple(ids)
+    elif keys is not None and keys and all(isinstance(k, int) for k in keys):
+        token_ids = tuple(int(k) for k in keys)
+    if keys is not None and all(isinstance(k, str) for k in keys):
+        token_texts = tuple(str(k) for k in keys)
+
+    tops = []
+    for entry in logprobs.get("top_logprobs") or []:
+        if entry is None:
+            tops.append(())
+            continue
+        if not isinstance(entry, dict):
+            raise ValueError("a `top_logprobs` entry is not an object")
+        ranked = []
+        for token, value in entry.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"logprob {value!r} is not a number")
+            ranked.append((_token_key(token), float(value)))
+        ranked.sort(key=lambda item: -item[1])
+        tops.append(tuple(ranked))
+    reason = choice.get("finish_reason")
+    return Completion(text, token_ids, token_texts, tuple(tops), reason if reason else None)

@@ -1,0 +1,92 @@
+"""Comparing two completions of one prompt: identical, a near-tie, or a hard divergence.
+
+On the first differing token the baseline's `top_logprobs` give the margin between its two best
+candidates: when that margin is under a threshold and the candidate picked the baseline's
+runner-up, the divergence is a `near-tie` (a bf16 verify kernel may flip it; reported and
+counted, a policy decides); any other divergence is `hard` (a logic bug until shown otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dflash_guard.lossless.endpoint.client import Completion
+from dflash_guard.lossless.result import (
+    Divergence,
+    PromptResult,
+    Token,
+    first_difference,
+    token_at,
+)
+
+DEFAULT_NEAR_TIE_MARGIN = 0.05  # nats: |logprob(top1) - logprob(top2)| below this is a near-tie
+
+
+def _margin(tops: Sequence[tuple[tuple[Token, float], ...]], position: int) -> float | None:
+    if position >= len(tops) or len(tops[position]) < 2:
+        return None
+    return tops[position][0][1] - tops[position][1][1]
+
+
+def compare_completions(
+    prompt_id: str,
+    baseline: Completion,
+    candidate: Completion,
+    *,
+    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN,
+) -> PromptResult:
+    """Compare two completions of one prompt; classify the first divergence."""
+    if baseline.token_ids is not None and candidate.token_ids is not None:
+        by, left, right = "token_ids", baseline.token_ids, candidate.token_ids
+    elif baseline.token_texts is not None and candidate.token_texts is not None:
+        by, left, right = "token_texts", baseline.token_texts, candidate.token_texts
+    else:
+        by, left, right = "text", tuple(baseline.text), tuple(candidate.text)
+
+    lengths = {"reference_length": len(left), "candidate_length": len(right)}
+    position = first_difference(left, right)
+    if position is None:
+        if by != "text" and baseline.text != candidate.text:
+            mismatch = Divergence(None, None, None, None, detail="same tokens but different text")
+            return PromptResult(prompt_id, mismatch, by, **lengths)
+        return PromptResult(prompt_id, None, by, **lengths)
+    base_token, cand_token = token_at(left, position), token_at(right, position)
+    if by == "text":
+        text = Divergence(position, base_token, cand_token, None,
+                          detail="no token logprobs: compared text characters")
+        return PromptResult(prompt_id, text, by, **lengths)
+
+    margin = _margin(baseline.top_logprobs, position)
+    runner_up = baseline.top_logprobs[position][1][0] if margin is not None else None
+    near_tie, detail = False, ""
+    if base_token is None or cand_token is None:
+        detail = "one completion ended earlier (stop token or length)"
+    elif margin is None:
+        detail = "baseline gave no top-2 logprobs at the divergence"
+    elif margin < near_tie_margin and cand_token == runner_up:
+        near_tie = True
+        detail = f"candidate took the baseline's runner-up at margin {margin:.4f} nats"
+    elif margin < near_tie_margin:
+        detail = "small margin, but the candidate's token is not the baseline's runner-up"
+    divergence = Divergence(position, base_token, cand_token, margin, near_tie,
+                            _margin(candidate.top_logprobs, position), detail)
+    return PromptResult(prompt_id, divergence, by, **lengths)
+
+
+def result_json(result: PromptResult) -> dict[str, Any]:
+    """One prompt in the endpoint report's JSON (field names predate the shared type)."""
+    d = result.divergence_fields()
+    return {
+        "prompt_id": result.prompt_id,
+        "status": str(result.status),
+        "compared_by": result.compared_by,
+        "position": d["position"],
+        "baseline_token": d["reference_token"],
+        "candidate_token": d["candidate_token"],
+        "margin": d["margin"],
+        "candidate_margin": d["candidate_margin"],
+        "baseline_length": result.reference_length,
+        "candidate_length": result.candidate_length,
+        "detail": d["detail"],
+    }

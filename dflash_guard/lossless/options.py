@@ -1,0 +1,78 @@
+"""What a local or sampled diff test runs on and how, as frozen objects checked when built.
+
+Torch-free: the CLI builds and checks these before a diff loads torch, and a bad setting is an
+`InputError` (exit 2) before any model is read. The endpoint diff's options live with it
+(`lossless.endpoint.run.EndpointOptions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dflash_guard.errors import InputError
+from dflash_guard.lossless.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_RUNNER_SAMPLES,
+    DEFAULT_RUNNER_TOKENS,
+)
+from kernels_ref.faults import Fault
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """A greedy diff of the reference runner: autoregressive vs speculative, token for token."""
+
+    target: Path  # target model folder (HF layout)
+    drafter: Path  # DFlash drafter folder
+    prompts: Path | None = None  # JSONL prompt set; None: the shipped set
+    max_new_tokens: int | None = None  # caps per-prompt budgets; None: their own or 64
+    block_size: int | None = None  # None: the drafter's
+    device: str = "cpu"
+    dtype: str = "float32"
+    inject: Fault | None = None  # a planted engine bug (parsed once: reference.parse_fault)
+    cuda_graphs: bool = False  # replay decode/verify/draft steps as CUDA graphs
+
+    def __post_init__(self) -> None:
+        if self.inject is not None and not self.inject.greedy:
+            raise InputError(f"{self.inject} plants a sampler bug: use it with --sampled")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise InputError("max_new_tokens must be at least 1")
+        if self.block_size is not None and self.block_size < 1:
+            raise InputError("block size must be at least 1")
+
+
+@dataclass(frozen=True)
+class SampledOptions:
+    """A statistical check that sampled speculative decoding draws from the target's law."""
+
+    target: Path
+    drafter: Path
+    prompts: Path | None = None  # None: three of the shipped prompts
+    samples: int = DEFAULT_RUNNER_SAMPLES  # draws per prompt and side
+    sample_tokens: int = DEFAULT_RUNNER_TOKENS  # tokens per draw compared jointly
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    alpha: float = DEFAULT_ALPHA  # family-wise false-alarm rate
+    seed: int = 0
+    inject: Fault | None = None  # a planted sampler bug
+    block_size: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int = 1  # torch CPU threads while decoding (restored afterwards)
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise InputError("--sampled needs --temperature above 0")
+        if self.inject is not None and not self.inject.sampling:
+            sampler_faults = ", ".join(fault for fault in Fault if fault.sampling)
+            raise InputError(f"--sampled plants sampler faults only: {sampler_faults}")
+        if self.inject is not None and not self.inject.runner:
+            raise InputError(f"{self.inject} needs a sampled draft; the runner drafts greedily")
+        if self.samples < 1 or self.sample_tokens < 1 or not 0 < self.alpha < 1:
+            raise InputError("--samples and --sample-tokens must be positive, --alpha in (0, 1)")
+        if self.block_size is not None and self.block_size < 1:
+            raise InputError("block size must be at least 1")
+        if self.threads < 1:
+            raise InputError("threads must be at least 1")

@@ -1,0 +1,117 @@
+"""Prompt sets: the one JSONL reader shared by the reference server and dflash-guard's diff tests.
+
+Torch-free on purpose (the CLI shows defaults and reads prompt files without loading torch), and
+free of dflash_guard imports (kernels_ref stands alone): problems raise `PromptSetError`, which
+callers translate. One object per line:
+
+    {"id": "code-1", "prompt": "def f(x):", "max_new_tokens": 32, "stop": ["\\n", 257]}
+    {"id": "ids-1", "prompt_ids": [104, 105]}
+
+`id` (a unique string) and exactly one of `prompt` (text) and `prompt_ids` (token ids) are
+required; `max_new_tokens` (a positive integer) and `stop` (strings or token ids) are optional;
+any other field is refused. Every per-line error names `file:line`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+FIELDS = frozenset({"id", "prompt", "prompt_ids", "max_new_tokens", "stop"})
+
+
+class PromptSetError(ValueError):
+    """A prompt file or a prompt that cannot be used (the message names file:line)."""
+
+
+class Encoder(Protocol):
+    """What turning text into ids needs of a tokenizer."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """One prompt as written in the file: text or token ids, an own budget, stop strings/ids."""
+
+    id: str
+    prompt: str | tuple[int, ...]
+    max_new_tokens: int | None = None
+    stop: tuple[str | int, ...] = ()
+    where: str = field(default="", compare=False)  # "file:line", for later error messages
+
+
+def is_int(value: Any) -> bool:
+    """An int that is not a bool (JSON `true` must not pass as token id 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def read_prompt_set(path: Path) -> list[PromptSpec]:
+    """Read and check a JSONL prompt set; raise `PromptSetError` on the first problem."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptSetError(f"{path}: cannot read the prompt file ({exc})") from None
+    prompts = [
+        _parse_line(line, f"{path}:{number}")
+        for number, line in enumerate(lines, start=1)
+        if line.strip()
+    ]
+    if not prompts:
+        raise PromptSetError(f"{path}: no prompts")
+    if len({p.id for p in prompts}) != len(prompts):
+        raise PromptSetError(f"{path}: prompt ids are not unique")
+    return prompts
+
+
+def _parse_line(line: str, where: str) -> PromptSpec:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PromptSetError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+        raise PromptSetError(f"{where}: each line must be an object with a string 'id'")
+    unknown = set(row) - FIELDS
+    if unknown:
+        raise PromptSetError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    if ("prompt" in row) == ("prompt_ids" in row):
+        raise PromptSetError(f"{where}: give exactly one of 'prompt' and 'prompt_ids'")
+    prompt: str | tuple[int, ...]
+    if "prompt" in row:
+        if not isinstance(row["prompt"], str):
+            raise PromptSetError(f"{where}: 'prompt' must be a string")
+        prompt = row["prompt"]
+    else:
+        ids = row["prompt_ids"]
+        if not isinstance(ids, list) or not all(is_int(i) for i in ids):
+            raise PromptSetError(f"{where}: 'prompt_ids' must be a list of integers")
+        prompt = tuple(ids)
+    if not prompt:
+        raise PromptSetError(f"{where}: the prompt is empty")
+    budget = row.get("max_new_tokens")
+    if budget is not None and (not is_int(budget) or budget < 1):
+        raise PromptSetError(f"{where}: 'max_new_tokens' must be a positive integer")
+    stop = row.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(s, str) or is_int(s) for s in stop):
+        raise PromptSetError(f"{where}: 'stop' must be a list of strings or token ids")
+    return PromptSpec(row["id"], prompt, budget, tuple(stop), where)
+
+
+def prompt_token_ids(
+    prompt: str | Sequence[int], tokenizer: Encoder | None, vocab_size: int
+) -> tuple[int, ...]:
+    """The prompt's token ids: text encoded by `tokenizer`, ids checked against the vocabulary."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise PromptSetError(
+                "text prompts need the byte-level tokenizer; give 'prompt_ids' for this target"
+            )
+        ids = tuple(tokenizer.encode(prompt))
+    else:
+        ids = tuple(prompt)
+    if not ids or not all(is_int(i) and 0 <= i < vocab_size for i in ids):
+        raise PromptSetError("the prompt is empty or has ids outside the vocabulary")
+    return ids
