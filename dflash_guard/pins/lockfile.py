@@ -92,6 +92,10 @@ class Artifact:
     name: str | None = None
     provenance: str | None = None  # Hub artifacts: HUB_CONFIRMED or CACHE_UNCONFIRMED
 
+    def __post_init__(self) -> None:
+        if self.source == "hub" and self.provenance is None:  # unknown: fail closed
+            object.__setattr__(self, "provenance", CACHE_UNCONFIRMED)
+
     @property
     def hub_confirmed(self) -> bool:
         """A Hub artifact whose files were checked against the Hub's metadata (only those get
