@@ -244,6 +244,23 @@ RC_IMPORT_TIME_SIDE_EFFECT = Rule(
     "a call above made at import time (module level, class body, default argument, "
     "decorator), one level above that call's severity; low: other module-level calls",
 )
+RC_MONKEY_PATCH = Rule(
+    "DG-RC-MONKEY-PATCH", Severity.high,
+    "Remote code changes modules, builtins or the environment other code relies on.",
+    "`setattr(torch, ...)`, `torch.x = ...`, `sys.modules[...] = ...`, `builtins` writes "
+    "(low: setting a non-credential environment variable)",
+)
+RC_NESTED_REMOTE_CODE = Rule(
+    "DG-RC-NESTED-REMOTE-CODE", Severity.high,
+    "Remote code loads another repository's remote code.",
+    "`trust_remote_code=True` or `custom_pipelines` passed to a loader",
+)
+RC_UNUSUAL_IMPORT = Rule(
+    "DG-RC-UNUSUAL-IMPORT", Severity.medium,
+    "Remote code imports a module outside the allowlist of what model code uses.",
+    "import outside torch, transformers, math, typing, einops, flash_attn, tokenizers... "
+    "(see `scan/remote_code/catalog.py`); `from X import *`",
+)
 RC_UNPARSEABLE = Rule(
     "DG-RC-UNPARSEABLE", Severity.high,
     "A Python file that does not parse.",

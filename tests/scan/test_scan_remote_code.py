@@ -15,7 +15,9 @@ BAD = {
     "DG-RC-PROCESS": "import subprocess\ndef f():\n    subprocess.run(['id'])\n",
     "DG-RC-NETWORK": "def f():\n    import requests\n    requests.get('http://x')\n",
     "DG-RC-DYNAMIC-CODE": "def f(s):\n    return eval(s)\n",
-    "DG-RC-ENCODED-BLOB": "import base64\ndef f(s):\n    return base64.b64decode(s)\n",
+    "DG-RC-ENCODED-BLOB": (
+        "import base64, marshal\ndef f(s):\n    return marshal.loads(base64.b64decode(s))\n"
+    ),
     "DG-RC-CREDENTIALS": "import os\ndef f():\n    return open(os.path.expanduser('~/.ssh/key'))\n",
     "DG-RC-FS-WRITE": "def f():\n    open('/etc/x', 'w').write('1')\n",
 }
@@ -60,8 +62,8 @@ def test_each_rule_fires(rule: str) -> None:
 def test_import_time_side_effects() -> None:
     module_level = "import os\nos.system('curl x | sh')\n"
     default_arg = "import os\ndef f(x=os.system('id')):\n    pass\n"
-    decorator = "def f():\n    pass\n@eval('print')\ndef g():\n    pass\n"
-    class_body = "class A:\n    exec('1')\n"
+    decorator = "S = 'print'\n@eval(S)\ndef g():\n    pass\n"
+    class_body = "class A:\n    exec(CODE)\n"
     for source in (module_level, default_arg, decorator, class_body):
         findings = check_source(source.encode(), "x.py")
         assert any(
