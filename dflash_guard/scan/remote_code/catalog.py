@@ -18,8 +18,8 @@ from dflash_guard.severity import Severity
 # (`os.system`, `importlib.import_module`, `shutil.rmtree`...) are findings of their own.
 ALLOWED_IMPORTS = frozenset(
     {
-        "__future__", "abc", "accelerate", "apex", "argparse", "array", "base64", "bisect",
-        "bitsandbytes", "collections", "contextlib", "copy", "dataclasses", "datetime",
+        "__future__", "abc", "accelerate", "asyncio", "apex", "argparse", "array", "base64",
+        "bisect", "bitsandbytes", "collections", "contextlib", "copy", "dataclasses", "datetime",
         "deepspeed", "einops", "enum", "flash_attn", "fractions", "functools", "gc", "hashlib",
         "heapq", "huggingface_hub", "importlib", "inspect", "io", "itertools", "json", "logging",
         "math", "numbers", "numpy", "operator", "os", "packaging", "pathlib", "peft", "PIL",

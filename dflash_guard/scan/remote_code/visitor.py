@@ -346,7 +346,8 @@ class Visitor(ast.NodeVisitor):
         hit = catalog.action(name)
         if hit is not None and hit[1] >= Severity.high:
             rule, severity, message = hit
-            self.add(rule, Severity.high, node, f"refers to {name} as a value ({message})")
+            self.add(rule, Severity.high, node, f"refers to {name} as a value ({message})",
+                     runs=self.context[-1] == "decorator")  # a decorator is called
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str):
