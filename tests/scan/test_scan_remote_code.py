@@ -132,3 +132,13 @@ def test_writes_inside_the_folder_are_medium_outside_high() -> None:
 def test_deeply_nested_code_is_a_finding_not_a_crash(depth: int, message: str) -> None:
     findings = check_source(("x = a" + ".b" * depth).encode(), "m.py")
     assert [(f.rule_id, f.message) for f in findings] == [("DG-RC-UNPARSEABLE", message)]
+
+
+def test_pyc_anywhere_in_the_folder_is_a_finding(tmp_path: Path, benign_modeling: str) -> None:
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "modeling.cpython-311.pyc").write_bytes(b"\xa7\r\r\n" + b"\0" * 12)
+    (tmp_path / "modeling.py").write_text(benign_modeling)
+    report = scan_paths([tmp_path])
+    assert ("DG-EXECUTABLE", "__pycache__/modeling.cpython-311.pyc") in {
+        (f.rule_id, f.file) for f in report.findings
+    }
