@@ -197,6 +197,11 @@ TPL_RISKY_GLOBAL = Rule(
     "A chat template uses a global that leads to __globals__.",
     "`lipsum`/`cycler`/`joiner`/`namespace`/`self`... (paths to `__globals__`)",
 )
+TPL_UNLISTED = Rule(
+    "DG-TPL-UNLISTED", Severity.medium,
+    "A chat template uses a method, filter or test that real templates do not use.",
+    "method, filter or test outside the allowlist in `scan/template_check.py`",
+)
 TPL_INCLUDE = Rule(
     "DG-TPL-INCLUDE", Severity.medium,
     "A chat template loads another template.",
