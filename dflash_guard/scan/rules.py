@@ -294,13 +294,22 @@ DRAFTER_ARCH = Rule(
 DRAFTER_MASK = Rule(
     "DG-DRAFTER-MASK", Severity.high,
     "mask_token_id missing, outside the vocabulary or aliasing a special id.",
-    "`mask_token_id` missing, outside the vocab, or = target pad/eos/bos/stop id (config, "
-    "generation_config, tokenizer_config special tokens)",
+    "`mask_token_id` missing, outside the vocab, or = a target pad/eos/bos/stop id or special "
+    "token (config, generation_config, tokenizer_config, special_tokens_map, tokenizer.json, "
+    "chat-template control tokens); medium: a `mask_token` text no tokenizer file defines",
 )
 DRAFTER_LAYERS = Rule(
     "DG-DRAFTER-LAYERS", Severity.high,
     "target_layer_ids or num_target_layers disagree with the target.",
-    "`target_layer_ids` outside the target's layers; `num_target_layers` differs",
+    "`target_layer_ids` outside the target's layers or repeated; `num_target_layers` differs "
+    "(medium: the target has no layer count, also under `text_config`; low: the target's last "
+    "layer, on which llama.cpp aborts)",
+)
+DRAFTER_CONFLICT = Rule(
+    "DG-DRAFTER-CONFLICT", Severity.high,
+    "A drafter field set differently at the top level and in dflash_config.",
+    "top-level and `dflash_config` values disagree (engines pick different ones; the nested one "
+    "is checked, as SGLang reads it)",
 )
 DRAFTER_SHAPE = Rule(
     "DG-DRAFTER-SHAPE", Severity.high,
