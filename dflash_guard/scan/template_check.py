@@ -68,14 +68,17 @@ _RISKY_NAMES = frozenset(
     {"lipsum", "self", "config", "request", "url_for", "get_flashed_messages", "__builtins__",
      "os", "globals"}
 )
-# Attribute names that reach interpreter internals without dunders, or format strings by name.
-_RISKY_ATTRS = frozenset(
+# Attribute names that reach interpreter internals without dunders (also as subscripts: the
+# sandbox-less `getitem` falls back to attributes), and methods that run or format by name
+# (attributes only: `roles['system']` is a role name, not `os.system`).
+_INTERNAL_ATTRS = frozenset(
     {
         "mro", "func_globals", "f_globals", "f_locals", "f_back", "f_builtins", "gi_frame",
         "gi_code", "cr_frame", "ag_frame", "tb_frame", "tb_next", "co_code", "im_func",
-        "im_class", "popen", "system", "format", "format_map",
+        "im_class",
     }
 )
+_RISKY_ATTRS = _INTERNAL_ATTRS | {"popen", "system", "format", "format_map"}
 _ATTRIBUTE_ARGS = frozenset({"attribute"})
 _DUNDER = re.compile(r"__\w*")
 _ESCAPED_UNDERSCORE = re.compile(r"\\x5f|\\u005f|\\U0000005f|\\137|&#95;|&#x5f;", re.IGNORECASE)
@@ -188,7 +191,7 @@ def _attribute_problems(node: nodes.Getattr) -> list[Problem]:
 
 def _subscript_problems(key: nodes.Node) -> list[Problem]:
     if isinstance(key, nodes.Const) and isinstance(key.value, str):
-        if key.value.startswith("_") or key.value in _RISKY_ATTRS:
+        if key.value.startswith("_") or key.value in _INTERNAL_ATTRS:
             return [(rules.TPL_DUNDER, Severity.critical, f"subscript access to {key.value!r} "
                      "(sandbox escape shape)")]
     elif _builds_string(key):

@@ -80,6 +80,11 @@ CASES = {
         "{% if x is callable %}{{ x() }}{% endif %}",
         "{% if tools is not none and tools is iterable %}{{ tools|tojson }}{% endif %}",
     ),
+    "internal names as subscripts": (
+        "DG-TPL-DUNDER",
+        "{{ f['func_globals'] }}{{ x['mro'] }}",
+        "{{ role_indicators['system'] ~ role_indicators['user'] }}",
+    ),
     "|attr": (
         "DG-TPL-ATTR-FILTER",
         "{{ x|attr('role') }}",
