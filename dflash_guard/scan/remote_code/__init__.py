@@ -15,6 +15,7 @@ DG-RC-UNPARSEABLE, DG-RC-UNREVIEWED.
 from __future__ import annotations
 
 import ast
+import warnings
 
 from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding, Severity
@@ -33,7 +34,9 @@ def check_source(source: bytes, display: str) -> list[Finding]:
         ]
 
     try:
-        tree = ast.parse(source, filename=display)
+        with warnings.catch_warnings():  # invalid escapes and the like: the scanned file's business
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source, filename=display)
     except (SyntaxError, ValueError) as error:
         return unparseable(f"does not parse as Python: {error}", getattr(error, "lineno", None))
     except (RecursionError, MemoryError):  # how CPython's parser reports very deep nesting

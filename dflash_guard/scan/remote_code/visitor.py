@@ -6,6 +6,7 @@ reference and import means, and records findings with the context that decides s
 from __future__ import annotations
 
 import ast
+import warnings
 
 from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
@@ -236,7 +237,9 @@ class Visitor(ast.NodeVisitor):
             return
         mode = "eval" if name == "eval" else "exec"
         try:
-            tree = ast.parse(source, mode=mode)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(source, mode=mode)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
                      f"{name}() of a literal that does not parse")
