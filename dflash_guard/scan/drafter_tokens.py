@@ -31,6 +31,11 @@ def read_json(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _is_mask(content: str | None) -> bool:
+    """A token whose text names it a mask token is the one meant for the drafter's mask."""
+    return content is not None and "mask" in content.lower()
+
+
 def _content(value: object) -> str | None:
     value = value.get("content") if isinstance(value, dict) else value
     return value if isinstance(value, str) else None
@@ -93,16 +98,16 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
         named = [(key, _content(config.get(key))) for key in _SPECIAL_KEYS]
         extra = config.get("additional_special_tokens")
         named += [("additional_special_tokens", _content(v)) for v in extra or []
-                  if isinstance(extra, list)]
+                  if isinstance(extra, list) and not _is_mask(_content(v))]
         for key, content in named:
             if content in by_content:
                 reserved.setdefault(by_content[content], f"{filename} {key} {content!r}")
     for text in _template_sources(target_dir, tokenizer):
         for control in set(_CONTROL_TOKEN.findall(text)):
-            if control in by_content:
+            if control in by_content and not _is_mask(control):
                 reserved.setdefault(by_content[control], f"chat template control token {control!r}")
     for content, token_id in by_content.items():
-        if token_id in special and "mask" not in content.lower():
+        if token_id in special and not _is_mask(content):
             reserved.setdefault(token_id, f"special token {content!r}")
     return reserved
 

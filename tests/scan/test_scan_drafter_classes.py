@@ -64,6 +64,7 @@ def test_dedicated_mask_token_is_not_an_alias(tmp_path: Path) -> None:
     target, drafter = make_pair(tmp_path)
     write_json(target / "tokenizer.json",
                {"added_tokens": [{"id": 999, "content": "<|MASK|>", "special": True}]})
+    write_json(target / "special_tokens_map.json", {"additional_special_tokens": ["<|MASK|>"]})
     assert _rules(scan_paths([drafter], target=target)) == {}
 
 
