@@ -113,6 +113,11 @@ CASES = {
         "from torch.utils.checkpoint import checkpoint\ndef run(f, x):\n"
         "    return checkpoint(f, x)\n",
     ),
+    "torch.load that unpickles": (
+        "DG-RC-DYNAMIC-CODE",
+        "import torch\ndef run(p):\n    return torch.load(p, weights_only=False)\n",
+        "import torch\ndef run(p):\n    return torch.load(p, map_location='cpu')\n",
+    ),
     "write to a .pth file": (
         "DG-RC-FS-WRITE",
         "def run():\n    open('/usr/lib/python3/site-packages/x.pth', 'w').write('import os')\n",

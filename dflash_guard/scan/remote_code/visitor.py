@@ -199,7 +199,7 @@ class Visitor(ast.NodeVisitor):
         self.handled.add(id(node.func))
         name = self.names.resolve(node.func)
         self.check_call(node, name)
-        self.check_keywords(node)
+        self.check_keywords(node, name)
         if id(node) not in self.handled:
             self.check_value(node)  # getattr(os, "system") handed on without a call
         self.generic_visit(node)
@@ -275,8 +275,15 @@ class Visitor(ast.NodeVisitor):
         self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
                  f"getattr() with a computed name on {target}", runs=True)
 
-    def check_keywords(self, node: ast.Call) -> None:
+    def check_keywords(self, node: ast.Call, name: str) -> None:
+        """Loader switches: another repo's remote code, or unpickling a file of the folder."""
         for keyword in node.keywords:
+            value = keyword.value.value if isinstance(keyword.value, ast.Constant) else None
+            unpickles = (name == "torch.load" and keyword.arg == "weights_only" and value is False
+                         ) or (name == "numpy.load" and keyword.arg == "allow_pickle" and value)
+            if unpickles:
+                self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                         f"{name}({keyword.arg}={value}) unpickles, which runs code", runs=True)
             if keyword.arg in ("trust_remote_code", "custom_pipelines") and not (
                 isinstance(keyword.value, ast.Constant) and keyword.value.value in (False, None)
             ):
