@@ -51,8 +51,10 @@ def build_app(command: str | None = None) -> typer.Typer:
     app = typer.Typer(
         name="dflash-guard",
         help="Lock, scan, verify, diff-test and gate DFlash speculative-decoding deploys.",
+        epilog="Example: dflash-guard verify --lock dflash.lock. Shell completion: "
+        "dflash-guard --install-completion (bash, zsh, fish, PowerShell).",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,
         pretty_exceptions_enable=False,
     )
     app.callback()(_root)

@@ -133,7 +133,10 @@ def audit(
         "--output", help="Write the report to FILE (atomically), not stdout.")] = None,
 ) -> None:
     """Match every locked engine commit, Hub revision and package version against OSV
-    advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error."""
+    advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error.
+
+    Example: dflash-guard audit --lock dflash.lock --advisories feeds/ --engine-repo vllm=../vllm
+    """
     from dflash_guard.audit.run import run_audit, run_policy_audit
     from dflash_guard.audit.sarif import render_sarif
     from dflash_guard.trust.policy import load_policy

@@ -19,7 +19,10 @@ def register(app: typer.Typer) -> None:
     def make(
         out_dir: Annotated[Path, typer.Argument(help="Folder to write target/ and drafter/ in.")],
     ) -> None:
-        """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR."""
+        """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR.
+
+        Example: dflash-guard fixtures make demo-out
+        """
         from kernels_ref.fixtures import make_fixture_pair  # loads torch: only when it runs
 
         if out_dir.exists() and not out_dir.is_dir():

@@ -84,7 +84,10 @@ def gate(
     fmt: Annotated[OutputFormat, typer.Option("--format", help="text or json.")
                    ] = OutputFormat.text,
 ) -> None:
-    """Run every check of a deploy in order; exit 0 approved, 1 refused, 2 usage/input error."""
+    """Run every check of a deploy in order; exit 0 approved, 1 refused, 2 usage/input error.
+
+    Example: dflash-guard gate --lock dflash.lock --policy strict --out approval.json
+    """
     result = run_gate(GateOptions(
         lock_path, policy, parse_roots(root or []), out=out,
         signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),

@@ -43,7 +43,10 @@ def lock(
         OutputFormat, typer.Option("--format", help="text or json.")
     ] = OutputFormat.text,
 ) -> None:
-    """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile."""
+    """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile.
+
+    Example: dflash-guard lock --target Qwen/Qwen3-8B --drafter z-lab/Qwen3-8B-DFlash-b16
+    """
     if not output.parent.is_dir():
         raise InputError(f"-o {output}: folder {output.parent} does not exist")
     sources = {"target": target, "drafter": drafter}
@@ -79,7 +82,10 @@ def export_requirements(
         Path | None, typer.Option("-o", "--output", help="File to write (default stdout).")
     ] = None,
 ) -> None:
-    """Write a pip --require-hashes requirements file for the locked packages."""
+    """Write a pip --require-hashes requirements file for the locked packages.
+
+    Example: dflash-guard export requirements --lock lockfiles/release.lock -o release.txt
+    """
     text = requirements_text(load_lockfile(lock_path))
     if output is not None and not output.parent.is_dir():
         raise InputError(f"-o {output}: folder {output.parent} does not exist")

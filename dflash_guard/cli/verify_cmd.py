@@ -121,7 +121,10 @@ def verify(
         OutputFormat, typer.Option("--format", help="text or json.")
     ] = OutputFormat.text,
 ) -> None:
-    """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch)."""
+    """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch).
+
+    Example: dflash-guard verify --lock dflash.lock --root target=models/target --policy strict
+    """
     lockfile = load_lockfile(lock_path)
     accepted = load_policy(policy)  # a bad policy fails before any hashing
     report = verify_lock(
