@@ -136,6 +136,9 @@ def check_template(source: str, display: str, member: str | None = None) -> list
                 error.lineno,
             )
         )
+        # another engine's parser may still accept it: the raw text is not left unanalysed
+        for rule, severity, message in _raw_text_problems(source):
+            findings.append(finding(rule, severity, f"{message} (in the unparsed text)", None))
         return findings
     except RecursionError:
         findings.append(
@@ -229,6 +232,13 @@ def _string_problems(value: str) -> list[Problem]:
         return [(rules.TPL_DUNDER, Severity.medium, "a lone '_' string: the piece dunder names "
                  "are built from")]
     return []
+
+
+def _raw_text_problems(source: str) -> list[Problem]:
+    problems = _string_problems(source) if _DUNDER.search(source) else []
+    if re.search(r"\|\s*attr\b", source):
+        problems.append((rules.TPL_ATTR_FILTER, Severity.high, "|attr filter"))
+    return problems
 
 
 def _set_block_problems(tree: nodes.Template) -> list[tuple[nodes.Node, Problem]]:

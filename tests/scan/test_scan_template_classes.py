@@ -153,3 +153,10 @@ def test_gguf_template_key_with_trailing_nul_is_the_same_key(tmp_path: Path, key
     writer.write_tensors_to_file()
     writer.close()
     assert "DG-TPL-DUNDER" in {f.rule_id for f in scan_paths([path]).findings}
+
+
+def test_a_template_that_does_not_parse_is_still_read() -> None:
+    bad = "{% unknowntag %}{{ ''.__class__ }}"
+    assert {"DG-TPL-SYNTAX", "DG-TPL-DUNDER"} <= {f.rule_id for f in check_template(bad, "t")}
+    twin = "{% unknowntag %}{{ message.content }}"
+    assert {f.rule_id for f in check_template(twin, "t")} == {"DG-TPL-SYNTAX"}
