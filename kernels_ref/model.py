@@ -1,13 +1,16 @@
-"""A Qwen3-style decoder-only transformer and its KV cache, in plain PyTorch (gpt-fast style).
+"""Qwen3 and Llama decoder-only transformers and their KV caches, in plain PyTorch (gpt-fast style).
 
-Per layer: RMSNorm -> GQA attention (per-head RMSNorm on q and k, RoPE) -> residual -> RMSNorm ->
-SwiGLU MLP -> residual. Module names mirror Hugging Face `Qwen3ForCausalLM`, so a real checkpoint's
-`model.safetensors` loads unchanged. References: transformers' modeling_qwen3.py; gpt-fast model.py.
+Per layer: RMSNorm -> GQA attention (Qwen3: per-head RMSNorm on q and k; RoPE from `rope.py`,
+`default` or Llama-3.1's `llama3`) -> residual -> RMSNorm -> SwiGLU MLP -> residual. The two
+families differ only in the q/k norms, the defaults of their configs and Llama's optional MLP
+bias (a `Family` each). Module names mirror Hugging Face `Qwen3ForCausalLM`/`LlamaForCausalLM`,
+so a real checkpoint's safetensors load unchanged; anything else a config asks for (another
+`model_type`, sliding-window or linear-attention layers, another RoPE) is refused by name.
+References: transformers' modeling_qwen3.py and modeling_llama.py; gpt-fast model.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +27,40 @@ from kernels_ref.checkpoint import (
     read_config,
 )
 from kernels_ref.errors import RunnerError
+from kernels_ref.rope import Rope
+
+
+@dataclass(frozen=True)
+class Family:
+    """A decoder family kernels_ref runs: how its `config.json` maps onto the shared layers."""
+
+    model_type: str
+    architecture: str  # the HF class a target of this family names in `architectures`
+    qk_norm: bool  # per-head RMSNorm on q and k (Qwen3) or none (Llama)
+    reads_mlp_bias: bool  # whether the config's `mlp_bias` is honoured (Llama) or ignored
+    max_position_embeddings: int  # transformers' default when the config names none
+
+
+FAMILIES = {
+    family.model_type: family
+    for family in (
+        Family("qwen3", "Qwen3ForCausalLM", qk_norm=True, reads_mlp_bias=False,
+               max_position_embeddings=32768),
+        Family("llama", "LlamaForCausalLM", qk_norm=False, reads_mlp_bias=True,
+               max_position_embeddings=2048),
+    )
+}
+QWEN3 = FAMILIES["qwen3"]  # also the layer family of every DFlash drafter
+
+_SIZES = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings",
+)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The Qwen3 fields a decoder stack needs (HF `config.json` names)."""
+    """The fields a decoder stack needs (HF `config.json` names) plus its family's traits."""
 
     vocab_size: int
     hidden_size: int
@@ -38,47 +70,92 @@ class ModelConfig:
     head_dim: int
     intermediate_size: int
     rms_norm_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
-    max_position_embeddings: int = 40960
+    rope: Rope = Rope()
+    max_position_embeddings: int = 32768
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = True
+    model_type: str = "qwen3"
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], where: Path | str) -> ModelConfig:
-        """Parse the Qwen3 fields of a `config.json`, raising `RunnerError` naming a bad field."""
-        unsupported = {
-            "hidden_act": raw.get("hidden_act", "silu") != "silu",
-            "rope_scaling": raw.get("rope_scaling") is not None,
-            "use_sliding_window": bool(raw.get("use_sliding_window")),
+    def for_target(cls, raw: dict[str, Any], where: Path | str) -> ModelConfig:
+        """Parse a target's `config.json`: its family from `model_type` (and `architectures`)."""
+        model_type = raw.get("model_type", "qwen3")
+        family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+        if family is None:
+            raise RunnerError(
+                f"{where}: model_type {model_type!r} is not supported by kernels_ref "
+                f"(it runs {', '.join(FAMILIES)})"
+            )
+        architectures = raw.get("architectures") or [family.architecture]
+        if architectures != [family.architecture]:
+            raise RunnerError(
+                f"{where}: architectures {architectures!r} is not supported by kernels_ref "
+                f"(a {model_type} target is [{family.architecture!r}])"
+            )
+        return cls.from_dict(raw, where, family)
+
+    @classmethod
+    def from_dict(
+        cls, raw: dict[str, Any], where: Path | str, family: Family = QWEN3
+    ) -> ModelConfig:
+        """Parse the decoder fields of a `config.json` as `family` does, raising `RunnerError`
+        naming a bad or unsupported field."""
+        _refuse_unsupported(raw, where)
+        values: dict[str, Any] = {
+            "max_position_embeddings": family.max_position_embeddings,
+            "qk_norm": family.qk_norm,
+            "model_type": family.model_type,
         }
-        for name, bad in unsupported.items():
-            if bad:
-                raise RunnerError(f"{where}: {name}={raw[name]!r} is not supported by kernels_ref")
-        values: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            if field.name == "head_dim" and raw.get("head_dim") is None:
-                continue
-            if field.name not in raw or raw[field.name] is None:
-                if field.default is dataclasses.MISSING:
-                    raise RunnerError(f"{where}: config field {field.name!r} is missing")
-                continue
-            value = raw[field.name]
-            kind = {"float": (int, float), "bool": (bool,), "int": (int,)}[str(field.type)]
-            if not isinstance(value, kind) or (
-                str(field.type) == "int" and isinstance(value, bool)
-            ):
-                raise RunnerError(f"{where}: config field {field.name!r} must be {field.type}")
-            if kind != (bool,) and value <= 0:  # sizes, eps, theta: zero divides, negative fails
-                raise RunnerError(f"{where}: config field {field.name!r} must be positive")
-            values[field.name] = value
-        if "head_dim" not in values:
-            values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
-        config = cls(**values)
+        for name in (*_SIZES, "rms_norm_eps"):
+            if raw.get(name) is not None:
+                values[name] = _number(raw[name], name, int if name in _SIZES else float, where)
+            elif name not in ("head_dim", "max_position_embeddings", "rms_norm_eps"):
+                raise RunnerError(f"{where}: config field {name!r} is missing")
+        flags = ("tie_word_embeddings", "attention_bias", *(("mlp_bias",) * family.reads_mlp_bias))
+        for name in flags:
+            value = raw.get(name, False)
+            if not isinstance(value, bool):
+                raise RunnerError(f"{where}: config field {name!r} must be bool")
+            values[name] = value
+        values.setdefault("head_dim", values["hidden_size"] // values["num_attention_heads"])
+        config = cls(rope=Rope.from_config(raw, where), **values)
         if config.num_attention_heads % config.num_key_value_heads:
             raise RunnerError(
                 f"{where}: num_attention_heads is not a multiple of num_key_value_heads"
             )
         return config
+
+
+def _number(value: Any, name: str, kind: type, where: Path | str) -> Any:
+    """A positive int (sizes) or number (eps): zero divides, negative fails later."""
+    allowed = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise RunnerError(f"{where}: config field {name!r} must be {kind.__name__}")
+    if value <= 0:
+        raise RunnerError(f"{where}: config field {name!r} must be positive")
+    return value
+
+
+def _refuse_unsupported(raw: dict[str, Any], where: Path | str) -> None:
+    """Refuse, by name, a config asking for something these layers do not implement."""
+    layer_types = raw.get("layer_types") or []
+    others = sorted({str(t) for t in layer_types} - {"full_attention"})
+    if not isinstance(layer_types, list) or others:
+        hybrid = " (hybrid linear attention)" if any("linear" in t for t in others) else ""
+        raise RunnerError(
+            f"{where}: layer_types {others or layer_types!r}{hybrid} is not supported by "
+            "kernels_ref (it runs full_attention layers only)"
+        )
+    unsupported = {
+        "hidden_act": raw.get("hidden_act", "silu") != "silu",
+        "use_sliding_window": bool(raw.get("use_sliding_window")),
+        "pretraining_tp": raw.get("pretraining_tp", 1) != 1,
+    }
+    for name, bad in unsupported.items():
+        if bad:
+            raise RunnerError(f"{where}: {name}={raw[name]!r} is not supported by kernels_ref")
 
 
 class RMSNorm(nn.Module):
@@ -93,17 +170,6 @@ class RMSNorm(nn.Module):
         h = x.to(torch.promote_types(x.dtype, torch.float32))
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
-
-
-def rope(
-    positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype
-) -> tuple[Tensor, Tensor]:
-    """cos and sin tables `[T, head_dim]` for absolute `positions` (rotate-half layout)."""
-    work = torch.promote_types(dtype, torch.float32)
-    exponents = torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim
-    freqs = positions.to(work)[:, None] / (theta**exponents)[None, :]
-    angles = torch.cat([freqs, freqs], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -127,9 +193,12 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.q_norm: nn.Module = nn.Identity()
+        self.k_norm: nn.Module = nn.Identity()
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def project_kv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """Keys (normed, rotated) and values `[1, n_kv, T, head_dim]` of `x` `[1, T, hidden]`."""
@@ -172,9 +241,10 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        bias = cfg.mlp_bias
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -291,7 +361,7 @@ class StaticKVCache:
         self.length.fill_(length)
 
 
-class Qwen3Model(nn.Module):
+class DecoderStack(nn.Module):
     """The decoder stack (`model.*` in HF names)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -302,12 +372,13 @@ class Qwen3Model(nn.Module):
 
 
 class Target(nn.Module):
-    """A Qwen3ForCausalLM: decoder stack plus LM head (tied to the embedding when configured)."""
+    """A Qwen3ForCausalLM or LlamaForCausalLM: decoder stack plus LM head (tied to the embedding
+    when configured)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.model = Qwen3Model(cfg)
+        self.model = DecoderStack(cfg)
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
@@ -346,7 +417,7 @@ class Target(nn.Module):
         (HF `hidden_states`: index 0 the embeddings, index L+1 the output of layer L).
         """
         x = self.model.embed_tokens(ids)
-        cos, sin = rope(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        cos, sin = self.config.rope.tables(positions, self.config.head_dim, x.dtype)
         if isinstance(cache, StaticKVCache):
             return self._forward_static(x, cos, sin, cache)
         t, past = ids.shape[1], len(cache)
@@ -377,13 +448,10 @@ class Target(nn.Module):
 def load_target(
     folder: Path | str, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32"
 ) -> Target:
-    """Load a Qwen3-style target from an HF folder (`config.json` + safetensors weights)."""
+    """Load a Qwen3 or Llama target from an HF folder (`config.json` + safetensors weights)."""
     folder = Path(folder)
     torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
-    raw = read_config(folder)
-    if raw.get("model_type") not in (None, "qwen3"):
-        raise RunnerError(f"{folder}: model_type {raw.get('model_type')!r} is not qwen3")
-    target = Target(ModelConfig.from_dict(raw, folder / "config.json"))
+    target = Target(ModelConfig.for_target(read_config(folder), folder / "config.json"))
     assign_weights(
         target, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype
     )
