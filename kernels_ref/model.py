@@ -80,7 +80,11 @@ class ModelConfig:
 
     @classmethod
     def for_target(cls, raw: dict[str, Any], where: Path | str) -> ModelConfig:
-        """Parse a target's `config.json`: its family from `model_type` (and `architectures`)."""
+        """Parse a target's `config.json`: its family from `model_type` (and `architectures`).
+
+        Unsupported layers are named before the family, so a hybrid linear-attention model
+        (Qwen3.5, Qwen3-Next) is refused as that rather than as an unknown `model_type`."""
+        _refuse_unsupported(raw, where)
         model_type = raw.get("model_type", "qwen3")
         family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
         if family is None:
