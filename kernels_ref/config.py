@@ -131,11 +131,13 @@ def _number(value: Any, name: str, kind: type, where: Path | str) -> Any:
 def _refuse_unsupported(raw: dict[str, Any], where: Path | str) -> None:
     """Refuse, by name, a config asking for something these layers do not implement."""
     layer_types = raw.get("layer_types") or []
+    if not isinstance(layer_types, list):
+        raise RunnerError(f"{where}: config field 'layer_types' must be a list")
     others = sorted({str(t) for t in layer_types} - {"full_attention"})
-    if not isinstance(layer_types, list) or others:
+    if others:
         hybrid = " (hybrid linear attention)" if any("linear" in t for t in others) else ""
         raise RunnerError(
-            f"{where}: layer_types {others or layer_types!r}{hybrid} is not supported by "
+            f"{where}: layer_types {others!r}{hybrid} is not supported by "
             "kernels_ref (it runs full_attention layers only)"
         )
     unsupported = {

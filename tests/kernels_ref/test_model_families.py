@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from kernels_ref.drafter import load_drafter
 from kernels_ref.errors import RunnerError
 from kernels_ref.loop import generate
 from kernels_ref.model import load_target
 from kernels_ref.oracle import OracleDrafter
+from kernels_ref.rope import Rope
 from tests.support.hf_models import LLAMA31_ROPE, write_drafter, write_hf_target
 
 PROMPTS = [
@@ -73,6 +75,14 @@ def test_llama_target_verifies_accepted_blocks(llama_pair) -> None:
     assert spec.tau > 3
 
 
+def test_llama3_rope_tables_need_no_host_read() -> None:
+    """CUDA graphs capture the RoPE tables with every step: on the meta device, where any host
+    read raises, the llama3 tables still build."""
+    rope = Rope.from_config({"rope_parameters": LLAMA31_ROPE}, "config.json")
+    cos, sin = rope.tables(torch.arange(5, device="meta"), 24, torch.float32)
+    assert cos.shape == sin.shape == (5, 24)
+
+
 UNSUPPORTED: dict[str, tuple[dict[str, Any], str]] = {
     "model_type": ({"model_type": "mistral"}, "model_type 'mistral' is not supported"),
     "architecture": (
@@ -89,6 +99,7 @@ UNSUPPORTED: dict[str, tuple[dict[str, Any], str]] = {
         {"layer_types": ["full_attention", "sliding_attention"] * 2},
         r"layer_types \['sliding_attention'\]",
     ),
+    "layer_types-not-a-list": ({"layer_types": 4}, "'layer_types' must be a list"),
     "use_sliding_window": ({"use_sliding_window": True}, "use_sliding_window=True"),
     "rope_scaling-yarn": (
         {"rope_parameters": None, "rope_scaling": {"type": "yarn", "factor": 4.0}},
