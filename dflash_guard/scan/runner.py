@@ -23,6 +23,7 @@ from dflash_guard.scan import (
     templates,
 )
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
+from dflash_guard.scan.regular import open_regular
 from dflash_guard.scan.report import ScanReport
 from dflash_guard.scan.sniff import (
     GGUF_SUFFIXES,
@@ -128,7 +129,8 @@ class _Run:
 
     def python_file(self, path: Path, display: str) -> None:
         try:
-            source = path.read_bytes()
+            with open_regular(path) as handle:
+                source = handle.read()
         except OSError as error:
             self.unscannable(display, f"cannot read: {error}", remote_code.DETECTOR)
             return
@@ -200,8 +202,12 @@ class _Run:
             self.pickle_files.append(display)
 
     def executable(self, path: Path, display: str, suffix: str) -> None:
-        with path.open("rb") as handle:
-            head = handle.read(4)
+        try:
+            with open_regular(path) as handle:
+                head = handle.read(4)
+        except OSError as error:
+            self.unscannable(display, f"cannot read: {error}")
+            return
         if suffix in _EXECUTABLE_SUFFIXES or head.startswith(_EXECUTABLE_MAGIC):
             self.add(
                 Finding(
