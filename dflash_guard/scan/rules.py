@@ -52,6 +52,13 @@ PICKLE_DANGEROUS_GLOBAL = Rule(
     "os, subprocess, builtins.eval/exec/getattr, runpy, importlib, code, pty, socket, shutil, "
     "webbrowser, functools.partial, timeit, cProfile, pydoc...",
 )
+PICKLE_CLASS_GLOBAL = Rule(
+    "DG-PICKLE-CLASS-GLOBAL", Severity.low,
+    "A pickle instantiates a known harmless class that is not part of a state dict.",
+    "training arguments (`training_args.bin`: `TrainingArguments`, its enums), tensor "
+    "subclasses, `copyreg._reconstructor`: whether such pickles may load is the policy's "
+    "`pickle_allowed`",
+)
 PICKLE_GLOBAL = Rule(
     "DG-PICKLE-GLOBAL", Severity.high,
     "A pickle imports a global that is not on the state-dict allowlist.",
@@ -81,6 +88,13 @@ ZIP_CRC = Rule(
     "DG-ZIP-CRC", Severity.high,
     "A zip member fails its CRC check.",
     "zip member fails its CRC (its content is scanned anyway)",
+)
+ZIP_POLYGLOT = Rule(
+    "DG-ZIP-POLYGLOT", Severity.high,
+    "A zip that two readers (zipfile, torch's miniz) could read differently.",
+    "several end-of-central-directory records, overlapping or duplicate members, a local "
+    "header name differing from the central directory, bytes before the first member, a "
+    "pickle that also opens as a zip",
 )
 MODELSCAN = Rule(
     "DG-MODELSCAN", Severity.high,
@@ -126,6 +140,11 @@ ST_POLYGLOT = Rule(
     "DG-ST-POLYGLOT", Severity.high,
     "A zip, pickle, numpy or GGUF signature inside a safetensors file.",
     "zip/pickle/numpy/GGUF signature in the header, after the data or as a zip end record",
+)
+ST_METADATA_PAYLOAD = Rule(
+    "DG-ST-METADATA-PAYLOAD", Severity.high,
+    "A safetensors metadata value carries a serialized object.",
+    "`__metadata__` value holding pickle bytes, a YAML `!!python` tag, or base64 of either",
 )
 ST_INVALID = Rule(
     "DG-ST-INVALID", Severity.high,

@@ -90,7 +90,7 @@ class _Run:
         if suffix == ".py":
             self.python_file(path, display)
             return
-        if name.endswith(".index.json") and "safetensors" in name:
+        if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
             self.findings += safetensors_check.check_index(path, display)
             return
         if name in _TEMPLATE_CONFIGS:
@@ -107,8 +107,7 @@ class _Run:
             return
         if suffix in SAFETENSORS_SUFFIXES or fmt is Format.safetensors:
             self.safetensors(path, display)
-            if fmt in (Format.pickle, Format.zip):
-                self.pickle(path, display)
+            self.pickle(path, display, probe=fmt not in (Format.pickle, Format.zip))
         elif suffix in GGUF_SUFFIXES or fmt is Format.gguf:
             self.findings += gguf_check.scan_gguf_file(path, display)
         elif suffix in PICKLE_SUFFIXES or fmt in (
@@ -119,6 +118,7 @@ class _Run:
         ):
             self.pickle(path, display)
         elif suffix not in _TEXT_SUFFIXES:
+            self.pickle(path, display, probe=True)  # torch.load and pickle.load ignore names
             self.executable(path, display, suffix)
 
     def add(self, finding: Finding) -> None:
@@ -193,10 +193,10 @@ class _Run:
         if header is not None:
             self.param_count = (self.param_count or 0) + header.param_count
 
-    def pickle(self, path: Path, display: str) -> None:
+    def pickle(self, path: Path, display: str, *, probe: bool = False) -> None:
         from dflash_guard.scan.pickles import scan_pickle_file  # pickletools, zipfile, modelscan
 
-        findings = scan_pickle_file(path, display)
+        findings = scan_pickle_file(path, display, probe=probe)
         self.findings += findings
         if any(f.rule_id == rules.PICKLE_PRESENT.id for f in findings):
             self.pickle_files.append(display)
