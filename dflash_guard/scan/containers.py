@@ -156,9 +156,7 @@ def decompress(stream: IO[bytes], kind: str) -> bytes:
     out = bytearray()
     while chunk := stream.read(_CHUNK):
         out += decoder.decompress(chunk, MAX_BYTES + 1 - len(out))
-        if len(out) > MAX_BYTES:
-            raise TooLarge(f"{kind} stream decompresses to over {MAX_BYTES} bytes")
-        while not _needs_input(decoder) and len(out) <= MAX_BYTES:
+        while not _finished(decoder) and not _needs_input(decoder) and len(out) <= MAX_BYTES:
             more = decoder.decompress(b"", MAX_BYTES + 1 - len(out))
             if not more:
                 break

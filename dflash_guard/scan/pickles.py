@@ -317,8 +317,8 @@ class _Scan:
                     member,
                 )
             return
-        if probe and not first.globals:
-            return  # plain data: an unpickler would run nothing
+        if probe and not any(not g.opcode.startswith("EXT") for g in first.globals):
+            return  # data: an unpickler imports nothing (EXT codes need a registry entry)
         self.report_stream(first, member, index=0, strict=True)
         legacy = _LEGACY_TORCH_MAGIC in first.ints
         index = 1
