@@ -524,7 +524,8 @@ class _Scan:
                 if info.is_dir():
                     continue
                 inner = f"{member}:{info.filename}" if member else info.filename
-                if torch_zip and _TORCH_STORAGE.match(info.filename.lower()):
+                lowered = info.filename.lower()
+                if torch_zip and _TORCH_STORAGE.fullmatch(lowered) and not lowered.endswith(".pkl"):
                     continue  # raw tensor bytes, never unpickled by torch.load
                 if info.flag_bits & 0x1:
                     self.add(
