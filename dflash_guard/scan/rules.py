@@ -29,7 +29,10 @@ UNSCANNABLE = Rule(
     "A file or archive member that cannot be scanned (never a silent pass).",
     "encrypted/corrupt zip member, 7z/rar/gzip, unreadable file, bad `.npy` header, a symlink "
     "leaving the folder, a symlinked folder, a special file (FIFO, device), a zip member over "
-    "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep",
+    "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep, a GGUF "
+    "header over 2^23 array items or nested arrays, a pickle walk over 120 s, a compressed "
+    "stream decompressing past 1 GiB (or lz4 without the `lz4` package), a tar or zip with over "
+    "100,000 members",
 )
 EXECUTABLE = Rule(
     "DG-EXECUTABLE", Severity.high,
