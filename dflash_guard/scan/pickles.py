@@ -414,13 +414,14 @@ class _Scan:
             self.numpy(stream, member)
             return
         if containers.is_tar(head):  # torch.load tries tarfile first on every file
-            self.tar(stream, member, depth)
+            self.tar(stream, member, depth, probe=probe and not from_extension)
             stream.seek(0)
             self.pickles(stream, member, from_extension=False, probe=True)
             return
         kind = containers.compression(head)
-        if kind and (from_extension or fmt is Format.archive):
-            self.compressed(stream, kind, member, depth)
+        if kind and (from_extension or probe or fmt is Format.archive):
+            quiet = probe and not from_extension and fmt is not Format.archive
+            self.compressed(stream, kind, member, depth, probe=quiet)
             return
         if fmt is Format.archive:
             self.add(
@@ -446,20 +447,28 @@ class _Scan:
                 )
                 self.zip(stream, member, depth)
 
-    def nested(self, data: bytes, member: str, depth: int) -> None:
-        """A member or decompressed stream, scanned as a pickle-family file of its own."""
+    def nested(self, data: bytes, member: str, depth: int, *, probe: bool = False) -> None:
+        """A member or decompressed stream, scanned as a pickle-family file of its own (or, for
+        `probe`, only reported when it turns out to hold a pickle)."""
         if depth >= MAX_ZIP_DEPTH:
             self.add(
                 rules.UNSCANNABLE, Severity.high, f"nested deeper than {MAX_ZIP_DEPTH} levels",
                 member,
             )
             return
-        self.blob(io.BytesIO(data), len(data), member, depth + 1, from_extension=True)
+        self.blob(
+            io.BytesIO(data), len(data), member, depth + 1, from_extension=not probe, probe=probe
+        )
 
-    def compressed(self, stream: IO[bytes], kind: str, member: str | None, depth: int) -> None:
-        """A joblib-style compressed stream: decompressed (capped) and scanned."""
+    def compressed(
+        self, stream: IO[bytes], kind: str, member: str | None, depth: int, *, probe: bool
+    ) -> None:
+        """A joblib-style compressed stream: decompressed (capped) and scanned. `probe`: a file
+        with another name, silent unless it decompresses to a pickle."""
         inner = f"{member}:{kind}" if member else kind
         if kind == "lz4" and not containers.lz4_available():
+            if probe:
+                return
             self.add(
                 rules.UNSCANNABLE,
                 Severity.high,
@@ -470,6 +479,8 @@ class _Scan:
         try:
             data = containers.decompress(stream, kind)
         except Exception as error:  # noqa: BLE001 - each codec raises its own types
+            if probe and not isinstance(error, containers.TooLarge):
+                return
             self.add(
                 rules.UNSCANNABLE,
                 Severity.high,
@@ -477,17 +488,18 @@ class _Scan:
                 member,
             )
             return
-        self.nested(data, inner, depth)
+        self.nested(data, inner, depth, probe=probe)
 
-    def tar(self, stream: IO[bytes], member: str | None, depth: int) -> None:
+    def tar(self, stream: IO[bytes], member: str | None, depth: int, *, probe: bool) -> None:
         """torch's legacy tar format: torch unpickles its `storages`, `tensors` and `pickle`."""
         try:
             members = containers.tar_members(stream)
         except (tarfile.TarError, containers.TooLarge, OSError, EOFError) as error:
-            self.add(rules.UNSCANNABLE, Severity.high, f"cannot read tar: {error}", member)
+            if not probe:
+                self.add(rules.UNSCANNABLE, Severity.high, f"cannot read tar: {error}", member)
             return
         for name, data in members:
-            self.nested(data, f"{member}:{name}" if member else name, depth)
+            self.nested(data, f"{member}:{name}" if member else name, depth, probe=probe)
 
     def zip(self, stream: IO[bytes], member: str | None, depth: int) -> None:
         if depth >= MAX_ZIP_DEPTH:

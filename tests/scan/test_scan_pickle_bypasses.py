@@ -254,3 +254,30 @@ def test_a_walk_past_its_time_limit_is_unscannable(
     monkeypatch.setattr(pickle_stream, "_CHECK_EVERY", 1)
     findings = _scan(tmp_path, "slow.pkl", BENIGN)
     assert "DG-UNSCANNABLE" in {f.rule_id for f in findings}
+
+
+def test_compressed_or_tarred_pickles_under_other_names(tmp_path: Path) -> None:
+    """joblib.load and torch.load open any name: a zlib stream or a tar named `.dat` is read."""
+    (tmp_path / "state.dat").write_bytes(zlib.compress(gadget_pickle("os", "system", protocol=2)))
+    (tmp_path / "old.ckpt2").write_bytes(_tar({"pickle": gadget_pickle("os", "popen", protocol=2)}))
+    (tmp_path / "images.tar").write_bytes(_tar({"a.png": b"\x89PNG\r\n", "notes": b"hello"}))
+    (tmp_path / "blob.dat").write_bytes(zlib.compress(b"just some compressed text"))
+    findings = scan_paths([tmp_path]).findings
+    assert {f.file for f in findings if f.severity is Severity.critical} == {
+        "state.dat",
+        "old.ckpt2",
+    }
+    assert _quiet([f for f in findings if f.file in ("images.tar", "blob.dat")])
+
+
+def test_overlapping_members(tmp_path: Path) -> None:
+    """Two central entries over the same bytes: a reader that walks local headers sees one."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("a.pkl", BENIGN)
+        archive.writestr("b.pkl", BENIGN)
+    data = bytearray(out.getvalue())
+    central_b = data.index(b"PK\x01\x02", data.index(b"PK\x01\x02") + 4)
+    data[central_b + 42 : central_b + 46] = struct.pack("<I", 0)  # b.pkl now points at a.pkl
+    findings = _scan(tmp_path, "overlap.zip", bytes(data))
+    assert any("overlap" in f.message for f in findings if f.rule_id == "DG-ZIP-POLYGLOT")
