@@ -9,15 +9,14 @@ Files are opened the way loaders open them, whatever their first byte: torch zip
 (every member torch could unpickle), legacy torch files (several consecutive pickles) and legacy
 torch tar archives, joblib's compressed streams, `.npy` object arrays (format 1 to 3), `.npz` and
 other zips, nested zips, pickles without PROTO and stacked pickles. A zip two readers could read
-differently is a polyglot finding. The module is over 450 lines because the allowlists and the
-container walk belong together; the stream walk and the container helpers live apart.
+differently is a polyglot finding. The allowlists live in `pickle_globals`, the stream walk in
+`pickle_stream`, the container helpers in `containers`.
 """
 
 from __future__ import annotations
 
 import copy
 import io
-import logging
 import os
 import re
 import tarfile
@@ -28,6 +27,8 @@ from typing import IO
 
 from dflash_guard.scan import containers, rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
+from dflash_guard.scan.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings
+from dflash_guard.scan.pickle_globals import classify_global
 from dflash_guard.scan.pickle_stream import PickleGlobal, StreamResult, read_stream
 from dflash_guard.scan.regular import open_regular
 from dflash_guard.scan.sniff import PICKLE_SUFFIXES, Format, sniff_bytes
@@ -40,242 +41,6 @@ MAX_ZIP_DEPTH = 3
 MAX_MEMBER_BYTES = 1 << 30  # an archive member is read into memory: a zip bomb stops here
 _LEGACY_TORCH_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_TORCH_PICKLES = 5  # magic, protocol, sys_info, the object, the storage keys
-
-_TORCH_STORAGES = [
-    "Float",
-    "Double",
-    "Half",
-    "BFloat16",
-    "Long",
-    "Int",
-    "Short",
-    "Char",
-    "Byte",
-    "Bool",
-    "ComplexFloat",
-    "ComplexDouble",
-    "QUInt8",
-    "QInt8",
-    "QInt32",
-    "QUInt4x2",
-    "QUInt2x4",
-    "Untyped",
-]
-_TORCH_DTYPES = [
-    "float32",
-    "float64",
-    "float16",
-    "bfloat16",
-    "int64",
-    "int32",
-    "int16",
-    "int8",
-    "uint8",
-    "bool",
-    "complex64",
-    "complex128",
-    "float",
-    "float8_e4m3fn",
-    "float8_e5m2",
-    "float8_e4m3fnuz",
-    "float8_e5m2fnuz",
-    "float8_e8m0fnu",
-    "uint16",
-    "uint32",
-    "uint64",
-    "half",
-    "double",
-    "long",
-    "int",
-    "short",
-    "qint8",
-    "quint8",
-    "qint32",
-    "quint4x2",
-    "quint2x4",
-]
-
-# Everything a torch state dict or a numpy array legitimately needs to import.
-ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("collections", "OrderedDict"),
-        ("torch._utils", "_rebuild_tensor"),
-        ("torch._utils", "_rebuild_tensor_v2"),
-        ("torch._utils", "_rebuild_tensor_v3"),
-        ("torch._utils", "_rebuild_parameter"),
-        ("torch._utils", "_rebuild_parameter_with_state"),
-        ("torch._utils", "_rebuild_qtensor"),  # quantized (int8) state dicts
-        ("torch._utils", "_rebuild_meta_tensor_no_storage"),
-        ("torch", "per_tensor_affine"),
-        ("torch", "per_channel_affine"),
-        ("torch", "per_channel_affine_float_qparams"),
-        ("torch", "per_tensor_symmetric"),
-        ("torch", "per_channel_symmetric"),
-        ("torch", "Size"),
-        ("torch", "device"),
-        ("torch", "UntypedStorage"),
-        ("torch.storage", "UntypedStorage"),  # how float8 storages are saved
-        ("builtins", "set"),
-        ("builtins", "frozenset"),
-        ("builtins", "complex"),
-        ("builtins", "bytearray"),
-        ("__builtin__", "set"),
-        ("__builtin__", "frozenset"),
-        ("_codecs", "encode"),  # how protocols 0-2 spell a bytes object
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-    }
-    | {("torch", f"{kind}Storage") for kind in _TORCH_STORAGES}
-    | {("torch", dtype) for dtype in _TORCH_DTYPES}
-)
-
-# Harmless classes a pickle instantiates or whose members it names (training arguments saved as
-# `training_args.bin`, their enums, tensor subclasses): not a state dict, so reported low, and
-# whether such files may be loaded at all is the policy's `pickle_allowed` decision.
-CLASS_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("transformers.training_args", "TrainingArguments"),
-        ("transformers.training_args", "OptimizerNames"),
-        ("transformers.training_args_seq2seq", "Seq2SeqTrainingArguments"),
-        ("transformers.trainer_utils", "IntervalStrategy"),
-        ("transformers.trainer_utils", "SaveStrategy"),
-        ("transformers.trainer_utils", "EvaluationStrategy"),
-        ("transformers.trainer_utils", "SchedulerType"),
-        ("transformers.trainer_utils", "HubStrategy"),
-        ("transformers.trainer_utils", "FSDPOption"),
-        ("transformers.trainer_utils", "ShardedDDPOption"),
-        ("transformers.trainer_pt_utils", "AcceleratorConfig"),
-        ("transformers.debug_utils", "DebugOption"),
-        ("transformers.generation.configuration_utils", "GenerationConfig"),
-        ("accelerate.utils.dataclasses", "DistributedType"),
-        ("accelerate.state", "PartialState"),
-        ("copyreg", "_reconstructor"),  # protocols 0-1 spelling of "a new instance of class X"
-        ("builtins", "object"),
-        ("__builtin__", "object"),
-        ("torch._tensor", "_rebuild_from_type_v2"),  # tensor subclasses (quantized weights)
-        ("torch._utils", "_rebuild_wrapper_subclass"),
-        ("torch.nn.parameter", "Parameter"),
-    }
-)
-
-# Modules whose import alone gives a pickle code execution, process, network or file access.
-DANGEROUS_MODULES: frozenset[str] = frozenset(
-    [
-        "os",
-        "posix",
-        "nt",
-        "subprocess",
-        "sys",
-        "runpy",
-        "importlib",
-        "code",
-        "codeop",
-        "pty",
-        "socket",
-        "shutil",
-        "webbrowser",
-        "timeit",
-        "cProfile",
-        "profile",
-        "pydoc",
-        "pickle",
-        "_pickle",
-        "dill",
-        "cloudpickle",
-        "marshal",
-        "ctypes",
-        "multiprocessing",
-        "asyncio",
-        "bdb",
-        "pdb",
-        "http",
-        "urllib",
-        "urllib2",
-        "urllib3",
-        "requests",
-        "httpx",
-        "httplib",
-        "aiohttp",
-        "ftplib",
-        "smtplib",
-        "telnetlib",
-        "imaplib",
-        "poplib",
-        "nntplib",
-        "tempfile",
-        "types",
-        "io",
-        "_io",
-        "_posixsubprocess",
-        "signal",
-        "threading",
-        "_thread",
-        "platform",
-        "zipimport",
-        "pkgutil",
-        "glob",
-        "linecache",
-    ]
-)
-DANGEROUS_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    {
-        (builtins, name)
-        for builtins in ("builtins", "__builtin__")
-        for name in (
-            [
-                "eval",
-                "exec",
-                "compile",
-                "open",
-                "getattr",
-                "setattr",
-                "delattr",
-                "__import__",
-                "apply",
-                "breakpoint",
-                "input",
-                "globals",
-                "locals",
-                "vars",
-                "execfile",
-                "file",
-                "reload",
-                "help",
-            ]
-        )
-    }
-    | {
-        ("functools", "partial"),
-        ("functools", "reduce"),
-        ("_functools", "partial"),
-        ("operator", "attrgetter"),
-        ("operator", "methodcaller"),
-        ("operator", "itemgetter"),
-        ("_operator", "attrgetter"),
-        ("_operator", "methodcaller"),
-        ("numpy.testing._private.utils", "runstring"),
-        ("torch", "load"),
-        ("torch.serialization", "load"),
-        ("logging", "FileHandler"),
-    }
-)
-
-def classify_global(module: str, name: str) -> Severity | None:
-    """None for an allowlisted global, low for a harmless class, critical for a known-dangerous
-    one, high otherwise."""
-    if (module, name) in ALLOWED_GLOBALS:
-        return None
-    if (module, name) in CLASS_GLOBALS:
-        return Severity.low
-    root = module.split(".", 1)[0]
-    if (module, name) in DANGEROUS_GLOBALS or root in DANGEROUS_MODULES:
-        return Severity.critical
-    return Severity.high
-
 
 class _Scan:
     """Walks one file and its members, accumulating findings."""
@@ -433,16 +198,15 @@ class _Scan:
             return
         if fmt is Format.pickle or from_extension or probe:
             start = stream.tell()
-            self.pickles(
-                stream, member, from_extension=from_extension, probe=probe and not from_extension
-            )
+            quiet = probe and not from_extension and fmt is not Format.pickle
+            self.pickles(stream, member, from_extension=from_extension, probe=quiet)
             stream.seek(start)
             if zipfile.is_zipfile(stream):
                 self.add(
                     rules.ZIP_POLYGLOT,
                     Severity.high,
-                    "starts as a pickle but also opens as a zip: torch.load and zipfile-based "
-                    "loaders read different content",
+                    "does not start as a zip but also opens as one (an end record at its end): "
+                    "torch.load and zipfile-based loaders read different content",
                     member,
                 )
                 self.zip(stream, member, depth)
@@ -670,72 +434,6 @@ def _peek(stream: IO[bytes], count: int) -> bytes:
     return data
 
 
-def _modelscan_findings(path: Path, display: str) -> list[Finding]:
-    """modelscan's denylist verdict on one file (it picks formats by extension only)."""
-    from modelscan.modelscan import ModelScan
-    from modelscan.settings import DEFAULT_SETTINGS
-
-    # modelscan logs every error it also returns; without a handler they would reach stderr.
-    logging.getLogger("modelscan").setLevel(logging.CRITICAL)
-    try:
-        report = ModelScan(settings=DEFAULT_SETTINGS).scan(path)
-    except Exception as error:  # noqa: BLE001 - a crash in modelscan must not hide our own pass
-        return [
-            Finding(
-                rules.MODELSCAN_ERROR.id,
-                Severity.low,
-                display,
-                f"modelscan failed: {type(error).__name__}: {error}",
-                detector="modelscan",
-            )
-        ]
-    findings = []
-    for issue in report.get("issues", []):
-        source = str(issue.get("source", ""))
-        member = source.split(":", 1)[1] if ":" in source else None
-        severity = Severity.parse(str(issue.get("severity", "high")))
-        findings.append(
-            Finding(
-                rules.MODELSCAN.id,
-                severity,
-                display,
-                f"modelscan: unsafe operator {issue.get('module')}.{issue.get('operator')}",
-                member=member,
-                detector="modelscan",
-            )
-        )
-    for error in report.get("errors", []):
-        findings.append(
-            Finding(
-                rules.MODELSCAN_ERROR.id,
-                Severity.low,
-                display,
-                f"modelscan could not scan it ({error.get('description')}); the opcode pass did",
-                detector="modelscan",
-            )
-        )
-    return findings
-
-
-_MODELSCAN_SUFFIXES = frozenset(
-    {
-        ".pkl",
-        ".pickle",
-        ".joblib",
-        ".dill",
-        ".dat",
-        ".data",
-        ".bin",
-        ".pt",
-        ".pth",
-        ".ckpt",
-        ".npy",
-        ".zip",
-        ".npz",
-    }
-)
-
-
 def scan_pickle_file(path: Path, display: str, *, probe: bool = False) -> list[Finding]:
     """Findings for one pickle-family file: modelscan's denylist, then the allowlist pass.
 
@@ -752,8 +450,8 @@ def scan_pickle_file(path: Path, display: str, *, probe: bool = False) -> list[F
     except OSError as error:
         scan.add(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}", None)
     findings = scan.findings
-    if path.suffix.lower() in _MODELSCAN_SUFFIXES:
-        findings = _modelscan_findings(path, display) + findings
+    if path.suffix.lower() in MODELSCAN_SUFFIXES:
+        findings = modelscan_findings(path, display) + findings
     if scan.streams:
         findings.append(
             Finding(
