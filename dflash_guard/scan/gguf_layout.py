@@ -84,7 +84,7 @@ def _value(cursor: _Cursor, kind: int, what: str, depth: int) -> None:
     if kind in _SCALAR_BYTES:
         cursor.skip(_SCALAR_BYTES[kind], what)
     elif kind == _STRING:
-        cursor.string(what)
+        cursor.skip(cursor.u64(f"{what} length"), what)
     elif kind == _ARRAY:
         if depth >= MAX_ARRAY_DEPTH:
             raise LimitError(f"{what}: arrays nested deeper than {MAX_ARRAY_DEPTH}")

@@ -20,10 +20,11 @@ class DuplicateKey(ValueError):
 
 
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    keys = [key for key, _ in pairs]
-    if len(keys) != len(set(keys)):
-        duplicate = next(key for key in keys if keys.count(key) > 1)
-        raise DuplicateKey(f"duplicate JSON key {duplicate!r}")
+    seen: set[str] = set()
+    for key, _ in pairs:  # linear: `keys.count` per key was quadratic on a hostile header
+        if key in seen:
+            raise DuplicateKey(f"duplicate JSON key {key!r}")
+        seen.add(key)
     return dict(pairs)
 
 

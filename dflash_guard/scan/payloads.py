@@ -14,11 +14,18 @@ import re
 
 from dflash_guard.scan.pickle_stream import read_stream
 
-MAX_PARSED = 1 << 20  # characters of one value walked as a pickle
+MAX_PARSED = 64 * 1024  # bytes of one value walked as a pickle
+MAX_SIGNATURES = 2  # pickle signatures followed per value
+MAX_CHECKED = 4 * 1024 * 1024  # characters of metadata checked per file (see `too_large`)
 _YAML_PYTHON = re.compile(r"!!python/|!python/|tag:yaml\.org,2002:python/")
 _PICKLE_SIGNATURE = re.compile(rb"\x80[\x02-\x05]")
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*")
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+
+
+def too_large(values: list[str]) -> bool:
+    """Whether `values` together exceed what one file may have checked (`MAX_CHECKED`)."""
+    return sum(len(value) for value in values) > MAX_CHECKED
 
 
 def serialized_payload(text: str) -> str | None:
@@ -46,10 +53,10 @@ def _raw_payload(data: bytes, text: str) -> str | None:
         return "a YAML document with a !!python tag"
     for blob in {data, text.encode("latin-1", "ignore")}:
         blob = blob[:MAX_PARSED]
-        for match in _PICKLE_SIGNATURE.finditer(blob):
-            if _is_pickle(blob[match.start() :]):
-                return "pickle bytes"
-        if _is_pickle(blob, needs_global=True):  # protocols 0-1 have no signature
+        for count, match in enumerate(_PICKLE_SIGNATURE.finditer(blob)):
+            if count >= MAX_SIGNATURES or _is_pickle(blob[match.start() :]):
+                return "pickle bytes"  # a value full of pickle signatures is one too
+        if b"." in blob and _is_pickle(blob, needs_global=True):  # protocols 0-1: no signature
             return "a pickle that imports a global"
     return None
 

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from dflash_guard.scan import jsonfile, rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
-from dflash_guard.scan.payloads import serialized_payload
+from dflash_guard.scan.payloads import MAX_CHECKED, serialized_payload, too_large
 
 DETECTOR = "safetensors"
 _DESERIALIZE_BELOW = 16 << 20  # bytes: read whole and validated in memory below this size
@@ -176,6 +176,13 @@ def _check_entries(parsed: dict, check: _Checker) -> dict[str, dict]:
             ):
                 check.add(
                     rules.ST_HEADER, Severity.high, "__metadata__ must map strings to strings"
+                )
+                continue
+            if too_large(list(entry.values())):
+                check.add(
+                    rules.UNSCANNABLE,
+                    Severity.high,
+                    f"__metadata__ over {MAX_CHECKED} characters: not checked for payloads",
                 )
                 continue
             for key, value in entry.items():

@@ -207,3 +207,20 @@ def test_benign_pytorch_bin_index_and_other_index_files_are_quiet(tmp_path: Path
     write_json(tmp_path / "search.index.json", {"entries": []})  # not a weight index
     report = scan_paths([tmp_path])
     assert [f for f in report.findings if f.severity >= Severity.medium] == []
+
+
+def test_oversized_metadata_is_a_limit_finding(tmp_path: Path, monkeypatch) -> None:
+    from dflash_guard.scan import payloads
+
+    monkeypatch.setattr(payloads, "MAX_CHECKED", 100)
+    path = _with_metadata(tmp_path / "m.safetensors", {"notes": "x" * 200})
+    assert "DG-UNSCANNABLE" in _rules(check_safetensors(path, "m.safetensors")[0])
+
+
+def test_duplicate_keys_are_found_in_linear_time() -> None:
+    """`keys.count` per key was quadratic on a hostile header (no timing asserted here)."""
+    from dflash_guard.scan import jsonfile
+
+    document = "{" + ",".join(f'"k{i}":1' for i in range(50_000)) + ',"k0":2}'
+    with pytest.raises(jsonfile.DuplicateKey, match="'k0'"):
+        jsonfile.loads(document, strict=True)
