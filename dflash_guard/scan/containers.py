@@ -14,6 +14,7 @@ import struct
 import tarfile
 import zipfile
 import zlib
+from collections.abc import Iterator
 from typing import IO
 
 MAX_BYTES = 1 << 30  # an archive member or decompressed stream is read into memory up to here
@@ -107,11 +108,10 @@ def is_tar(head: bytes) -> bool:
     return True
 
 
-def tar_members(stream: IO[bytes]) -> list[tuple[str, bytes]]:
-    """(name, bytes) of every regular member; `tarfile.TarError` on a broken archive,
-    `TooLarge` over the limits."""
+def tar_members(stream: IO[bytes]) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of every regular member, one at a time; `tarfile.TarError` on a broken
+    archive, `TooLarge` over the limits."""
     stream.seek(0)
-    members = []
     with tarfile.open(fileobj=stream, mode="r:") as archive:
         for index, info in enumerate(archive):
             if index >= MAX_MEMBERS:
@@ -121,8 +121,7 @@ def tar_members(stream: IO[bytes]) -> list[tuple[str, bytes]]:
             if info.size > MAX_BYTES:
                 raise TooLarge(f"tar member {info.name!r} has over {MAX_BYTES} bytes")
             handle = archive.extractfile(info)
-            members.append((info.name, handle.read() if handle else b""))
-    return members
+            yield info.name, handle.read() if handle else b""
 
 
 # -- compressed streams: what joblib (and torch through it) decompresses -----------------------

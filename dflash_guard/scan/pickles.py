@@ -257,13 +257,11 @@ class _Scan:
     def tar(self, stream: IO[bytes], member: str | None, depth: int, *, probe: bool) -> None:
         """torch's legacy tar format: torch unpickles its `storages`, `tensors` and `pickle`."""
         try:
-            members = containers.tar_members(stream)
+            for name, data in containers.tar_members(stream):
+                self.nested(data, f"{member}:{name}" if member else name, depth, probe=probe)
         except (tarfile.TarError, containers.TooLarge, OSError, EOFError) as error:
             if not probe:
                 self.add(rules.UNSCANNABLE, Severity.high, f"cannot read tar: {error}", member)
-            return
-        for name, data in members:
-            self.nested(data, f"{member}:{name}" if member else name, depth, probe=probe)
 
     def zip(self, stream: IO[bytes], member: str | None, depth: int) -> None:
         if depth >= MAX_ZIP_DEPTH:
