@@ -281,3 +281,11 @@ def test_overlapping_members(tmp_path: Path) -> None:
     data[central_b + 42 : central_b + 46] = struct.pack("<I", 0)  # b.pkl now points at a.pkl
     findings = _scan(tmp_path, "overlap.zip", bytes(data))
     assert any("overlap" in f.message for f in findings if f.rule_id == "DG-ZIP-POLYGLOT")
+
+
+def test_lz4_without_the_package_fails_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(containers, "lz4_available", lambda: False)
+    findings = _scan(tmp_path, "model.joblib", b"\x04\x22\x4d\x18" + b"\0" * 32)
+    assert [f.rule_id for f in findings if f.detector == "pickle"] == ["DG-UNSCANNABLE"]
