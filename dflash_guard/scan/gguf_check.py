@@ -66,7 +66,7 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
             finding(rules.GGUF_METADATA, Severity.medium, "no general.architecture key")
         )
     for key, field in fields.items():
-        name = key.split("\0", 1)[0]  # llama.cpp compares keys as C strings
+        name = key.split("\0", 1)[0]  # llama.cpp compares C strings: up to the first NUL
         if name != TEMPLATE_KEY and not name.startswith(TEMPLATE_KEY + "."):
             continue
         try:
