@@ -29,7 +29,10 @@ UNSCANNABLE = Rule(
     "A file or archive member that cannot be scanned (never a silent pass).",
     "encrypted/corrupt zip member, 7z/rar/gzip, unreadable file, bad `.npy` header, a symlink "
     "leaving the folder, a symlinked folder, a special file (FIFO, device), a zip member over "
-    "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep",
+    "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep, a GGUF "
+    "header over 2^23 array items or nested arrays, a pickle walk over 120 s, a compressed "
+    "stream decompressing past 1 GiB (or lz4 without the `lz4` package), a tar or zip with over "
+    "100,000 members",
 )
 EXECUTABLE = Rule(
     "DG-EXECUTABLE", Severity.high,
@@ -51,6 +54,13 @@ PICKLE_DANGEROUS_GLOBAL = Rule(
     "A pickle imports a known-dangerous global.",
     "os, subprocess, builtins.eval/exec/getattr, runpy, importlib, code, pty, socket, shutil, "
     "webbrowser, functools.partial, timeit, cProfile, pydoc...",
+)
+PICKLE_CLASS_GLOBAL = Rule(
+    "DG-PICKLE-CLASS-GLOBAL", Severity.low,
+    "A pickle instantiates a known harmless class that is not part of a state dict.",
+    "training arguments (`training_args.bin`: `TrainingArguments`, its enums), tensor "
+    "subclasses, `copyreg._reconstructor`: whether such pickles may load is the policy's "
+    "`pickle_allowed`",
 )
 PICKLE_GLOBAL = Rule(
     "DG-PICKLE-GLOBAL", Severity.high,
@@ -81,6 +91,13 @@ ZIP_CRC = Rule(
     "DG-ZIP-CRC", Severity.high,
     "A zip member fails its CRC check.",
     "zip member fails its CRC (its content is scanned anyway)",
+)
+ZIP_POLYGLOT = Rule(
+    "DG-ZIP-POLYGLOT", Severity.high,
+    "A zip that two readers (zipfile, torch's miniz) could read differently.",
+    "several end-of-central-directory records, overlapping or duplicate members, a local "
+    "header name differing from the central directory, bytes before the first member, a "
+    "pickle that also opens as a zip",
 )
 MODELSCAN = Rule(
     "DG-MODELSCAN", Severity.high,
@@ -126,6 +143,11 @@ ST_POLYGLOT = Rule(
     "DG-ST-POLYGLOT", Severity.high,
     "A zip, pickle, numpy or GGUF signature inside a safetensors file.",
     "zip/pickle/numpy/GGUF signature in the header, after the data or as a zip end record",
+)
+ST_METADATA_PAYLOAD = Rule(
+    "DG-ST-METADATA-PAYLOAD", Severity.high,
+    "A safetensors metadata value carries a serialized object.",
+    "`__metadata__` value holding pickle bytes, a YAML `!!python` tag, or base64 of either",
 )
 ST_INVALID = Rule(
     "DG-ST-INVALID", Severity.high,
