@@ -41,6 +41,8 @@ def check_source(source: bytes, display: str) -> list[Finding]:
         return unparseable(f"does not parse as Python: {error}", getattr(error, "lineno", None))
     except (RecursionError, MemoryError):  # how CPython's parser reports very deep nesting
         return unparseable("nested too deeply to parse")
+    except SystemError as error:  # CPython 3.11's "AST constructor recursion depth mismatch"
+        return unparseable(f"the interpreter could not build its syntax tree: {error}")
     visitor = Visitor(display)
     try:
         visitor.visit(tree)

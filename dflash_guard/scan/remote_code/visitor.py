@@ -240,7 +240,7 @@ class Visitor(ast.NodeVisitor):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 tree = ast.parse(source, mode=mode)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
             self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
                      f"{name}() of a literal that does not parse")
             return
