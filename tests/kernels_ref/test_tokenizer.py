@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from dflash_guard.errors import InputError
 from dflash_guard.lossless.chat import render_chat
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
-from kernels_ref.prompts import read_prompt_set
+from dflash_guard.lossless.prompts import read_prompts
+from kernels_ref.prompts import Chat, read_prompt_set
 from kernels_ref.serve import ReferenceEngine
 from kernels_ref.tokenizer import load_tokenizer
 from tests.support.kernels import random_pair
@@ -120,3 +122,11 @@ def test_reference_server_takes_text_for_any_tokenizer(tmp_path: Path) -> None:
     bare = ReferenceEngine(target, drafter)
     with pytest.raises(ValueError, match="give 'prompt_ids'"):
         bare.complete(body)
+
+
+def test_endpoint_prompt_reader_refuses_messages(tmp_path: Path) -> None:
+    prompts = tmp_path / "chat.jsonl"
+    prompts.write_text('{"id": "c", "messages": [{"role": "user", "content": "Hi"}]}\n')
+    with pytest.raises(InputError, match="chat.jsonl:1: 'messages' prompts are for the local"):
+        read_prompts(prompts)
+    assert read_prompts(prompts, chat=True)[0].prompt == Chat(({"role": "user", "content": "Hi"},))
