@@ -1,14 +1,17 @@
 # Two set-up commands: `make demo` and `make test`. Both create .venv when missing and install
 # torch==2.13.0 (the CPU wheel) before the package when torch is not importable, so the package's
-# torch range never pulls a multi-GB CUDA build. z-lab's dflash==0.1.0 (the peer test's reference)
-# goes in with --no-deps: its exact pins (tqdm, datasets, requests) are not needed to generate and
-# would fight ours (its "local" extra wants transformers 5.15.0, which needs huggingface_hub<2);
-# pyproject cannot say --no-deps.
+# torch range never pulls a multi-GB CUDA build. `make test` also fills .wheelhouse/ (network) with
+# the hashed wheels of requirements/release.txt, so the release tests install offline.
+# z-lab's dflash==0.1.0 (the peer test's reference) goes in with --no-deps: its exact pins (tqdm,
+# datasets, requests) are not needed to generate and would fight ours (its "local" extra wants
+# transformers 5.15.0, which needs huggingface_hub<2); pyproject cannot say --no-deps.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+WHEELHOUSE := .wheelhouse
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install demo test lint bench clean
+.PHONY: install wheelhouse requirements demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,16 +22,28 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --no-deps dflash==0.1.0
 	touch $@
 
+# Every wheel release.txt pins, checked against its hash, for the offline install tests.
+$(WHEELHOUSE)/.complete: requirements/release.txt $(BIN)/python
+	$(BIN)/python -m pip download --no-deps --only-binary=:all: --require-hashes --retries 1 \
+		--extra-index-url $(TORCH_INDEX) -d $(WHEELHOUSE) -r requirements/release.txt
+	touch $@
+
 install: $(VENV)/.installed
+
+wheelhouse: $(WHEELHOUSE)/.complete
+
+# Rebuild lockfiles/release.lock and requirements/release.txt after editing requirements/release.in.
+requirements: install
+	PYTHON=$(BIN)/python TORCH_INDEX=$(TORCH_INDEX) bash requirements/update.sh
 
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
-test: install
+test: install wheelhouse
 	$(BIN)/python -m pytest -q
 
 lint: install
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) demo-out
+	rm -rf $(VENV) $(WHEELHOUSE) demo-out

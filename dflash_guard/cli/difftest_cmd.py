@@ -297,6 +297,8 @@ def register(app: typer.Typer) -> None:
         statistically. A flag of another mode is refused. Exit 0 identical (endpoint: no hard
         divergence; sampled: no rejection), 1 divergence (or a warning with --fail-on-warning),
         2 input or endpoint error.
+
+        Example: dflash-guard difftest --target demo-out/target --drafter demo-out/drafter
         """
         mode = _mode(ctx)
         if mode is Mode.endpoint:

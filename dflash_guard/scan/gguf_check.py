@@ -53,7 +53,8 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
             finding(rules.GGUF_METADATA, Severity.medium, "no general.architecture key")
         )
     for key, field in fields.items():
-        if key != TEMPLATE_KEY and not key.startswith(TEMPLATE_KEY + "."):
+        name = key.rstrip("\0")  # llama.cpp compares C strings: a trailing NUL is the same key
+        if name != TEMPLATE_KEY and not name.startswith(TEMPLATE_KEY + "."):
             continue
         try:
             source = field.contents()

@@ -71,7 +71,7 @@ _TEMPLATE_CONFIGS = frozenset(
     {"tokenizer_config.json", "chat_template.json", "processor_config.json"}
 )
 _AUTO_MAP_CONFIGS = frozenset({"config.json", "tokenizer_config.json"})
-_SKIPPED_DIRS = frozenset({".git", "__pycache__", ".cache"})
+_SKIPPED_DIRS = frozenset({".git", ".cache"})  # __pycache__ is scanned: a .pyc there is imported
 
 
 class _Run:
