@@ -130,3 +130,28 @@ def test_endpoint_prompt_reader_refuses_messages(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="chat.jsonl:1: 'messages' prompts are for the local"):
         read_prompts(prompts)
     assert read_prompts(prompts, chat=True)[0].prompt == Chat(({"role": "user", "content": "Hi"},))
+
+
+@pytest.mark.parametrize("add_bos", [None, True])
+def test_text_and_chat_ids_equal_transformers(tmp_path: Path, fixture_pair, add_bos) -> None:
+    """(add_bos_token false with a BOS-adding post-processor is left out: transformers' generic
+    PreTrainedTokenizerFast keeps the BOS, the Llama/Gemma classes drop it, as kernels_ref does.)"""
+    from transformers import AutoTokenizer
+
+    word = tmp_path / "word"
+    word.mkdir()
+    write_word_tokenizer(word, add_bos=add_bos)
+    messages = [
+        {"role": "user", "content": "Hi there"},
+        {"role": "assistant", "content": "hello world"},
+        {"role": "user", "content": "x ("},
+    ]
+    for folder in (word, fixture_pair[0]):
+        theirs = AutoTokenizer.from_pretrained(folder)
+        ours = load_tokenizer(folder)
+        assert ours is not None
+        chat = theirs.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = chat["input_ids"]  # transformers 5 returns a BatchEncoding
+        text = render_chat(folder, messages)
+        assert ours.encode(text, add_special_tokens=False) == list(ids)
+        assert ours.encode("hello world x (") == theirs("hello world x (")["input_ids"]
