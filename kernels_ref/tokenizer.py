@@ -74,11 +74,10 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         """The text of `ids`, special tokens included; an id outside the vocabulary becomes
         `<|id:N|>`."""
-        size = self.backend.get_vocab_size(with_added_tokens=True)
         pieces: list[str] = []
         run: list[int] = []
         for token in [*ids, None]:
-            if token is not None and 0 <= token < size:
+            if token is not None and token >= 0 and self.backend.id_to_token(token) is not None:
                 run.append(token)
                 continue
             if run:

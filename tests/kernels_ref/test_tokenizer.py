@@ -47,6 +47,7 @@ def test_independent_tokenizer_with_specials_and_bos(
     assert tokenizer.encode("hello", add_special_tokens=False) == [10]
     assert tokenizer.token_id("</s>") == SPECIALS["</s>"]
     assert tokenizer.token_id("hello world") is None
+    assert tokenizer.decode([250, 10, 251, 5]) == "<s> hello </s><|id:5|>"  # 5: no such token
     assert tokenizer.encode("unknownword") == [250, SPECIALS["<unk>"]][(add_bos is False):]
 
 
