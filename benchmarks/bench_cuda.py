@@ -54,7 +54,7 @@ from kernels_ref.loop import generate  # noqa: E402
 from kernels_ref.model import ModelConfig, Target, load_target  # noqa: E402
 from kernels_ref.oracle import OracleDrafter  # noqa: E402
 from kernels_ref.step import Generation, features_at  # noqa: E402
-from kernels_ref.tokenizer import load_byte_tokenizer  # noqa: E402
+from kernels_ref.tokenizer import load_tokenizer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QWEN3_VOCAB, QWEN3_MASK_ID = 151936, 151669
@@ -352,7 +352,7 @@ def bench_fixture(args: argparse.Namespace, device: torch.device, bw: float) -> 
     """The trained fixture pair: steps, end-to-end with its drafter, and bf16 near-ties."""
     with tempfile.TemporaryDirectory() as tmp:
         target_dir, drafter_dir = make_fixture_pair(Path(tmp))
-        tokenizer = load_byte_tokenizer(target_dir)
+        tokenizer = load_tokenizer(target_dir)
         stops = default_stop_ids(target_dir)
         out: dict[str, Any] = {}
         prompts = load_prompts(DEFAULT_PROMPTS, tokenizer, VOCAB_SIZE)[: args.fixture_prompts]

@@ -30,7 +30,7 @@ from kernels_ref.drafter import load_drafter  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
 from kernels_ref.loop import generate  # noqa: E402
 from kernels_ref.model import load_target  # noqa: E402
-from kernels_ref.tokenizer import load_byte_tokenizer  # noqa: E402
+from kernels_ref.tokenizer import load_tokenizer  # noqa: E402
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
         target = load_target(target_dir, args.device, args.dtype)
         drafter = load_drafter(drafter_dir, target, args.device, args.dtype)
         prompts = load_prompts(
-            DEFAULT_PROMPTS, load_byte_tokenizer(target_dir), target.config.vocab_size
+            DEFAULT_PROMPTS, load_tokenizer(target_dir), target.config.vocab_size
         )
         stops = default_stop_ids(target_dir)
         timings = {}

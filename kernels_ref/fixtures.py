@@ -60,7 +60,7 @@ DRAFTER_CONFIG: dict[str, Any] = {
     "architectures": ["DFlashDraftModel"],
     "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
     "block_size": 8,
-    "dflash_config": {"mask_token_id": MASK_ID, "target_layer_ids": [1, 3]},
+    "dflash_config": {"mask_token_id": MASK_ID, "target_layer_ids": [1, 2]},
     "num_hidden_layers": 2,
     "num_target_layers": 4,
     "tie_word_embeddings": False,

@@ -122,7 +122,12 @@ def generate(
     Greedy unless `sampling` has a temperature above 0: then exact rejection sampling, the
     verifier's random stream seeded with `seed`. Stops after `max_new_tokens`, at the first stop
     token (included in the output) or when the target's context (`max_position_embeddings`) is
-    full. `inject` plants a fault in the speculative path.
+    full (`stop_reason` "context"). `inject` plants a fault in the speculative path.
+
+    Acceptance is counted as z-lab's `dflash_generate` counts it (`Generation.acceptance`), and
+    its short last block (min(block, left + 1)) is drafted the same way. One deliberate
+    difference: z-lab decodes past `max_position_embeddings`; engines do not (vLLM refuses such
+    a request, llama.cpp stops at its context), so this loop stops there and says so.
     """
     if static_cache and inject is Fault.STALE_KV:
         raise ValueError("the stale-kv fault needs the growing cache (it never crops)")
@@ -157,9 +162,11 @@ def _decode(
     static_cache: bool,
 ) -> Generation:
     device = target.model.embed_tokens.weight.device
-    budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
+    room = target.config.max_position_embeddings - len(prompt)
+    budget = min(max_new_tokens, room)
+    at_end = "context" if room < max_new_tokens else "length"  # why decoding ends without a stop
     if budget <= 0:
-        return Generation([], [], [], prefill_forwards=0, stop_reason="length")
+        return Generation([], [], [], prefill_forwards=0, stop_reason=at_end)
     capacity = len(prompt) + budget  # the positions a static cache must hold
     cache = target.new_cache(static_cache, capacity)
     draft_cache = None
@@ -169,35 +176,39 @@ def _decode(
     # Prefill: the first new token is the verifier's own choice, not counted in acceptance.
     positions = torch.arange(len(prompt), device=device)
     logits, hidden = target(torch.tensor([prompt], device=device), positions, cache)
-    commit_context(drafter, draft_cache, hidden, len(prompt), 0, hooks.feature_offset)
+    commit_context(target, drafter, draft_cache, hidden, len(prompt), 0, hooks.feature_offset)
     generated = [verifier.first(logits[0, -1])]  # the engine's committed tokens
     margins = top2_margin(logits[0, -1:])
     output = [generated[0]] if hooks.emits(generated[0], is_bonus=False) else []  # emitted
     steps: list[StepRecord] = []
-    stop_reason = "stop" if generated[0] in stop_ids else "length"
+    stopped = generated[0] in stop_ids
 
-    while stop_reason == "length" and len(generated) < budget:
+    while not stopped and len(generated) < budget:
         start = len(prompt) + len(generated) - 1  # position of the anchor
-        block = min(size, budget - len(generated))
+        left = budget - len(generated)
+        # As upstream: a short last block still verifies one position past the budget (the
+        # drafter attends bidirectionally, so the extra mask changes its drafts); at most
+        # `left` tokens are kept.
+        block = min(size, left + 1)
         drafts, logits, hidden = draft_and_verify(
             target, drafter, draft_cache, cache, generated[-1], start, block
         )
         accepted, next_token = verifier.verify(drafts, logits[0])
-        committed = [*drafts[:accepted], next_token]
+        committed = [*drafts[:accepted], next_token][:left]
         if hooks.crop_rejected:
             cache.crop(start + accepted + 1)  # anchor + accepted drafts; the bonus is not in yet
         rows = hooks.context_rows(accepted, block)
-        commit_context(drafter, draft_cache, hidden, rows, start, hooks.feature_offset)
+        commit_context(target, drafter, draft_cache, hidden, rows, start, hooks.feature_offset)
 
         step_margins = top2_margin(logits[0, : accepted + 1])
         for index, token in enumerate(committed):
-            is_bonus = index == len(committed) - 1
+            is_bonus = index == accepted
             generated.append(token)
             margins.append(step_margins[index])
             if hooks.emits(token, is_bonus):
                 output.append(token)
             if hooks.stops(token, is_bonus, stop_ids):
-                stop_reason = "stop"
+                stopped = True
                 break
         steps.append(StepRecord(accepted, tuple(committed[: index + 1]), 1, block))
-    return Generation(output, steps, margins, stop_reason=stop_reason)
+    return Generation(output, steps, margins, stop_reason="stop" if stopped else at_end)

@@ -6,10 +6,13 @@ callers translate. One object per line:
 
     {"id": "code-1", "prompt": "def f(x):", "max_new_tokens": 32, "stop": ["\\n", 257]}
     {"id": "ids-1", "prompt_ids": [104, 105]}
+    {"id": "chat-1", "messages": [{"role": "user", "content": "Hi"}]}
 
-`id` (a unique string) and exactly one of `prompt` (text) and `prompt_ids` (token ids) are
-required; `max_new_tokens` (a positive integer) and `stop` (strings or token ids) are optional;
-any other field is refused. Every per-line error names `file:line`.
+`id` (a unique string) and exactly one of `prompt` (text), `prompt_ids` (token ids) and
+`messages` (a conversation, rendered with the target's chat template by dflash-guard, which
+checks the template first; this package never renders templates) are required;
+`max_new_tokens` (a positive integer) and `stop` (strings or token ids) are optional; any other
+field is refused. Every per-line error names `file:line`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-FIELDS = frozenset({"id", "prompt", "prompt_ids", "max_new_tokens", "stop"})
+FIELDS = frozenset({"id", "prompt", "prompt_ids", "messages", "max_new_tokens", "stop"})
+SOURCES = ("prompt", "prompt_ids", "messages")
 
 
 class PromptSetError(ValueError):
@@ -34,11 +38,18 @@ class Encoder(Protocol):
 
 
 @dataclass(frozen=True)
+class Chat:
+    """A conversation: `{"role", "content"}` objects (and any other fields a template reads)."""
+
+    messages: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
 class PromptSpec:
-    """One prompt as written in the file: text or token ids, an own budget, stop strings/ids."""
+    """One prompt as written in the file: text, token ids or a chat; an own budget, stops."""
 
     id: str
-    prompt: str | tuple[int, ...]
+    prompt: str | tuple[int, ...] | Chat
     max_new_tokens: int | None = None
     stop: tuple[str | int, ...] = ()
     where: str = field(default="", compare=False)  # "file:line", for later error messages
@@ -77,10 +88,12 @@ def _parse_line(line: str, where: str) -> PromptSpec:
     unknown = set(row) - FIELDS
     if unknown:
         raise PromptSetError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    if ("prompt" in row) == ("prompt_ids" in row):
-        raise PromptSetError(f"{where}: give exactly one of 'prompt' and 'prompt_ids'")
-    prompt: str | tuple[int, ...]
-    if "prompt" in row:
+    if sum(name in row for name in SOURCES) != 1:
+        raise PromptSetError(f"{where}: give exactly one of 'prompt', 'prompt_ids' and 'messages'")
+    prompt: str | tuple[int, ...] | Chat
+    if "messages" in row:
+        prompt = _chat(row["messages"], where)
+    elif "prompt" in row:
         if not isinstance(row["prompt"], str):
             raise PromptSetError(f"{where}: 'prompt' must be a string")
         prompt = row["prompt"]
@@ -100,14 +113,31 @@ def _parse_line(line: str, where: str) -> PromptSpec:
     return PromptSpec(row["id"], prompt, budget, tuple(stop), where)
 
 
+def _chat(messages: Any, where: str) -> Chat:
+    if not isinstance(messages, list) or not messages or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        raise PromptSetError(
+            f"{where}: 'messages' must be a non-empty list of objects with string 'role' and "
+            "'content'"
+        )
+    return Chat(tuple(messages))
+
+
 def prompt_token_ids(
-    prompt: str | Sequence[int], tokenizer: Encoder | None, vocab_size: int
+    prompt: str | Sequence[int] | Chat, tokenizer: Encoder | None, vocab_size: int
 ) -> tuple[int, ...]:
-    """The prompt's token ids: text encoded by `tokenizer`, ids checked against the vocabulary."""
+    """The prompt's token ids: text encoded by `tokenizer`, ids checked against the vocabulary.
+
+    A `Chat` must have been rendered and tokenized by the caller (dflash-guard does it).
+    """
+    if isinstance(prompt, Chat):
+        raise PromptSetError("a 'messages' prompt needs its chat template rendered first")
     if isinstance(prompt, str):
         if tokenizer is None:
             raise PromptSetError(
-                "text prompts need the byte-level tokenizer; give 'prompt_ids' for this target"
+                "text prompts need the target's tokenizer.json; give 'prompt_ids' for this target"
             )
         ids = tuple(tokenizer.encode(prompt))
     else:

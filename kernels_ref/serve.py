@@ -10,9 +10,10 @@ decodes autoregressively, with one speculatively (the `kernels_ref.loop` draft-v
 vLLM, `token_ids` with `return_token_ids` and `token_id:N` tokens with
 `return_tokens_as_token_ids`. With a drafter, `/metrics` publishes vLLM's spec-decode counters.
 
-Stop tokens (the target's `eos_token_id`, `stop_token_ids`, single-token `stop` strings) are kept
-in the output, as `kernels_ref.loop` does. Once loaded and listening it prints one line,
-`READY http://HOST:PORT`, on stdout.
+Text prompts are encoded with the target's own `tokenizer.json` (any target that has one; others
+take token ids). Stop tokens (the target's `eos_token_id`, `stop_token_ids`, single-token `stop`
+strings) are kept in the output, as `kernels_ref.loop` does. Once loaded and listening it
+prints one line, `READY http://HOST:PORT`, on stdout.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from kernels_ref.model import Target, load_target
 from kernels_ref.prompts import PromptSetError, is_int, prompt_token_ids
 from kernels_ref.sampling import SamplingParams
 from kernels_ref.step import Generation
-from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
+from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 MAX_LOGPROBS = 20
 # Greedy-loop faults, and the sampler faults a greedy-drafting loop can show (not the reuse of
@@ -96,7 +97,7 @@ class ReferenceEngine:
             load_drafter(drafter_dir, self.target, device, dtype) if drafter_dir else None
         )
         self.inject = inject
-        self.tokenizer: ByteTokenizer | None = load_byte_tokenizer(target_dir)
+        self.tokenizer: Tokenizer | None = load_tokenizer(target_dir)
         self.eos = eos_token_ids(target_dir)
         self.name = model_name or target_dir.resolve().name
         self.counters = SpecCounters()
@@ -165,7 +166,7 @@ class ReferenceEngine:
         choice: dict[str, Any] = {
             "index": 0,
             "text": self._decode(tokens),
-            "finish_reason": generation.stop_reason,
+            "finish_reason": "stop" if generation.stop_reason == "stop" else "length",
             "logprobs": None,
         }
         if logprobs is not None:

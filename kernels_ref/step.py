@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,12 +34,22 @@ class DraftModel(Protocol):
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One draft-verify step: drafts accepted, tokens committed, target forwards run."""
+    """One draft-verify step: drafts accepted, tokens committed, target forwards run.
+
+    `committed` ends at a stop token and holds at most the budget left, so it can be shorter
+    than `accepted + 1`; `block_size` is the positions verified (anchor + drafts).
+    """
 
     accepted: int
     committed: tuple[int, ...]
     target_forwards: int
     block_size: int
+
+    @property
+    def length(self) -> int:
+        """The step's acceptance length as z-lab's `dflash_generate` counts it: the tokens it
+        commits (accepted drafts + bonus, cut at a stop token and at the budget)."""
+        return len(self.committed)
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,12 @@ class Generation:
     steps: list[StepRecord]
     margins: list[float]
     prefill_forwards: int = 1
-    stop_reason: str = "length"
+    stop_reason: str = "length"  # "length" (budget), "stop" (a stop token), "context" (full)
+
+    @property
+    def acceptance(self) -> list[int]:
+        """Per-step acceptance lengths (`StepRecord.length`), upstream's `acceptance_lengths`."""
+        return [step.length for step in self.steps]
 
     @property
     def target_forwards(self) -> int:
@@ -62,10 +77,10 @@ class Generation:
 
     @property
     def tau(self) -> float:
-        """Mean acceptance length (accepted drafts + bonus per step); 0.0 with no steps."""
+        """Mean acceptance length (tokens committed per step); 0.0 with no steps."""
         if not self.steps:
             return 0.0
-        return sum(step.accepted + 1 for step in self.steps) / len(self.steps)
+        return sum(self.acceptance) / len(self.steps)
 
 
 def top2_margin(logits: Tensor) -> list[float]:
@@ -74,13 +89,31 @@ def top2_margin(logits: Tensor) -> list[float]:
     return (top[:, 0] - top[:, 1]).tolist()
 
 
-def features_at(hidden: list[Tensor], layer_ids: Iterable[int], offset: int = 1) -> Tensor:
+def features_at(
+    hidden: list[Tensor],
+    layer_ids: Iterable[int],
+    offset: int = 1,
+    final_norm: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
     """Concatenated outputs of the target layers `layer_ids` (HF `hidden_states[L + offset]`;
-    `hidden[L + 1]` is layer L's output)."""
-    return torch.cat([hidden[layer + offset] for layer in layer_ids], dim=-1)
+    `hidden[L + 1]` is layer L's output).
+
+    The last entry goes through `final_norm` when given: in transformers the last element of
+    `hidden_states` is the output *after* the model's final RMSNorm, and that is what z-lab's
+    `extract_context_feature` hands a drafter whose `target_layer_ids` holds the last layer (and
+    what such a drafter was trained on). `hidden` keeps every layer's pre-norm output.
+    """
+    last = len(hidden) - 1
+    indices = [layer + offset for layer in layer_ids]
+    chosen = [
+        final_norm(hidden[i]) if final_norm is not None and i == last else hidden[i]
+        for i in indices
+    ]
+    return torch.cat(chosen, dim=-1)
 
 
 def commit_context(
+    target: Target,
     drafter: DraftModel | None,
     draft_cache: DraftCache | None,
     hidden: list[Tensor],
@@ -91,7 +124,8 @@ def commit_context(
     """Hand the drafter the context features of `rows` committed positions from `start`."""
     if drafter is None or draft_cache is None:
         return
-    features = features_at(hidden, drafter.config.target_layer_ids, feature_offset)[:, :rows]
+    layer_ids = drafter.config.target_layer_ids
+    features = features_at(hidden, layer_ids, feature_offset, target.model.norm)[:, :rows]
     positions = torch.arange(start, start + rows, device=features.device)
     drafter.extend_context(draft_cache, features, positions)
 

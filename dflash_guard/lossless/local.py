@@ -37,7 +37,7 @@ from kernels_ref.faults import Fault
 from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
 from kernels_ref.step import DraftModel, Generation
-from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
+from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many steps: suspicious
 COLLAPSE_TAU = 1.25  # tau at or below this with a drafter: the mask-token-aliasing symptom
@@ -119,7 +119,11 @@ def _prompt_json(result: PromptResult) -> dict[str, Any]:
         "ar_text": result.reference_text,
         "spec_text": result.candidate_text,
         "histogram": stats.histogram,
+        "acceptance": list(stats.acceptance),
+        "stop_reason": stats.stop_reason,
         "near_tie": d["near_tie"],
+        "prompt_ids": list(result.prompt_ids),
+        "output_ids": list(result.output_ids),
     }
 
 
@@ -131,8 +135,8 @@ def default_stop_ids(target_dir: Path) -> frozenset[int]:
 def compare(
     ar: Generation,
     spec: Generation,
-    prompt_id: str,
-    tokenizer: ByteTokenizer | None,
+    prompt: Prompt,
+    tokenizer: Tokenizer | None,
     block_size: int,
     near_tie_margin: float = 0.0,
 ) -> PromptResult:
@@ -153,9 +157,9 @@ def compare(
         )
     elif decode(a) != decode(s):
         divergence = Divergence(None, None, None, None, detail="same tokens but different text")
-    histogram = Counter(step.accepted + 1 for step in spec.steps)
+    histogram = Counter(spec.acceptance)
     return PromptResult(
-        prompt_id,
+        prompt.id,
         divergence,
         reference_length=len(a),
         candidate_length=len(s),
@@ -167,7 +171,11 @@ def compare(
             target_forwards_ar=ar.target_forwards,
             target_forwards_spec=spec.target_forwards,
             histogram={str(n): histogram[n] for n in range(1, block_size + 1)},
+            acceptance=tuple(spec.acceptance),
+            stop_reason=ar.stop_reason,
         ),
+        prompt_ids=prompt.ids,
+        output_ids=tuple(a),
     )
 
 
@@ -177,9 +185,10 @@ def _stats(result: PromptResult) -> SpeculationStats:
 
 
 def mean_acceptance(generations: list[Generation]) -> float:
-    """tau over every step of `generations` (accepted drafts + bonus); 0.0 with no steps."""
-    steps = [step for gen in generations for step in gen.steps]
-    return sum(step.accepted + 1 for step in steps) / len(steps) if steps else 0.0
+    """tau over every step of `generations` (tokens committed per step, as upstream counts
+    them); 0.0 with no steps."""
+    lengths = [length for gen in generations for length in gen.acceptance]
+    return sum(lengths) / len(lengths) if lengths else 0.0
 
 
 def acceptance_warnings(
@@ -217,7 +226,7 @@ def difftest_models(
     prompts: list[Prompt],
     *,
     stop_ids: frozenset[int],
-    tokenizer: ByteTokenizer | None = None,
+    tokenizer: Tokenizer | None = None,
     max_new_tokens: int | None = None,
     block_size: int | None = None,
     inject: Fault | None = None,
@@ -263,9 +272,8 @@ def difftest_models(
                 generate(target, drafter, list(prompt.ids), block_size=size, **args)
             )
         spec_runs.append(spec)
-        results.append(compare(ar, spec, prompt.id, tokenizer, size, near_tie))
-    steps = [step for gen in spec_runs for step in gen.steps]
-    histogram = Counter(step.accepted + 1 for step in steps)
+        results.append(compare(ar, spec, prompt, tokenizer, size, near_tie))
+    histogram = Counter(length for gen in spec_runs for length in gen.acceptance)
     tau_reference = mean_acceptance(reference_runs) if reference_runs else None
     warnings = acceptance_warnings(spec_runs, size, tau_reference)
     if drafter.config.mask_token_id in stop_ids:
@@ -316,9 +324,9 @@ def run_difftest(options: LocalOptions) -> DifftestReport:
     target_dir, drafter_dir = Path(options.target), Path(options.drafter)
     target = load_target(target_dir, torch_device, options.dtype)
     drafter = load_drafter(drafter_dir, target, torch_device, options.dtype)
-    tokenizer = load_byte_tokenizer(target_dir)
+    tokenizer = load_tokenizer(target_dir)
     prompt_set = load_prompts(
-        options.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size
+        options.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size, target_dir
     )
     return difftest_models(
         target,

@@ -46,6 +46,8 @@ class SpeculationStats:
     target_forwards_ar: int
     target_forwards_spec: int
     histogram: dict[str, int]  # committed tokens per step -> count
+    acceptance: tuple[int, ...] = ()  # per step, tokens committed (z-lab's acceptance_lengths)
+    stop_reason: str = "length"  # why the reference decode ended: length, stop or context
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class PromptResult:
     reference_text: str = ""
     candidate_text: str = ""
     speculation: SpeculationStats | None = None
+    prompt_ids: tuple[int, ...] = ()  # the token ids both decodes were fed, when known
+    output_ids: tuple[int, ...] = ()  # the reference decode's token ids, when known
 
     @property
     def identical(self) -> bool:

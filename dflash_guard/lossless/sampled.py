@@ -43,7 +43,7 @@ from kernels_ref.sampling import (
     verify_block,
 )
 from kernels_ref.step import DraftModel
-from kernels_ref.tokenizer import load_byte_tokenizer
+from kernels_ref.tokenizer import load_tokenizer
 
 DEFAULT_MIN_CELL = 10
 # The shipped prompts the runner check uses by default (one draw is one decode): those where
@@ -347,8 +347,10 @@ def run_sampled_difftest(options: SampledOptions) -> SampledReport:
         raise InputError(str(error)) from None
     target = load_target(Path(o.target), o.device, o.dtype)
     drafter = load_drafter(Path(o.drafter), target, o.device, o.dtype)
-    tokenizer = load_byte_tokenizer(Path(o.target))
-    prompt_set = load_prompts(o.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)
+    tokenizer = load_tokenizer(Path(o.target))
+    prompt_set = load_prompts(
+        o.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size, Path(o.target)
+    )
     if o.prompts is None:
         prompt_set = [p for p in prompt_set if p.id in DEFAULT_RUNNER_PROMPTS]
     previous_threads = torch.get_num_threads()

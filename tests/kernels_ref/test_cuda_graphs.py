@@ -15,7 +15,7 @@ from kernels_ref.fixtures import EOS_ID
 from kernels_ref.loop import generate
 from kernels_ref.model import load_target
 from kernels_ref.oracle import OracleDrafter
-from kernels_ref.tokenizer import load_byte_tokenizer
+from kernels_ref.tokenizer import load_tokenizer
 from tests.support.cuda import gpu_only, tiny_pair
 
 PROMPTS = [b"def mean(data):\n    ", b"x", b"abcabcabcabc"]
@@ -135,7 +135,7 @@ def test_runner_refuses_foreign_caches_and_overlong_requests(cpu_fixture_models)
 def test_difftest_through_the_runner_on_cpu(cpu_fixture_models, fixture_pair) -> None:
     target, drafter = cpu_fixture_models
     prompts = load_prompts(
-        DEFAULT_PROMPTS, load_byte_tokenizer(fixture_pair[0]), target.config.vocab_size
+        DEFAULT_PROMPTS, load_tokenizer(fixture_pair[0]), target.config.vocab_size
     )[:4]
     args = {"stop_ids": frozenset({EOS_ID}), "max_new_tokens": 24}
     graphed = difftest_models(target, drafter, prompts, cuda_graphs=True, **args)

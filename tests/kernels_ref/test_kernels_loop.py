@@ -96,6 +96,10 @@ def test_context_limit_and_single_token_prompt(fixture_models) -> None:
     ar = generate(target, None, long_prompt, max_new_tokens=50, stop_ids=set())
     spec = generate(target, drafter, long_prompt, max_new_tokens=50, stop_ids=set())
     assert len(ar.tokens) == 3 and spec.tokens == ar.tokens
+    assert ar.stop_reason == spec.stop_reason == "context"  # said, not silently capped
+    assert sum(spec.acceptance) == len(spec.tokens) - 1  # the prefill's token is not a step's
+    fits = generate(target, drafter, long_prompt, max_new_tokens=3, stop_ids=set())
+    assert fits.tokens == ar.tokens and fits.stop_reason == "length"
     one = generate(target, drafter, [ord("d")], max_new_tokens=30, stop_ids=set())
     assert (
         one.tokens == generate(target, None, [ord("d")], max_new_tokens=30, stop_ids=set()).tokens

@@ -20,7 +20,7 @@ from kernels_ref.drafter import DrafterCache, load_drafter
 from kernels_ref.faults import Fault
 from kernels_ref.loop import generate
 from kernels_ref.model import load_target
-from kernels_ref.tokenizer import load_byte_tokenizer
+from kernels_ref.tokenizer import load_tokenizer
 
 # Each fault with the default prompts that catch it: a subset keeps the suite fast, and a
 # subset that diverges proves the whole default set diverges too.
@@ -117,7 +117,7 @@ class OracleDrafter:
 def test_future_leakage_is_flagged(fixture_pair: tuple[Path, Path]) -> None:
     target = load_target(fixture_pair[0])
     drafter = load_drafter(fixture_pair[1], target)
-    tokenizer = load_byte_tokenizer(fixture_pair[0])
+    tokenizer = load_tokenizer(fixture_pair[0])
     prompts = load_prompts(DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)[:3]
     stops = default_stop_ids(fixture_pair[0])
     truth = {

@@ -1,4 +1,4 @@
-"""Prompt sets, the byte-level tokenizer, and the acceptance warnings of the difftest report."""
+"""Prompt sets, the target's tokenizer, and the acceptance warnings of the difftest report."""
 
 from __future__ import annotations
 
@@ -18,15 +18,16 @@ from dflash_guard.lossless.local import (
 )
 from dflash_guard.lossless.result import Divergence
 from kernels_ref.drafter import load_drafter
+from kernels_ref.errors import RunnerError
 from kernels_ref.fixtures import EOS_ID, MASK_ID, TARGET_CONFIG
 from kernels_ref.loop import Generation
 from kernels_ref.model import load_target
-from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
+from kernels_ref.tokenizer import load_tokenizer
 from tests.support.kernels import random_pair
 
 
 def test_fixture_tokenizer_round_trips(fixture_pair: tuple[Path, Path]) -> None:
-    tokenizer = load_byte_tokenizer(fixture_pair[0])
+    tokenizer = load_tokenizer(fixture_pair[0])
     assert tokenizer is not None
     text = "déf f(x):\n\treturn x  # ünïcode"
     assert tokenizer.decode(tokenizer.encode(text)) == text
@@ -39,10 +40,13 @@ def test_fixture_tokenizer_round_trips(fixture_pair: tuple[Path, Path]) -> None:
     assert default_stop_ids(fixture_pair[0]) == {EOS_ID}
 
 
-def test_other_tokenizers_need_prompt_ids(tmp_path: Path) -> None:
+def test_targets_without_a_tokenizer_need_prompt_ids(tmp_path: Path) -> None:
     target_dir, _ = random_pair(tmp_path, seed=1)
     (target_dir / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordPiece"}}))
-    assert load_byte_tokenizer(target_dir) is None
+    with pytest.raises(RunnerError, match="not a tokenizers file"):
+        load_tokenizer(target_dir)
+    (target_dir / "tokenizer.json").unlink()
+    assert load_tokenizer(target_dir) is None
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "hello"}\n')
     with pytest.raises(InputError, match="give 'prompt_ids'"):
@@ -69,15 +73,17 @@ def test_other_tokenizers_need_prompt_ids(tmp_path: Path) -> None:
         ('{"id": "a", "prompt_ids": [1, 999]}', "p.jsonl:1: the prompt is empty or has ids"),
     ],
 )
-def test_malformed_prompt_files_are_refused(tmp_path: Path, line: str, message: str) -> None:
+def test_malformed_prompt_files_are_refused(
+    tmp_path: Path, line: str, message: str, fixture_pair: tuple[Path, Path]
+) -> None:
     path = tmp_path / "p.jsonl"
     path.write_text(line + "\n")
     with pytest.raises(InputError, match=message):
-        load_prompts(path, ByteTokenizer({EOS_ID: "<|endoftext|>"}), 264)
+        load_prompts(path, load_tokenizer(fixture_pair[0]), 264)
 
 
-def test_default_prompt_set_covers_the_required_cases() -> None:
-    prompts = load_prompts(DEFAULT_PROMPTS, ByteTokenizer({}), 264)
+def test_default_prompt_set_covers_the_required_cases(fixture_pair: tuple[Path, Path]) -> None:
+    prompts = load_prompts(DEFAULT_PROMPTS, load_tokenizer(fixture_pair[0]), 264)
     limit = TARGET_CONFIG["max_position_embeddings"]
     assert any(len(p.ids) == 1 for p in prompts)
     assert any(limit - 64 < len(p.ids) < limit for p in prompts)
@@ -103,12 +109,13 @@ def test_collapsed_acceptance_and_mask_as_stop_are_flagged(tmp_path: Path) -> No
 
 def test_divergence_reports_position_tokens_and_near_tie() -> None:
     ar = Generation(tokens=[5, 6, 7], steps=[], margins=[2.0, 0.01, 3.0])
-    tie = compare(ar, Generation([5, 9, 7], [], []), "p", None, 8, near_tie_margin=0.125)
+    p = Prompt("p", (1,))
+    tie = compare(ar, Generation([5, 9, 7], [], []), p, None, 8, near_tie_margin=0.125)
     assert tie.divergence == Divergence(1, 6, 9, 0.01, near_tie=True)
     assert tie.status == "near-tie"
-    bug = compare(ar, Generation([4], [], []), "p", None, 8, near_tie_margin=0.125)
+    bug = compare(ar, Generation([4], [], []), p, None, 8, near_tie_margin=0.125)
     assert bug.divergence == Divergence(0, 5, 4, 2.0, near_tie=False)
     assert bug.status == "hard"
-    short = compare(ar, Generation([5, 6], [], []), "p", None, 8)
+    short = compare(ar, Generation([5, 6], [], []), p, None, 8)
     assert short.divergence == Divergence(2, 7, None, 3.0)
-    assert compare(ar, Generation([5, 6, 7], [], []), "p", None, 8).identical
+    assert compare(ar, Generation([5, 6, 7], [], []), p, None, 8).identical

@@ -1,0 +1,131 @@
+"""Chat prompts: a prompt's `messages` rendered with the target's own chat template, then tokenized.
+
+The template is read where transformers reads it (`chat_template.jinja`, else `tokenizer_config.
+json`'s `chat_template`, a string or the `default` of a `[{name, template}]` list) and must pass
+the scan's template checks first: a template the scan flags is refused, never rendered. Rendering
+is as transformers' `apply_chat_template` does it: jinja2's `ImmutableSandboxedEnvironment` with
+`trim_blocks`, `lstrip_blocks`, the `loopcontrols` extension and the `{% generation %}` tag,
+`tojson`, `raise_exception`, `strftime_now`, the tokenizer's special tokens as variables and
+`add_generation_prompt=True`; the text is then encoded without adding special tokens (the
+template writes them). kernels_ref never renders templates (it must not import dflash_guard):
+it is handed the ids.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from jinja2 import nodes
+from jinja2.exceptions import TemplateError
+from jinja2.ext import Extension
+from jinja2.parser import Parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from dflash_guard.errors import InputError
+from dflash_guard.scan.template_check import check_template
+from dflash_guard.scan.templates import templates_in_config
+
+SPECIAL_TOKENS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+
+
+class GenerationTag(Extension):
+    """`{% generation %}...{% endgeneration %}`: marks assistant text for transformers' masks;
+    rendering keeps the body unchanged."""
+
+    tags = {"generation"}  # noqa: RUF012 - jinja2's Extension API
+
+    def parse(self, parser: Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise TemplateError(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: Any = None, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+def read_chat_template(target_dir: Path) -> tuple[str, str]:
+    """`(where, source)` of the target's chat template; `InputError` when it has none."""
+    jinja = target_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return str(jinja), jinja.read_text(encoding="utf-8")
+    config_path = target_dir / "tokenizer_config.json"
+    config = _read_config(config_path)
+    templates = dict(templates_in_config(config))
+    source = templates.get("chat_template") or templates.get("chat_template[default]")
+    if source is None:
+        raise InputError(f"{target_dir}: the target has no chat template for 'messages' prompts")
+    return str(config_path), source
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: not valid JSON ({error})") from None
+    return config if isinstance(config, dict) else {}
+
+
+def special_tokens(target_dir: Path) -> dict[str, str]:
+    """The template variables `bos_token`, `eos_token`, ... from `tokenizer_config.json`."""
+    config = _read_config(target_dir / "tokenizer_config.json")
+    tokens = {}
+    for name in SPECIAL_TOKENS:
+        value = config.get(name)
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str):
+            tokens[name] = value
+    return tokens
+
+
+def render_chat(target_dir: Path, messages: list[dict[str, Any]]) -> str:
+    """The prompt text of `messages` under the target's chat template, after the scan's checks
+    passed (`InputError` names the first finding otherwise)."""
+    where, source = read_chat_template(target_dir)
+    findings = check_template(source, where)
+    if findings:
+        first = findings[0]
+        raise InputError(
+            f"{where}: the chat template is refused by the scan ({first.rule_id}: "
+            f"{first.message}); it is never rendered"
+        )
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[GenerationTag, "jinja2.ext.loopcontrols"],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    try:
+        return env.from_string(source).render(
+            messages=messages, add_generation_prompt=True, **special_tokens(target_dir)
+        )
+    except TemplateError as error:
+        raise InputError(
+            f"{where}: the chat template cannot render these messages: {error}"
+        ) from None
