@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Convert a Hugging Face folder to GGUF with llama.cpp's own converter, and record what converted what.
+"""Convert a Hugging Face folder to GGUF with llama.cpp's own converter; record what converted what.
 
-`python scripts/llamacpp.py convert --tree SRC/llama.cpp HF_DIR --outfile OUT.gguf [--target-model-dir
-TARGET_DIR] [--outtype f32] [--sdist-sha256 HEX]` runs the tree's `convert_hf_to_gguf.py` (with the
-tree's own `gguf-py` first on the path, so the project's `gguf` is never replaced) in a child
-process, then writes `OUT.gguf.conversion.json`: the converter source sha256 (the script, and the
-`conversion/` and `gguf-py/gguf/` trees it imports), the outtype, every input file's sha256, the
-output's sha256, and the two workarounds it applied.
+`python scripts/llamacpp.py convert --tree SRC/llama.cpp HF_DIR --outfile OUT.gguf
+[--target-model-dir TARGET_DIR] [--outtype f32] [--sdist-sha256 HEX]` runs the tree's
+`convert_hf_to_gguf.py` (with the tree's own `gguf-py` first on the path, so the project's `gguf`
+is never replaced) in a child process, then writes `OUT.gguf.conversion.json`: the converter
+source sha256 (the script, and the `conversion/` and `gguf-py/gguf/` trees it imports), the
+outtype, every input file's sha256, the output's sha256, and the workarounds it applied.
 
 The converter is not edited in place. Three obstacles of a tiny byte-level BPE tokenizer (256 byte
 tokens, no merges; see docs/engine-llamacpp.md) are handled in the child, before `main()` runs:
@@ -43,7 +43,7 @@ WORKAROUNDS = {
     "pre-tokenizer": "get_vocab_base_pre answers 'default' for a BPE vocabulary without merges",
     "merges": "one never-applicable merge between two special tokens when the vocabulary has none",
 }
-NO_SENTENCEPIECE = "no tokenizer.model: the sentencepiece attempt fails as not found, not as an import"
+NO_SENTENCEPIECE = "no tokenizer.model: the sentencepiece attempt fails as not found, not on import"
 
 
 def sha256_file(path: Path) -> str:

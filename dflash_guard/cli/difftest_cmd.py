@@ -107,6 +107,13 @@ def render_endpoint(report: EndpointDiffReport) -> None:
         tau = "n/a" if a.mean_acceptance_length is None else f"{a.mean_acceptance_length:.2f}"
         rate = "n/a" if a.acceptance_rate is None else f"{a.acceptance_rate:.3f}"
         stdout.print(f"candidate acceptance ({a.source}): tau {tau}, acceptance rate {rate}")
+        if a.acceptance_curve:
+            curve = " ".join(f"{share:.2f}" for share in a.acceptance_curve)
+            stdout.print(f"acceptance by draft position: {curve}", highlight=False)
+    if report.response_drafts is not None:
+        d = report.response_drafts
+        stdout.print(f"responses report {d.accepted_tokens} of {d.draft_tokens} drafted tokens "
+                     f"accepted ({d.responses} responses)", highlight=False)
     for warning in report.warnings:
         stdout.print(f"[yellow]warning:[/] {warning}", highlight=False)
     hard, ties = len(report.hard_divergences), len(report.near_ties)

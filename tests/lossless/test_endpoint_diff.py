@@ -20,9 +20,9 @@ from dflash_guard.lossless.endpoint import (
     redact_url,
     run_endpoint_diff,
 )
-from tests.support.endpoint_fakes import text_choice, vllm_choice
 from dflash_guard.lossless.prompts import read_prompts
 from kernels_ref.prompts import PromptSpec
+from tests.support.endpoint_fakes import text_choice, vllm_choice
 
 PROMPTS = [PromptSpec("a", "alpha"), PromptSpec("b", "beta")]
 FAST = dict(timeout=5.0, retries=3, backoff=0.01)
