@@ -39,6 +39,8 @@ from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
 from dflash_guard.lossless.options import ReferenceOptions
 from dflash_guard.lossless.prompts import Prompt, load_prompts
 from dflash_guard.lossless.result import PromptResult, Status
+from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.trust.comparison import comparison_statement, read_conversion, write_comparison
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
@@ -46,6 +48,7 @@ from kernels_ref.prompts import PromptSpec
 from kernels_ref.tokenizer import load_byte_tokenizer
 
 TOP_K = 2  # the reference's alternatives kept per position: what a near-tie needs
+CONVERSION_SUFFIX = ".conversion.json"  # scripts/llamacpp.py writes it beside the GGUF
 
 
 @dataclass(frozen=True)
@@ -214,3 +217,23 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
         response_drafts=ResponseDrafts.total(a.drafts for a in answers),
         warnings=tuple(acceptance_warnings(acceptance)) if o.metrics_url else (),
     )
+
+
+def conversion_record_path(options: ReferenceOptions) -> Path | None:
+    """The conversion record to embed: the one given, else `GGUF.conversion.json` when present."""
+    if options.conversion is not None or options.gguf is None:
+        return options.conversion
+    beside = options.gguf.with_name(options.gguf.name + CONVERSION_SUFFIX)
+    return beside if beside.is_file() else None
+
+
+def write_reference_record(options: ReferenceOptions, report: ReferenceDiffReport,
+                           out: Path) -> None:
+    """Write the GGUF comparison record of `report` to `out` (an in-toto statement, atomic)."""
+    conversion = None
+    if (path := conversion_record_path(options)) is not None:
+        assert options.gguf is not None
+        conversion = read_conversion(path, sha256_file(options.gguf))
+    statement = comparison_statement(target_dir=options.target, gguf=options.gguf,
+                                     summary=report.summary(), conversion=conversion)
+    write_comparison(statement, out)
