@@ -151,6 +151,17 @@ def _reference(target: Target, prompt: Prompt, budget: int, stop_ids: frozenset[
     return Completion("", tuple(run.tokens), None, (), run.stop_reason)
 
 
+def _without_final_stop(completion: Completion, stop_ids: frozenset[int]) -> Completion:
+    """`completion` without a final stop token: kernels_ref and vLLM emit it, llama.cpp does
+    not; either way the decode stopped there."""
+    ids = completion.token_ids
+    if not ids or ids[-1] not in stop_ids:
+        return completion
+    return Completion(completion.text, ids[:-1], completion.token_texts,
+                      completion.top_logprobs[: len(ids) - 1], completion.finish_reason,
+                      completion.drafts)
+
+
 def _with_tops(target: Target, prompt: Prompt, reference: Completion, position: int) -> Completion:
     """`reference` with its top logprobs known at `position` (the first divergence)."""
     assert reference.token_ids is not None
@@ -203,6 +214,9 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
                             "(logprobs): the reference diff compares token ids")
     results = []
     for prompt, reference, answer in zip(prompts, references, answers, strict=True):
+        stops = stop_ids | prompt.stop_ids
+        reference = _without_final_stop(reference, stops)
+        answer = _without_final_stop(answer, stops)
         result = compare_completions(prompt.id, reference, answer,
                                      near_tie_margin=o.near_tie_margin, compare_text=False)
         if result.divergence is not None and result.divergence.position is not None:
