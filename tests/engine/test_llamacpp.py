@@ -43,7 +43,8 @@ from tests.support.llamacpp import (
 )
 from tests.support.trust import write_policy
 
-pytestmark = pytest.mark.slow
+# `make test` builds the engine first; run alone, the first test may wait for that build
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 MAX_NEW_TOKENS = 24
 PROMPTS = [  # token ids (bytes of short texts), so both sides see exactly the same prompt
