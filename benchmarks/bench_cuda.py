@@ -50,9 +50,10 @@ from dflash_guard.lossless.local import (  # noqa: E402
 from kernels_ref.cuda_graphs import GraphRunner, static_len  # noqa: E402
 from kernels_ref.drafter import Drafter, DrafterConfig, load_drafter  # noqa: E402
 from kernels_ref.fixtures import VOCAB_SIZE, make_fixture_pair  # noqa: E402
-from kernels_ref.loop import Generation, features_at, generate  # noqa: E402
+from kernels_ref.loop import generate  # noqa: E402
 from kernels_ref.model import ModelConfig, Target, load_target  # noqa: E402
 from kernels_ref.oracle import OracleDrafter  # noqa: E402
+from kernels_ref.step import Generation, features_at  # noqa: E402
 from kernels_ref.tokenizer import load_byte_tokenizer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -224,7 +225,7 @@ def time_steps(
     ids = torch.randint(0, target.config.vocab_size, (1, context), device=device)
     cache, draft_cache = target.new_cache(), drafter.new_cache()
     _, hidden = target(ids, torch.arange(context, device=device), cache)
-    features = features_at(hidden, drafter.config.target_layer_ids, None)
+    features = features_at(hidden, drafter.config.target_layer_ids)
     drafter.extend_context(draft_cache, features, torch.arange(context, device=device))
     target.positions[1].fill_(context)
     target.positions[block].copy_(torch.arange(context, context + block, device=device))

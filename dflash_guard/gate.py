@@ -2,20 +2,20 @@
 
 In order: the lockfile (schema, pins), its signature, byte-exact verification of every locked
 folder, the scan of exactly the verified folders (then the tier rules on remote code and pickle
-formats), the policy (expired waivers, staging, GGUF comparisons [hand-written, or records of
-`difftest --reference` checked against the lock], engine builds), model
-signatures, the greedy lossless diff test of the locked pair, and, when the policy names
-endpoints (`difftest.endpoints`), the diff of the live baseline and candidate engines; an
-endpoint the gate cannot reach refuses (a gate that cannot check does not approve). The first
-failing check refuses the deploy; only an approval writes the approval record (an in-toto
-statement, see `provenance`). Operational problems (a missing file, a malformed policy) raise
-`InputError`.
+formats), the policy (expired waivers, staging, GGUF comparisons: hand-written, or records of
+`difftest --reference` checked against the lock; engine builds), the advisory audit of the lock
+against the policy's OSV feeds (when it names any), model signatures, the greedy lossless diff
+test of the locked pair, and, when the policy names endpoints (`difftest.endpoints`), the diff of
+the live baseline and candidate engines; an endpoint the gate cannot reach refuses (a gate that
+cannot check does not approve). The first failing check refuses the deploy; only an approval
+writes the approval record (an in-toto statement, see `provenance`). Operational problems (a
+missing file, a malformed policy) raise `InputError`.
 
 Each check is a function `(GateInputs) -> (Outcome, Learned)`: it reads the frozen inputs and
 hands what later checks (and the approval record) need on as a small frozen `Learned` value;
 `STEPS` is the list of the checks' names. `run_gate(GateOptions(...))` is the entry point.
 
-The module is over 450 lines on purpose: the eight checks read in the order they run, next to the
+The module is over 450 lines on purpose: the nine checks read in the order they run, next to the
 loop that runs them; split apart, the order a deploy is checked in would be scattered.
 """
 
@@ -97,6 +97,8 @@ class GateOptions:
     device: str = "cpu"
     inject: str | None = None  # a planted difftest fault (demonstrations)
     endpoints: EndpointOverrides = EndpointOverrides()
+    engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # advisory audit:
+    # a locked engine (or Hub repo) -> a local git clone, so GIT ranges are decided over it
     today: dt.date | None = None  # None: today (UTC); waivers expire against it
 
 
@@ -155,6 +157,7 @@ class GateInputs:
     tiers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     waivers_used: tuple[str, ...] = ()
     record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
     def learn(self, learned: Learned) -> GateInputs:
         """These inputs with what a check learned added."""
@@ -373,6 +376,36 @@ def comparison_records(policy: Policy, lock: Lockfile) -> tuple[list[str], list[
     return accepted, why_not
 
 
+def check_advisories(inputs: GateInputs) -> Checked:
+    """Audit the lock against the policy's OSV feeds: a refused feed (bad or missing signature,
+    stale) or an advisory at or above `fail_on` (affecting, or undecided) refuses."""
+    from dflash_guard.audit.feeds import signed_by
+    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
+    from dflash_guard.audit.run import run_policy_audit
+
+    rules = inputs.policy.advisories
+    if rules is None:
+        return Outcome.skipped("not configured (the policy has no advisories section)"), NOTHING
+    report = run_policy_audit(inputs.lock_path, rules, clones=inputs.engine_repos,
+                              trust_root=inputs.trust_root)
+    summary = {
+        "feeds": [{"uri": f.source, "digest": {"sha256": f.digest.removeprefix("sha256:")},
+                   "newest": f.to_json()["newest"]} for f in report.feeds],
+        "signers": signed_by(report.feeds),
+        "failOn": rules.fail_on,
+        "affected": report.ids(RULE_AFFECTED),
+        "unknown": report.ids(RULE_UNKNOWN),
+    }
+    problems = list(report.feed_problems) + [f"{f.advisory} ({f.severity.name}): {f.subject}: "
+                                             f"{f.message}" for f in report.failing]
+    if problems:
+        return Outcome.refused(_listed(problems)), NOTHING
+    below = len(report.findings)
+    return (Outcome.passed(f"{len(report.feeds)} feed(s), {report.advisories} advisories; none at "
+                           f"or above {rules.fail_on}" + (f" ({below} below it)" if below else "")),
+            Learned(record={"advisories": summary}))
+
+
 def check_model_signatures(inputs: GateInputs) -> Checked:
     assert inputs.lock is not None
     checks = verify_model_signatures(inputs.lock, inputs.locations, inputs.policy,
@@ -387,12 +420,14 @@ def check_model_signatures(inputs: GateInputs) -> Checked:
 def check_difftest(inputs: GateInputs) -> Checked:
     from dflash_guard.lossless.local import run_difftest
     from dflash_guard.lossless.options import LocalOptions
+    from dflash_guard.lossless.reference import parse_fault
 
     rules = inputs.policy.difftest
     report = run_difftest(LocalOptions(
         inputs.locations["target"], inputs.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
-        max_new_tokens=rules.max_new_tokens, device=inputs.device, inject=inputs.inject,
+        max_new_tokens=rules.max_new_tokens, device=inputs.device,
+        inject=parse_fault(inputs.inject),
     ))
     near_ties = [d for d in report.divergences
                  if d.divergence.margin is not None
@@ -528,6 +563,7 @@ CHECKS = (
     GateCheck("verify", check_verify),
     GateCheck("scan", check_scan),
     GateCheck("policy", check_policy),
+    GateCheck("advisories", check_advisories),
     GateCheck("model signatures", check_model_signatures),
     GateCheck("difftest", check_difftest),
     GateCheck("endpoint diff", check_endpoint_diff),
@@ -563,6 +599,7 @@ def run_gate(options: GateOptions, *,
         today=options.today or dt.datetime.now(dt.UTC).date(), trust_root=options.trust_root,
         download=options.download, device=options.device, inject=options.inject,
         endpoints=endpoints,
+        engine_repos=dict(options.engine_repos),
     )
     results: list[CheckResult] = []
     for check in CHECKS:

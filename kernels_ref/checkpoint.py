@@ -14,7 +14,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from dflash_guard.errors import InputError
+from kernels_ref.errors import RunnerError
 
 DTYPES = {
     "float32": torch.float32,
@@ -29,7 +29,7 @@ def parse_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name]
     except KeyError:
-        raise InputError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
+        raise RunnerError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
 
 
 def parse_device(name: str | torch.device) -> torch.device:
@@ -37,22 +37,22 @@ def parse_device(name: str | torch.device) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise InputError(f"unknown device {name!r} ({exc})") from None
+        raise RunnerError(f"unknown device {name!r} ({exc})") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError("device 'cuda' requested but CUDA is not available")
+        raise RunnerError("device 'cuda' requested but CUDA is not available")
     return device
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON object, raising `InputError` naming the file when it is missing or malformed."""
+    """Read a JSON object, raising `RunnerError` naming the file when it is missing or malformed."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
+        raise RunnerError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
+        raise RunnerError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object")
+        raise RunnerError(f"{path}: expected a JSON object")
     return data
 
 
@@ -65,7 +65,7 @@ def eos_token_ids(folder: Path) -> frozenset[int]:
             if eos is not None:
                 ids = eos if isinstance(eos, list) else [eos]
                 if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                    raise InputError(f"{path}: eos_token_id must be an integer or a list of them")
+                    raise RunnerError(f"{path}: eos_token_id must be an integer or a list of them")
                 return frozenset(ids)
     return frozenset()
 
@@ -73,7 +73,7 @@ def eos_token_ids(folder: Path) -> frozenset[int]:
 def read_config(folder: Path) -> dict[str, Any]:
     """The model folder's `config.json`."""
     if not folder.is_dir():
-        raise InputError(f"{folder}: model folder not found")
+        raise RunnerError(f"{folder}: model folder not found")
     return read_json(folder / "config.json")
 
 
@@ -83,24 +83,24 @@ def load_tensors(folder: Path) -> dict[str, torch.Tensor]:
     if index.is_file():
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
-            raise InputError(f"{index}: missing or empty 'weight_map'")
+            raise RunnerError(f"{index}: missing or empty 'weight_map'")
         tensors: dict[str, torch.Tensor] = {}
         for shard in sorted(set(weight_map.values())):
             shard_path = folder / str(shard)
             if Path(str(shard)).name != str(shard):
-                raise InputError(f"{index}: shard name {shard!r} is not a plain file name")
+                raise RunnerError(f"{index}: shard name {shard!r} is not a plain file name")
             loaded = _load_file(shard_path)
             for name, tensor in loaded.items():
                 if weight_map.get(name) != shard:
-                    raise InputError(f"{shard_path}: tensor {name!r} is not mapped to this shard")
+                    raise RunnerError(f"{shard_path}: tensor {name!r} is not mapped to this shard")
                 tensors[name] = tensor
         missing = sorted(set(weight_map) - set(tensors))
         if missing:
-            raise InputError(f"{index}: tensor {missing[0]!r} is mapped but absent from its shard")
+            raise RunnerError(f"{index}: tensor {missing[0]!r} is mapped but absent from its shard")
         return tensors
     single = folder / "model.safetensors"
     if not single.is_file():
-        raise InputError(f"{folder}: neither model.safetensors nor model.safetensors.index.json")
+        raise RunnerError(f"{folder}: neither model.safetensors nor model.safetensors.index.json")
     return _load_file(single)
 
 
@@ -108,9 +108,9 @@ def _load_file(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
+        raise RunnerError(f"{path}: file not found") from None
     except (SafetensorError, OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable safetensors file ({exc})") from None
+        raise RunnerError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
 def assign_weights(
@@ -125,15 +125,15 @@ def assign_weights(
     expected = module.state_dict()
     for name, param in expected.items():
         if name not in tensors:
-            raise InputError(f"{where}: missing tensor {name!r}")
+            raise RunnerError(f"{where}: missing tensor {name!r}")
         if tuple(tensors[name].shape) != tuple(param.shape):
-            raise InputError(
+            raise RunnerError(
                 f"{where}: tensor {name!r} has shape {tuple(tensors[name].shape)}, "
                 f"the config implies {tuple(param.shape)}"
             )
     extra = sorted(set(tensors) - set(expected))
     if extra:
-        raise InputError(f"{where}: unexpected tensor {extra[0]!r} (not in the architecture)")
+        raise RunnerError(f"{where}: unexpected tensor {extra[0]!r} (not in the architecture)")
     module.load_state_dict({name: t.to(dtype) for name, t in tensors.items()}, strict=True)
     module.to(device=device, dtype=dtype)
     module.eval()

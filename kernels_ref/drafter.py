@@ -9,6 +9,7 @@ published checkpoints: `fc.weight`, `hidden_norm.weight`, `norm.weight`, `layers
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dflash_guard.errors import InputError
 from kernels_ref.checkpoint import (
     assign_weights,
     load_tensors,
@@ -25,6 +25,8 @@ from kernels_ref.checkpoint import (
     parse_dtype,
     read_config,
 )
+from kernels_ref.compat import compatibility_problems
+from kernels_ref.errors import RunnerError
 from kernels_ref.model import DecoderLayer, ModelConfig, RMSNorm, Target, rope
 
 
@@ -43,12 +45,12 @@ class DrafterConfig:
         """Parse `config.json`; `dflash_config` fields may also sit at top level."""
         nested = raw.get("dflash_config") or {}
         if not isinstance(nested, dict):
-            raise InputError(f"{where}: 'dflash_config' must be an object")
+            raise RunnerError(f"{where}: 'dflash_config' must be an object")
 
         def field(name: str) -> Any:
             value = nested.get(name, raw.get(name))
             if value is None:
-                raise InputError(f"{where}: DFlash field {name!r} is missing")
+                raise RunnerError(f"{where}: DFlash field {name!r} is missing")
             return value
 
         layer_ids = field("target_layer_ids")
@@ -62,7 +64,7 @@ class DrafterConfig:
         }
         for name, bad in unsupported.items():
             if bad:
-                raise InputError(
+                raise RunnerError(
                     f"{where}: drafter option {name!r} is not supported by kernels_ref"
                 )
         ints = [raw.get("block_size"), raw.get("num_target_layers"), field("mask_token_id")]
@@ -71,12 +73,12 @@ class DrafterConfig:
             or not layer_ids
             or not all(isinstance(i, int) and not isinstance(i, bool) for i in [*layer_ids, *ints])
         ):
-            raise InputError(
+            raise RunnerError(
                 f"{where}: block_size, num_target_layers, mask_token_id and target_layer_ids "
                 "must be integers (target_layer_ids a non-empty list)"
             )
         if raw["block_size"] < 2:
-            raise InputError(f"{where}: block_size must be at least 2")
+            raise RunnerError(f"{where}: block_size must be at least 2")
         return cls(
             ModelConfig.from_dict(raw, where),
             raw["block_size"],
@@ -86,28 +88,17 @@ class DrafterConfig:
         )
 
     def check_against(self, target: ModelConfig, where: Path | str) -> None:
-        """Refuse a drafter that cannot work with `target` (the usual mismatches, named)."""
-        problems = []
-        if self.layers.hidden_size != target.hidden_size:
-            problems.append(
-                f"hidden_size {self.layers.hidden_size} != target's {target.hidden_size}"
-            )
-        if self.layers.vocab_size != target.vocab_size:
-            problems.append(f"vocab_size {self.layers.vocab_size} != target's {target.vocab_size}")
-        if self.num_target_layers != target.num_hidden_layers:
-            problems.append(
-                f"num_target_layers {self.num_target_layers} != target's "
-                f"num_hidden_layers {target.num_hidden_layers}"
-            )
-        bad = [i for i in self.target_layer_ids if not 0 <= i < target.num_hidden_layers]
-        if bad:
-            problems.append(
-                f"target_layer_ids {bad} out of range for {target.num_hidden_layers} target layers"
-            )
-        if not 0 <= self.mask_token_id < target.vocab_size:
-            problems.append(f"mask_token_id {self.mask_token_id} outside the target's vocabulary")
+        """Refuse a drafter that cannot work with `target` (`kernels_ref.compat` names why)."""
+        drafter = {
+            **dataclasses.asdict(self.layers),
+            "num_target_layers": self.num_target_layers,
+            "mask_token_id": self.mask_token_id,
+            "target_layer_ids": list(self.target_layer_ids),
+        }
+        problems = compatibility_problems(drafter, dataclasses.asdict(target))
         if problems:
-            raise InputError(f"{where}: drafter does not match its target: " + "; ".join(problems))
+            messages = "; ".join(problem.message for problem in problems)
+            raise RunnerError(f"{where}: drafter does not match its target: {messages}")
 
 
 class DrafterCache:

@@ -1,21 +1,90 @@
-"""The catalogue of engine bugs `--inject` can plant, for proving the diff tests catch them.
+"""The engine and sampler bugs `--inject` can plant, to prove the diff tests catch them.
 
-Torch-free, so the CLI can list the names without importing torch.
+Torch-free, so a CLI can list and parse the names without importing torch. Text becomes a
+`Fault` once, where it enters (`Fault.parse`); everything past that point takes the enum.
 """
 
-FAULTS: dict[str, str] = {
-    "accept-off-by-one": "one draft token more than matched is accepted",
-    "no-cumprod": "matches are counted, not prefixed: a later match is accepted after a mismatch",
-    "seq-inflation": "the drafter's context advances by the drafted, not the accepted, count",
-    "stale-kv": "the target KV cache is not cropped after a rejection",
-    "skip-bonus": "the bonus token becomes the next anchor but is never emitted",
-    "drop-mask-id": "output tokens equal to mask_token_id are dropped",
-    "missed-stop": "a stop token among the accepted drafts is ignored (only the bonus is checked)",
-    "hidden-offset": "context features are read one layer early (the residual entering the layer)",
-}
+from __future__ import annotations
 
-# Planted sampler bugs, for testing the exactness check itself (never on by default):
-#   reuse-draft-uniforms  the accept test reuses the drafter's random numbers (a published bug)
-#   reuse-accept-uniform  the residual is sampled with the uniform that decided the rejection
-#   resample-from-p       after a rejection, resample from p instead of normalised max(0, p - q)
-SAMPLING_FAULTS = ("reuse-draft-uniforms", "reuse-accept-uniform", "resample-from-p")
+from enum import StrEnum
+
+from kernels_ref.errors import RunnerError
+
+GREEDY = "greedy"  # planted in the greedy draft-verify loop
+SAMPLER = "sampler"  # planted in the rejection sampler
+SAMPLED_DRAFT = "sampled-draft"  # in the rejection sampler, and only with a sampled draft
+
+
+class Fault(StrEnum):
+    """One planted bug: its `--inject` name, what it breaks, and where it lives."""
+
+    ACCEPT_OFF_BY_ONE = (
+        "accept-off-by-one", GREEDY, "one draft token more than matched is accepted"
+    )
+    NO_CUMPROD = (
+        "no-cumprod", GREEDY,
+        "matches are counted, not prefixed: a later match is accepted after a mismatch",
+    )
+    SEQ_INFLATION = (
+        "seq-inflation", GREEDY,
+        "the drafter's context advances by the drafted, not the accepted, count",
+    )
+    STALE_KV = "stale-kv", GREEDY, "the target KV cache is not cropped after a rejection"
+    SKIP_BONUS = (
+        "skip-bonus", GREEDY, "the bonus token becomes the next anchor but is never emitted"
+    )
+    DROP_MASK_ID = "drop-mask-id", GREEDY, "output tokens equal to mask_token_id are dropped"
+    MISSED_STOP = (
+        "missed-stop", GREEDY,
+        "a stop token among the accepted drafts is ignored (only the bonus is checked)",
+    )
+    HIDDEN_OFFSET = (
+        "hidden-offset", GREEDY,
+        "context features are read one layer early (the residual entering the layer)",
+    )
+    REUSE_DRAFT_UNIFORMS = (
+        "reuse-draft-uniforms", SAMPLED_DRAFT,
+        "the accept test reuses the drafter's random numbers (a published bug)",
+    )
+    REUSE_ACCEPT_UNIFORM = (
+        "reuse-accept-uniform", SAMPLER,
+        "the residual is sampled with the uniform that decided the rejection",
+    )
+    RESAMPLE_FROM_P = (
+        "resample-from-p", SAMPLER,
+        "after a rejection, resample from p instead of normalised max(0, p - q)",
+    )
+
+    where: str
+    description: str
+
+    def __new__(cls, name: str, where: str, description: str) -> Fault:
+        member = str.__new__(cls, name)
+        member._value_ = name
+        member.where = where
+        member.description = description
+        return member
+
+    @property
+    def greedy(self) -> bool:
+        """Planted in the greedy draft-verify loop."""
+        return self.where == GREEDY
+
+    @property
+    def sampling(self) -> bool:
+        """Planted in the rejection sampler."""
+        return self.where != GREEDY
+
+    @property
+    def runner(self) -> bool:
+        """The KV-cached runner can show it (it drafts greedily: no drafting random numbers)."""
+        return self.where != SAMPLED_DRAFT
+
+    @classmethod
+    def parse(cls, name: str) -> Fault:
+        """The fault called `name`, raising `RunnerError` listing the known names."""
+        try:
+            return cls(name)
+        except ValueError:
+            known = ", ".join(cls)
+            raise RunnerError(f"unknown fault {name!r}; known faults: {known}") from None

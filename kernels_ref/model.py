@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dflash_guard.errors import InputError
 from kernels_ref.checkpoint import (
     assign_weights,
     load_tensors,
@@ -24,6 +23,7 @@ from kernels_ref.checkpoint import (
     parse_dtype,
     read_config,
 )
+from kernels_ref.errors import RunnerError
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: Path | str) -> ModelConfig:
-        """Parse the Qwen3 fields of a `config.json`, raising `InputError` naming a bad field."""
+        """Parse the Qwen3 fields of a `config.json`, raising `RunnerError` naming a bad field."""
         unsupported = {
             "hidden_act": raw.get("hidden_act", "silu") != "silu",
             "rope_scaling": raw.get("rope_scaling") is not None,
@@ -53,29 +53,29 @@ class ModelConfig:
         }
         for name, bad in unsupported.items():
             if bad:
-                raise InputError(f"{where}: {name}={raw[name]!r} is not supported by kernels_ref")
+                raise RunnerError(f"{where}: {name}={raw[name]!r} is not supported by kernels_ref")
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             if field.name == "head_dim" and raw.get("head_dim") is None:
                 continue
             if field.name not in raw or raw[field.name] is None:
                 if field.default is dataclasses.MISSING:
-                    raise InputError(f"{where}: config field {field.name!r} is missing")
+                    raise RunnerError(f"{where}: config field {field.name!r} is missing")
                 continue
             value = raw[field.name]
             kind = {"float": (int, float), "bool": (bool,), "int": (int,)}[str(field.type)]
             if not isinstance(value, kind) or (
                 str(field.type) == "int" and isinstance(value, bool)
             ):
-                raise InputError(f"{where}: config field {field.name!r} must be {field.type}")
+                raise RunnerError(f"{where}: config field {field.name!r} must be {field.type}")
             if kind != (bool,) and value <= 0:  # sizes, eps, theta: zero divides, negative fails
-                raise InputError(f"{where}: config field {field.name!r} must be positive")
+                raise RunnerError(f"{where}: config field {field.name!r} must be positive")
             values[field.name] = value
         if "head_dim" not in values:
             values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
         config = cls(**values)
         if config.num_attention_heads % config.num_key_value_heads:
-            raise InputError(
+            raise RunnerError(
                 f"{where}: num_attention_heads is not a multiple of num_key_value_heads"
             )
         return config
@@ -382,7 +382,7 @@ def load_target(
     torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
     raw = read_config(folder)
     if raw.get("model_type") not in (None, "qwen3"):
-        raise InputError(f"{folder}: model_type {raw.get('model_type')!r} is not qwen3")
+        raise RunnerError(f"{folder}: model_type {raw.get('model_type')!r} is not qwen3")
     target = Target(ModelConfig.from_dict(raw, folder / "config.json"))
     assign_weights(
         target, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype

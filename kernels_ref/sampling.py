@@ -9,7 +9,8 @@ draft is the one-hot q: accept with probability p(x), otherwise resample from p 
 
 Randomness comes from two separate `torch.Generator` streams: one for drafting, one for the
 verifier's accept tests and resampling. Every function is vectorised over a leading batch of draws.
-`SAMPLING_FAULTS` plants known sampler bugs, so the statistical check can prove it catches them.
+`RejectionSampler` is the runner loop's sampled verifier. A sampler `Fault` plants a known bug, so
+the statistical check can prove it catches it.
 """
 
 from __future__ import annotations
@@ -18,16 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels_ref.faults import SAMPLING_FAULTS
-from kernels_ref.loop import (
-    DraftModel,
-    Generation,
-    StepRecord,
-    commit_context,
-    draft_and_verify,
-    top2_margin,
-)
-from kernels_ref.model import Target
+from kernels_ref.faults import Fault
 
 
 @dataclass(frozen=True)
@@ -124,24 +116,23 @@ def verify_block(
     generator: torch.Generator,
     *,
     draft_uniforms: torch.Tensor | None = None,
-    inject: str | None = None,
+    inject: Fault | None = None,
 ) -> BlockVerdict:
     """Speculative rejection sampling over a batch of blocks.
 
     p: [N, K+1, V] the target's distributions at the block positions (p[:, i] is the
     distribution of the token after the anchor and draft[:, :i]); draft: [N, K];
     q: [N, K, V] the draft distributions, or None for a greedy draft (one-hot q).
-    `generator` is the verifier's own stream (never the drafter's).
+    `generator` is the verifier's own stream (never the drafter's). `inject` plants a sampler
+    fault (a greedy-loop fault has no effect here).
     """
-    if inject is not None and inject not in SAMPLING_FAULTS:
-        raise ValueError(f"unknown sampling fault {inject!r}")
     n, k = draft.shape
     p = p.double()
     q = torch.nn.functional.one_hot(draft, p.shape[-1]).double() if q is None else q.double()
     p_draft = p[:, :k].gather(-1, draft.unsqueeze(-1)).squeeze(-1)  # [N, K]
     q_draft = q.gather(-1, draft.unsqueeze(-1)).squeeze(-1).clamp_min(1e-300)
     uniforms = torch.rand((n, k), generator=generator, dtype=torch.float64)
-    if inject == "reuse-draft-uniforms":
+    if inject is Fault.REUSE_DRAFT_UNIFORMS:
         if draft_uniforms is None:
             raise ValueError("reuse-draft-uniforms needs a sampled (non-greedy) draft")
         uniforms = draft_uniforms
@@ -151,81 +142,36 @@ def verify_block(
     rows = torch.arange(n)
     p_next = p[rows, accepted]  # [N, V]: at the first rejection, or the bonus position K
     q_next = torch.cat([q, q.new_zeros((n, 1, q.shape[-1]))], dim=1)[rows, accepted]  # bonus: 0
-    residual = p_next if inject == "resample-from-p" else (p_next - q_next).clamp_min(0)
+    residual = p_next if inject is Fault.RESAMPLE_FROM_P else (p_next - q_next).clamp_min(0)
     mass = residual.sum(-1, keepdim=True)
     residual = torch.where(mass > 0, residual, p_next)  # p == q: rejection had probability 0
     next_uniforms = torch.rand(n, generator=generator, dtype=torch.float64)
-    if inject == "reuse-accept-uniform" and k > 0:
+    if inject is Fault.REUSE_ACCEPT_UNIFORM and k > 0:
         rejected = accepted < k
         decisive = uniforms[rows, accepted.clamp(max=k - 1)]
         next_uniforms = torch.where(rejected, decisive, next_uniforms)
     return BlockVerdict(accepted, sample_with_uniforms(residual, next_uniforms))
 
 
-def generate_sampled(
-    target: Target,
-    drafter: DraftModel | None,
-    prompt: list[int],
-    *,
-    max_new_tokens: int,
-    stop_ids: frozenset[int],
-    params: SamplingParams,
-    seed: int,
-    block_size: int | None = None,
-    inject: str | None = None,
-) -> Generation:
-    """Sampled decoding with the KV-cached draft-verify loop of `kernels_ref.loop`.
+class RejectionSampler:
+    """The sampled verifier of the runner loop: exact rejection sampling of a greedy (one-hot)
+    draft, drawing every random number from its own `generator` (drafting draws none)."""
 
-    The drafter drafts greedily (one-hot q); `verify_block` accepts or rejects and draws the
-    resampled or bonus token. Autoregressive decoding is the same loop with no drafts: every step
-    draws its token from p. Drafting draws no random numbers; verification draws from its own
-    stream seeded with `seed`.
-    """
-    if inject is not None and inject not in SAMPLING_FAULTS:
-        raise ValueError(f"unknown sampling fault {inject!r}; known: {', '.join(SAMPLING_FAULTS)}")
-    if inject == "reuse-draft-uniforms":
-        raise ValueError("reuse-draft-uniforms needs a sampled draft; the loop drafts greedily")
-    if not prompt:
-        raise ValueError("the prompt is empty")
-    size = 1 if drafter is None else (block_size or drafter.config.block_size)
-    if size < 1:
-        raise ValueError("block_size must be at least 1")
-    device = target.model.embed_tokens.weight.device
-    verify_stream = seeded(seed)
-    budget = min(max_new_tokens, target.config.max_position_embeddings - len(prompt))
-    if budget <= 0:
-        return Generation([], [], [], prefill_forwards=0, stop_reason="length")
-    cache = target.new_cache()
-    draft_cache = drafter.new_cache() if drafter is not None else None
+    def __init__(
+        self, params: SamplingParams, generator: torch.Generator, fault: Fault | None = None
+    ) -> None:
+        if fault is not None and not (fault.sampling and fault.runner):
+            reason = "a greedy-loop fault" if fault.greedy else "it needs a sampled draft"
+            raise ValueError(f"{fault} cannot be planted in the sampled loop: {reason}")
+        self.params, self.generator, self.fault = params, generator, fault
 
-    with torch.inference_mode():
-        logits, hidden = target(torch.tensor([prompt], device=device),
-                                torch.arange(len(prompt), device=device), cache)
-        commit_context(drafter, draft_cache, hidden, len(prompt), 0, None)
-        first = probs_from_logits(logits[0, -1:].cpu(), params)
-        generated = [int(sample(first, verify_stream)[0])]
-        margins = top2_margin(logits[0, -1:])
-        steps: list[StepRecord] = []
-        stop_reason = "stop" if generated[0] in stop_ids else "length"
-        while stop_reason == "length" and len(generated) < budget:
-            start = len(prompt) + len(generated) - 1  # position of the anchor
-            block = min(size, budget - len(generated))
-            drafts, logits, hidden = draft_and_verify(
-                target, drafter, draft_cache, cache, generated[-1], start, block
-            )
-            p = probs_from_logits(logits[0].cpu(), params).unsqueeze(0)  # [1, K+1, V]
-            verdict = verify_block(p, torch.tensor([drafts], dtype=torch.long), None,
-                                   verify_stream, inject=inject)
-            accepted = int(verdict.accepted[0])
-            committed = [*drafts[:accepted], int(verdict.next_token[0])]
-            cache.crop(start + accepted + 1)  # anchor + accepted drafts
-            commit_context(drafter, draft_cache, hidden, accepted + 1, start, None)
-            step_margins = top2_margin(logits[0, : accepted + 1])
-            for index, token in enumerate(committed):
-                generated.append(token)
-                margins.append(step_margins[index])
-                if token in stop_ids:
-                    stop_reason = "stop"
-                    break
-            steps.append(StepRecord(accepted, tuple(committed[: index + 1]), 1, len(drafts) + 1))
-    return Generation(generated, steps, margins, stop_reason=stop_reason)
+    def first(self, logits: torch.Tensor) -> int:
+        """The first new token, drawn from p at the prompt's last position (`logits` `[V]`)."""
+        return int(sample(probs_from_logits(logits[None].cpu(), self.params), self.generator)[0])
+
+    def verify(self, drafts: list[int], logits: torch.Tensor) -> tuple[int, int]:
+        """(drafts accepted, the resampled or bonus token) from logits `[1 + K, V]`."""
+        p = probs_from_logits(logits.cpu(), self.params).unsqueeze(0)  # [1, K+1, V]
+        draft = torch.tensor([drafts], dtype=torch.long)  # [1, K]
+        verdict = verify_block(p, draft, None, self.generator, inject=self.fault)
+        return int(verdict.accepted[0]), int(verdict.next_token[0])

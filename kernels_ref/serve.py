@@ -43,16 +43,18 @@ from starlette.routing import Route
 
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.drafter import Drafter, load_drafter
-from kernels_ref.loop import FAULTS, Generation, generate
+from kernels_ref.faults import Fault
+from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
 from kernels_ref.prompts import PromptSetError, is_int, prompt_token_ids
-from kernels_ref.sampling import SAMPLING_FAULTS, SamplingParams
+from kernels_ref.sampling import SamplingParams
+from kernels_ref.step import Generation
 from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
 
 MAX_LOGPROBS = 20
-# Greedy-path faults, and the sampler faults a greedy-drafting loop can show (not the reuse of
+# Greedy-loop faults, and the sampler faults a greedy-drafting loop can show (not the reuse of
 # drafting random numbers: the runner's drafter draws none).
-SERVABLE_FAULTS = (*FAULTS, *(f for f in SAMPLING_FAULTS if f != "reuse-draft-uniforms"))
+SERVABLE_FAULTS = tuple(fault for fault in Fault if fault.runner)
 DEFAULT_MAX_TOKENS = 16
 
 
@@ -80,15 +82,15 @@ class ReferenceEngine:
         target_dir: Path,
         drafter_dir: Path | None = None,
         *,
-        inject: str | None = None,
+        inject: Fault | None = None,
         device: str = "cpu",
         dtype: str = "float32",
         model_name: str | None = None,
     ) -> None:
         if inject is not None and drafter_dir is None:
             raise ValueError("--inject plants a bug in the speculative path: it needs --drafter")
-        if inject is not None and inject not in SERVABLE_FAULTS:
-            raise ValueError(f"unknown fault {inject!r}; known: {', '.join(SERVABLE_FAULTS)}")
+        if inject is not None and not inject.runner:
+            raise ValueError(f"{inject} needs a sampled draft; this runner drafts greedily")
         self.target: Target = load_target(target_dir, device, dtype)
         self.drafter: Drafter | None = (
             load_drafter(drafter_dir, self.target, device, dtype) if drafter_dir else None
@@ -194,13 +196,13 @@ class ReferenceEngine:
         params: SamplingParams,
         seed: int | None,
     ) -> Generation:
-        if params.greedy:
-            inject = self.inject if self.inject in FAULTS else None
-            return generate(self.target, self.drafter, prompt, max_new_tokens=max_tokens,
-                            stop_ids=stops, inject=inject)
-        inject = self.inject if self.inject in SAMPLING_FAULTS else None
+        # A fault lives in one decoding: greedy-loop faults show in greedy requests only,
+        # sampler faults in sampled ones.
+        fault = self.inject
+        if fault is not None and fault.greedy != params.greedy:
+            fault = None
         return generate(self.target, self.drafter, prompt, max_new_tokens=max_tokens,
-                        stop_ids=stops, inject=inject, sampling=params,
+                        stop_ids=stops, inject=fault, sampling=params,
                         seed=secrets.randbits(63) if seed is None else seed)
 
     def _count(self, prompt_tokens: int, generation: Generation) -> None:
@@ -376,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=Path, required=True, help="target model folder")
     parser.add_argument("--drafter", type=Path, help="DFlash drafter folder (speculative mode)")
-    parser.add_argument("--inject", choices=SERVABLE_FAULTS,
+    parser.add_argument("--inject", choices=[str(fault) for fault in SERVABLE_FAULTS],
                         help="plant a known engine bug in the speculative path")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
@@ -387,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
     try:
-        engine = ReferenceEngine(args.target, args.drafter, inject=args.inject,
+        inject = Fault(args.inject) if args.inject else None
+        engine = ReferenceEngine(args.target, args.drafter, inject=inject,
                                  device=args.device, dtype=args.dtype, model_name=args.model_name)
     except Exception as error:  # noqa: BLE001 - one line, never a traceback
         if os.environ.get("DFLASH_GUARD_DEBUG"):

@@ -27,8 +27,9 @@ from safetensors.torch import save_file
 
 from kernels_ref.drafter import Drafter, DrafterConfig
 from kernels_ref.fixtures import DRAFTER_CONFIG, EOS_ID, MASK_ID, TARGET_CONFIG, WEIGHTS
-from kernels_ref.loop import features_at, generate
+from kernels_ref.loop import generate
 from kernels_ref.model import ModelConfig, Target
+from kernels_ref.step import features_at
 
 MODULES = [
     "bisect.py",
@@ -128,7 +129,7 @@ def greedy_corpus(
     tokens = torch.cat(seqs, dim=1)
     _, hidden = target(tokens, torch.arange(tokens.shape[1]), target.new_cache())
     layer_ids = DRAFTER_CONFIG["dflash_config"]["target_layer_ids"]
-    return tokens, features_at(hidden, layer_ids, None), prompt_len
+    return tokens, features_at(hidden, layer_ids), prompt_len
 
 
 def train_drafter(

@@ -5,20 +5,34 @@ from __future__ import annotations
 import json
 import sys
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from dflash_guard.formats import OutputFormat as ReportFormat
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Reports go to stdout; progress, warnings and errors to stderr, so `--format json` stays parseable.
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+# Both consoles are made on first use (see `__getattr__`): a clean scan never imports rich.
+stdout: Console
+stderr: Console
+
+
+def __getattr__(name: str) -> Console:
+    """`stdout` and `stderr`: rich consoles, made once, when first imported or used."""
+    if name not in ("stdout", "stderr"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    console = globals()[name] = Console(stderr=name == "stderr", soft_wrap=True)
+    return console
 
 
 class OutputFormat(StrEnum):
-    """Report formats shared by commands that report."""
+    """`--format` of the commands that report as text or JSON (see `formats.OutputFormat`)."""
 
-    text = "text"
-    json = "json"
+    text = ReportFormat.text.value
+    json = ReportFormat.json.value
 
 
 def print_json(payload: Any) -> None:

@@ -28,12 +28,13 @@ from dflash_guard.lossless.endpoint import (
 )
 from dflash_guard.lossless.options import LocalOptions, ReferenceOptions, SampledOptions
 from dflash_guard.lossless.prompts import read_prompts
+from dflash_guard.lossless.reference import parse_fault
 from dflash_guard.lossless.result import Token
-from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
+from kernels_ref.faults import Fault
 
 if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
     from dflash_guard.lossless.local import DifftestReport
-    from dflash_guard.lossless.reference import ReferenceDiffReport
+    from dflash_guard.lossless.reference_diff import ReferenceDiffReport
     from dflash_guard.lossless.sampled import SampledReport
 
 
@@ -76,7 +77,7 @@ def render_text(report: DifftestReport) -> None:
         f"{report.target_forwards_spec} speculative ({saved} saved)"
     )
     if report.inject:
-        stdout.print(f"injected fault: {report.inject} ({FAULTS[report.inject]})")
+        stdout.print(f"injected fault: {report.inject} ({report.inject.description})")
     for warning in report.warnings:
         stdout.print(f"[yellow]warning:[/] {warning}", highlight=False)
     verdict = (
@@ -158,7 +159,7 @@ def render_reference(report: ReferenceDiffReport) -> None:
 def run_reference_mode(options: ReferenceOptions, record: Path | None,
                        output_format: OutputFormat) -> int:
     """Run the engine-vs-reference diff, write its record if asked, render; the exit code."""
-    from dflash_guard.lossless.reference import run_reference_diff, write_reference_record
+    from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
 
     if record is not None and not record.parent.is_dir():
         raise InputError(f"--record {record}: folder {record.parent} does not exist")
@@ -272,8 +273,8 @@ def register(app: typer.Typer) -> None:
         inject: Annotated[
             str | None,
             typer.Option(
-                help="Plant a known engine bug: " + ", ".join(FAULTS) + " (with --sampled: "
-                + ", ".join(SAMPLING_FAULTS) + ")."
+                help="Plant a known engine bug: " + ", ".join(f for f in Fault if f.greedy)
+                + " (with --sampled: " + ", ".join(f for f in Fault if f.sampling) + ")."
             ),
         ] = None,
         cuda_graphs: Annotated[
@@ -418,11 +419,12 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_FINDING if failed else EXIT_OK)
         if target is None or drafter is None:
             raise InputError("give --target and --drafter (or --baseline and --candidate)")
+        fault = parse_fault(inject)
         if mode is Mode.sampled:
             sampled_options = SampledOptions(
                 target, drafter, prompts=prompts, samples=samples, sample_tokens=sample_tokens,
                 temperature=temperature, top_k=top_k, top_p=top_p, alpha=alpha, seed=seed,
-                inject=inject, block_size=block_size, device=device, dtype=dtype,
+                inject=fault, block_size=block_size, device=device, dtype=dtype,
             )
             from dflash_guard.lossless.sampled import run_sampled_difftest
 
@@ -436,7 +438,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_OK if sampled_report.passed else EXIT_FINDING)
         local_options = LocalOptions(
             target, drafter, prompts=prompts, max_new_tokens=max_new_tokens,
-            block_size=block_size, device=device, dtype=dtype, inject=inject,
+            block_size=block_size, device=device, dtype=dtype, inject=fault,
             cuda_graphs=cuda_graphs,
         )
         from dflash_guard.lossless.local import run_difftest

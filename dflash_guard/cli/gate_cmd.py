@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from dflash_guard.cli.audit_cmd import parse_clones
 from dflash_guard.cli.common import OutputFormat, print_json, stdout
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
@@ -77,6 +78,9 @@ def gate(
     candidate: Annotated[str | None, typer.Option(
         "--candidate", help="Endpoint diff: the candidate engine's URL (overrides the policy's).")
     ] = None,
+    engine_repo: Annotated[list[str] | None, typer.Option(
+        "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo), "
+                              "for the advisory audit's GIT ranges (repeatable).")] = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="text or json.")
                    ] = OutputFormat.text,
 ) -> None:
@@ -86,6 +90,7 @@ def gate(
         signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),
         trust_root=trust_root, download=download, device=device, inject=inject,
         endpoints=EndpointOverrides(baseline, candidate),
+        engine_repos=parse_clones(engine_repo or []),
     ))
     if fmt is OutputFormat.json:
         print_json(result.to_json())

@@ -22,6 +22,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
 from dflash_guard.lossless.options import LocalOptions
 from dflash_guard.lossless.prompts import Prompt, load_prompts
+from dflash_guard.lossless.reference import runner_errors
 from dflash_guard.lossless.result import (
     Divergence,
     PromptResult,
@@ -32,8 +33,10 @@ from dflash_guard.lossless.result import (
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter, load_drafter
-from kernels_ref.loop import FAULTS, DraftModel, Generation, generate
+from kernels_ref.faults import Fault
+from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
+from kernels_ref.step import DraftModel, Generation
 from kernels_ref.tokenizer import ByteTokenizer, load_byte_tokenizer
 
 LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many steps: suspicious
@@ -59,7 +62,7 @@ class DifftestReport:
     tau: float
     histogram: dict[str, int]
     warnings: list[str]
-    inject: str | None = None
+    inject: Fault | None = None
     tau_reference: float | None = None
 
     @property
@@ -217,7 +220,7 @@ def difftest_models(
     tokenizer: ByteTokenizer | None = None,
     max_new_tokens: int | None = None,
     block_size: int | None = None,
-    inject: str | None = None,
+    inject: Fault | None = None,
     cuda_graphs: bool = False,
 ) -> DifftestReport:
     """Diff-test loaded models on `prompts` (the library core; `run_difftest` loads folders).
@@ -228,8 +231,8 @@ def difftest_models(
     caches; decode, verify and draft steps captured as CUDA graphs on a CUDA device, run eagerly
     over the same static buffers elsewhere).
     """
-    if inject is not None and inject not in FAULTS:
-        raise InputError(f"unknown fault {inject!r}; known faults: {', '.join(FAULTS)}")
+    if inject is not None and not inject.greedy:
+        raise InputError(f"{inject} plants a sampler bug: use it with --sampled")
     size = block_size or drafter.config.block_size
     if size < 1:
         raise InputError("block size must be at least 1")
@@ -287,12 +290,12 @@ def _graph_models(
     prompts: list[Prompt],
     budget: int,
     size: int,
-    inject: str | None,
+    inject: Fault | None,
 ) -> tuple[Any, Any]:
     """The runner's stand-ins for `target` and `drafter`, sized for the longest prompt."""
     if not isinstance(drafter, Drafter):
         raise InputError("CUDA graphs need a DFlash drafter (kernels_ref.drafter.Drafter)")
-    if inject == "stale-kv":
+    if inject is Fault.STALE_KV:
         raise InputError("the stale-kv fault needs the growing cache: run it without CUDA graphs")
     longest = max(len(prompt.ids) for prompt in prompts)
     max_len = static_len(longest, budget, target.config.max_position_embeddings)
@@ -300,6 +303,7 @@ def _graph_models(
     return runner.target, runner.drafter
 
 
+@runner_errors()
 def run_difftest(options: LocalOptions) -> DifftestReport:
     """Load the pair from HF-style folders and diff-test it on the options' prompts.
 

@@ -20,7 +20,7 @@ from dflash_guard.lossless.defaults import (
 )
 from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S, http_url_parts
 from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
-from kernels_ref.faults import FAULTS, SAMPLING_FAULTS
+from kernels_ref.faults import Fault
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,12 @@ class LocalOptions:
     block_size: int | None = None  # None: the drafter's
     device: str = "cpu"
     dtype: str = "float32"
-    inject: str | None = None  # a planted engine bug (kernels_ref.faults.FAULTS)
+    inject: Fault | None = None  # a planted engine bug (parsed once: reference.parse_fault)
     cuda_graphs: bool = False  # replay decode/verify/draft steps as CUDA graphs
 
     def __post_init__(self) -> None:
-        if self.inject is not None and self.inject not in FAULTS:
-            raise InputError(f"unknown fault {self.inject!r}; known faults: {', '.join(FAULTS)}")
+        if self.inject is not None and not self.inject.greedy:
+            raise InputError(f"{self.inject} plants a sampler bug: use it with --sampled")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise InputError("max_new_tokens must be at least 1")
         if self.block_size is not None and self.block_size < 1:
@@ -60,7 +60,7 @@ class SampledOptions:
     top_p: float | None = None
     alpha: float = DEFAULT_ALPHA  # family-wise false-alarm rate
     seed: int = 0
-    inject: str | None = None  # a planted sampler bug (kernels_ref.faults.SAMPLING_FAULTS)
+    inject: Fault | None = None  # a planted sampler bug
     block_size: int | None = None
     device: str = "cpu"
     dtype: str = "float32"
@@ -69,14 +69,11 @@ class SampledOptions:
     def __post_init__(self) -> None:
         if self.temperature <= 0:
             raise InputError("--sampled needs --temperature above 0")
-        if self.inject is not None and self.inject not in SAMPLING_FAULTS:
-            raise InputError(
-                f"--sampled plants sampler faults only: {', '.join(SAMPLING_FAULTS)}"
-            )
-        if self.inject == "reuse-draft-uniforms":
-            raise InputError(
-                "reuse-draft-uniforms needs a sampled draft; the runner drafts greedily"
-            )
+        if self.inject is not None and not self.inject.sampling:
+            sampler_faults = ", ".join(fault for fault in Fault if fault.sampling)
+            raise InputError(f"--sampled plants sampler faults only: {sampler_faults}")
+        if self.inject is not None and not self.inject.runner:
+            raise InputError(f"{self.inject} needs a sampled draft; the runner drafts greedily")
         if self.samples < 1 or self.sample_tokens < 1 or not 0 < self.alpha < 1:
             raise InputError("--samples and --sample-tokens must be positive, --alpha in (0, 1)")
         if self.block_size is not None and self.block_size < 1:

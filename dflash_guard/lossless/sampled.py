@@ -29,8 +29,10 @@ from dflash_guard.lossless.defaults import (
 )
 from dflash_guard.lossless.options import SampledOptions
 from dflash_guard.lossless.prompts import load_prompts
+from dflash_guard.lossless.reference import runner_errors
 from kernels_ref.drafter import load_drafter
-from kernels_ref.loop import DraftModel, generate
+from kernels_ref.faults import Fault
+from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
 from kernels_ref.sampling import (
     SamplingParams,
@@ -40,6 +42,7 @@ from kernels_ref.sampling import (
     seeded,
     verify_block,
 )
+from kernels_ref.step import DraftModel
 from kernels_ref.tokenizer import load_byte_tokenizer
 
 DEFAULT_MIN_CELL = 10
@@ -189,7 +192,7 @@ def sample_speculative(
     draft_generator: torch.Generator,
     verify_generator: torch.Generator,
     greedy_draft: bool = True,
-    inject: str | None = None,
+    inject: Fault | None = None,
 ) -> tuple[torch.Tensor, float]:
     """[samples, tokens] continuations drawn by draft-and-verify steps, and the mean number of
     draft tokens accepted per step. Draws advance in lockstep; each keeps its own length."""
@@ -273,7 +276,7 @@ def check_sampled(
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     greedy_draft: bool = True,
-    inject: str | None = None,
+    inject: Fault | None = None,
     min_cell: int = DEFAULT_MIN_CELL,
 ) -> SampledReport:
     """The check on a cache-free model pair, both samplers vectorised over the draws."""
@@ -305,7 +308,7 @@ def runner_sampler(
     params: SamplingParams,
     *,
     block_size: int | None = None,
-    inject: str | None = None,
+    inject: Fault | None = None,
 ) -> Sampler:
     """A sampler that decodes each draw with `kernels_ref.loop.generate` (the runner under test,
     KV cache and all): autoregressive without a drafter, speculative with one."""
@@ -329,6 +332,7 @@ def runner_sampler(
     return draw
 
 
+@runner_errors()
 def run_sampled_difftest(options: SampledOptions) -> SampledReport:
     """Load the pair and check the runner's sampled speculative decoding against its own
     autoregressive sampling (default prompts: three of the shipped set).

@@ -1,8 +1,10 @@
 """`dflash-guard scan`: never load what has not been scanned.
 
-One module per detector (`pickles`, `safetensors_check`, `gguf_check`, `templates`,
-`remote_code`, `drafter_config`), the shared types in `interface`, the walk in `runner`, the
-report in `report` and its SARIF form in `sarif`.
+One module per detector (`pickles`, `safetensors_check`, `gguf_check`, `templates` and its
+jinja2 check `template_check`, `remote_code`, `drafter_config`), the rule registry in `rules`,
+the shared types in `interface`, the walk in `runner` and the report in `report` (rendered by
+`dflash_guard.formats`). Heavy libraries (modelscan, jinja2, gguf, numpy) load only when a file
+needs them.
 """
 
 from dflash_guard.scan.interface import Detector, Finding, RemoteCodeFile, Severity

@@ -12,14 +12,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflash_guard.scan import jsonfile
-from dflash_guard.scan.interface import Finding, Severity
+from dflash_guard.scan import jsonfile, rules
+from dflash_guard.scan.interface import Finding, Rule, Severity
+from kernels_ref.compat import compatibility_problems, dflash_field
 
 DETECTOR = "drafter-config"
 KNOWN_ARCHITECTURES = frozenset({"DFlashDraftModel", "DFlash2DraftModel"})
 KNOWN_MODEL_TYPES = frozenset({"dflash", "dflash2", "qwen3", "llama"})
 DEFAULT_PARAM_BUDGET = 3_000_000_000
 BLOCK_RANGE = (2, 64)
+# The rule of each `kernels_ref.compat` problem code.
+COMPAT_RULES = {
+    "mask_token_id": rules.DRAFTER_MASK,
+    "target_layer_ids": rules.DRAFTER_LAYERS,
+    "num_target_layers": rules.DRAFTER_LAYERS,
+    "hidden_size": rules.DRAFTER_SHAPE,
+    "vocab_size": rules.DRAFTER_SHAPE,
+}
 
 
 def is_drafter_config(config: object) -> bool:
@@ -89,12 +98,12 @@ def check_drafter(
 ) -> list[Finding]:
     """Findings for the drafter config in `drafter_dir` (reported under `display`)."""
 
-    def finding(rule: str, severity: Severity, message: str) -> Finding:
-        return Finding(rule, severity, display, message, detector=DETECTOR)
+    def finding(rule: Rule, severity: Severity, message: str) -> Finding:
+        return Finding(rule.id, severity, display, message, detector=DETECTOR)
 
     config, error = _load(drafter_dir / "config.json")
     if error or config is None:
-        return [finding("DG-CONFIG-INVALID", Severity.medium, error or "no config.json")]
+        return [finding(rules.CONFIG_INVALID, Severity.medium, error or "no config.json")]
     findings: list[Finding] = []
     architectures = config.get("architectures") or []
     if not isinstance(architectures, list) or not KNOWN_ARCHITECTURES.intersection(
@@ -102,7 +111,7 @@ def check_drafter(
     ):
         findings.append(
             finding(
-                "DG-DRAFTER-ARCH",
+                rules.DRAFTER_ARCH,
                 Severity.medium,
                 f"architectures {architectures!r} is not a known DFlash drafter "
                 f"({', '.join(sorted(KNOWN_ARCHITECTURES))})",
@@ -113,7 +122,7 @@ def check_drafter(
     if not isinstance(block, int) or not BLOCK_RANGE[0] <= block <= BLOCK_RANGE[1]:
         findings.append(
             finding(
-                "DG-DRAFTER-BLOCK",
+                rules.DRAFTER_BLOCK,
                 Severity.medium,
                 f"block_size {block!r} is outside {BLOCK_RANGE[0]}..{BLOCK_RANGE[1]}",
             )
@@ -122,48 +131,34 @@ def check_drafter(
     if param_count is not None and param_count > budget:
         findings.append(
             finding(
-                "DG-DRAFTER-PARAMS",
+                rules.DRAFTER_PARAMS,
                 Severity.medium,
                 f"{param_count:,} parameters exceed the budget of {budget:,}",
             )
         )
-    mask = dflash.get("mask_token_id", config.get("mask_token_id"))
-    vocab = config.get("vocab_size")
     target_config: dict = {}
     if target is not None:
         target_config, error = _load(target / "config.json")
         if error or target_config is None:
             findings.append(
                 finding(
-                    "DG-CONFIG-INVALID", Severity.medium, f"target: {error or 'no config.json'}"
+                    rules.CONFIG_INVALID, Severity.medium, f"target: {error or 'no config.json'}"
                 )
             )
             target_config = {}
-        vocab = target_config.get("vocab_size", vocab)
-    if not isinstance(mask, int) or isinstance(mask, bool):
-        findings.append(
-            finding(
-                "DG-DRAFTER-MASK",
-                Severity.high,
-                f"mask_token_id {mask!r} is missing or not an integer",
-            )
-        )
-    elif isinstance(vocab, int) and not 0 <= mask < vocab:
-        findings.append(
-            finding(
-                "DG-DRAFTER-MASK",
-                Severity.high,
-                f"mask_token_id {mask} is outside the vocabulary (0..{vocab - 1})",
-            )
-        )
+    findings.extend(  # with no target, only the mask token is checked (against its own vocab)
+        finding(COMPAT_RULES[problem.code], Severity.high, problem.message)
+        for problem in compatibility_problems(config, target_config)
+    )
     if target is None:
         return findings
+    mask = dflash_field(config, "mask_token_id")
     if isinstance(mask, int):
         reserved = reserved_token_ids(target)
         if mask in reserved:
             findings.append(
                 finding(
-                    "DG-DRAFTER-MASK",
+                    rules.DRAFTER_MASK,
                     Severity.high,
                     f"mask_token_id {mask} aliases the target's {reserved[mask]}: "
                     "acceptance erodes and engines may stop on it",
@@ -171,41 +166,13 @@ def check_drafter(
             )
     findings.extend(
         finding(rule, severity, message)
-        for rule, severity, message in _shape_problems(config, dflash, target_config)
+        for rule, severity, message in _shape_problems(config, target_config)
     )
     return findings
 
 
-def _shape_problems(config: dict, dflash: dict, target: dict) -> list[tuple[str, Severity, str]]:
-    problems: list[tuple[str, Severity, str]] = []
-    layers = target.get("num_hidden_layers")
-    layer_ids = dflash.get("target_layer_ids", config.get("target_layer_ids"))
-    if isinstance(layers, int):
-        if not isinstance(layer_ids, list) or not all(
-            isinstance(i, int) and 0 <= i < layers for i in layer_ids
-        ):
-            problems.append(
-                (
-                    "DG-DRAFTER-LAYERS",
-                    Severity.high,
-                    f"target_layer_ids {layer_ids!r} not all within 0..{layers - 1}",
-                )
-            )
-        num_target = config.get("num_target_layers", dflash.get("num_target_layers"))
-        if num_target is not None and num_target != layers:
-            problems.append(
-                (
-                    "DG-DRAFTER-LAYERS",
-                    Severity.high,
-                    f"num_target_layers {num_target!r} != target num_hidden_layers {layers}",
-                )
-            )
-    for key in ("hidden_size", "vocab_size"):
-        ours, theirs = config.get(key), target.get(key)
-        if ours is not None and theirs is not None and ours != theirs:
-            problems.append(
-                ("DG-DRAFTER-SHAPE", Severity.high, f"{key} {ours!r} != the target's {theirs!r}")
-            )
+def _shape_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, str]]:
+    problems: list[tuple[Rule, Severity, str]] = []
     head_dim = config.get("head_dim")
     heads = config.get("num_attention_heads")
     hidden = config.get("hidden_size")
@@ -216,7 +183,7 @@ def _shape_problems(config: dict, dflash: dict, target: dict) -> list[tuple[str,
     ):
         problems.append(
             (
-                "DG-DRAFTER-SHAPE",
+                rules.DRAFTER_SHAPE,
                 Severity.high,
                 f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
             )
@@ -228,7 +195,7 @@ def _shape_problems(config: dict, dflash: dict, target: dict) -> list[tuple[str,
     ):
         problems.append(
             (
-                "DG-DRAFTER-SHAPE",
+                rules.DRAFTER_SHAPE,
                 Severity.medium,
                 f"head_dim {head_dim!r} != the target's {target.get('head_dim')!r}",
             )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflash_guard.scan.interface import Finding, Severity
-from dflash_guard.scan.templates import check_template
+from dflash_guard.scan import rules
+from dflash_guard.scan.interface import Finding, Rule, Severity
 
 DETECTOR = "gguf"
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -16,8 +16,10 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
     """Findings for one GGUF file; any error the reader raises on malformed input is one."""
     from gguf import GGUFReader
 
-    def finding(rule: str, severity: Severity, message: str, member: str | None = None):
-        return Finding(rule, severity, display, message, member=member, detector=DETECTOR)
+    def finding(rule: Rule, severity: Severity, message: str, member: str | None = None):
+        return Finding.of(
+            rule, display, message, severity=severity, member=member, detector=DETECTOR
+        )
 
     try:
         reader = GGUFReader(path)
@@ -26,7 +28,7 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
     except Exception as error:  # noqa: BLE001 - the reader raises many types on bad input
         return [
             finding(
-                "DG-GGUF-MALFORMED",
+                rules.GGUF_MALFORMED,
                 Severity.high,
                 f"the gguf reader rejects it: {type(error).__name__}: {error}",
             )
@@ -35,19 +37,21 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
     size = path.stat().st_size
     names = [tensor.name for tensor in tensors]
     if len(names) != len(set(names)):
-        findings.append(finding("DG-GGUF-TENSORS", Severity.high, "duplicate tensor names"))
+        findings.append(finding(rules.GGUF_TENSORS, Severity.high, "duplicate tensor names"))
     for tensor in tensors:
         end = int(tensor.data_offset) + int(tensor.n_bytes)
         if end > size:
             findings.append(
                 finding(
-                    "DG-GGUF-TENSORS",
+                    rules.GGUF_TENSORS,
                     Severity.high,
                     f"tensor {tensor.name!r} ends at byte {end}, past the file ({size} bytes)",
                 )
             )
     if "general.architecture" not in fields:
-        findings.append(finding("DG-GGUF-METADATA", Severity.medium, "no general.architecture key"))
+        findings.append(
+            finding(rules.GGUF_METADATA, Severity.medium, "no general.architecture key")
+        )
     for key, field in fields.items():
         if key != TEMPLATE_KEY and not key.startswith(TEMPLATE_KEY + "."):
             continue
@@ -56,14 +60,16 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
         except Exception as error:  # noqa: BLE001 - malformed field
             findings.append(
                 finding(
-                    "DG-GGUF-METADATA", Severity.high, f"{key} cannot be read: {error}", member=key
+                    rules.GGUF_METADATA, Severity.high, f"{key} cannot be read: {error}", member=key
                 )
             )
             continue
         if not isinstance(source, str):
             findings.append(
-                finding("DG-GGUF-METADATA", Severity.high, f"{key} is not a string", member=key)
+                finding(rules.GGUF_METADATA, Severity.high, f"{key} is not a string", member=key)
             )
             continue
+        from dflash_guard.scan.template_check import check_template  # jinja2: only for a template
+
         findings.extend(check_template(source, display, member=key))
     return findings

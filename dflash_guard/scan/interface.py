@@ -1,32 +1,15 @@
-"""The types every detector shares: severities, findings and the detector protocol."""
+"""The types every detector shares: findings, rules, severities and the detector protocol."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable
 from pathlib import Path
 
+from dflash_guard.scan.rules import RULES, Rule
+from dflash_guard.severity import Severity
 
-class Severity(enum.IntEnum):
-    """How bad a finding is; ordered so that `low < medium < high < critical`."""
-
-    low = 1
-    medium = 2
-    high = 3
-    critical = 4
-
-    @classmethod
-    def parse(cls, text: str) -> Severity:
-        """`"High"` -> `Severity.high`; raises `ValueError` naming the accepted values."""
-        try:
-            return cls[text.strip().lower()]
-        except KeyError:
-            accepted = ", ".join(member.name for member in cls)
-            raise ValueError(f"unknown severity {text!r} (expected one of {accepted})") from None
-
-    def __str__(self) -> str:
-        return self.name
+__all__ = ["Detector", "Finding", "RemoteCodeFile", "Rule", "Severity"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +23,25 @@ class Finding:
     line: int | None = None
     member: str | None = None
     detector: str = ""
+
+    def __post_init__(self) -> None:
+        if self.rule_id not in RULES:
+            raise ValueError(f"{self.rule_id!r} is not a registered scan rule (see scan/rules.py)")
+
+    @classmethod
+    def of(
+        cls,
+        rule: Rule,
+        file: str,
+        message: str,
+        *,
+        severity: Severity | None = None,
+        line: int | None = None,
+        member: str | None = None,
+        detector: str = "",
+    ) -> Finding:
+        """A finding of `rule`, at its default severity unless `severity` says otherwise."""
+        return cls(rule.id, severity or rule.severity, file, message, line, member, detector)
 
     def to_json(self) -> dict[str, object]:
         """The finding as a JSON object (the README documents the keys)."""

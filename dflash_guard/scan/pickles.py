@@ -19,11 +19,12 @@ from collections import Counter
 from pathlib import Path
 from typing import IO
 
-from dflash_guard.scan.interface import Finding, Severity
+from dflash_guard.scan import rules
+from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.sniff import PICKLE_SUFFIXES, Format, sniff_bytes
 
 DETECTOR = "pickle"
-PRESENT_RULE = "DG-PICKLE-PRESENT"  # marks a file as pickle-family in the report
+
 MAX_ZIP_DEPTH = 3
 MAX_MEMBER_BYTES = 1 << 30  # an archive member is read into memory: a zip bomb stops here
 _LEGACY_TORCH_MAGIC = 0x1950A86A20F9469CFC6C
@@ -351,9 +352,11 @@ class _Scan:
         self.findings: list[Finding] = []
         self.streams = 0
 
-    def add(self, rule: str, severity: Severity, message: str, member: str | None) -> None:
+    def add(self, rule: Rule, severity: Severity, message: str, member: str | None) -> None:
         self.findings.append(
-            Finding(rule, severity, self.display, message, member=member, detector=DETECTOR)
+            Finding.of(
+                rule, self.display, message, severity=severity, member=member, detector=DETECTOR
+            )
         )
 
     # -- pickles -------------------------------------------------------------------------------
@@ -363,14 +366,14 @@ class _Scan:
         if first.error and first.opcodes <= 1 and not first.globals:
             if from_extension:
                 self.add(
-                    "DG-NOT-PICKLE",
+                    rules.NOT_PICKLE,
                     Severity.low,
                     "has a pickle-family name but is not a pickle (nothing to load)",
                     member,
                 )
             else:
                 self.add(
-                    "DG-PICKLE-INVALID",
+                    rules.PICKLE_INVALID,
                     Severity.high,
                     f"pickle signature but no valid pickle stream ({first.error})",
                     member,
@@ -402,7 +405,7 @@ class _Scan:
             times = f" ({count}x)" if count > 1 else ""
             if module is None:
                 self.add(
-                    "DG-PICKLE-UNRESOLVED-GLOBAL",
+                    rules.PICKLE_UNRESOLVED_GLOBAL,
                     Severity.high,
                     f"{where}: {opcode} imports a global whose name is computed "
                     f"({name or 'not constant strings'}){times}",
@@ -413,9 +416,9 @@ class _Scan:
             if severity is None:
                 continue
             rule = (
-                "DG-PICKLE-DANGEROUS-GLOBAL"
+                rules.PICKLE_DANGEROUS_GLOBAL
                 if severity is Severity.critical
-                else "DG-PICKLE-GLOBAL"
+                else rules.PICKLE_GLOBAL
             )
             self.add(
                 rule,
@@ -426,7 +429,7 @@ class _Scan:
             )
         for target in sorted(set(result.builds_on_globals)):
             self.add(
-                "DG-PICKLE-BUILD-ON-GLOBAL",
+                rules.PICKLE_BUILD_ON_GLOBAL,
                 Severity.high,
                 f"{where}: BUILD sets attributes on the imported {target} itself "
                 "(rewrites a class or module at load time)",
@@ -435,7 +438,7 @@ class _Scan:
         if result.error:
             if strict:
                 self.add(
-                    "DG-PICKLE-INVALID",
+                    rules.PICKLE_INVALID,
                     Severity.high,
                     f"{where} is truncated or malformed ({result.error}); an unpickler "
                     "runs the opcodes before the fault",
@@ -443,7 +446,7 @@ class _Scan:
                 )
             else:
                 self.add(
-                    "DG-PICKLE-TRAILING",
+                    rules.PICKLE_TRAILING,
                     Severity.low,
                     f"bytes after the last pickle look like a broken pickle ({result.error})",
                     member,
@@ -464,14 +467,14 @@ class _Scan:
             self.pickles(stream, member, from_extension=from_extension)
         elif fmt is Format.archive:
             self.add(
-                "DG-UNSCANNABLE",
+                rules.UNSCANNABLE,
                 Severity.high,
                 "an archive format dflash-guard cannot open (7z, rar, gzip, xz, bzip2)",
                 member,
             )
         elif from_extension:
             self.add(
-                "DG-NOT-PICKLE",
+                rules.NOT_PICKLE,
                 Severity.low,
                 "has a pickle-family name but is not a pickle, zip or numpy file",
                 member,
@@ -480,7 +483,7 @@ class _Scan:
     def zip(self, stream: IO[bytes], member: str | None, depth: int) -> None:
         if depth >= MAX_ZIP_DEPTH:
             self.add(
-                "DG-UNSCANNABLE",
+                rules.UNSCANNABLE,
                 Severity.high,
                 f"zip nested deeper than {MAX_ZIP_DEPTH} levels",
                 member,
@@ -490,7 +493,7 @@ class _Scan:
             archive = zipfile.ZipFile(stream)
             infos = archive.infolist()
         except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as error:
-            self.add("DG-UNSCANNABLE", Severity.high, f"cannot open zip: {error}", member)
+            self.add(rules.UNSCANNABLE, Severity.high, f"cannot open zip: {error}", member)
             return
         with archive:
             names = [info.filename for info in infos]
@@ -504,7 +507,7 @@ class _Scan:
                     continue  # raw tensor bytes, never unpickled by torch.load
                 if info.flag_bits & 0x1:
                     self.add(
-                        "DG-UNSCANNABLE",
+                        rules.UNSCANNABLE,
                         Severity.high,
                         "encrypted zip member: its content cannot be checked",
                         inner,
@@ -519,7 +522,7 @@ class _Scan:
             data = _read_member(archive, info)
         except _CrcMismatch as error:
             self.add(
-                "DG-ZIP-CRC",
+                rules.ZIP_CRC,
                 Severity.high,
                 "zip member fails its CRC check: loaders that skip the check would read "
                 "bytes other tools do not",
@@ -535,7 +538,7 @@ class _Scan:
             RuntimeError,
             zipfile.LargeZipFile,
         ) as error:
-            self.add("DG-UNSCANNABLE", Severity.high, f"cannot read zip member: {error}", inner)
+            self.add(rules.UNSCANNABLE, Severity.high, f"cannot read zip member: {error}", inner)
             return
         suffix = Path(info.filename).suffix.lower()
         from_extension = suffix in {".pkl", ".pickle", ".npy", ".bin", ".pt", ".pth", ".joblib"}
@@ -555,7 +558,7 @@ class _Scan:
             else:
                 raise ValueError(f"unsupported .npy version {version}")
         except Exception as error:  # noqa: BLE001 - numpy raises many types on bad headers
-            self.add("DG-UNSCANNABLE", Severity.high, f"invalid .npy header: {error}", member)
+            self.add(rules.UNSCANNABLE, Severity.high, f"invalid .npy header: {error}", member)
             return
         if dtype.hasobject:
             self.pickles(stream, member, from_extension=False)
@@ -608,7 +611,7 @@ def _modelscan_findings(path: Path, display: str) -> list[Finding]:
     except Exception as error:  # noqa: BLE001 - a crash in modelscan must not hide our own pass
         return [
             Finding(
-                "DG-MODELSCAN-ERROR",
+                rules.MODELSCAN_ERROR.id,
                 Severity.low,
                 display,
                 f"modelscan failed: {type(error).__name__}: {error}",
@@ -622,7 +625,7 @@ def _modelscan_findings(path: Path, display: str) -> list[Finding]:
         severity = Severity.parse(str(issue.get("severity", "high")))
         findings.append(
             Finding(
-                "DG-MODELSCAN",
+                rules.MODELSCAN.id,
                 severity,
                 display,
                 f"modelscan: unsafe operator {issue.get('module')}.{issue.get('operator')}",
@@ -633,7 +636,7 @@ def _modelscan_findings(path: Path, display: str) -> list[Finding]:
     for error in report.get("errors", []):
         findings.append(
             Finding(
-                "DG-MODELSCAN-ERROR",
+                rules.MODELSCAN_ERROR.id,
                 Severity.low,
                 display,
                 f"modelscan could not scan it ({error.get('description')}); the opcode pass did",
@@ -670,14 +673,14 @@ def scan_pickle_file(path: Path, display: str) -> list[Finding]:
         with path.open("rb") as handle:
             scan.blob(handle, path.stat().st_size, None, 0, from_extension=from_extension)
     except OSError as error:
-        scan.add("DG-UNSCANNABLE", Severity.high, f"cannot read: {error}", None)
+        scan.add(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}", None)
     findings = scan.findings
     if path.suffix.lower() in _MODELSCAN_SUFFIXES:
         findings = _modelscan_findings(path, display) + findings
     if scan.streams:
         findings.append(
             Finding(
-                PRESENT_RULE,
+                rules.PICKLE_PRESENT.id,
                 Severity.low,
                 display,
                 f"holds {scan.streams} pickle stream(s): loading it runs a "

@@ -19,7 +19,8 @@ from __future__ import annotations
 import ast
 import re
 
-from dflash_guard.scan.interface import Finding, Severity
+from dflash_guard.scan import rules
+from dflash_guard.scan.interface import Finding, Rule, Severity
 
 DETECTOR = "remote-code"
 
@@ -159,19 +160,21 @@ class _Visitor(ast.NodeVisitor):
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def add(
-        self, rule: str, severity: Severity, node: ast.AST, message: str, *, runs: bool = False
+        self, rule: Rule, severity: Severity, node: ast.AST, message: str, *, runs: bool = False
     ) -> None:
         """Record a finding; an action (`runs`) at import time is also an import-time finding."""
         where = self.context[-1]
         line = getattr(node, "lineno", None)
         self.findings.append(
-            Finding(rule, severity, self.display, message, line=line, detector=DETECTOR)
+            Finding.of(
+                rule, self.display, message, severity=severity, line=line, detector=DETECTOR
+            )
         )
-        if runs and where in _IMPORT_TIME and rule != "DG-RC-IMPORT-TIME-SIDE-EFFECT":
+        if runs and where in _IMPORT_TIME and rule != rules.RC_IMPORT_TIME_SIDE_EFFECT:
             raised = Severity(min(severity + 1, Severity.critical))
             self.findings.append(
                 Finding(
-                    "DG-RC-IMPORT-TIME-SIDE-EFFECT",
+                    rules.RC_IMPORT_TIME_SIDE_EFFECT.id,
                     raised,
                     self.display,
                     f"runs at import time ({where}): {message}",
@@ -228,12 +231,12 @@ class _Visitor(ast.NodeVisitor):
     def check_module(self, name: str, node: ast.AST) -> None:
         root = name.split(".")[0]
         if root in _PROCESS_MODULES:
-            self.add("DG-RC-PROCESS", Severity.high, node, f"imports {name} (runs processes)")
+            self.add(rules.RC_PROCESS, Severity.high, node, f"imports {name} (runs processes)")
         elif root in _NETWORK_MODULES:
-            self.add("DG-RC-NETWORK", Severity.high, node, f"imports {name} (network access)")
+            self.add(rules.RC_NETWORK, Severity.high, node, f"imports {name} (network access)")
         elif root in _DYNAMIC_MODULES:
             self.add(
-                "DG-RC-DYNAMIC-CODE",
+                rules.RC_DYNAMIC_CODE,
                 Severity.high,
                 node,
                 f"imports {name} (loads or runs code dynamically)",
@@ -248,12 +251,12 @@ class _Visitor(ast.NodeVisitor):
 
     def check_call(self, node: ast.Call, name: str, last: str) -> None:
         if name in ("eval", "exec", "builtins.eval", "builtins.exec"):
-            self.add("DG-RC-DYNAMIC-CODE", Severity.critical, node, f"calls {last}()", runs=True)
+            self.add(rules.RC_DYNAMIC_CODE, Severity.critical, node, f"calls {last}()", runs=True)
         elif name in ("compile", "__import__", "builtins.compile", "builtins.__import__"):
-            self.add("DG-RC-DYNAMIC-CODE", Severity.high, node, f"calls {last}()", runs=True)
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node, f"calls {last}()", runs=True)
         elif name in ("getattr", "builtins.getattr") and self.computed_getattr(node):
             self.add(
-                "DG-RC-DYNAMIC-CODE",
+                rules.RC_DYNAMIC_CODE,
                 Severity.high,
                 node,
                 "getattr() with a computed name on a module or builtins",
@@ -265,9 +268,9 @@ class _Visitor(ast.NodeVisitor):
             or name.split(".")[0] in _PROCESS_MODULES
             and "." in name
         ):
-            self.add("DG-RC-PROCESS", Severity.critical, node, f"calls {name}()", runs=True)
+            self.add(rules.RC_PROCESS, Severity.critical, node, f"calls {name}()", runs=True)
         elif name.split(".")[0] in _NETWORK_MODULES and "." in name:
-            self.add("DG-RC-NETWORK", Severity.high, node, f"calls {name}()", runs=True)
+            self.add(rules.RC_NETWORK, Severity.high, node, f"calls {name}()", runs=True)
         elif last in _DECODERS and name.split(".")[0] in {
             "base64",
             "zlib",
@@ -279,7 +282,7 @@ class _Visitor(ast.NodeVisitor):
             "codecs",
         }:
             self.add(
-                "DG-RC-ENCODED-BLOB",
+                rules.RC_ENCODED_BLOB,
                 Severity.high,
                 node,
                 f"decodes an encoded payload with {name}()",
@@ -287,17 +290,21 @@ class _Visitor(ast.NodeVisitor):
             )
         elif name == "codecs.decode" or last == "fromhex":
             self.add(
-                "DG-RC-ENCODED-BLOB", Severity.high, node, f"decodes data with {name}()", runs=True
+                rules.RC_ENCODED_BLOB, Severity.high, node, f"decodes data with {name}()", runs=True
             )
         elif name in ("os.getenv", "os.getenvb"):
             self.add(
-                "DG-RC-CREDENTIALS", Severity.medium, node, "reads environment variables", runs=True
+                rules.RC_CREDENTIALS,
+                Severity.medium,
+                node,
+                "reads environment variables",
+                runs=True,
             )
         elif name.startswith(("os.", "shutil.")) and (
             last in _OS_WRITE or name.startswith("shutil.")
         ):
             self.add(
-                "DG-RC-FS-WRITE",
+                rules.RC_FS_WRITE,
                 Severity.high,
                 node,
                 f"changes the file system: {name}()",
@@ -305,10 +312,10 @@ class _Visitor(ast.NodeVisitor):
             )
         elif name in ("open", "builtins.open", "io.open") and self.write_mode(node):
             severity, message = self.write_target(node)
-            self.add("DG-RC-FS-WRITE", severity, node, message, runs=True)
+            self.add(rules.RC_FS_WRITE, severity, node, message, runs=True)
         elif last in ("write_text", "write_bytes", "unlink", "rmdir", "rmtree", "touch"):
             self.add(
-                "DG-RC-FS-WRITE",
+                rules.RC_FS_WRITE,
                 Severity.high,
                 node,
                 f"changes the file system: .{last}()",
@@ -316,7 +323,7 @@ class _Visitor(ast.NodeVisitor):
             )
         elif self.context[-1] == "module level" and last not in _USUAL_MODULE_CALLS:
             self.add(
-                "DG-RC-IMPORT-TIME-SIDE-EFFECT",
+                rules.RC_IMPORT_TIME_SIDE_EFFECT,
                 Severity.low,
                 node,
                 f"calls {name or 'an expression'}() at import time",
@@ -364,28 +371,28 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if self.resolve(node) == "os.environ":
-            self.add("DG-RC-CREDENTIALS", Severity.medium, node, "reads os.environ")
+            self.add(rules.RC_CREDENTIALS, Severity.medium, node, "reads os.environ")
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str):
             if _CREDENTIAL_HINTS.search(node.value):
                 self.add(
-                    "DG-RC-CREDENTIALS",
+                    rules.RC_CREDENTIALS,
                     Severity.high,
                     node,
                     f"names a credential: {_CREDENTIAL_HINTS.search(node.value).group(0)}",
                 )
             elif len(node.value) >= 200 and _ENCODED_BLOB.match(node.value.strip()):
                 self.add(
-                    "DG-RC-ENCODED-BLOB",
+                    rules.RC_ENCODED_BLOB,
                     Severity.high,
                     node,
                     f"{len(node.value)}-character encoded string constant",
                 )
         elif isinstance(node.value, bytes) and len(node.value) >= 200:
             self.add(
-                "DG-RC-ENCODED-BLOB",
+                rules.RC_ENCODED_BLOB,
                 Severity.medium,
                 node,
                 f"{len(node.value)}-byte bytes constant",
@@ -398,7 +405,12 @@ def check_source(source: bytes, display: str) -> list[Finding]:
     def unparseable(message: str, line: int | None = None) -> list[Finding]:
         return [
             Finding(
-                "DG-RC-UNPARSEABLE", Severity.high, display, message, line=line, detector=DETECTOR
+                rules.RC_UNPARSEABLE.id,
+                Severity.high,
+                display,
+                message,
+                line=line,
+                detector=DETECTOR,
             )
         ]
 
@@ -419,7 +431,7 @@ def check_source(source: bytes, display: str) -> list[Finding]:
 def unreviewed(display: str, sha256: str) -> Finding:
     """The note that a code file has not been reviewed (by its sha256)."""
     return Finding(
-        "DG-RC-UNREVIEWED",
+        rules.RC_UNREVIEWED.id,
         Severity.low,
         display,
         f"remote code not reviewed (sha256 {sha256}); review it and add the digest",

@@ -6,7 +6,6 @@ import dataclasses
 from collections import Counter
 
 from dflash_guard import __version__
-from dflash_guard.formats.sarif import render_sarif
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
 
 DEFAULT_FAIL_ON = Severity.medium
@@ -21,19 +20,22 @@ class ScanReport:
     pickle_files: list[str]
     param_count: int | None
     files_scanned: int
+    fail_on: Severity = DEFAULT_FAIL_ON
 
     @property
     def max_severity(self) -> Severity | None:
         """The worst severity found, or None when there are no findings."""
         return max((f.severity for f in self.findings), default=None)
 
-    def fails(self, fail_on: Severity = DEFAULT_FAIL_ON) -> bool:
-        """Whether any finding is at or above `fail_on`."""
+    def fails(self, fail_on: Severity | None = None) -> bool:
+        """Whether any finding is at or above `fail_on` (by default the report's own)."""
+        fail_on = fail_on or self.fail_on
         worst = self.max_severity
         return worst is not None and worst >= fail_on
 
-    def to_json(self, fail_on: Severity = DEFAULT_FAIL_ON) -> dict[str, object]:
+    def to_json(self, fail_on: Severity | None = None) -> dict[str, object]:
         """The stable JSON report (schema in the README, section "Scanning")."""
+        fail_on = fail_on or self.fail_on
         counts = Counter(f.severity.name for f in self.findings)
         worst = self.max_severity
         return {
@@ -53,6 +55,18 @@ class ScanReport:
             "param_count": self.param_count,
         }
 
-    def to_sarif(self) -> dict[str, object]:
-        """The findings as a SARIF 2.1.0 log."""
-        return render_sarif(self.findings)
+    def summary(self) -> str:
+        """One line: the verdict, counts, worst severity and the threshold."""
+        worst = self.max_severity
+        verdict = "FAIL" if self.fails() else "PASS"
+        params = f", {self.param_count:,} parameters" if self.param_count is not None else ""
+        return (
+            f"{verdict}: {_count(self.files_scanned, 'file')}, "
+            f"{_count(len(self.findings), 'finding')} "
+            f"(worst: {worst.name if worst else 'none'}, failing at {self.fail_on.name}+){params}"
+        )
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 finding`, `2 findings`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

@@ -17,8 +17,8 @@ from dflash_guard.scan import (
     drafter_config,
     gguf_check,
     jsonfile,
-    pickles,
     remote_code,
+    rules,
     safetensors_check,
     templates,
 )
@@ -124,7 +124,7 @@ class _Run:
         self.findings.append(finding)
 
     def unscannable(self, display: str, message: str, detector: str = "scan") -> None:
-        self.add(Finding("DG-UNSCANNABLE", Severity.high, display, message, detector=detector))
+        self.add(Finding(rules.UNSCANNABLE.id, Severity.high, display, message, detector=detector))
 
     def python_file(self, path: Path, display: str) -> None:
         try:
@@ -145,7 +145,7 @@ class _Run:
         except (OSError, UnicodeDecodeError, ValueError) as error:
             self.add(
                 Finding(
-                    "DG-CONFIG-INVALID",
+                    rules.CONFIG_INVALID.id,
                     Severity.medium,
                     display,
                     f"not readable JSON: {error}",
@@ -161,7 +161,7 @@ class _Run:
                 self.remote_code.setdefault(entry, RemoteCodeFile(entry, "", False))
                 self.add(
                     Finding(
-                        "DG-RC-REMOTE-REPO",
+                        rules.RC_REMOTE_REPO.id,
                         Severity.high,
                         display,
                         f"auto_map {target!r} loads code from the repository {repo!r}, "
@@ -176,7 +176,7 @@ class _Run:
                 self.remote_code.setdefault(shown, RemoteCodeFile(shown, "", False))
                 self.add(
                     Finding(
-                        "DG-RC-MISSING",
+                        rules.RC_MISSING.id,
                         Severity.high,
                         display,
                         f"auto_map {target!r} needs {module}, which is not in the folder "
@@ -192,9 +192,11 @@ class _Run:
             self.param_count = (self.param_count or 0) + header.param_count
 
     def pickle(self, path: Path, display: str) -> None:
-        findings = pickles.scan_pickle_file(path, display)
+        from dflash_guard.scan.pickles import scan_pickle_file  # pickletools, zipfile, modelscan
+
+        findings = scan_pickle_file(path, display)
         self.findings += findings
-        if any(f.rule_id == pickles.PRESENT_RULE for f in findings):
+        if any(f.rule_id == rules.PICKLE_PRESENT.id for f in findings):
             self.pickle_files.append(display)
 
     def executable(self, path: Path, display: str, suffix: str) -> None:
@@ -203,7 +205,7 @@ class _Run:
         if suffix in _EXECUTABLE_SUFFIXES or head.startswith(_EXECUTABLE_MAGIC):
             self.add(
                 Finding(
-                    "DG-EXECUTABLE",
+                    rules.EXECUTABLE.id,
                     Severity.high,
                     display,
                     "native executable, shared library, script or bytecode: not "

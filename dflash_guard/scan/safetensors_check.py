@@ -13,10 +13,11 @@ import math
 import struct
 from pathlib import Path, PurePosixPath
 
-from dflash_guard.scan import jsonfile
-from dflash_guard.scan.interface import Finding, Severity
+from dflash_guard.scan import jsonfile, rules
+from dflash_guard.scan.interface import Finding, Rule, Severity
 
 DETECTOR = "safetensors"
+_DESERIALIZE_BELOW = 16 << 20  # bytes: read whole and validated in memory below this size
 MAX_HEADER = 100 * 1024 * 1024  # the safetensors loader's own limit
 _TAIL = 64 * 1024 + 22  # where a zip's end-of-central-directory record can start
 DTYPE_BITS = {
@@ -66,9 +67,11 @@ class _Checker:
         self.display = display
         self.findings: list[Finding] = []
 
-    def add(self, rule: str, severity: Severity, message: str, member: str | None = None) -> None:
+    def add(self, rule: Rule, severity: Severity, message: str, member: str | None = None) -> None:
         self.findings.append(
-            Finding(rule, severity, self.display, message, member=member, detector=DETECTOR)
+            Finding.of(
+                rule, self.display, message, severity=severity, member=member, detector=DETECTOR
+            )
         )
 
 
@@ -78,7 +81,7 @@ def check_safetensors(path: Path, display: str) -> tuple[list[Finding], Header |
     try:
         header = _read_header(path, check)
     except OSError as error:
-        check.add("DG-UNSCANNABLE", Severity.high, f"cannot read: {error}")
+        check.add(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}")
         return check.findings, None
     if header is not None and not any(f.severity >= Severity.high for f in check.findings):
         _library_check(path, check)
@@ -90,19 +93,19 @@ def _read_header(path: Path, check: _Checker) -> Header | None:
     with path.open("rb") as handle:
         prefix = handle.read(8)
         if len(prefix) < 8:
-            check.add("DG-ST-TRUNCATED", Severity.high, "shorter than the 8-byte header length")
+            check.add(rules.ST_TRUNCATED, Severity.high, "shorter than the 8-byte header length")
             return None
         (length,) = struct.unpack("<Q", prefix)
         if length > size - 8:
             check.add(
-                "DG-ST-LENGTH",
+                rules.ST_LENGTH,
                 Severity.high,
                 f"header length {length} is larger than the file ({size} bytes)",
             )
             return None
         if length > MAX_HEADER:
             check.add(
-                "DG-ST-LENGTH",
+                rules.ST_LENGTH,
                 Severity.high,
                 f"header of {length} bytes exceeds the 100 MB limit loaders enforce",
             )
@@ -113,16 +116,16 @@ def _read_header(path: Path, check: _Checker) -> Header | None:
             parsed = jsonfile.loads(raw.decode("utf-8"), strict=True)
         except jsonfile.DuplicateKey as error:
             check.add(
-                "DG-ST-DUPLICATE-KEY",
+                rules.ST_DUPLICATE_KEY,
                 Severity.high,
                 f"header has a {error}: parsers may disagree on which tensor it means",
             )
             return None
         except (UnicodeDecodeError, ValueError) as error:
-            check.add("DG-ST-HEADER", Severity.high, f"header is not valid JSON: {error}")
+            check.add(rules.ST_HEADER, Severity.high, f"header is not valid JSON: {error}")
             return None
         if not isinstance(parsed, dict):
-            check.add("DG-ST-HEADER", Severity.high, "header is not a JSON object")
+            check.add(rules.ST_HEADER, Severity.high, "header is not a JSON object")
             return None
         tensors = _check_entries(parsed, check)
         data_start = 8 + length
@@ -130,7 +133,7 @@ def _read_header(path: Path, check: _Checker) -> Header | None:
         data_end = data_start + end
         if data_end > size:
             check.add(
-                "DG-ST-TRUNCATED",
+                rules.ST_TRUNCATED,
                 Severity.high,
                 f"tensor data ends at byte {data_end} but the file has {size}",
             )
@@ -138,14 +141,14 @@ def _read_header(path: Path, check: _Checker) -> Header | None:
             handle.seek(data_end)
             trailing = handle.read(min(size - data_end, 1 << 16))
             check.add(
-                "DG-ST-TRAILING", Severity.high, f"{size - data_end} bytes after the last tensor"
+                rules.ST_TRAILING, Severity.high, f"{size - data_end} bytes after the last tensor"
             )
             _polyglot(trailing, "trailing bytes", check)
         if size > _TAIL:
             handle.seek(size - _TAIL)
             if b"PK\x05\x06" in handle.read(_TAIL):
                 check.add(
-                    "DG-ST-POLYGLOT",
+                    rules.ST_POLYGLOT,
                     Severity.high,
                     "a zip end-of-central-directory record near the end of the file: "
                     "it also opens as a zip (torch.load would read it)",
@@ -160,11 +163,13 @@ def _check_entries(parsed: dict, check: _Checker) -> dict[str, dict]:
             if not isinstance(entry, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in entry.items()
             ):
-                check.add("DG-ST-HEADER", Severity.high, "__metadata__ must map strings to strings")
+                check.add(
+                    rules.ST_HEADER, Severity.high, "__metadata__ must map strings to strings"
+                )
             continue
         problem = _entry_problem(entry)
         if problem:
-            check.add("DG-ST-TENSOR", Severity.high, f"tensor {name!r}: {problem}")
+            check.add(rules.ST_TENSOR, Severity.high, f"tensor {name!r}: {problem}")
             continue
         tensors[name] = entry
     return tensors
@@ -197,11 +202,11 @@ def _entry_problem(entry: object) -> str | None:
 def _polyglot(data: bytes, where: str, check: _Checker) -> None:
     for signature, what in _SIGNATURES.items():
         if signature in data:
-            check.add("DG-ST-POLYGLOT", Severity.high, f"{what} signature inside the {where}")
+            check.add(rules.ST_POLYGLOT, Severity.high, f"{what} signature inside the {where}")
     for protocol in range(2, 6):
         if bytes([0x80, protocol]) in data:  # never in valid UTF-8 JSON
             check.add(
-                "DG-ST-POLYGLOT",
+                rules.ST_POLYGLOT,
                 Severity.high,
                 f"pickle protocol {protocol} signature inside the {where}",
             )
@@ -209,14 +214,22 @@ def _polyglot(data: bytes, where: str, check: _Checker) -> None:
 
 
 def _library_check(path: Path, check: _Checker) -> None:
-    """Let the safetensors loader validate the header (it maps the file; reads no tensor data)."""
-    from safetensors import safe_open
+    """Let the safetensors loader validate the header and offsets (it reads no tensor data).
+
+    A file under `_DESERIALIZE_BELOW` goes to `safetensors.deserialize` (the same validation on
+    the bytes); a larger one is mapped by `safe_open`, which imports numpy (about 50 ms), a price
+    a small folder's scan should not pay.
+    """
+    from safetensors import deserialize, safe_open
 
     try:
-        with safe_open(str(path), framework="numpy") as handle:
-            handle.keys()
+        if path.stat().st_size < _DESERIALIZE_BELOW:
+            deserialize(path.read_bytes())
+        else:
+            with safe_open(str(path), framework="numpy") as handle:
+                handle.keys()
     except Exception as error:  # noqa: BLE001 - the library raises its own error types
-        check.add("DG-ST-INVALID", Severity.high, f"rejected by the safetensors loader: {error}")
+        check.add(rules.ST_INVALID, Severity.high, f"rejected by the safetensors loader: {error}")
 
 
 def check_index(index_path: Path, display: str) -> list[Finding]:
@@ -227,14 +240,14 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
     try:
         index = jsonfile.read(index_path, strict=True)
     except OSError as error:
-        check.add("DG-UNSCANNABLE", Severity.high, f"cannot read: {error}")
+        check.add(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}")
         return check.findings
     except ValueError as error:
-        check.add("DG-ST-INDEX", Severity.high, f"not valid JSON (or a duplicate key): {error}")
+        check.add(rules.ST_INDEX, Severity.high, f"not valid JSON (or a duplicate key): {error}")
         return check.findings
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        check.add("DG-ST-INDEX", Severity.high, "no weight_map of tensor name -> shard file")
+        check.add(rules.ST_INDEX, Severity.high, "no weight_map of tensor name -> shard file")
         return check.findings
     folder = index_path.parent
     shard_tensors: dict[str, set[str]] = {}
@@ -242,21 +255,21 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
         pure = PurePosixPath(shard)
         if pure.is_absolute() or ".." in pure.parts or "\\" in shard or not shard:
             check.add(
-                "DG-ST-INDEX-PATH",
+                rules.ST_INDEX_PATH,
                 Severity.high,
                 f"shard path {shard!r} points outside the checkpoint folder",
             )
             continue
         shard_path = folder / shard
         if not shard_path.is_file():
-            check.add("DG-ST-INDEX-MISSING", Severity.high, f"shard {shard!r} is missing")
+            check.add(rules.ST_INDEX_MISSING, Severity.high, f"shard {shard!r} is missing")
             continue
         _, header = check_safetensors(shard_path, shard)  # its own findings come from its scan
         shard_tensors[shard] = set(header.tensors) if header else set()
     for tensor, shard in weight_map.items():
         if shard in shard_tensors and tensor not in shard_tensors[shard]:
             check.add(
-                "DG-ST-INDEX-TENSOR",
+                rules.ST_INDEX_TENSOR,
                 Severity.high,
                 f"tensor {tensor!r} is mapped to {shard!r} but that shard lacks it",
             )
@@ -265,14 +278,14 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
         for tensor in sorted(names):
             if tensor in seen:
                 check.add(
-                    "DG-ST-INDEX-TENSOR",
+                    rules.ST_INDEX_TENSOR,
                     Severity.high,
                     f"tensor {tensor!r} is in two shards ({seen[tensor]!r} and {shard!r})",
                 )
             seen[tensor] = shard
             if tensor not in weight_map:
                 check.add(
-                    "DG-ST-INDEX-TENSOR",
+                    rules.ST_INDEX_TENSOR,
                     Severity.medium,
                     f"tensor {tensor!r} in {shard!r} is not listed in the index",
                 )

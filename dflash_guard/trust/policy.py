@@ -30,10 +30,10 @@ from urllib.parse import urlsplit
 from dflash_guard.errors import InputError
 from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 from dflash_guard.schema import Field, read_document
+from dflash_guard.severity import Severity
 
 POLICY_VERSION = 1
 TIERS = ("official", "community", "unknown")
-SEVERITIES = ("low", "medium", "high", "critical")
 BUILTIN_POLICIES = ("default", "strict", "dev")
 WAIVER_KINDS = ("engine", "remote-code", "staging", "scan", "pickle", "gguf-comparison")
 
@@ -159,6 +159,19 @@ class EndpointRules:
 
 
 @dataclasses.dataclass(frozen=True)
+class AdvisoryRules:
+    """The `advisories` section: which OSV feeds the gate audits the lock against, who may sign
+    them, whether an unsigned feed is acceptable, the severity that refuses and the maximum age
+    of a feed (a stale feed refuses)."""
+
+    feeds: tuple[str, ...]  # URLs, or paths resolved against the policy's folder
+    signers: Signers
+    allow_unsigned: bool
+    fail_on: str
+    max_age_days: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Policy:
     """A validated policy. Build it with `load_policy`; `digest` is the sha256 of the file."""
 
@@ -188,6 +201,7 @@ class Policy:
     # `gguf_comparisons` entries given as `record: PATH`: GGUF comparison records
     # (`difftest --reference --record`), checked against the lock by the gate
     gguf_comparison_records: tuple[Path, ...] = ()
+    advisories: AdvisoryRules | None = None  # None: the gate runs no advisory audit
 
     def tier_of(self, source: str, repo: str | None) -> str:
         """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
@@ -348,10 +362,46 @@ def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRu
     )
 
 
+ADVISORY_FIELDS = ("feeds", "signers", "allow_unsigned", "fail_on", "max_age_days")
+
+
+def _advisory_feed(field: Field, base: Path) -> str:
+    """An https:// URL without credentials, or a file or folder relative to the policy."""
+    value = field.text()
+    if "://" in value:
+        parts = urlsplit(value)
+        if parts.scheme != "https" or not parts.hostname or "@" in parts.netloc:
+            raise field.fail("expected an https:// URL without credentials, or a path")
+        return value
+    path = base / value
+    if not path.exists():
+        raise field.fail(f"advisory feed {path} not found")
+    return str(path)
+
+
+def _advisory_rules(field: Field, base: Path) -> AdvisoryRules:
+    """`advisories`: every field required; no feed, or signatures required from nobody, is an
+    error (it fails closed)."""
+    f = field.mapping(ADVISORY_FIELDS, ADVISORY_FIELDS)
+    feeds = tuple(_advisory_feed(item, base) for item in f["feeds"].items())
+    if not feeds:
+        raise f["feeds"].fail("names no feed: an audit against nothing never means clean")
+    signers = _signers(f["signers"], base)
+    allow_unsigned = f["allow_unsigned"].flag()
+    if not allow_unsigned and signers.empty:
+        raise f["signers"].fail("allow_unsigned is false but no identity or key is accepted: "
+                                "nothing could pass")
+    return AdvisoryRules(
+        feeds=feeds, signers=signers, allow_unsigned=allow_unsigned,
+        fail_on=f["fail_on"].choice(Severity.names()),
+        max_age_days=f["max_age_days"].typed(int, lambda v: v > 0, "a number of days > 0"),
+    )
+
+
 TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "tiers", "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
-    "gguf_comparisons", "waivers",
+    "gguf_comparisons", "waivers", "advisories",
 )
 OPTIONAL_LISTS = ("reviewed_code", "staging_approvals", "gguf_comparisons", "waivers")
 REQUIRED = (
@@ -470,7 +520,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         gguf_requires_comparison=artifacts["gguf_requires_comparison"].flag(),
         allow_pr_head=engines["allow_pr_head"].flag(),
         require_release=engines["require_release"].flag(),
-        fail_on=scan["fail_on"].choice(SEVERITIES),
+        fail_on=scan["fail_on"].choice(Severity.names()),
         difftest=rules,
         drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),
         lockfile_signature_required=lockfile_required,
@@ -483,6 +533,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         waivers=tuple(waivers),
         document=raw,
         gguf_comparison_records=tuple(records),
+        advisories=_advisory_rules(f["advisories"], base) if "advisories" in f else None,
     )
 
 

@@ -82,10 +82,12 @@ def approval_statement(
     tiers: Mapping[str, str],
     waivers_used: Sequence[str] = (),
     endpoint_diff: Mapping[str, Any] | None = None,
+    advisories: Mapping[str, Any] | None = None,
     time: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """The approval record as an in-toto Statement v1 (a dict ready for JSON); `endpoint_diff`
-    is the live-engine diff's summary, None (`null`) when the policy configures none."""
+    is the live-engine diff's summary and `advisories` the audit's feeds (with digests) and
+    matched ids, each None (`null`) when the policy configures none."""
     subjects = [Subject(lock_path.name, {"sha256": sha256_file(lock_path)})]
     for artifact in lock.artifacts:
         for locked in sorted(artifact.files, key=lambda f: f.path):
@@ -120,6 +122,7 @@ def approval_statement(
         "acceptanceLength": acceptance_length,
         "endpointDiff": dict(endpoint_diff) if endpoint_diff is not None else None,
         "waivers": list(waivers_used),
+        "advisories": dict(advisories) if advisories is not None else None,
     }
     return Statement(tuple(subjects), PREDICATE_TYPE, predicate).to_json()
 

@@ -10,6 +10,7 @@ from dflash_guard.lossless.local import DEFAULT_PROMPTS, difftest_models, load_p
 from dflash_guard.lossless.options import LocalOptions
 from kernels_ref.cuda_graphs import ALIGN, GraphRunner, static_len, step_sizes
 from kernels_ref.drafter import load_drafter
+from kernels_ref.faults import Fault
 from kernels_ref.fixtures import EOS_ID
 from kernels_ref.loop import generate
 from kernels_ref.model import load_target
@@ -140,10 +141,12 @@ def test_difftest_through_the_runner_on_cpu(cpu_fixture_models, fixture_pair) ->
     graphed = difftest_models(target, drafter, prompts, cuda_graphs=True, **args)
     plain = difftest_models(target, drafter, prompts, **args)
     assert graphed.identical and graphed.tau == plain.tau
-    bad = difftest_models(target, drafter, prompts, cuda_graphs=True, inject="skip-bonus", **args)
+    bad = difftest_models(
+        target, drafter, prompts, cuda_graphs=True, inject=Fault.SKIP_BONUS, **args
+    )
     assert not bad.identical
     with pytest.raises(InputError, match="stale-kv"):
-        difftest_models(target, drafter, prompts, cuda_graphs=True, inject="stale-kv", **args)
+        difftest_models(target, drafter, prompts, cuda_graphs=True, inject=Fault.STALE_KV, **args)
 
 
 def test_cuda_graphs_flag_needs_a_cuda_device(cli, fixture_pair) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernels_ref.faults import Fault
 from kernels_ref.fixtures import EOS_ID
 from kernels_ref.loop import generate
 from kernels_ref.model import StaticKVCache
@@ -99,7 +100,7 @@ def test_static_cache_refuses_the_stale_kv_fault(cpu_fixture_models) -> None:
             [1],
             max_new_tokens=4,
             stop_ids=set(),
-            inject="stale-kv",
+            inject=Fault.STALE_KV,
             static_cache=True,
         )
 
@@ -109,5 +110,5 @@ def test_planted_fault_still_diverges_on_the_static_path(cpu_fixture_models) -> 
     prompt = list(PROMPTS[0])
     args = {"max_new_tokens": 40, "stop_ids": {EOS_ID}, "static_cache": True}
     ar = generate(target, None, prompt, **args)
-    bad = generate(target, drafter, prompt, inject="accept-off-by-one", **args)
+    bad = generate(target, drafter, prompt, inject=Fault.ACCEPT_OFF_BY_ONE, **args)
     assert bad.tokens != ar.tokens

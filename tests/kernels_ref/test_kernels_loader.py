@@ -11,8 +11,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from dflash_guard.errors import InputError
 from kernels_ref.drafter import Drafter, DrafterConfig, load_drafter
+from kernels_ref.errors import RunnerError
 from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.loop import generate
 from kernels_ref.model import ModelConfig, Target, load_target
@@ -115,7 +115,7 @@ def test_shard_missing_a_mapped_tensor_is_refused(tmp_path: Path) -> None:
     (target_dir / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": dict.fromkeys(tensors, "shard.safetensors")})
     )
-    with pytest.raises(InputError, match="model.norm.weight"):
+    with pytest.raises(RunnerError, match="model.norm.weight"):
         load_target(target_dir)
 
 
@@ -133,7 +133,7 @@ def test_mismatched_drafter_is_refused(tmp_path: Path, changes: dict, message: s
     target_dir, drafter_dir = random_pair(tmp_path, seed=6)
     edit_config(drafter_dir, **changes)
     target = load_target(target_dir)
-    with pytest.raises(InputError, match=f"does not match its target.*{message}"):
+    with pytest.raises(RunnerError, match=f"does not match its target.*{message}"):
         load_drafter(drafter_dir, target)
 
 
@@ -149,7 +149,7 @@ def test_mismatched_drafter_is_refused(tmp_path: Path, changes: dict, message: s
 def test_unsupported_drafter_variants_are_refused(tmp_path: Path, changes: dict) -> None:
     target_dir, drafter_dir = random_pair(tmp_path, seed=6)
     edit_config(drafter_dir, **changes)
-    with pytest.raises(InputError, match="not supported by kernels_ref"):
+    with pytest.raises(RunnerError, match="not supported by kernels_ref"):
         load_drafter(drafter_dir, load_target(target_dir))
 
 
@@ -161,11 +161,11 @@ def test_missing_and_misshapen_tensors_are_named(tmp_path: Path) -> None:
         {k: v for k, v in tensors.items() if k != "layers.0.mlp.up_proj.weight"},
         str(drafter_dir / "model.safetensors"),
     )
-    with pytest.raises(InputError, match="missing tensor 'layers.0.mlp.up_proj.weight'"):
+    with pytest.raises(RunnerError, match="missing tensor 'layers.0.mlp.up_proj.weight'"):
         load_drafter(drafter_dir, target)
     tensors["fc.weight"] = torch.zeros(32, 32)
     save_file(tensors, str(drafter_dir / "model.safetensors"))
-    with pytest.raises(InputError, match=r"'fc.weight' has shape \(32, 32\)"):
+    with pytest.raises(RunnerError, match=r"'fc.weight' has shape \(32, 32\)"):
         load_drafter(drafter_dir, target)
 
 
@@ -184,16 +184,16 @@ def test_unsupported_or_malformed_target_config(
 ) -> None:
     target_dir, _ = random_pair(tmp_path, seed=8)
     edit_config(target_dir, **changes)
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(RunnerError, match=message):
         load_target(target_dir)
 
 
 def test_missing_folder_and_corrupt_weights(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="model folder not found"):
+    with pytest.raises(RunnerError, match="model folder not found"):
         load_target(tmp_path / "nope")
     target_dir, _ = random_pair(tmp_path, seed=9)
     (target_dir / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{bad json")
-    with pytest.raises(InputError, match="not a readable safetensors file"):
+    with pytest.raises(RunnerError, match="not a readable safetensors file"):
         load_target(target_dir)
 
 

@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from kernels_ref.drafter import load_drafter
+from kernels_ref.errors import RunnerError
+from kernels_ref.faults import Fault
 from kernels_ref.fixtures import EOS_ID
 from kernels_ref.loop import accepted_prefix, generate
 from kernels_ref.model import load_target
+from kernels_ref.sampling import SamplingParams
 from tests.support.kernels import random_pair
 
 PROMPTS = [b"def mean(data):\n    ", b"    return self.", b"x", b"abcabcabcabc"]
@@ -120,12 +123,24 @@ def test_kv_cache_crop_is_exact(fixture_models) -> None:
 def test_accepted_prefix_and_its_planted_bugs() -> None:
     drafts, choices = [1, 2, 9, 4], [1, 2, 3, 4, 5]
     assert accepted_prefix(drafts, choices, None) == 2
-    assert accepted_prefix(drafts, choices, "accept-off-by-one") == 3
-    assert accepted_prefix(drafts, choices, "no-cumprod") == 3
-    assert accepted_prefix([1, 2], [1, 2, 7], "accept-off-by-one") == 2
+    assert accepted_prefix(drafts, choices, Fault.ACCEPT_OFF_BY_ONE) == 3
+    assert accepted_prefix(drafts, choices, Fault.NO_CUMPROD) == 3
+    assert accepted_prefix([1, 2], [1, 2, 7], Fault.ACCEPT_OFF_BY_ONE) == 2
 
 
-def test_unknown_fault_is_refused(fixture_models) -> None:
+def test_unknown_fault_is_refused_where_text_enters() -> None:
+    assert Fault.parse("stale-kv") is Fault.STALE_KV
+    with pytest.raises(RunnerError, match="unknown fault 'nope'; known faults: accept-off-by-one"):
+        Fault.parse("nope")
+
+
+def test_a_fault_of_the_other_decoding_is_refused(fixture_models) -> None:
     target, drafter = fixture_models
-    with pytest.raises(ValueError, match="unknown fault"):
-        generate(target, drafter, [1], max_new_tokens=2, stop_ids=set(), inject="nope")
+    args = {"max_new_tokens": 2, "stop_ids": set()}
+    with pytest.raises(ValueError, match="sampler fault"):
+        generate(target, drafter, [1], inject=Fault.RESAMPLE_FROM_P, **args)
+    hot = SamplingParams(temperature=1.0)
+    with pytest.raises(ValueError, match="greedy-loop fault"):
+        generate(target, drafter, [1], inject=Fault.STALE_KV, sampling=hot, **args)
+    with pytest.raises(ValueError, match="needs a sampled draft"):
+        generate(target, drafter, [1], inject=Fault.REUSE_DRAFT_UNIFORMS, sampling=hot, **args)

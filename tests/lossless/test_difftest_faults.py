@@ -17,6 +17,7 @@ from dflash_guard.lossless.local import (
 )
 from dflash_guard.lossless.options import LocalOptions
 from kernels_ref.drafter import DrafterCache, load_drafter
+from kernels_ref.faults import Fault
 from kernels_ref.loop import generate
 from kernels_ref.model import load_target
 from kernels_ref.tokenizer import load_byte_tokenizer
@@ -24,14 +25,14 @@ from kernels_ref.tokenizer import load_byte_tokenizer
 # Each fault with the default prompts that catch it: a subset keeps the suite fast, and a
 # subset that diverges proves the whole default set diverges too.
 OUTPUT_FAULTS = {
-    "accept-off-by-one": ["code-function"],
-    "no-cumprod": ["code-function"],
-    "stale-kv": ["code-function"],
-    "skip-bonus": ["code-function"],
-    "drop-mask-id": ["mask-token-in-output"],
-    "missed-stop": ["stop-newline-in-block", "stop-paren-in-block"],
+    Fault.ACCEPT_OFF_BY_ONE: ["code-function"],
+    Fault.NO_CUMPROD: ["code-function"],
+    Fault.STALE_KV: ["code-function"],
+    Fault.SKIP_BONUS: ["code-function"],
+    Fault.DROP_MASK_ID: ["mask-token-in-output"],
+    Fault.MISSED_STOP: ["stop-newline-in-block", "stop-paren-in-block"],
 }
-ACCEPTANCE_FAULTS = ["seq-inflation", "hidden-offset"]  # lossless: only acceptance drops
+ACCEPTANCE_FAULTS = [Fault.SEQ_INFLATION, Fault.HIDDEN_OFFSET]  # lossless: only acceptance drops
 ACCEPTANCE_PROMPTS = ["code-function", "code-class", "math-loop", "repetition-words"]
 
 

@@ -128,7 +128,7 @@ def test_reference_flags_of_other_modes_are_refused(cli, fixture_pair, engines):
 def gated(fixture_pair, engines, prompt_file, gguf_folder, tmp_path_factory):
     """The fixture pair plus the GGUF folder, locked; a passing and a failing record."""
     from dflash_guard.lossless.options import ReferenceOptions
-    from dflash_guard.lossless.reference import run_reference_diff, write_reference_record
+    from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
 
     folder = tmp_path_factory.mktemp("gated")
     target, drafter = fixture_pair

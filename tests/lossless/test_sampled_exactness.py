@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from dflash_guard.lossless.sampled import check_sampled, chi2_sf, homogeneity_test
+from kernels_ref.faults import Fault
 from kernels_ref.sampling import (
-    SAMPLING_FAULTS,
     SamplingParams,
     draft_block,
     probs_from_logits,
@@ -94,8 +94,8 @@ def test_sampled_exact_sampler_passes(pair, params, greedy_draft):
 
 @pytest.mark.parametrize(
     ("fault", "greedy_draft"),
-    [(fault, False) for fault in SAMPLING_FAULTS]
-    + [(fault, True) for fault in SAMPLING_FAULTS if fault != "reuse-draft-uniforms"],
+    [(fault, False) for fault in Fault if fault.sampling]
+    + [(fault, True) for fault in Fault if fault.sampling and fault.runner],
 )
 def test_sampled_planted_biased_sampler_fails(pair, fault, greedy_draft):
     report = check_sampled(pair, PROMPTS, samples=6000, tokens=3, greedy_draft=greedy_draft,

@@ -1,0 +1,299 @@
+"""Advisory feeds: a JSON file, a folder of them, or an HTTPS URL, each treated as an artifact.
+
+A feed file holds one OSV record, a JSON list of them, or (osv.dev's `all.zip`) a zip archive
+of record files. A feed is named by its digest (the
+file's sha256; for a folder, the sha256 of its sorted `sha256  path` listing), may carry a
+signature beside each file (`FILE.sigstore.json` or `FILE.sigstore`: a Sigstore bundle over the
+bytes; `FILE.sig`: an OpenSSF key signature, as `dflash-guard sign` writes them), and has an age:
+the time since its newest record's `modified`. `feed_problems` refuses a signature that does not
+verify, an unsigned file where signatures are required, and a feed older than the maximum age.
+
+Downloads go over HTTPS only (plain `http://` is accepted for a loopback host, for local mirrors
+and tests), with a timeout, a size cap, and an atomic write into a private folder; the signature
+is fetched from `URL.sigstore.json`, `URL.sigstore` and `URL.sig` (a 404 means "none").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import ipaddress
+import json
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+
+from dflash_guard.audit.osv import Advisory, format_time, parse_advisories
+from dflash_guard.errors import InputError
+from dflash_guard.fileio import write_atomic
+from dflash_guard.trust.policy import Signers
+from dflash_guard.trust.signing import (
+    KEY_SIG_SUFFIX,
+    SIGSTORE_SUFFIX,
+    SignatureCheck,
+    verify_blob_bundle,
+    verify_key_signature,
+)
+
+MAX_FEED_BYTES = 64 * 1024 * 1024
+MAX_ZIP_BYTES = 1024 * 1024 * 1024  # uncompressed, for a zip feed
+TIMEOUT_S = 30.0
+BUNDLE_SUFFIXES = (SIGSTORE_SUFFIX, ".sigstore")
+SIGNATURE_SUFFIXES = (*BUNDLE_SUFFIXES, KEY_SIG_SUFFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedRules:
+    """What a feed must satisfy: who may sign it, whether unsigned is acceptable, its age."""
+
+    signers: Signers = Signers((), ())
+    allow_unsigned: bool = True
+    max_age: dt.timedelta | None = None
+    trust_root: Path | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedFile:
+    """One file of a feed, its sha256 and the checks of the signatures found beside it."""
+
+    name: str
+    sha256: str
+    signatures: tuple[SignatureCheck, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Feed:
+    """A loaded feed: where it came from, its digest, its files and its validated records."""
+
+    source: str
+    digest: str
+    files: tuple[FeedFile, ...]
+    advisories: tuple[Advisory, ...]
+
+    @property
+    def newest(self) -> dt.datetime | None:
+        """The newest `modified` time of its records (the feed's age is measured from it)."""
+        return max((a.modified for a in self.advisories), default=None)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "source": self.source,
+            "digest": self.digest,
+            "advisories": len(self.advisories),
+            "newest": format_time(self.newest) if self.newest else None,
+            "files": [
+                {"name": f.name, "sha256": f.sha256,
+                 "signatures": [s.to_json() for s in f.signatures]}
+                for f in self.files
+            ],
+        }
+
+
+def is_url(source: str) -> bool:
+    """Whether a feed source is a URL rather than a path."""
+    return source.startswith(("https://", "http://"))
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def _is_signature(path: Path) -> bool:
+    return path.name.endswith(SIGNATURE_SUFFIXES)
+
+
+def _signature_checks(path: Path, data: bytes, rules: FeedRules, label: str
+                      ) -> tuple[SignatureCheck, ...]:
+    """Check every signature beside `path`; `data` is what was parsed (the file must still hold
+    exactly that afterwards, so what was verified is what was read)."""
+    checks = []
+    for suffix in BUNDLE_SUFFIXES:
+        bundle = path.with_name(path.name + suffix)
+        if bundle.is_file():
+            checks.append(verify_blob_bundle(data, bundle, rules.signers.identities,
+                                             trust_root=rules.trust_root, subject=label))
+    keysig = path.with_name(path.name + KEY_SIG_SUFFIX)
+    if keysig.is_file():
+        checks.append(verify_key_signature(path, keysig, rules.signers.public_keys,
+                                           subject=label))
+    if checks and hashlib.sha256(path.read_bytes()).digest() != hashlib.sha256(data).digest():
+        raise InputError(f"advisory feed {label}: changed while it was being read")
+    return tuple(checks)
+
+
+def _parse_json(data: bytes, label: str) -> list[Advisory]:
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise InputError(f"{label}: not valid JSON: {error}") from None
+    return parse_advisories(document, label)
+
+
+def _read_zip(path: Path, label: str) -> list[Advisory]:
+    """osv.dev's per-ecosystem `all.zip`: one record per `*.json` member, read in memory (never
+    extracted), with the uncompressed total capped against zip bombs."""
+    advisories, total = [], 0
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in sorted(archive.infolist(), key=lambda m: m.filename):
+                if member.is_dir() or not member.filename.endswith(".json"):
+                    continue
+                total += member.file_size
+                if total > MAX_ZIP_BYTES:
+                    raise InputError(f"{label}: more than {MAX_ZIP_BYTES} bytes uncompressed")
+                data = archive.read(member)
+                advisories += _parse_json(data, f"{label}:{member.filename}")
+    except (OSError, zipfile.BadZipFile, EOFError) as error:
+        raise InputError(f"cannot read advisory feed {label}: {error}") from None
+    return advisories
+
+
+def _read_file(path: Path, label: str) -> tuple[bytes, list[Advisory]]:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read advisory feed {label}: {error.strerror or error}"
+                         ) from None
+    if zipfile.is_zipfile(path):
+        return data, _read_zip(path, label)
+    return data, _parse_json(data, label)
+
+
+def read_feed(path: Path, rules: FeedRules, source: str | None = None) -> Feed:
+    """Load a feed file or a folder of `*.json`/`*.zip` files, checking the signatures beside
+    each."""
+    source = source or str(path)
+    if path.is_dir():
+        members = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".json", ".zip")
+                         and not _is_signature(p))
+        if not members:
+            raise InputError(f"advisory feed {source}: no *.json or *.zip file in the folder "
+                             "(an empty feed never means clean)")
+    elif path.is_file():
+        members = [path]
+    else:
+        raise InputError(f"advisory feed {source}: no such file or folder")
+    files, advisories = [], []
+    for member in members:
+        name = member.relative_to(path).as_posix() if path.is_dir() else member.name
+        label = source if member == path else f"{source}/{name}"
+        data, records = _read_file(member, label)
+        advisories += records
+        files.append(FeedFile(name, hashlib.sha256(data).hexdigest(),
+                              _signature_checks(member, data, rules, label)))
+    if path.is_dir():
+        listing = "".join(f"{f.sha256}  {f.name}\n" for f in files).encode()
+        digest = hashlib.sha256(listing).hexdigest()
+    else:
+        digest = files[0].sha256
+    return Feed(source, f"sha256:{digest}", tuple(files), tuple(advisories))
+
+
+# --- downloading -----------------------------------------------------------------------------
+
+
+def _check_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        raise InputError(f"advisory feed URL {parts.hostname}: credentials in a URL are refused")
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):
+        return
+    raise InputError(f"advisory feed {url}: only https:// URLs are accepted "
+                     "(plain http:// only for a loopback host)")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def download(url: str, dest: Path, *, max_bytes: int = MAX_FEED_BYTES,
+             timeout: float = TIMEOUT_S, missing_ok: bool = False) -> bool:
+    """Fetch `url` into `dest` whole or not at all; False when `missing_ok` and it is a 404."""
+    import httpx2
+
+    _check_url(url)
+    chunks, size = [], 0
+    try:
+        with httpx2.Client(timeout=httpx2.Timeout(timeout), follow_redirects=True) as client, \
+                client.stream("GET", url) as response:
+            _check_url(str(response.url))
+            if response.status_code == 404 and missing_ok:
+                return False
+            if response.status_code != 200:
+                raise InputError(f"advisory feed {url}: HTTP {response.status_code}")
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise InputError(f"advisory feed {url}: {declared} bytes is over the "
+                                 f"{max_bytes}-byte limit")
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise InputError(f"advisory feed {url}: over the {max_bytes}-byte limit")
+                chunks.append(chunk)
+    except httpx2.TimeoutException:
+        raise InputError(f"advisory feed {url}: timed out after {timeout:g} s") from None
+    except httpx2.HTTPError as error:
+        raise InputError(f"advisory feed {url}: {type(error).__name__}: {error}") from None
+    write_atomic(dest, b"".join(chunks))
+    return True
+
+
+def fetch_feed(url: str, folder: Path, rules: FeedRules, *, timeout: float = TIMEOUT_S) -> Feed:
+    """Download a feed and any signature beside it into `folder`, then read it."""
+    name = PurePosixPath(urlsplit(url).path).name or "feed.json"
+    dest = folder / name
+    download(url, dest, timeout=timeout)
+    for suffix in SIGNATURE_SUFFIXES:
+        download(url + suffix, folder / (name + suffix), timeout=timeout, missing_ok=True)
+    return read_feed(dest, rules, source=url)
+
+
+def load_feed(source: str, rules: FeedRules, folder: Path) -> Feed:
+    """A feed from a path or URL (`folder`: where downloads go, one sub-folder per feed)."""
+    if not is_url(source):
+        return read_feed(Path(source), rules)
+    target = folder / hashlib.sha256(source.encode()).hexdigest()[:16]
+    target.mkdir(parents=True, exist_ok=True)
+    return fetch_feed(source, target, rules)
+
+
+# --- judging ---------------------------------------------------------------------------------
+
+
+def feed_problems(feed: Feed, rules: FeedRules, now: dt.datetime) -> list[str]:
+    """Why a feed cannot be trusted (empty: it can): a signature that fails, an unsigned file
+    where signatures are required, or a feed older than `rules.max_age`."""
+    problems = []
+    for file in feed.files:
+        for check in file.signatures:
+            if not check.ok:
+                problems.append(f"{check.subject}: signature {Path(check.signature).name} "
+                                f"refused: {check.reason}")
+        if not file.signatures and not rules.allow_unsigned:
+            problems.append(f"{feed.source}: {file.name} is not signed, and unsigned feeds "
+                            "are not accepted")
+    if rules.max_age is not None:
+        newest = feed.newest
+        if newest is None:
+            problems.append(f"{feed.source}: no record, so its age cannot be shown")
+        elif now - newest > rules.max_age:
+            days = (now - newest).days
+            problems.append(f"{feed.source}: stale: newest record modified "
+                            f"{format_time(newest)} ({days} days ago, more than the maximum "
+                            f"{rules.max_age.days} days): re-check the advisories before "
+                            "production use")
+    return problems
+
+
+def signed_by(feeds: Sequence[Feed]) -> list[str]:
+    """Every signer that verified a file of these feeds."""
+    return sorted({s.signer for f in feeds for file in f.files for s in file.signatures
+                   if s.ok and s.signer})

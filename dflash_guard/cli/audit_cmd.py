@@ -1,0 +1,176 @@
+"""`dflash-guard audit`: match a lock's engines, Hub revisions and packages against OSV advisories.
+
+Exit 0 clean, 1 an advisory (or an undecided range) at or above `--fail-on`, or a refused feed,
+2 a usage or input error (a malformed advisory names its file and field).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from dflash_guard.cli.common import stderr, stdout
+from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.fileio import write_atomic
+from dflash_guard.severity import Severity
+
+if TYPE_CHECKING:
+    from dflash_guard.audit.feeds import FeedRules
+    from dflash_guard.audit.run import AuditReport
+
+
+class AuditFormat(StrEnum):
+    """Report formats of `audit`."""
+
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+SEVERITY_METAVAR = "[" + "|".join(Severity.names()) + "]"
+
+
+_STYLE = {Severity.critical: "bold red", Severity.high: "red", Severity.medium: "yellow",
+          Severity.low: "dim"}
+
+
+def parse_clones(specs: list[str]) -> dict[str, Path]:
+    """`NAME=PATH` options -> {name: Path}; NAME is a locked engine's name or a Hub ORG/NAME."""
+    clones: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name or not folder:
+            raise InputError(f"--engine-repo {spec!r}: expected NAME=PATH (a local git clone)")
+        if name in clones:
+            raise InputError(f"--engine-repo {name}: given twice")
+        clones[name] = Path(folder).expanduser()
+    return clones
+
+
+def render_text(report: AuditReport, console: Console) -> None:
+    """One line per feed, two lines per finding, then the verdict."""
+    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
+
+    for feed in report.feeds:
+        newest = feed.newest.date().isoformat() if feed.newest else "no records"
+        console.print(f"feed {escape(feed.source)}: {len(feed.advisories)} advisories, newest "
+                     f"{newest}, {feed.digest[:19]}", highlight=False)
+    for problem in report.feed_problems:
+        console.print(f"[bold red]feed refused[/]: {escape(problem)}", highlight=False)
+    for f in report.findings:
+        console.print(f"[{_STYLE[f.severity]}]{f.severity.name}[/] {f.rule_id} "
+                     f"{escape(f.advisory)}: {escape(f.subject)}", highlight=False)
+        console.print(f"    {escape(f.message)}", highlight=False)
+    verdict = "PASS" if report.ok else "FAIL"
+    console.print(
+        f"{verdict}: {report.subjects} pinned subjects against {report.advisories} advisories: "
+        f"{len(report.ids(RULE_AFFECTED))} affecting, {len(report.ids(RULE_UNKNOWN))} "
+        f"undecided, {len(report.failing)} findings at or above {report.fail_on.name}, "
+        f"{len(report.feed_problems)} feed refusals", highlight=False)
+
+
+def _flag_rules(fail_on: Severity | None, max_age_days: int | None, require_signed: bool,
+                public_key: list[Path], identity: list[str], issuer: str | None,
+                trust_root: Path | None) -> tuple[FeedRules, Severity]:
+    """The feed rules and threshold the command-line flags describe (no policy)."""
+    from dflash_guard.audit.feeds import FeedRules
+    from dflash_guard.trust.policy import Identity, Signers
+
+    if identity and not issuer:
+        raise InputError("--identity needs --issuer (the signer's OIDC issuer URL)")
+    for key in public_key:
+        if not key.is_file():
+            raise InputError(f"--public-key {key}: no such file")
+    rules = FeedRules(
+        signers=Signers(tuple(Identity(i, issuer or "") for i in identity), tuple(public_key)),
+        allow_unsigned=not require_signed, trust_root=trust_root,
+        max_age=dt.timedelta(days=max_age_days) if max_age_days else None,
+    )
+    return rules, fail_on or Severity.low
+
+
+def audit(
+    lock: Annotated[Path, typer.Option("--lock", help="Lockfile to audit.")] = Path(
+        "dflash.lock"),
+    advisories: Annotated[list[str] | None, typer.Option(
+        "--advisories", help="OSV feed: a JSON or zip file, a folder of them, or an https:// "
+                             "URL (repeatable).")] = None,
+    engine_repo: Annotated[list[str] | None, typer.Option(
+        "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo "
+                              "ORG/NAME), to decide GIT ranges (repeatable).")] = None,
+    policy: Annotated[str | None, typer.Option(
+        "--policy", help="Audit as this policy's advisories section says (feeds, signers, "
+                         "fail_on, max_age_days); --advisories adds feeds.")] = None,
+    fail_on: Annotated[Severity | None, typer.Option(
+        "--fail-on", parser=Severity.parse, metavar=SEVERITY_METAVAR,
+        help="Fail on advisories (and undecided ranges) at or above this "
+                          "severity (default: low).")] = None,
+    max_age_days: Annotated[int | None, typer.Option(
+        "--max-age-days", min=1, help="Refuse a feed whose newest record is older.")] = None,
+    require_signed: Annotated[bool, typer.Option(
+        "--require-signed", help="Refuse a feed file without a signature beside it.")] = False,
+    public_key: Annotated[list[Path] | None, typer.Option(
+        "--public-key", help="Accept feeds signed with this ECDSA public key (PEM; "
+                             "repeatable).")] = None,
+    identity: Annotated[list[str] | None, typer.Option(
+        "--identity", help="Accept feeds signed by this Sigstore identity (repeatable; with "
+                           "--issuer).")] = None,
+    issuer: Annotated[str | None, typer.Option(
+        "--issuer", help="The OIDC issuer of the --identity signers.")] = None,
+    trust_root: Annotated[Path | None, typer.Option(
+        "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
+    fmt: Annotated[AuditFormat, typer.Option("--format", help="text, json or sarif.")
+                   ] = AuditFormat.text,
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Write the report to FILE (atomically), not stdout.")] = None,
+) -> None:
+    """Match every locked engine commit, Hub revision and package version against OSV
+    advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error."""
+    from dflash_guard.audit.run import run_audit, run_policy_audit
+    from dflash_guard.audit.sarif import render_sarif
+    from dflash_guard.trust.policy import load_policy
+
+    clones = parse_clones(engine_repo or [])
+    if policy is not None:
+        given = [flag for flag, value in (
+            ("--fail-on", fail_on), ("--max-age-days", max_age_days),
+            ("--require-signed", require_signed), ("--public-key", public_key),
+            ("--identity", identity), ("--issuer", issuer)) if value]
+        if given:
+            raise InputError(f"{given[0]} does not apply with --policy: the policy's "
+                             "advisories section sets it")
+        section = load_policy(policy).advisories
+        if section is None:
+            raise InputError(f"--policy {policy}: the policy has no advisories section")
+        report = run_policy_audit(lock, section, extra_sources=advisories or [], clones=clones,
+                                  trust_root=trust_root)
+    else:
+        rules, threshold = _flag_rules(fail_on, max_age_days, require_signed, public_key or [],
+                                       identity or [], issuer, trust_root)
+        report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
+    if fmt is AuditFormat.text:
+        console = Console(record=True, width=120, file=io.StringIO()) if output else stdout
+        render_text(report, console)
+        text = console.export_text() if output else ""
+    else:
+        payload = report.to_json() if fmt is AuditFormat.json else render_sarif(report)
+        text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
+        if output is None:
+            typer.echo(text, nl=False)
+    if output is not None:
+        write_atomic(output, text)
+        stderr.print(f"report written to {output}", highlight=False, markup=False)
+    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDING)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `audit` to `app`."""
+    app.command("audit")(audit)

@@ -1,0 +1,65 @@
+"""Text rendering: a table per file, worst findings first, then the report's one-line summary.
+
+rich is imported only when there is a finding to tabulate: a clean report is one plain line.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+from dflash_guard.formats.interface import Report
+from dflash_guard.severity import Severity
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from dflash_guard.scan.interface import Finding
+
+_STYLE = {
+    Severity.critical: "bold red",
+    Severity.high: "red",
+    Severity.medium: "yellow",
+    Severity.low: "dim",
+}
+
+
+def print_report(report: Report, console: Console) -> None:
+    """Print `report` on `console` (with colours when the console has them)."""
+    for file in sorted({f.file for f in report.findings}):  # rich loads with the first table
+        console.print(_file_table(file, [f for f in report.findings if f.file == file]))
+    console.print(report.summary(), markup=False, emoji=False, highlight=False)
+
+
+def _file_table(file: str, findings: list[Finding]) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(file), title_justify="left", show_lines=False, expand=False)
+    table.add_column("severity")
+    table.add_column("rule")
+    table.add_column("where")
+    table.add_column("message", overflow="fold")
+    for finding in findings:
+        where = finding.member or ""
+        if finding.line:
+            where = f"{where} line {finding.line}".strip()
+        table.add_row(
+            f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
+            finding.rule_id,
+            escape(where),
+            escape(finding.message),
+        )
+    return table
+
+
+def render(report: Report) -> str:
+    """`report` as plain text, tables 120 columns wide (a clean report is its summary line)."""
+    if not report.findings:
+        return report.summary() + "\n"
+    from rich.console import Console
+
+    console = Console(record=True, width=120, file=io.StringIO())
+    print_report(report, console)
+    return console.export_text()

@@ -1,0 +1,325 @@
+"""The scan rules: every rule id a detector can emit, its default severity, description and help.
+
+Detectors emit findings through these `Rule` objects (never an id string), `Finding` refuses an
+id that is not registered, and the SARIF rules and the README's rule table are built from
+`RULES`. A detector may report a rule above or below its default severity; the help says when.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from dflash_guard.severity import Severity
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One scan rule: a stable id, the usual severity, a one-line description and help text."""
+
+    id: str
+    severity: Severity
+    description: str
+    help: str
+
+
+UNSCANNABLE = Rule(
+    "DG-UNSCANNABLE", Severity.high,
+    "A file or archive member that cannot be scanned (never a silent pass).",
+    "encrypted/corrupt zip member, 7z/rar/gzip, unreadable file, bad `.npy` header, a symlink "
+    "leaving the folder, a symlinked folder, a special file (FIFO, device), a zip member over "
+    "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep",
+)
+EXECUTABLE = Rule(
+    "DG-EXECUTABLE", Severity.high,
+    "A native executable, shared library or bytecode file in a model folder.",
+    "ELF/PE/Mach-O, shebang script, `.so`, `.pyc` in the folder",
+)
+NOT_PICKLE = Rule(
+    "DG-NOT-PICKLE", Severity.low,
+    "A file with a pickle-family name whose content is not a pickle.",
+    "pickle-family name, content is not a pickle",
+)
+PICKLE_PRESENT = Rule(
+    "DG-PICKLE-PRESENT", Severity.low,
+    "The file holds pickle streams (only allowlisted globals).",
+    "pickle streams present, all globals allowlisted",
+)
+PICKLE_DANGEROUS_GLOBAL = Rule(
+    "DG-PICKLE-DANGEROUS-GLOBAL", Severity.critical,
+    "A pickle imports a known-dangerous global.",
+    "os, subprocess, builtins.eval/exec/getattr, runpy, importlib, code, pty, socket, shutil, "
+    "webbrowser, functools.partial, timeit, cProfile, pydoc...",
+)
+PICKLE_GLOBAL = Rule(
+    "DG-PICKLE-GLOBAL", Severity.high,
+    "A pickle imports a global that is not on the state-dict allowlist.",
+    "any other global off the allowlist",
+)
+PICKLE_UNRESOLVED_GLOBAL = Rule(
+    "DG-PICKLE-UNRESOLVED-GLOBAL", Severity.high,
+    "A pickle imports a global whose name is computed.",
+    "`STACK_GLOBAL` on computed names, `EXT*` codes",
+)
+PICKLE_BUILD_ON_GLOBAL = Rule(
+    "DG-PICKLE-BUILD-ON-GLOBAL", Severity.high,
+    "A pickle's BUILD rewrites attributes of an imported global.",
+    "`BUILD` rewriting an imported class or module",
+)
+PICKLE_INVALID = Rule(
+    "DG-PICKLE-INVALID", Severity.high,
+    "A truncated or malformed pickle stream.",
+    "truncated or malformed pickle (the prefix still runs)",
+)
+PICKLE_TRAILING = Rule(
+    "DG-PICKLE-TRAILING", Severity.low,
+    "Bytes after the last pickle look like a broken pickle.",
+    "bytes after the last pickle look like a broken pickle",
+)
+ZIP_CRC = Rule(
+    "DG-ZIP-CRC", Severity.high,
+    "A zip member fails its CRC check.",
+    "zip member fails its CRC (its content is scanned anyway)",
+)
+MODELSCAN = Rule(
+    "DG-MODELSCAN", Severity.high,
+    "modelscan's denylist flagged an unsafe operator.",
+    "modelscan denylist hit, at the severity modelscan gives it",
+)
+MODELSCAN_ERROR = Rule(
+    "DG-MODELSCAN-ERROR", Severity.low,
+    "modelscan could not scan the file (our own pass still did).",
+    "modelscan failed on the file (our pass still ran)",
+)
+ST_TRUNCATED = Rule(
+    "DG-ST-TRUNCATED", Severity.high,
+    "A safetensors file is shorter than its header says.",
+    "safetensors file shorter than its header length or its tensors",
+)
+ST_LENGTH = Rule(
+    "DG-ST-LENGTH", Severity.high,
+    "A safetensors header length is larger than the file or the limit.",
+    "safetensors header length larger than the file or the 100 MB limit",
+)
+ST_HEADER = Rule(
+    "DG-ST-HEADER", Severity.high,
+    "A safetensors header is not a valid JSON object.",
+    "safetensors header not a JSON object, or `__metadata__` not strings to strings",
+)
+ST_DUPLICATE_KEY = Rule(
+    "DG-ST-DUPLICATE-KEY", Severity.high,
+    "A safetensors header repeats a JSON key.",
+    "safetensors header repeats a JSON key",
+)
+ST_TENSOR = Rule(
+    "DG-ST-TENSOR", Severity.high,
+    "A safetensors tensor entry has a bad dtype, shape or byte span.",
+    "safetensors tensor entry with a bad dtype, shape or byte span",
+)
+ST_TRAILING = Rule(
+    "DG-ST-TRAILING", Severity.high,
+    "Bytes after the last tensor of a safetensors file.",
+    "bytes after the last tensor of a safetensors file",
+)
+ST_POLYGLOT = Rule(
+    "DG-ST-POLYGLOT", Severity.high,
+    "A zip, pickle, numpy or GGUF signature inside a safetensors file.",
+    "zip/pickle/numpy/GGUF signature in the header, after the data or as a zip end record",
+)
+ST_INVALID = Rule(
+    "DG-ST-INVALID", Severity.high,
+    "The safetensors loader rejects the file.",
+    "rejected by the `safetensors` loader",
+)
+ST_INDEX = Rule(
+    "DG-ST-INDEX", Severity.high,
+    "A sharded index that is not valid JSON or has no weight_map.",
+    "sharded index not valid JSON or without a `weight_map`",
+)
+ST_INDEX_PATH = Rule(
+    "DG-ST-INDEX-PATH", Severity.high,
+    "A shard path that points outside the checkpoint folder.",
+    "shard path outside the checkpoint folder",
+)
+ST_INDEX_MISSING = Rule(
+    "DG-ST-INDEX-MISSING", Severity.high,
+    "A shard named in the index is missing.",
+    "shard named in the index is missing",
+)
+ST_INDEX_TENSOR = Rule(
+    "DG-ST-INDEX-TENSOR", Severity.high,
+    "A tensor missing from its shard, in two shards, or not indexed.",
+    "tensor missing from its shard or in two shards; medium: a tensor the index does not list",
+)
+GGUF_MALFORMED = Rule(
+    "DG-GGUF-MALFORMED", Severity.high,
+    "The gguf reader rejects the file.",
+    "GGUF rejected by the `gguf` reader",
+)
+GGUF_TENSORS = Rule(
+    "DG-GGUF-TENSORS", Severity.high,
+    "A GGUF tensor table with duplicate names or data past the file.",
+    "GGUF tensor table with duplicate names or data past the end of the file",
+)
+GGUF_METADATA = Rule(
+    "DG-GGUF-METADATA", Severity.high,
+    "GGUF metadata missing or of the wrong type.",
+    "unreadable or non-string chat template field; medium: no `general.architecture`",
+)
+TPL_SYNTAX = Rule(
+    "DG-TPL-SYNTAX", Severity.medium,
+    "A chat template that does not parse.",
+    "chat template that Jinja cannot parse",
+)
+TPL_DUNDER = Rule(
+    "DG-TPL-DUNDER", Severity.critical,
+    "A chat template reaches dunder or internal attributes (SSTI).",
+    "dunder/internal attribute or subscript (critical), dunder string constants (high)",
+)
+TPL_COMPUTED_ATTR = Rule(
+    "DG-TPL-COMPUTED-ATTR", Severity.high,
+    "A chat template subscripts with a name built at render time.",
+    "subscript with a name computed at render time",
+)
+TPL_ATTR_FILTER = Rule(
+    "DG-TPL-ATTR-FILTER", Severity.high,
+    "A chat template uses the |attr filter.",
+    "the `\\|attr` filter",
+)
+TPL_ESCAPED_NAME = Rule(
+    "DG-TPL-ESCAPED-NAME", Severity.high,
+    "A chat template hides underscores with escapes.",
+    "`\\x5f` and similar escapes hiding underscores",
+)
+TPL_RISKY_GLOBAL = Rule(
+    "DG-TPL-RISKY-GLOBAL", Severity.medium,
+    "A chat template uses a global that leads to __globals__.",
+    "`lipsum`/`cycler`/`joiner`/`namespace`/`self`... (paths to `__globals__`)",
+)
+TPL_INCLUDE = Rule(
+    "DG-TPL-INCLUDE", Severity.medium,
+    "A chat template loads another template.",
+    "include/import/extends",
+)
+CONFIG_INVALID = Rule(
+    "DG-CONFIG-INVALID", Severity.medium,
+    "A config file that cannot be read.",
+    "unreadable config JSON",
+)
+RC_PROCESS = Rule(
+    "DG-RC-PROCESS", Severity.critical,
+    "Remote code runs processes.",
+    "`os.system/popen/exec*/spawn*`, `subprocess`, `pty` (critical: a call, high: an import)",
+)
+RC_NETWORK = Rule(
+    "DG-RC-NETWORK", Severity.high,
+    "Remote code uses the network.",
+    "`socket`, `urllib`, `requests`, `httpx`, `http`, `aiohttp`...",
+)
+RC_DYNAMIC_CODE = Rule(
+    "DG-RC-DYNAMIC-CODE", Severity.high,
+    "Remote code evaluates, compiles or imports code dynamically.",
+    "`compile`, `__import__`, `importlib`, `marshal`, `pickle`, `ctypes`, computed `getattr` "
+    "on modules (critical: `eval`/`exec`)",
+)
+RC_ENCODED_BLOB = Rule(
+    "DG-RC-ENCODED-BLOB", Severity.high,
+    "Remote code decodes or carries an encoded payload.",
+    "base64/zlib/hex/codecs decoding, long encoded constants",
+)
+RC_CREDENTIALS = Rule(
+    "DG-RC-CREDENTIALS", Severity.high,
+    "Remote code reads the environment or credential files.",
+    "tokens, `.ssh`, `.netrc`... (medium: `os.environ`)",
+)
+RC_FS_WRITE = Rule(
+    "DG-RC-FS-WRITE", Severity.high,
+    "Remote code writes, moves or deletes files.",
+    "writes, deletes, moves, chmod (medium: `open('relative/path', 'w')` in the folder)",
+)
+RC_IMPORT_TIME_SIDE_EFFECT = Rule(
+    "DG-RC-IMPORT-TIME-SIDE-EFFECT", Severity.low,
+    "Remote code does something when imported.",
+    "a call above made at import time (module level, class body, default argument, "
+    "decorator), one level above that call's severity; low: other module-level calls",
+)
+RC_UNPARSEABLE = Rule(
+    "DG-RC-UNPARSEABLE", Severity.high,
+    "A Python file that does not parse.",
+    "`.py` that does not parse",
+)
+RC_UNREVIEWED = Rule(
+    "DG-RC-UNREVIEWED", Severity.low,
+    "Remote code whose sha256 is not in the reviewed set.",
+    "sha256 not in `--reviewed`",
+)
+RC_MISSING = Rule(
+    "DG-RC-MISSING", Severity.high,
+    "An auto_map target whose file is not in the folder.",
+    "`auto_map` target file absent from the folder",
+)
+RC_REMOTE_REPO = Rule(
+    "DG-RC-REMOTE-REPO", Severity.high,
+    "An auto_map target in another repository's code.",
+    "`auto_map` into another repo (`org/repo--module.Class`)",
+)
+DRAFTER_ARCH = Rule(
+    "DG-DRAFTER-ARCH", Severity.medium,
+    "A drafter architecture dflash-guard does not know.",
+    "architectures not `DFlashDraftModel`/`DFlash2DraftModel`",
+)
+DRAFTER_MASK = Rule(
+    "DG-DRAFTER-MASK", Severity.high,
+    "mask_token_id missing, outside the vocabulary or aliasing a special id.",
+    "`mask_token_id` missing, outside the vocab, or = target pad/eos/bos/stop id (config, "
+    "generation_config, tokenizer_config special tokens)",
+)
+DRAFTER_LAYERS = Rule(
+    "DG-DRAFTER-LAYERS", Severity.high,
+    "target_layer_ids or num_target_layers disagree with the target.",
+    "`target_layer_ids` outside the target's layers; `num_target_layers` differs",
+)
+DRAFTER_SHAPE = Rule(
+    "DG-DRAFTER-SHAPE", Severity.high,
+    "hidden_size, vocab_size or head_dim incompatible with the target.",
+    "`hidden_size`/`vocab_size` incompatible (medium: `head_dim`)",
+)
+DRAFTER_BLOCK = Rule(
+    "DG-DRAFTER-BLOCK", Severity.medium,
+    "block_size outside 2..64.",
+    "`block_size` outside 2..64",
+)
+DRAFTER_PARAMS = Rule(
+    "DG-DRAFTER-PARAMS", Severity.medium,
+    "The drafter's parameter count exceeds the budget.",
+    "parameters (from safetensors headers) over `--param-budget` (default 3e9)",
+)
+
+
+def _registry(rules: list[Rule]) -> Mapping[str, Rule]:
+    by_id: dict[str, Rule] = {}
+    for rule in rules:
+        if rule.id in by_id:
+            raise ValueError(f"scan rule {rule.id} is registered twice")
+        by_id[rule.id] = rule
+    return MappingProxyType(by_id)
+
+
+# Every rule defined above (so none can be left out), by id, in the order the README lists them.
+RULES: Mapping[str, Rule] = _registry([v for v in dict(globals()).values() if isinstance(v, Rule)])
+
+
+def rule(rule_id: str) -> Rule:
+    """The registered rule `rule_id`; raises `KeyError` naming it when there is none."""
+    try:
+        return RULES[rule_id]
+    except KeyError:
+        raise KeyError(f"{rule_id} is not a registered scan rule") from None
+
+
+def markdown_table() -> str:
+    """The README's table of rules (`| rule | default severity | meaning |`)."""
+    lines = ["| rule | default severity | meaning |", "| --- | --- | --- |"]
+    lines += [f"| {r.id} | {r.severity.name} | {r.help} |" for r in RULES.values()]
+    return "\n".join(lines) + "\n"
