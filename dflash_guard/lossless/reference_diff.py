@@ -38,6 +38,7 @@ from dflash_guard.lossless.endpoint.metrics import (
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
 from dflash_guard.lossless.options import ReferenceOptions
 from dflash_guard.lossless.prompts import Prompt, load_prompts
+from dflash_guard.lossless.reference import runner_errors
 from dflash_guard.lossless.result import PromptResult, Status
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.trust.comparison import comparison_statement, read_conversion, write_comparison
@@ -171,6 +172,7 @@ def _with_tops(target: Target, prompt: Prompt, reference: Completion, position: 
     return Completion("", reference.token_ids, None, tuple(tops), reference.finish_reason)
 
 
+@runner_errors()
 def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     """Check the GGUF's tokenizer, decode every prompt with kernels_ref and with the engine,
     and compare. Raises `InputError` for unreadable inputs and `EndpointError` for an engine
