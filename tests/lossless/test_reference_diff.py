@@ -184,3 +184,13 @@ def test_a_record_of_another_gguf_or_target_is_not_accepted(gated):
     no_gguf = dataclasses.replace(lock, artifacts=tuple(a for a in lock.artifacts
                                                         if a.role != "gguf"))
     assert not accepts(statement, no_gguf).ok
+
+
+def test_a_policy_naming_a_missing_record_is_an_input_error(tmp_path):
+    from dflash_guard.errors import InputError
+    from dflash_guard.trust.policy import load_policy
+
+    policy = write_policy(tmp_path, ("gguf_comparisons: []\n",
+                                     "gguf_comparisons:\n  - record: nowhere.json\n"))
+    with pytest.raises(InputError, match=r"policy.yaml:\d+: .*nowhere.json not found"):
+        load_policy(policy)
