@@ -215,6 +215,9 @@ class CompletionClient:
         if self.token_ids:
             body["return_token_ids"] = True  # vLLM >= 0.10.2: choices[].token_ids
             body["return_tokens_as_token_ids"] = True  # vLLM: logprob tokens as "token_id:N"
+            # llama.cpp: every generated id in `__verbose.tokens` (its logprobs leave out tokens
+            # that end inside a UTF-8 character)
+            body.update(return_tokens=True, verbose=True, response_fields=["tokens"])
         payload = self.request_json("POST", self.url, body)
         try:
             return parse_completion(payload)
@@ -253,8 +256,8 @@ def parse_completion(payload: Any) -> Completion:
     logprobs = choice.get("logprobs") or {}
     if not isinstance(logprobs, dict):
         raise ValueError("`logprobs` is not an object")
-    if isinstance(logprobs.get("content"), list):
-        return _parse_content_logprobs(text, logprobs["content"], choice, payload)
+    if isinstance(logprobs.get("content"), list) or _verbose_tokens(payload) is not None:
+        return _parse_content_logprobs(text, logprobs.get("content") or [], choice, payload)
 
     raw_tokens = logprobs.get("tokens")
     keys = [_token_key(t) for t in raw_tokens] if isinstance(raw_tokens, list) else None
@@ -307,20 +310,42 @@ def _content_id(entry: Any) -> int:
 def _parse_content_logprobs(
     text: str, content: list[Any], choice: dict[str, Any], payload: dict[str, Any]
 ) -> Completion:
-    """llama.cpp's completions logprobs: `{"content": [{"id", "token", "logprob",
-    "top_logprobs": [{"id", "token", "logprob"}, ...]}, ...]}` (token ids included)."""
-    token_ids = tuple(_content_id(entry) for entry in content)
-    tops = []
+    """llama.cpp's completions: logprobs as `{"content": [{"id", "token", "logprob",
+    "top_logprobs": [{"id", "token", "logprob"}, ...]}, ...]}`, and every generated id in
+    `__verbose.tokens` when asked for. The logprobs leave out tokens that end inside a UTF-8
+    character, so they are matched to the ids in order (a left-out token has no alternatives)."""
+    listed = tuple(_content_id(entry) for entry in content)
+    token_ids = _verbose_tokens(payload) or listed
+    ranked_by_entry = []
     for entry in content:
         alternatives = entry.get("top_logprobs") or []
         if not isinstance(alternatives, list):
             raise ValueError("`top_logprobs` of a `logprobs.content` entry is not a list")
         ranked = [(_content_id(a), _number(a.get("logprob"))) for a in alternatives]
         ranked.sort(key=lambda item: -item[1])
-        tops.append(tuple(ranked))
+        ranked_by_entry.append(tuple(ranked))
+    tops: list[tuple[tuple[Token, float], ...]] = []
+    next_entry = 0
+    for token in token_ids:
+        if next_entry < len(listed) and listed[next_entry] == token:
+            tops.append(ranked_by_entry[next_entry])
+            next_entry += 1
+        else:
+            tops.append(())
     reason = choice.get("finish_reason")
     return Completion(text, token_ids, None, tuple(tops), reason if reason else None,
                       _drafts(payload.get("timings")))
+
+
+def _verbose_tokens(payload: dict[str, Any]) -> tuple[int, ...] | None:
+    """llama.cpp's `__verbose.tokens` (asked for with `return_tokens` and `verbose`), if sent."""
+    verbose = payload.get("__verbose")
+    tokens = verbose.get("tokens") if isinstance(verbose, dict) else None
+    if not isinstance(tokens, list) or not tokens:
+        return None
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise ValueError("`__verbose.tokens` holds a non-integer")
+    return tuple(tokens)
 
 
 def _drafts(timings: Any) -> tuple[int, int] | None:
