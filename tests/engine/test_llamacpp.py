@@ -134,9 +134,11 @@ def test_dflash_server_matches_the_baseline_server(endpoint_report):
 
 
 def test_llamacpp_acceptance_agrees_with_kernels_ref(endpoint_report, pair, prompt_file):
-    """Same pair, same prompts, same greedy stream: the drafts and the accepted tokens per
-    draft position agree (llama.cpp may skip a draft when too few tokens of the budget are
-    left: at most one step per prompt differs)."""
+    """Same pair, same prompts, same greedy stream (no near-ties: the outputs are identical), so
+    the drafts and the drafts accepted at each position agree. The one allowed difference is at
+    the end of the budget, where llama.cpp drafts only as many tokens as are left: each prompt's
+    last step may accept fewer there (measured on the rewired pair: 48 drafts on both sides,
+    accepted per position 14/8/5/4/4/4/4 against 14/9/5/4/4/4/4, tau 1.90 against 1.92)."""
     target_dir, drafter_dir, _, _, _ = pair
     target = load_target(target_dir)
     drafter = load_drafter(drafter_dir, target)
@@ -144,17 +146,20 @@ def test_llamacpp_acceptance_agrees_with_kernels_ref(endpoint_report, pair, prom
     prompts = load_prompts(prompt_file, tokenizer, target.config.vocab_size)
     report = difftest_models(target, drafter, prompts, stop_ids=eos_token_ids(target_dir),
                              tokenizer=tokenizer, max_new_tokens=MAX_NEW_TOKENS)
-    ours = {int(k) - 1: n for k, n in report.histogram.items()}  # accepted drafts -> steps
-    our_per_position = [sum(n for accepted, n in ours.items() if accepted > i)
-                        for i in range(report.block_size - 1)]
+    steps_by_accepted = {int(k) - 1: n for k, n in report.histogram.items()}
+    steps = sum(steps_by_accepted.values())
+    ours = [sum(n for accepted, n in steps_by_accepted.items() if accepted > i)
+            for i in range(report.block_size - 1)]
     acceptance = endpoint_report["acceptance"]
-    theirs = list(acceptance["accepted_per_position"]) + [0] * report.block_size
-    slack = len(PROMPTS)
-    steps = sum(ours.values()) - len(PROMPTS)  # llama.cpp counts no draft for the last token
+    theirs = list(acceptance["accepted_per_position"])
+    theirs += [0.0] * (len(ours) - len(theirs))
+    slack = len(PROMPTS)  # one truncated last step per prompt
     assert abs(acceptance["drafts"] - steps) <= slack, (acceptance, report.histogram)
-    for position, count in enumerate(our_per_position):
-        assert abs(theirs[position] - count) <= slack, (position, theirs, our_per_position)
-    assert acceptance["accepted_tokens"] == sum(acceptance["accepted_per_position"])
+    for position, (mine, engine) in enumerate(zip(ours, theirs, strict=True)):
+        assert 0 <= mine - engine <= slack, (position, ours, theirs)
+    assert acceptance["accepted_tokens"] == sum(theirs)
+    tau_gap = (report.block_size - 1) * slack / max(steps, 1)
+    assert abs(acceptance["mean_acceptance_length"] - report.tau) <= tau_gap
 
 
 def test_reference_diff_of_the_gguf_and_its_record(cli, pair, servers, prompt_file, tmp_path):
