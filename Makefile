@@ -1,11 +1,14 @@
 # Two set-up commands: `make demo` and `make test`. Both create .venv when missing and install
 # torch==2.13.0 (the CPU wheel) before the package when torch is not importable, so the package's
-# torch range never pulls a multi-GB CUDA build.
+# torch range never pulls a multi-GB CUDA build. `make test` also fills .wheelhouse/ (network) with
+# the hashed wheels of requirements/release.txt, so the release tests install offline.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+WHEELHOUSE := .wheelhouse
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install engine demo test lint bench clean
+.PHONY: install wheelhouse requirements engine demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +18,19 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -e '.[test]'
 	touch $@
 
+# Every wheel release.txt pins, checked against its hash, for the offline install tests.
+$(WHEELHOUSE)/.complete: requirements/release.txt $(BIN)/python
+	$(BIN)/python -m pip download --no-deps --only-binary=:all: --require-hashes --retries 1 \
+		--extra-index-url $(TORCH_INDEX) -d $(WHEELHOUSE) -r requirements/release.txt
+	touch $@
+
 install: $(VENV)/.installed
+
+wheelhouse: $(WHEELHOUSE)/.complete
+
+# Rebuild lockfiles/release.lock and requirements/release.txt after editing requirements/release.in.
+requirements: install
+	PYTHON=$(BIN)/python TORCH_INDEX=$(TORCH_INDEX) bash requirements/update.sh
 
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
@@ -25,11 +40,11 @@ demo: install
 engine: install
 	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/build-llamacpp.sh build
 
-test: install engine
+test: install wheelhouse engine
 	$(BIN)/python -m pytest -q
 
 lint: install
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) demo-out
+	rm -rf $(VENV) $(WHEELHOUSE) demo-out

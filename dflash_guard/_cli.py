@@ -51,8 +51,10 @@ def build_app(command: str | None = None) -> typer.Typer:
     app = typer.Typer(
         name="dflash-guard",
         help="Lock, scan, verify, diff-test and gate DFlash speculative-decoding deploys.",
+        epilog="Example: dflash-guard verify --lock dflash.lock. Shell completion: "
+        "dflash-guard --install-completion (bash, zsh, fish, PowerShell).",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,
         pretty_exceptions_enable=False,
     )
     app.callback()(_root)
@@ -85,10 +87,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _print_error(label: str, text: str) -> None:
-    """`label text` on stderr, the label in bold red and `text` never read as markup."""
-    from rich.markup import escape
-
+    """`label text` on stderr, the label in bold red and `text` never read as markup, its
+    control characters (and newlines: it is one line) shown as escapes."""
     from dflash_guard.cli.common import stderr
+    from dflash_guard.formats.terminal import markup_safe
 
-    line = f"[bold red]{label}[/] {escape(text)}" if text else f"[bold red]{label}[/]"
+    line = f"[bold red]{label}[/] {markup_safe(text)}" if text else f"[bold red]{label}[/]"
     stderr.print(line, highlight=False, soft_wrap=True)

@@ -33,3 +33,18 @@ class HubError(Error):
 class WriteError(InputError, OSError):
     """An output (lockfile, report, record) could not be written. An input error for the CLI (one
     line, exit 2), and still an `OSError` for callers that handle a failed write themselves."""
+
+
+MESSAGE_VALUE_LIMIT = 80
+
+
+def shorten(value: object, limit: int = MESSAGE_VALUE_LIMIT) -> str:
+    """`repr(value)` cut to `limit` characters with a marker, for quoting untrusted values in a
+    message: an error line never carries an unbounded value (a huge int's repr even fails)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's int-to-str digit limit
+        return "<an integer too large to show>"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...<{len(text) - limit} more characters>"

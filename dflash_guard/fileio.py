@@ -1,24 +1,89 @@
-"""Atomic file writes: a lockfile, report or approval is written whole or not at all."""
+"""Safe file access for inputs and outputs.
+
+Outputs (a lockfile, report, approval) are written whole or not at all, only over a regular file
+(never through a symlink, onto a device or a FIFO), with the mode a plain `open()` would give.
+Inputs are opened without blocking and checked to be regular files after opening (`fstat`), so a
+FIFO or a device swapped in for a file is refused, never read forever.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
-from dflash_guard.errors import WriteError
+from dflash_guard.errors import InputError, WriteError
+
+
+class NotRegularFileError(InputError, OSError):
+    """An input that is a FIFO, device, socket or folder where a regular file was expected. An
+    input error for the CLI, and an `OSError` for callers that treat any unreadable file alike."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    return "a special file"
+
+
+def open_regular(path: str | os.PathLike[str], *, nofollow: bool = False) -> int:
+    """A read-only descriptor on `path`, opened without blocking (a FIFO cannot hang us) and
+    checked with `fstat` to be a regular file; `nofollow` also refuses a symlink."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
+    fd = os.open(path, flags)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFileError(f"{path}: {_kind(mode)}, not a regular file")
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, *, nofollow: bool = False) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; larger is an `InputError` (nothing
+    unbounded is read, so `/dev/zero` or a huge file cannot exhaust memory)."""
+    with os.fdopen(open_regular(path, nofollow=nofollow), "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{path}: larger than {limit:,} bytes")
+    return data
+
+
+def _creation_mode() -> int:
+    """The mode `open(path, "w")` gives a new file: 0o666 less the umask."""
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
     """Write `data` to `path` through a temporary file in the same folder and `os.replace`.
 
+    Only a regular file (or nothing) is replaced; it keeps its mode, a new file gets the umask's.
     A failure leaves `path` as it was and raises `WriteError` naming it."""
     target = Path(path)
     payload = data.encode() if isinstance(data, str) else data
     try:
+        try:
+            existing = os.lstat(target).st_mode
+        except FileNotFoundError:
+            existing = None
+        if existing is not None and not stat.S_ISREG(existing):
+            raise WriteError(f"cannot write {target}: it is {_kind(existing)}; refusing to "
+                             "replace anything but a regular file")
+        mode = stat.S_IMODE(existing) if existing is not None else _creation_mode()
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), mode)
                 handle.write(payload)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -26,5 +91,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+    except WriteError:
+        raise
     except OSError as error:
         raise WriteError(f"cannot write {target}: {error.strerror or error}") from None

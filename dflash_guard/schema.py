@@ -5,7 +5,10 @@ the line it came from. A `Field` is one value and its dotted name (`artifacts[0]
 its accessors refuse unknown, duplicate and missing keys and wrong types, and every error is one
 `InputError` line of the same shape: `FILE:LINE: FIELD: MESSAGE` (`expected str, got 3`,
 `unknown field (allowed: a, b)`, `field given twice`, `missing required field 'x'`). Only safe
-constructors run: a `!!python/...` tag is an error, never code.
+constructors run: a `!!python/...` tag is an error, never code. Hostile documents end in one
+line too: anchors and aliases (a 400-byte alias bomb expands to gigabytes) are refused before any
+value is built, so are documents over `MAX_DOCUMENT_CHARS` and nesting too deep to compose, and a
+value quoted in a message is shortened (`errors.shorten`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from typing import Any
 
 import yaml
 
-from dflash_guard.errors import InputError
+from dflash_guard.errors import InputError, shorten
 
 Check = Callable[[Any], Any]
+
+# A lockfile of 100,000 files is about 13 MB; anything far past that is not a document we wrote.
+MAX_DOCUMENT_CHARS = 256 * 1024 * 1024
 
 
 class Document:
@@ -26,6 +32,8 @@ class Document:
 
     def __init__(self, text: str, source: str) -> None:
         self.source = source
+        if len(text) > MAX_DOCUMENT_CHARS:
+            raise InputError(f"{source}: larger than {MAX_DOCUMENT_CHARS:,} characters")
         self._loader = yaml.SafeLoader(text)
 
     def root(self) -> Field | None:
@@ -37,9 +45,14 @@ class Document:
             line = f":{mark.line + 1}" if mark else ""
             problem = getattr(error, "problem", None) or str(error).splitlines()[0]
             raise InputError(f"{self.source}{line}: not valid YAML: {problem}") from None
+        except RecursionError:
+            raise InputError(f"{self.source}: not valid YAML: nested too deeply") from None
         finally:
             self._loader.dispose()
-        return None if node is None else Field(self, node, "")
+        if node is None:
+            return None
+        _refuse_aliases(node, self.source)
+        return Field(self, node, "")
 
     def construct(self, node: yaml.Node, where: str) -> Any:
         """The Python value of a node (safe constructors only: no tag runs code)."""
@@ -51,6 +64,31 @@ class Document:
             raise InputError(
                 f"{self.source}:{mark.line + 1}: {where or 'top level'}: {problem}"
             ) from None
+        except RecursionError:  # composing may not recurse (libyaml), building values does
+            raise InputError(f"{self.source}:{node.start_mark.line + 1}: {where or 'top level'}: "
+                             "nested too deeply") from None
+        except (ValueError, OverflowError) as error:  # a 5000-digit int, a 30th of February
+            problem = str(error).split(":")[0]
+            raise InputError(
+                f"{self.source}:{node.start_mark.line + 1}: {where or 'top level'}: "
+                f"not a usable value ({problem})"
+            ) from None
+
+
+def _refuse_aliases(root: yaml.Node, source: str) -> None:
+    """Refuse a node tree in which some node is reached twice: an alias (`*name`) of an anchor."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            raise InputError(f"{source}:{node.start_mark.line + 1}: anchors and aliases "
+                             "(&name, *name) are not allowed")
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(part for pair in node.value for part in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
 
 
 def read_document(text: str, source: str) -> Field | None:
@@ -90,7 +128,8 @@ class Field:
         fields: dict[str, Field] = {}
         for key_node, value_node in self.node.value:
             key = self.document.construct(key_node, self.where)
-            here = f"{self.where}.{key}" if self.where else str(key)
+            name = key if isinstance(key, str) and len(key) <= 80 else shorten(key)
+            here = f"{self.where}.{name}" if self.where else name
             key_field = Field(self.document, key_node, here)
             if not isinstance(key, str) or key not in allowed:
                 raise key_field.fail(f"unknown field (allowed: {', '.join(allowed)})")
@@ -117,7 +156,7 @@ class Field:
         ok_type = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
         if not ok_type or (check is not None and not check(value)):
             wanted = expect or " or ".join(k.__name__ for k in kinds)
-            raise self.fail(f"expected {wanted}, got {value!r}")
+            raise self.fail(f"expected {wanted}, got {shorten(value)}")
         return value
 
     def text(self, check: Check | None = None, expect: str = "") -> str:
@@ -165,4 +204,4 @@ def _kind(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    return f"{node.value!r}" if node.value != "" else "nothing"
+    return shorten(node.value) if node.value != "" else "nothing"

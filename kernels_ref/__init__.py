@@ -1,7 +1,9 @@
 """A reference DFlash draft-verify runner in plain PyTorch (CUDA when present, CPU otherwise).
 
-model.py (Qwen3-style target, growing and static KV caches), drafter.py (DFlash v1 drafter),
-step.py (what every decoding mode shares: drafter interface, step records, draft-and-verify),
+model.py (Qwen3 and Llama targets, growing and static KV caches), config.py (their parsed
+`config.json`; what is unsupported), rope.py (default and llama3 RoPE), drafter.py (DFlash v1
+drafter), step.py (what every decoding mode shares: drafter interface, step records,
+draft-and-verify),
 loop.py (the one decode loop, greedy or sampled; autoregressive = block size 1),
 sampling.py (exact speculative rejection sampling for temperature > 0), faults.py (the bugs
 `--inject` plants), compat.py (drafter-vs-target compatibility, torch-free), errors.py

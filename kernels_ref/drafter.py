@@ -27,7 +27,7 @@ from kernels_ref.checkpoint import (
 )
 from kernels_ref.compat import compatibility_problems
 from kernels_ref.errors import RunnerError
-from kernels_ref.model import DecoderLayer, ModelConfig, RMSNorm, Target, rope
+from kernels_ref.model import DecoderLayer, ModelConfig, RMSNorm, Target
 
 
 @dataclass(frozen=True)
@@ -177,9 +177,8 @@ class Drafter(nn.Module):
     def context_kv(self, features: Tensor, positions: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Per layer keys/values of context `features` `[B, n, k*hidden]` at `positions` `[n]`."""
         context = self.hidden_norm(self.fc(features))
-        cos, sin = rope(
-            positions, self.config.layers.head_dim, self.config.layers.rope_theta, context.dtype
-        )
+        layers = self.config.layers
+        cos, sin = layers.rope.tables(positions, layers.head_dim, context.dtype)
         return [layer.self_attn.project_kv(context, cos, sin) for layer in self.layers]
 
     def extend_context(
@@ -210,9 +209,8 @@ class Drafter(nn.Module):
         Attention is bidirectional; `mask` (True = may attend) only serves training, where
         several blocks share one forward.
         """
-        cos, sin = rope(
-            positions, self.config.layers.head_dim, self.config.layers.rope_theta, block.dtype
-        )
+        layers = self.config.layers
+        cos, sin = layers.rope.tables(positions, layers.head_dim, block.dtype)
         x = block
         for layer, prefix in zip(self.layers, context, strict=True):
             x, _, _ = layer(x, cos, sin, prefix, mask)

@@ -7,6 +7,7 @@ that build random-weight pairs of other shapes.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -141,12 +142,18 @@ def write_pair(
     return target_dir, drafter_dir
 
 
-def make_fixture_pair(out_dir: Path) -> tuple[Path, Path]:
+def make_fixture_pair(out_dir: Path, *, force: bool = False) -> tuple[Path, Path]:
     """Write the built-in trained pair to `out_dir/{target,drafter}`; return both folders.
 
-    Each folder is staged next to its final place and moved in whole.
+    Each folder is staged next to its final place and moved in whole. An existing `target` or
+    `drafter` there is a `FileExistsError` unless `force`, which deletes and rewrites both.
     """
     out_dir = Path(out_dir)
+    for name in ("target", "drafter"):
+        existing = out_dir / name
+        if not force and (existing.exists() or existing.is_symlink()):
+            raise FileExistsError(errno.EEXIST, "exists; pass --force to delete and rewrite it",
+                                  str(existing))
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".fixtures-") as staging:
         staged = write_pair(

@@ -1,16 +1,17 @@
-"""A Qwen3-style decoder-only transformer and its KV cache, in plain PyTorch (gpt-fast style).
+"""Qwen3 and Llama decoder-only transformers and their KV caches, in plain PyTorch (gpt-fast style).
 
-Per layer: RMSNorm -> GQA attention (per-head RMSNorm on q and k, RoPE) -> residual -> RMSNorm ->
-SwiGLU MLP -> residual. Module names mirror Hugging Face `Qwen3ForCausalLM`, so a real checkpoint's
-`model.safetensors` loads unchanged. References: transformers' modeling_qwen3.py; gpt-fast model.py.
+Per layer: RMSNorm -> GQA attention (Qwen3: per-head RMSNorm on q and k; RoPE from `rope.py`,
+`default` or Llama-3.1's `llama3`) -> residual -> RMSNorm -> SwiGLU MLP -> residual. The two
+families differ only in the q/k norms, their config defaults and Llama's optional MLP bias (a
+`Family` each, in `config.py`, which also refuses by name what these layers do not implement).
+Module names mirror Hugging Face `Qwen3ForCausalLM`/`LlamaForCausalLM`, so a real checkpoint's
+safetensors load unchanged.
+References: transformers' modeling_qwen3.py and modeling_llama.py; gpt-fast model.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,62 +24,7 @@ from kernels_ref.checkpoint import (
     parse_dtype,
     read_config,
 )
-from kernels_ref.errors import RunnerError
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The Qwen3 fields a decoder stack needs (HF `config.json` names)."""
-
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
-    max_position_embeddings: int = 40960
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any], where: Path | str) -> ModelConfig:
-        """Parse the Qwen3 fields of a `config.json`, raising `RunnerError` naming a bad field."""
-        unsupported = {
-            "hidden_act": raw.get("hidden_act", "silu") != "silu",
-            "rope_scaling": raw.get("rope_scaling") is not None,
-            "use_sliding_window": bool(raw.get("use_sliding_window")),
-        }
-        for name, bad in unsupported.items():
-            if bad:
-                raise RunnerError(f"{where}: {name}={raw[name]!r} is not supported by kernels_ref")
-        values: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            if field.name == "head_dim" and raw.get("head_dim") is None:
-                continue
-            if field.name not in raw or raw[field.name] is None:
-                if field.default is dataclasses.MISSING:
-                    raise RunnerError(f"{where}: config field {field.name!r} is missing")
-                continue
-            value = raw[field.name]
-            kind = {"float": (int, float), "bool": (bool,), "int": (int,)}[str(field.type)]
-            if not isinstance(value, kind) or (
-                str(field.type) == "int" and isinstance(value, bool)
-            ):
-                raise RunnerError(f"{where}: config field {field.name!r} must be {field.type}")
-            if kind != (bool,) and value <= 0:  # sizes, eps, theta: zero divides, negative fails
-                raise RunnerError(f"{where}: config field {field.name!r} must be positive")
-            values[field.name] = value
-        if "head_dim" not in values:
-            values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
-        config = cls(**values)
-        if config.num_attention_heads % config.num_key_value_heads:
-            raise RunnerError(
-                f"{where}: num_attention_heads is not a multiple of num_key_value_heads"
-            )
-        return config
+from kernels_ref.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -93,17 +39,6 @@ class RMSNorm(nn.Module):
         h = x.to(torch.promote_types(x.dtype, torch.float32))
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
-
-
-def rope(
-    positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype
-) -> tuple[Tensor, Tensor]:
-    """cos and sin tables `[T, head_dim]` for absolute `positions` (rotate-half layout)."""
-    work = torch.promote_types(dtype, torch.float32)
-    exponents = torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim
-    freqs = positions.to(work)[:, None] / (theta**exponents)[None, :]
-    angles = torch.cat([freqs, freqs], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -127,9 +62,12 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.q_norm: nn.Module = nn.Identity()
+        self.k_norm: nn.Module = nn.Identity()
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def project_kv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """Keys (normed, rotated) and values `[1, n_kv, T, head_dim]` of `x` `[1, T, hidden]`."""
@@ -172,9 +110,10 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        bias = cfg.mlp_bias
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -291,7 +230,7 @@ class StaticKVCache:
         self.length.fill_(length)
 
 
-class Qwen3Model(nn.Module):
+class DecoderStack(nn.Module):
     """The decoder stack (`model.*` in HF names)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -302,12 +241,13 @@ class Qwen3Model(nn.Module):
 
 
 class Target(nn.Module):
-    """A Qwen3ForCausalLM: decoder stack plus LM head (tied to the embedding when configured)."""
+    """A Qwen3ForCausalLM or LlamaForCausalLM: decoder stack plus LM head (tied to the embedding
+    when configured)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.model = Qwen3Model(cfg)
+        self.model = DecoderStack(cfg)
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
@@ -346,7 +286,7 @@ class Target(nn.Module):
         (HF `hidden_states`: index 0 the embeddings, index L+1 the output of layer L).
         """
         x = self.model.embed_tokens(ids)
-        cos, sin = rope(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        cos, sin = self.config.rope.tables(positions, self.config.head_dim, x.dtype)
         if isinstance(cache, StaticKVCache):
             return self._forward_static(x, cos, sin, cache)
         t, past = ids.shape[1], len(cache)
@@ -377,13 +317,10 @@ class Target(nn.Module):
 def load_target(
     folder: Path | str, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32"
 ) -> Target:
-    """Load a Qwen3-style target from an HF folder (`config.json` + safetensors weights)."""
+    """Load a Qwen3 or Llama target from an HF folder (`config.json` + safetensors weights)."""
     folder = Path(folder)
     torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
-    raw = read_config(folder)
-    if raw.get("model_type") not in (None, "qwen3"):
-        raise RunnerError(f"{folder}: model_type {raw.get('model_type')!r} is not qwen3")
-    target = Target(ModelConfig.from_dict(raw, folder / "config.json"))
+    target = Target(ModelConfig.for_target(read_config(folder), folder / "config.json"))
     assign_weights(
         target, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype
     )

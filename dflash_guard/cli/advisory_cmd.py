@@ -61,7 +61,10 @@ def new(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")
                      ] = False,
 ) -> None:
-    """Write a schema-valid OSV advisory for one engine, Hub repo or PyPI package."""
+    """Write a schema-valid OSV advisory for one engine, Hub repo or PyPI package.
+
+    Example: dflash-guard advisory new --id x_ACME-1 --summary leak --engine URL --out adv.json
+    """
     from dflash_guard.audit.author import AdvisorySubject, Events, new_advisory, write_advisory
 
     record = new_advisory(

@@ -20,6 +20,7 @@ from rich.markup import escape
 from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.formats.terminal import safe_console
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
@@ -133,7 +134,10 @@ def audit(
         "--output", help="Write the report to FILE (atomically), not stdout.")] = None,
 ) -> None:
     """Match every locked engine commit, Hub revision and package version against OSV
-    advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error."""
+    advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error.
+
+    Example: dflash-guard audit --lock dflash.lock --advisories feeds/ --engine-repo vllm=../vllm
+    """
     from dflash_guard.audit.run import run_audit, run_policy_audit
     from dflash_guard.audit.sarif import render_sarif
     from dflash_guard.trust.policy import load_policy
@@ -157,7 +161,7 @@ def audit(
                                        identity or [], issuer, trust_root)
         report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
     if fmt is AuditFormat.text:
-        console = Console(record=True, width=120, file=io.StringIO()) if output else stdout
+        console = safe_console(record=True, width=120, file=io.StringIO()) if output else stdout
         render_text(report, console)
         text = console.export_text() if output else ""
     else:

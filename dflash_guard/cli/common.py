@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 # Reports go to stdout; progress, warnings and errors to stderr, so `--format json` stays parseable.
 # Both consoles are made on first use (see `__getattr__`): a clean scan never imports rich.
+# Both escape control characters in every string they print (formats/terminal.py).
 stdout: Console
 stderr: Console
 
@@ -22,9 +23,9 @@ def __getattr__(name: str) -> Console:
     """`stdout` and `stderr`: rich consoles, made once, when first imported or used."""
     if name not in ("stdout", "stderr"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from rich.console import Console
+    from dflash_guard.formats.terminal import safe_console
 
-    console = globals()[name] = Console(stderr=name == "stderr", soft_wrap=True)
+    console = globals()[name] = safe_console(stderr=name == "stderr", soft_wrap=True)
     return console
 
 

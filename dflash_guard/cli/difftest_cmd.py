@@ -382,6 +382,8 @@ def register(app: typer.Typer) -> None:
         flag of another mode is refused. Exit 0 identical (endpoint, reference: no hard
         divergence; sampled: no rejection), 1 divergence, a refused GGUF (or a warning with
         --fail-on-warning), 2 input or endpoint error.
+
+        Example: dflash-guard difftest --target demo-out/target --drafter demo-out/drafter
         """
         mode = _mode(ctx)
         if mode is Mode.reference:

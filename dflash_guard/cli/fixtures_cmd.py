@@ -18,14 +18,24 @@ def register(app: typer.Typer) -> None:
     @fixtures.command("make")
     def make(
         out_dir: Annotated[Path, typer.Argument(help="Folder to write target/ and drafter/ in.")],
+        force: Annotated[bool, typer.Option(
+            "--force", help="Delete and rewrite DIR/target and DIR/drafter if present.")] = False,
     ) -> None:
-        """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR."""
+        """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR.
+
+        Writes DIR/target and DIR/drafter only; refuses to touch either if it exists, unless
+        --force, which deletes and rewrites both (nothing else in DIR is touched).
+
+        Example: dflash-guard fixtures make demo-out
+        """
         from kernels_ref.fixtures import make_fixture_pair  # loads torch: only when it runs
 
         if out_dir.exists() and not out_dir.is_dir():
             raise InputError(f"{out_dir}: exists and is not a folder")
         try:
-            target, drafter = make_fixture_pair(out_dir)
+            target, drafter = make_fixture_pair(out_dir, force=force)
+        except FileExistsError as exc:
+            raise InputError(f"{exc.filename}: {exc.strerror}") from None
         except OSError as exc:
             raise InputError(f"{out_dir}: cannot write the fixture pair ({exc})") from None
         stdout.print(f"target:  {target}\ndrafter: {drafter}", highlight=False)

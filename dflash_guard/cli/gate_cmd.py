@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from dflash_guard.cli.audit_cmd import parse_clones
 from dflash_guard.cli.common import OutputFormat, print_json, stdout
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+from dflash_guard.formats.terminal import markup_safe
 from dflash_guard.gate import (
     STEPS,
     ApprovalSigning,
@@ -36,17 +36,17 @@ def render(result: GateResult) -> None:
             verdict = "[dim]not configured[/]"
         else:
             verdict = "[green]pass[/]" if check.ok else "[bold red]FAIL[/]"
-        table.add_row(check.name, verdict, escape(check.detail))
+        table.add_row(check.name, verdict, markup_safe(check.detail))
     for step in STEPS:
         if step not in ran:
             table.add_row(step, "[dim]not run[/]", "")
     stdout.print(table)
     if result.approved:
-        where = f": record {escape(str(result.record))}" if result.record else ""
-        signed = f", signed {escape(str(result.signature))}" if result.signature else ""
+        where = f": record {markup_safe(str(result.record))}" if result.record else ""
+        signed = f", signed {markup_safe(str(result.signature))}" if result.signature else ""
         stdout.print(f"[bold green]APPROVED[/]{where}{signed}", highlight=False)
     else:
-        stdout.print(f"[bold red]REFUSED[/]: {escape(result.reason or '')}", highlight=False,
+        stdout.print(f"[bold red]REFUSED[/]: {markup_safe(result.reason or '')}", highlight=False,
                      soft_wrap=True)
 
 
@@ -84,7 +84,10 @@ def gate(
     fmt: Annotated[OutputFormat, typer.Option("--format", help="text or json.")
                    ] = OutputFormat.text,
 ) -> None:
-    """Run every check of a deploy in order; exit 0 approved, 1 refused, 2 usage/input error."""
+    """Run every check of a deploy in order; exit 0 approved, 1 refused, 2 usage/input error.
+
+    Example: dflash-guard gate --lock dflash.lock --policy strict --out approval.json
+    """
     result = run_gate(GateOptions(
         lock_path, policy, parse_roots(root or []), out=out,
         signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),

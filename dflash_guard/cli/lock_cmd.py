@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.formats.terminal import markup_safe, terminal_safe
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
 from dflash_guard.pins.resolve import build_lock, requirements_text
 
@@ -43,7 +43,10 @@ def lock(
         OutputFormat, typer.Option("--format", help="text or json.")
     ] = OutputFormat.text,
 ) -> None:
-    """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile."""
+    """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile.
+
+    Example: dflash-guard lock --target Qwen/Qwen3-8B --drafter z-lab/Qwen3-8B-DFlash-b16
+    """
     if not output.parent.is_dir():
         raise InputError(f"-o {output}: folder {output.parent} does not exist")
     sources = {"target": target, "drafter": drafter}
@@ -51,7 +54,7 @@ def lock(
         sources["gguf"] = gguf
     result = build_lock(sources, engine or [], package or [])
     if result.lock is None:
-        stderr.print(f"[bold red]refused:[/] {escape(result.outcome.reason)}", highlight=False)
+        stderr.print(f"[bold red]refused:[/] {markup_safe(result.outcome.reason)}", highlight=False)
         raise typer.Exit(EXIT_FINDING)
     lockfile = result.lock
     write_lockfile(lockfile, output)
@@ -65,9 +68,10 @@ def lock(
         )
         return
     for a in lockfile.artifacts:
-        stdout.print(f"{a.role:8} {a.label}  ({len(a.files)} files)", highlight=False,
-                     markup=False)
-    stdout.print(f"wrote {output} ({lockfile.digest()})", highlight=False, markup=False)
+        stdout.print(f"{a.role:8} {terminal_safe(a.label)}  ({len(a.files)} files)",
+                     highlight=False, markup=False)
+    stdout.print(f"wrote {terminal_safe(str(output))} ({lockfile.digest()})", highlight=False,
+                 markup=False)
 
 
 @export_app.command("requirements")
@@ -79,7 +83,10 @@ def export_requirements(
         Path | None, typer.Option("-o", "--output", help="File to write (default stdout).")
     ] = None,
 ) -> None:
-    """Write a pip --require-hashes requirements file for the locked packages."""
+    """Write a pip --require-hashes requirements file for the locked packages.
+
+    Example: dflash-guard export requirements --lock lockfiles/release.lock -o release.txt
+    """
     text = requirements_text(load_lockfile(lock_path))
     if output is not None and not output.parent.is_dir():
         raise InputError(f"-o {output}: folder {output.parent} does not exist")

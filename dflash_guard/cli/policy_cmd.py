@@ -25,7 +25,10 @@ def check(
                                         "dev).")],
     output: FormatOption = OutputFormat.text,
 ) -> None:
-    """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid."""
+    """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid.
+
+    Example: dflash-guard policy check policies/strict.yaml
+    """
     policy = load_policy(file)
     expired = policy.expired_waivers(dt.datetime.now(dt.UTC).date())
     if output is OutputFormat.json:
@@ -55,7 +58,10 @@ def show(
                                                "the built-in default policy.")] = None,
     output: FormatOption = OutputFormat.text,
 ) -> None:
-    """Print the effective policy (every section, with its source and digest)."""
+    """Print the effective policy (every section, with its source and digest).
+
+    Example: dflash-guard policy show strict --format json
+    """
     effective = load_policy(file).to_json()
     if output is OutputFormat.json:
         print_json(effective)

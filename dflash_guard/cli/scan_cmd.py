@@ -54,7 +54,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("--param-budget", help="Most parameters a drafter may have (3e9)."),
         ] = None,
     ) -> None:
-        """Scan checkpoints, chat templates and remote code; exit 1 on findings at --fail-on+."""
+        """Scan checkpoints, chat templates and remote code; exit 1 on findings at --fail-on+.
+
+        Example: dflash-guard scan models/drafter --target models/target --format sarif
+        """
         report = scan_paths(
             paths,
             target=target,

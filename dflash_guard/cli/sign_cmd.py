@@ -23,7 +23,10 @@ def sign(
              "stdin is a terminal).")
     ] = None,
 ) -> None:
-    """Sign LOCK: keyless with Sigstore (writes LOCK.sigstore.json) or with --key (LOCK.sig)."""
+    """Sign LOCK: keyless with Sigstore (writes LOCK.sigstore.json) or with --key (LOCK.sig).
+
+    Example: dflash-guard sign dflash.lock --key signing-key.pem
+    """
     if key is not None:
         out = sign_with_key(lock, key)
     else:

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
+from dflash_guard.formats.terminal import markup_safe, terminal_safe
 from dflash_guard.pins.lockfile import ROLES, load_lockfile
 from dflash_guard.pins.verify import VerifyReport, verify_lock
 from dflash_guard.trust.policy import load_policy
@@ -67,7 +67,7 @@ def parse_roots(specs: list[str]) -> dict[str, Path]:
 def render(report: VerifyReport) -> None:
     """The text report: one line per role, then a table of the files that differ."""
     for role, folder in sorted(report.locations.items()):
-        stdout.print(f"{role:8} {folder}", highlight=False, markup=False)
+        stdout.print(f"{role:8} {terminal_safe(str(folder))}", highlight=False, markup=False)
     if report.ok:
         stdout.print(
             f"[green]OK[/]: {report.files_checked} files match the lockfile "
@@ -79,7 +79,7 @@ def render(report: VerifyReport) -> None:
         table.add_column(column, overflow="fold")
     for p in report.problems:
         cells = (p.role, p.path, p.kind, p.expected, p.actual)
-        table.add_row(*(escape(cell or "") for cell in cells))
+        table.add_row(*(markup_safe(cell or "") for cell in cells))
     stdout.print(table)
     stdout.print(f"[red]MISMATCH[/]: {len(report.problems)} problem(s)")
 
@@ -87,12 +87,12 @@ def render(report: VerifyReport) -> None:
 def render_signatures(checks: list[SignatureCheck]) -> None:
     """One line per signature checked: who signed it, or why it was refused."""
     for check in checks:
-        what = escape(f"{check.subject} ({Path(check.signature).name})")
+        what = markup_safe(f"{check.subject} ({Path(check.signature).name})")
         if check.ok:
-            stdout.print(f"[green]signed[/]: {what} by {escape(str(check.signer))}",
+            stdout.print(f"[green]signed[/]: {what} by {markup_safe(str(check.signer))}",
                          highlight=False, soft_wrap=True)
         else:
-            stdout.print(f"[red]BAD SIGNATURE[/]: {what}: {escape(str(check.reason))}",
+            stdout.print(f"[red]BAD SIGNATURE[/]: {what}: {markup_safe(str(check.reason))}",
                          highlight=False, soft_wrap=True)
 
 
@@ -121,7 +121,10 @@ def verify(
         OutputFormat, typer.Option("--format", help="text or json.")
     ] = OutputFormat.text,
 ) -> None:
-    """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch)."""
+    """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch).
+
+    Example: dflash-guard verify --lock dflash.lock --root target=models/target --policy strict
+    """
     lockfile = load_lockfile(lock_path)
     accepted = load_policy(policy)  # a bad policy fails before any hashing
     report = verify_lock(

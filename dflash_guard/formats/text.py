@@ -1,4 +1,5 @@
 """Text rendering: a table per file, worst findings first, then the report's one-line summary.
+Untrusted strings (file names, messages) are escaped for the terminal (`formats.terminal`).
 
 rich is imported only when there is a finding to tabulate: a clean report is one plain line.
 """
@@ -9,6 +10,7 @@ import io
 from typing import TYPE_CHECKING
 
 from dflash_guard.formats.interface import Report
+from dflash_guard.formats.terminal import markup_safe, safe_console
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
@@ -33,10 +35,9 @@ def print_report(report: Report, console: Console) -> None:
 
 
 def _file_table(file: str, findings: list[Finding]) -> Table:
-    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(file), title_justify="left", show_lines=False, expand=False)
+    table = Table(title=markup_safe(file), title_justify="left", show_lines=False, expand=False)
     table.add_column("severity")
     table.add_column("rule")
     table.add_column("where")
@@ -48,8 +49,8 @@ def _file_table(file: str, findings: list[Finding]) -> Table:
         table.add_row(
             f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
             finding.rule_id,
-            escape(where),
-            escape(finding.message),
+            markup_safe(where),
+            markup_safe(finding.message),
         )
     return table
 
@@ -58,8 +59,6 @@ def render(report: Report) -> str:
     """`report` as plain text, tables 120 columns wide (a clean report is its summary line)."""
     if not report.findings:
         return report.summary() + "\n"
-    from rich.console import Console
-
-    console = Console(record=True, width=120, file=io.StringIO())
+    console = safe_console(record=True, width=120, file=io.StringIO())
     print_report(report, console)
     return console.export_text()

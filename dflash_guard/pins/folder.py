@@ -1,9 +1,11 @@
 """List a model folder safely: every regular file by relative path, unsafe entries reported.
 
-Used by `lock` (local sources) and `verify` alike. A symlink may point only inside `boundary`
-(the folder itself, or the repo folder of an HF-cache snapshot, whose files link to
+Used by `lock` (local sources), `verify` and `scan` alike. A symlink may point only inside
+`boundary` (the folder itself, or the repo folder of an HF-cache snapshot, whose files link to
 `../../blobs/...`). Symlinked folders, links that escape, dangling links and special files are
-reported, never followed.
+reported, never followed. So is every folder that cannot be listed (no permission, a path past
+PATH_MAX): its files would otherwise be silently left out, so the walk fails closed. The walk
+keeps its own stack, so a folder thousands of levels deep is no recursion error.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from pathlib import Path
 
 # Bookkeeping folders that tools write next to model files; never part of a model.
 IGNORED_DIRS = frozenset({".git", ".cache"})
+
+# Paths this long cannot be opened by name (ENAMETOOLONG): their files cannot be checked.
+PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,35 +34,55 @@ def _inside(path: str, boundary: str) -> bool:
     return path == boundary or path.startswith(boundary.rstrip(os.sep) + os.sep)
 
 
+def _link_problem(full: str, fence: str) -> str | None:
+    """Why the symlink at `full` must not be followed, or None when it names a file inside."""
+    target = os.readlink(full)
+    if os.path.isdir(full):
+        return f"symlinked folder -> {target}"
+    if not _inside(os.path.realpath(full), fence):
+        return f"points outside: {target}"
+    if not os.path.isfile(full):
+        return f"dangling: {target}"
+    return None
+
+
 def list_folder(root: Path, boundary: Path | None = None) -> tuple[dict[str, Path], list[Unsafe]]:
     """Regular files under `root` by POSIX relative path, and the entries refused."""
     files: dict[str, Path] = {}
     unsafe: list[Unsafe] = []
     fence = os.path.realpath(boundary if boundary is not None else root)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        keep = []
-        for name in sorted(dirnames):
-            full = os.path.join(dirpath, name)
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
-            if os.path.islink(full):
-                unsafe.append(Unsafe(rel, "symlink", f"symlinked folder -> {os.readlink(full)}"))
-            elif not (rel_dir == "." and name in IGNORED_DIRS):
-                keep.append(name)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
-            if os.path.islink(full):
-                real = os.path.realpath(full)
-                if not _inside(real, fence):
-                    unsafe.append(Unsafe(rel, "symlink", f"points outside: {os.readlink(full)}"))
-                    continue
-                if not os.path.isfile(real):
-                    unsafe.append(Unsafe(rel, "symlink", f"dangling: {os.readlink(full)}"))
-                    continue
-            elif not os.path.isfile(full):
-                unsafe.append(Unsafe(rel, "path", "not a regular file"))
+    stack: list[tuple[str, str]] = [(os.fspath(root), "")]
+    while stack:
+        folder, rel_dir = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            unsafe.append(Unsafe(rel_dir or ".", "path",
+                                 f"folder cannot be listed ({reason}): its files are unchecked"))
+            continue
+        subfolders = []
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if len(os.fsencode(entry.path)) >= PATH_MAX:
+                unsafe.append(Unsafe(rel, "path", f"path longer than PATH_MAX ({PATH_MAX}): "
+                                                  "it cannot be opened, so it is unchecked"))
                 continue
-            files[rel] = Path(full)
+            try:
+                if entry.is_symlink():
+                    if problem := _link_problem(entry.path, fence):
+                        unsafe.append(Unsafe(rel, "symlink", problem))
+                    else:
+                        files[rel] = Path(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    if not (rel_dir == "" and entry.name in IGNORED_DIRS):
+                        subfolders.append((entry.path, rel))
+                elif entry.is_file(follow_symlinks=False):
+                    files[rel] = Path(entry.path)
+                else:
+                    unsafe.append(Unsafe(rel, "path", "not a regular file"))
+            except OSError as error:
+                unsafe.append(Unsafe(rel, "path", f"cannot be read ({error.strerror or error})"))
+        stack.extend(reversed(subfolders))
     return files, unsafe

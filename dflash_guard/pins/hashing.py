@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dflash_guard.fileio import write_atomic
+from dflash_guard.errors import InputError
+from dflash_guard.fileio import open_regular, read_regular, write_atomic
 
 CHUNK_BYTES = 8 * 1024 * 1024
 STAT_CACHE_MAX_ENTRIES = 200_000
+STAT_CACHE_MAX_BYTES = 512 * 1024 * 1024
 
 
 def cache_dir() -> Path:
@@ -32,15 +34,22 @@ def cache_dir() -> Path:
 
 
 def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:
-    """The sha256 of a file, read in chunks into one buffer (memory bounded by CHUNK_BYTES)."""
+    """The sha256 of a regular file, read in chunks into one buffer (memory bounded by
+    CHUNK_BYTES); a file that cannot be opened or read, or is not a regular file, is an
+    `InputError`."""
     digest = hashlib.sha256()
     buffer = bytearray(CHUNK_BYTES)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(buffer):
-            digest.update(view[:n])
-            if on_bytes is not None:
-                on_bytes(n)
+    try:  # never blocks: a FIFO swapped in for a file is refused after opening (fstat)
+        with os.fdopen(open_regular(path), "rb", buffering=0) as handle:
+            while n := handle.readinto(buffer):
+                digest.update(view[:n])
+                if on_bytes is not None:
+                    on_bytes(n)
+    except InputError:
+        raise
+    except OSError as error:
+        raise InputError(f"cannot read {path}: {error.strerror or error}") from None
     return digest.hexdigest()
 
 
@@ -63,10 +72,10 @@ class StatCache:
         self._entries: dict[str, str] = {}
         self._dirty = False
         try:
-            loaded = json.loads(self.path.read_text(encoding="utf-8"))
+            loaded = json.loads(read_regular(self.path, STAT_CACHE_MAX_BYTES, nofollow=True))
             if isinstance(loaded, dict):
                 self._entries = {k: v for k, v in loaded.items() if isinstance(v, str)}
-        except (OSError, ValueError):
+        except (OSError, ValueError, InputError):
             self._entries = {}  # a missing or damaged cache only costs a full hash
 
     def get(self, path: Path) -> str | None:

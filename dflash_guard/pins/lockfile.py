@@ -17,18 +17,35 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
+from packaging.utils import InvalidName, canonicalize_name
+from packaging.version import VERSION_PATTERN
 
 from dflash_guard import __version__
-from dflash_guard.errors import InputError
-from dflash_guard.fileio import write_atomic
+from dflash_guard.errors import InputError, shorten
+from dflash_guard.fileio import read_regular, write_atomic
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
-from dflash_guard.schema import Field, Fields, read_document
+from dflash_guard.schema import MAX_DOCUMENT_CHARS, Field, Fields, read_document
+from dflash_guard.urls import check_recorded_url
 
 LOCKFILE_VERSION = 1
 ROLES = ("target", "drafter", "gguf")
 SOURCES = ("hub", "local")
 
-PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+# A PEP 440 version exactly (packaging's own pattern, which would also strip whitespace around it).
+_VERSION_RE = re.compile(VERSION_PATTERN, re.VERBOSE | re.IGNORECASE)
+
+
+def package_problem(name: str, version: str) -> str | None:
+    """Why `name==version` cannot be pinned in a requirements file, or None. The name must be a
+    PEP 508 project name and the version a PEP 440 version, both exactly: no extras, markers,
+    URLs, options, whitespace or newlines can ride along into `requirements.txt`."""
+    try:
+        canonicalize_name(name, validate=True)
+    except InvalidName:
+        return f"{shorten(name)} is not a package name (PEP 508)"
+    if not _VERSION_RE.fullmatch(version):
+        return f"{shorten(version)} is not a version (PEP 440: e.g. 1.17.0)"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,11 +269,20 @@ def _read_artifact(item: Field) -> Artifact:
     )
 
 
+def check_url(field: Field) -> str:
+    """A URL that may be recorded (no credentials, parseable): `urls.check_recorded_url`."""
+    url = field.typed(str)
+    try:
+        return check_recorded_url(url, "url")
+    except InputError as error:
+        raise field.fail(str(error).removeprefix("url: ")) from None
+
+
 def _read_engine(item: Field) -> Engine:
     f = item.mapping(("name", "url", "commit", "ref"))
     return Engine(
         name=f.required("name").typed(str),
-        url=f.required("url").typed(str),
+        url=check_url(f.required("url")),
         commit=f.required("commit").typed(str, COMMIT_RE.match, "a full 40-hex commit"),
         ref=_optional_str(f, "ref"),
     )
@@ -267,9 +293,13 @@ def _read_package(item: Field) -> Package:
     hashes = f.entries("sha256")
     if not hashes:
         raise (f.optional("sha256") or item).fail("expected a non-empty list of 64-hex sha256")
+    name = f.required("name").typed(str)
+    version = f.required("version").typed(str)
+    if problem := package_problem(name, version):
+        raise item.fail(problem)
     return Package(
-        name=f.required("name").typed(str, PACKAGE_RE.match, "a name"),
-        version=f.required("version").typed(str),
+        name=name,
+        version=version,
         sha256=tuple(h.typed(str, SHA256_RE.match, HEX64) for h in hashes),
     )
 
@@ -296,10 +326,12 @@ def parse_lockfile(text: str, source: str = "<lockfile>") -> Lockfile:
     _unique(f.optional("artifacts"), [a.role for a in artifacts], "role")
     engines = tuple(_read_engine(item) for item in f.entries("engines"))
     _unique(f.optional("engines"), [e.name for e in engines], "engine name")
+    packages = tuple(_read_package(item) for item in f.entries("packages"))
+    _unique(f.optional("packages"), [canonicalize_name(p.name) for p in packages], "package")
     lock = Lockfile(
         artifacts=artifacts,
         engines=engines,
-        packages=tuple(_read_package(item) for item in f.entries("packages")),
+        packages=packages,
         tool_version=f.required("tool_version").typed(str),
         lockfile_version=version,
     )
@@ -320,12 +352,20 @@ def _validate_lock(lock: Lockfile, source: str) -> None:
     names = [e.name for e in lock.engines]
     if len(set(names)) != len(names):
         raise InputError(f"{source}: engines: an engine name appears more than once")
+    for package in lock.packages:
+        if problem := package_problem(package.name, package.version):
+            raise InputError(f"{source}: packages: {problem}")
+    packages = [canonicalize_name(p.name) for p in lock.packages]
+    if len(set(packages)) != len(packages):
+        raise InputError(f"{source}: packages: a package appears more than once")
 
 
 def load_lockfile(path: str | Path) -> Lockfile:
     """Read and validate a lockfile; raise `InputError` naming the file and the bad field."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_regular(path, MAX_DOCUMENT_CHARS).decode("utf-8")
+    except InputError as error:
+        raise InputError(f"cannot read lockfile {error}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"cannot read lockfile {path}: {error}") from None
     return parse_lockfile(text, str(path))

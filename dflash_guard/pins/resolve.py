@@ -16,14 +16,13 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from dflash_guard.errors import HubError, InputError
+from dflash_guard.errors import HubError, InputError, shorten
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
 from dflash_guard.pins.folder import list_folder
 from dflash_guard.pins.hashing import StatCache, git_blob_id, hash_files, sha256_file
 from dflash_guard.pins.lockfile import (
-    PACKAGE_RE,
     Artifact,
     CodeRef,
     Engine,
@@ -31,7 +30,9 @@ from dflash_guard.pins.lockfile import (
     Lockfile,
     Package,
     is_safe_relpath,
+    package_problem,
 )
+from dflash_guard.urls import check_recorded_url
 
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
 ENGINE_RE = re.compile(
@@ -229,27 +230,35 @@ def _local_locked(path: Path, rel: str) -> LockedFile:
 
 def parse_engine(spec: str) -> Engine:
     """`NAME=GIT_URL@SHA[#REF]`; the SHA must be the full 40-hex commit."""
-    match = ENGINE_RE.match(spec)
-    if not match:
-        raise InputError(f"--engine {spec!r}: expected NAME=GIT_URL@SHA[#REF]")
-    sha = match["sha"]
+    match = ENGINE_RE.fullmatch(spec)
+    if not match:  # the spec is not quoted back: it may carry a credential
+        name = shorten(spec.partition("=")[0])
+        raise InputError(f"--engine {name}=...: expected NAME=GIT_URL@SHA[#REF]")
+    name, sha = match["name"], match["sha"]
+    url = check_recorded_url(match["url"], f"--engine {name}")
     if not COMMIT_RE.match(sha):
         raise InputError(
-            f"--engine {spec!r}: {sha!r} is not a full 40-hex lowercase commit SHA; a branch, "
-            "tag, PR number or short SHA can move: record it after '#', beside the full SHA"
+            f"--engine {name}: {shorten(sha)} is not a full 40-hex lowercase commit SHA; a "
+            "branch, tag, PR number or short SHA can move: record it after '#', beside the full SHA"
         )
-    return Engine(name=match["name"], url=match["url"], commit=sha, ref=match["ref"])
+    return Engine(name=name, url=url, commit=sha, ref=match["ref"])
 
 
 def parse_package(spec: str) -> Package:
     """`NAME==VERSION@SRC[,SRC...]` (SRC: `sha256:HEX` or a local wheel/sdist), or a wheel path."""
     path = Path(spec).expanduser()
     if path.is_file() and (wheel := WHEEL_RE.match(path.name)):
+        if problem := package_problem(wheel["name"], wheel["version"]):
+            raise InputError(f"--package {shorten(path.name)}: {problem}")
         return Package(wheel["name"], wheel["version"], (sha256_file(path),))
     head, _, sources = spec.partition("@")
     name, sep, version = head.partition("==")
-    if not sep or not PACKAGE_RE.match(name) or not version:
-        raise InputError(f"--package {spec!r}: expected NAME==VERSION@sha256:HEX|FILE[,...]")
+    if not sep:
+        raise InputError(f"--package {shorten(spec)}: expected "
+                         "NAME==VERSION@sha256:HEX|FILE[,...]")
+    if problem := package_problem(name, version):
+        raise InputError(f"--package {shorten(spec)}: {problem}; expected "
+                         "NAME==VERSION@sha256:HEX|FILE[,...]")
     if not sources:
         raise InputError(
             f"--package {spec!r}: no hash given; add @sha256:HEX or @path/to/the.whl "

@@ -197,7 +197,12 @@ def _compare(
                     FileProblem(role, locked.path, "missing", locked.sha256, None)
                 )
             continue
-        size = path.stat().st_size
+        try:
+            size = path.stat().st_size
+        except OSError as error:
+            report.problems.append(FileProblem(role, locked.path, "path", None,
+                                               f"cannot be read ({error.strerror or error})"))
+            continue
         if size != locked.size:
             report.problems.append(
                 FileProblem(role, locked.path, "size", str(locked.size), str(size))

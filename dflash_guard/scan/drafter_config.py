@@ -5,14 +5,21 @@ missing, outside the vocabulary, or equal to a pad/eos/bos/stop id of the target
 DG-DRAFTER-LAYERS (target_layer_ids out of range or num_target_layers disagreeing, high),
 DG-DRAFTER-SHAPE (hidden_size/vocab_size/head_dim incompatible, high), DG-DRAFTER-BLOCK
 (block_size outside 2..64, medium), DG-DRAFTER-PARAMS (parameter budget exceeded, medium),
+DG-DRAFTER-CONFLICT (a field set differently at the top level and in `dflash_config`, high),
 DG-CONFIG-INVALID (a config that cannot be read, medium).
+
+Where engines read fields: SGLang gives `dflash_config` precedence over the top level, so the
+nested value is the one checked; a target whose settings sit under `text_config` (Qwen3.5 style)
+is read there; a target with no layer count anywhere is reported, never silently skipped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from dflash_guard.scan import jsonfile, rules
+from dflash_guard.scan.drafter_tokens import reserved_token_ids, resolve_token
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from kernels_ref.compat import compatibility_problems, dflash_field
 
@@ -53,41 +60,6 @@ def _load(path: Path) -> tuple[dict | None, str | None]:
     return (value if isinstance(value, dict) else None), None
 
 
-def _ids(value: object) -> set[int]:
-    if isinstance(value, bool):
-        return set()
-    if isinstance(value, int):
-        return {value}
-    if isinstance(value, list):
-        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
-    return set()
-
-
-def reserved_token_ids(target_dir: Path) -> dict[int, str]:
-    """Token ids a mask token must not reuse: pad, eos, bos and stop ids, named by source."""
-    reserved: dict[int, str] = {}
-    for filename in ("config.json", "generation_config.json"):
-        config, _ = _load(target_dir / filename)
-        for key in ("pad_token_id", "eos_token_id", "bos_token_id", "stop_token_ids"):
-            for token in _ids((config or {}).get(key)):
-                reserved.setdefault(token, f"{filename} {key}")
-    tokenizer, _ = _load(target_dir / "tokenizer_config.json")
-    tokenizer = tokenizer or {}
-    by_content = {}
-    decoder = tokenizer.get("added_tokens_decoder")
-    if isinstance(decoder, dict):
-        for token_id, entry in decoder.items():
-            content = entry.get("content") if isinstance(entry, dict) else None
-            if isinstance(content, str) and str(token_id).isdigit():
-                by_content[content] = int(token_id)
-    for key in ("pad_token", "eos_token", "bos_token"):
-        value = tokenizer.get(key)
-        content = value.get("content") if isinstance(value, dict) else value
-        if isinstance(content, str) and content in by_content:
-            reserved.setdefault(by_content[content], f"tokenizer_config.json {key} {content!r}")
-    return reserved
-
-
 def check_drafter(
     drafter_dir: Path,
     display: str,
@@ -118,7 +90,10 @@ def check_drafter(
             )
         )
     dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
-    block = config.get("block_size", dflash.get("block_size"))
+    findings += [
+        finding(rules.DRAFTER_CONFLICT, Severity.high, m) for m in _conflicts(config, dflash)
+    ]
+    block = dflash.get("block_size", config.get("block_size"))
     if not isinstance(block, int) or not BLOCK_RANGE[0] <= block <= BLOCK_RANGE[1]:
         findings.append(
             finding(
@@ -146,9 +121,23 @@ def check_drafter(
                 )
             )
             target_config = {}
+        target_config = flat_target(target_config)
+        if not isinstance(target_config.get("num_hidden_layers"), int):
+            findings.append(finding(
+                rules.DRAFTER_LAYERS, Severity.medium,
+                "the target's config.json has no num_hidden_layers (top level or text_config): "
+                "target_layer_ids cannot be checked",
+            ))
+    folders = [drafter_dir, *([target] if target else [])]
+    config, mask_reported = _with_resolved_mask(config, folders, findings, finding)
     findings.extend(  # with no target, only the mask token is checked (against its own vocab)
         finding(COMPAT_RULES[problem.code], Severity.high, problem.message)
         for problem in compatibility_problems(config, target_config)
+        if not (mask_reported and problem.code == "mask_token_id")
+    )
+    findings.extend(
+        finding(rule, severity, message)
+        for rule, severity, message in _layer_problems(config, target_config)
     )
     if target is None:
         return findings
@@ -200,4 +189,60 @@ def _shape_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, st
                 f"head_dim {head_dim!r} != the target's {target.get('head_dim')!r}",
             )
         )
+    return problems
+
+
+def flat_target(target: dict) -> dict:
+    """A target config with its `text_config` settings (Qwen3.5-style) lifted to the top level."""
+    text = target.get("text_config")
+    return {**target, **text} if isinstance(text, dict) else target
+
+
+def _conflicts(config: dict, dflash: dict) -> list[str]:
+    return [
+        f"{key} is {config[key]!r} at the top level but {value!r} in dflash_config: engines "
+        "read different ones (SGLang: dflash_config wins, which is what is checked here)"
+        for key, value in dflash.items()
+        if key in config and config[key] != value
+    ]
+
+
+def _with_resolved_mask(
+    config: dict, folders: list[Path], findings: list[Finding], finding: Callable[..., Finding]
+) -> tuple[dict, bool]:
+    """A mask given only as token text (`mask_token`) is resolved through the tokenizer files;
+    the flag says an unresolvable one was already reported."""
+    if dflash_field(config, "mask_token_id") is not None:
+        return config, False
+    text = dflash_field(config, "mask_token")
+    if not isinstance(text, str):
+        return config, False
+    token_id = resolve_token(text, folders)
+    if token_id is None:
+        findings.append(finding(
+            rules.DRAFTER_MASK, Severity.medium,
+            f"mask_token {text!r} is given only as text and no tokenizer file here defines it",
+        ))
+        return config, True
+    nested = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
+    return {**config, "dflash_config": {**nested, "mask_token_id": token_id}}, False
+
+
+def _layer_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, str]]:
+    problems: list[tuple[Rule, Severity, str]] = []
+    layer_ids = dflash_field(config, "target_layer_ids")
+    if not isinstance(layer_ids, list):
+        return problems
+    ids = [i for i in layer_ids if isinstance(i, int) and not isinstance(i, bool)]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        problems.append((rules.DRAFTER_LAYERS, Severity.high,
+                         f"target_layer_ids repeats {duplicates}: the fc input width and the "
+                         "engines' feature capture disagree"))
+    layers = target.get("num_hidden_layers")
+    if isinstance(layers, int) and layers - 1 in ids:
+        problems.append((rules.DRAFTER_LAYERS, Severity.low,
+                         f"target_layer_ids includes the target's last layer {layers - 1}: "
+                         "llama.cpp aborts on it and engines disagree on its features "
+                         "(pre- or post-norm)"))
     return problems

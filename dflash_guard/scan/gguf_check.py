@@ -3,10 +3,14 @@ in its metadata (checked by `templates`)."""
 
 from __future__ import annotations
 
+import os
+import struct
 from pathlib import Path
 
 from dflash_guard.scan import rules
+from dflash_guard.scan.gguf_layout import LayoutError, LimitError, check_layout
 from dflash_guard.scan.interface import Finding, Rule, Severity
+from dflash_guard.scan.regular import open_regular
 
 DETECTOR = "gguf"
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -22,6 +26,16 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
         )
 
     try:
+        with open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            check_layout(handle, size)
+    except LimitError as error:
+        return [finding(rules.UNSCANNABLE, Severity.high, f"GGUF header over a limit: {error}")]
+    except (LayoutError, struct.error) as error:
+        return [finding(rules.GGUF_MALFORMED, Severity.high, f"GGUF header misfit: {error}")]
+    except OSError as error:
+        return [finding(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}")]
+    try:
         reader = GGUFReader(path)
         fields = dict(reader.fields)
         tensors = list(reader.tensors)
@@ -34,7 +48,6 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
             )
         ]
     findings: list[Finding] = []
-    size = path.stat().st_size
     names = [tensor.name for tensor in tensors]
     if len(names) != len(set(names)):
         findings.append(finding(rules.GGUF_TENSORS, Severity.high, "duplicate tensor names"))
@@ -53,7 +66,8 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
             finding(rules.GGUF_METADATA, Severity.medium, "no general.architecture key")
         )
     for key, field in fields.items():
-        if key != TEMPLATE_KEY and not key.startswith(TEMPLATE_KEY + "."):
+        name = key.split("\0", 1)[0]  # llama.cpp compares C strings: up to the first NUL
+        if name != TEMPLATE_KEY and not name.startswith(TEMPLATE_KEY + "."):
             continue
         try:
             source = field.contents()

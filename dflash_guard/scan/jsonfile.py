@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dflash_guard.scan.regular import read_regular
+
 MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any real config, index or tokenizer_config
 
 
@@ -18,10 +20,11 @@ class DuplicateKey(ValueError):
 
 
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    keys = [key for key, _ in pairs]
-    if len(keys) != len(set(keys)):
-        duplicate = next(key for key in keys if keys.count(key) > 1)
-        raise DuplicateKey(f"duplicate JSON key {duplicate!r}")
+    seen: set[str] = set()
+    for key, _ in pairs:  # linear: `keys.count` per key was quadratic on a hostile header
+        if key in seen:
+            raise DuplicateKey(f"duplicate JSON key {key!r}")
+        seen.add(key)
     return dict(pairs)
 
 
@@ -35,9 +38,6 @@ def loads(text: str | bytes, *, strict: bool = False) -> object:
 
 
 def read(path: Path, *, strict: bool = False) -> object:
-    """The JSON document in `path`: `OSError` if unreadable, `ValueError` if it is not UTF-8 JSON
-    or has over `MAX_JSON_BYTES`."""
-    size = path.stat().st_size
-    if size > MAX_JSON_BYTES:
-        raise ValueError(f"{size} bytes, over the {MAX_JSON_BYTES} a JSON file may have")
-    return loads(path.read_bytes().decode("utf-8"), strict=strict)
+    """The JSON document in `path`: `OSError` if unreadable or not a regular file (a FIFO is
+    never opened blocking), `ValueError` if it is not UTF-8 JSON or has over `MAX_JSON_BYTES`."""
+    return loads(read_regular(path, MAX_JSON_BYTES).decode("utf-8"), strict=strict)

@@ -1,27 +1,39 @@
 """Pickle-family files: modelscan's denylist plus our own allowlist pass over every opcode.
 
 A denylist names what is known to be dangerous and is bypassed by the next gadget nobody listed;
-the allowlist pass walks every pickle stream with `pickletools.genops` (never unpickling), resolves
-each global the stream would import (GLOBAL, INST, STACK_GLOBAL with its strings followed through
-the stack and the memo, EXT*) and reports every one a state dict or a numpy array does not need.
-Containers are opened the way loaders open them: torch zip checkpoints (every `.pkl` member), legacy
-torch files (several consecutive pickles), `.npy` object arrays, `.npz` and other zips, nested zips.
+the allowlist pass walks every pickle stream (`pickle_stream`, never unpickling), resolves each
+global the stream would import (GLOBAL, INST, STACK_GLOBAL with its strings followed through the
+stack and the memo, EXT*) and reports every one a state dict or a numpy array does not need; a
+short list of harmless classes (training arguments, their enums) is a low finding for the policy.
+Files are opened the way loaders open them, whatever their first byte: torch zip checkpoints
+(every member torch could unpickle), legacy torch files (several consecutive pickles) and legacy
+torch tar archives, joblib's compressed streams, `.npy` object arrays (format 1 to 3), `.npz` and
+other zips, nested zips, pickles without PROTO and stacked pickles. A zip two readers could read
+differently is a polyglot finding. The allowlists live in `pickle_globals`, the stream walk in
+`pickle_stream`, the container helpers in `containers`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import io
-import logging
-import pickletools
+import os
+import re
+import tarfile
 import zipfile
 from collections import Counter
 from pathlib import Path
 from typing import IO
 
-from dflash_guard.scan import rules
+from dflash_guard.scan import containers, rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
+from dflash_guard.scan.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings
+from dflash_guard.scan.pickle_globals import classify_global
+from dflash_guard.scan.pickle_stream import PickleGlobal, StreamResult, read_stream
+from dflash_guard.scan.regular import open_regular
 from dflash_guard.scan.sniff import PICKLE_SUFFIXES, Format, sniff_bytes
+
+__all__ = ["PickleGlobal", "StreamResult", "classify_global", "read_stream", "scan_pickle_file"]
 
 DETECTOR = "pickle"
 
@@ -29,320 +41,6 @@ MAX_ZIP_DEPTH = 3
 MAX_MEMBER_BYTES = 1 << 30  # an archive member is read into memory: a zip bomb stops here
 _LEGACY_TORCH_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_TORCH_PICKLES = 5  # magic, protocol, sys_info, the object, the storage keys
-
-_TORCH_STORAGES = [
-    "Float",
-    "Double",
-    "Half",
-    "BFloat16",
-    "Long",
-    "Int",
-    "Short",
-    "Char",
-    "Byte",
-    "Bool",
-    "ComplexFloat",
-    "ComplexDouble",
-    "QUInt8",
-    "QInt8",
-    "QInt32",
-    "QUInt4x2",
-    "QUInt2x4",
-    "Untyped",
-]
-_TORCH_DTYPES = [
-    "float32",
-    "float64",
-    "float16",
-    "bfloat16",
-    "int64",
-    "int32",
-    "int16",
-    "int8",
-    "uint8",
-    "bool",
-    "complex64",
-    "complex128",
-    "float",
-    "float8_e4m3fn",
-    "float8_e5m2",
-    "float8_e4m3fnuz",
-    "float8_e5m2fnuz",
-    "float8_e8m0fnu",
-    "uint16",
-    "uint32",
-    "uint64",
-    "half",
-    "double",
-    "long",
-    "int",
-    "short",
-]
-
-# Everything a torch state dict or a numpy array legitimately needs to import.
-ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("collections", "OrderedDict"),
-        ("torch._utils", "_rebuild_tensor"),
-        ("torch._utils", "_rebuild_tensor_v2"),
-        ("torch._utils", "_rebuild_tensor_v3"),
-        ("torch._utils", "_rebuild_parameter"),
-        ("torch._utils", "_rebuild_parameter_with_state"),
-        ("torch", "Size"),
-        ("torch", "device"),
-        ("torch", "UntypedStorage"),
-        ("torch.storage", "UntypedStorage"),  # how float8 storages are saved
-        ("builtins", "set"),
-        ("builtins", "frozenset"),
-        ("builtins", "complex"),
-        ("builtins", "bytearray"),
-        ("__builtin__", "set"),
-        ("__builtin__", "frozenset"),
-        ("_codecs", "encode"),  # how protocols 0-2 spell a bytes object
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-    }
-    | {("torch", f"{kind}Storage") for kind in _TORCH_STORAGES}
-    | {("torch", dtype) for dtype in _TORCH_DTYPES}
-)
-
-# Modules whose import alone gives a pickle code execution, process, network or file access.
-DANGEROUS_MODULES: frozenset[str] = frozenset(
-    [
-        "os",
-        "posix",
-        "nt",
-        "subprocess",
-        "sys",
-        "runpy",
-        "importlib",
-        "code",
-        "codeop",
-        "pty",
-        "socket",
-        "shutil",
-        "webbrowser",
-        "timeit",
-        "cProfile",
-        "profile",
-        "pydoc",
-        "pickle",
-        "_pickle",
-        "dill",
-        "cloudpickle",
-        "marshal",
-        "ctypes",
-        "multiprocessing",
-        "asyncio",
-        "bdb",
-        "pdb",
-        "http",
-        "urllib",
-        "urllib2",
-        "urllib3",
-        "requests",
-        "httpx",
-        "httplib",
-        "aiohttp",
-        "ftplib",
-        "smtplib",
-        "telnetlib",
-        "imaplib",
-        "poplib",
-        "nntplib",
-        "tempfile",
-        "types",
-        "io",
-        "_io",
-        "_posixsubprocess",
-        "signal",
-        "threading",
-        "_thread",
-        "platform",
-        "zipimport",
-        "pkgutil",
-        "glob",
-        "linecache",
-    ]
-)
-DANGEROUS_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    {
-        (builtins, name)
-        for builtins in ("builtins", "__builtin__")
-        for name in (
-            [
-                "eval",
-                "exec",
-                "compile",
-                "open",
-                "getattr",
-                "setattr",
-                "delattr",
-                "__import__",
-                "apply",
-                "breakpoint",
-                "input",
-                "globals",
-                "locals",
-                "vars",
-                "execfile",
-                "file",
-                "reload",
-                "help",
-            ]
-        )
-    }
-    | {
-        ("functools", "partial"),
-        ("functools", "reduce"),
-        ("_functools", "partial"),
-        ("operator", "attrgetter"),
-        ("operator", "methodcaller"),
-        ("operator", "itemgetter"),
-        ("_operator", "attrgetter"),
-        ("_operator", "methodcaller"),
-        ("numpy.testing._private.utils", "runstring"),
-        ("torch", "load"),
-        ("torch.serialization", "load"),
-        ("logging", "FileHandler"),
-    }
-)
-
-_STRING_OPCODES = frozenset(
-    [
-        "STRING",
-        "BINSTRING",
-        "SHORT_BINSTRING",
-        "UNICODE",
-        "BINUNICODE",
-        "SHORT_BINUNICODE",
-        "BINUNICODE8",
-    ]
-)
-_GET_OPCODES = frozenset({"GET", "BINGET", "LONG_BINGET"})
-_PUT_OPCODES = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
-_MARK = object()
-_OTHER = object()
-
-
-def classify_global(module: str, name: str) -> Severity | None:
-    """None for an allowlisted global, critical for a known-dangerous one, high otherwise."""
-    if (module, name) in ALLOWED_GLOBALS:
-        return None
-    root = module.split(".", 1)[0]
-    if (module, name) in DANGEROUS_GLOBALS or root in DANGEROUS_MODULES:
-        return Severity.critical
-    return Severity.high
-
-
-@dataclasses.dataclass(frozen=True)
-class PickleGlobal:
-    """A callable or class a pickle stream imports when loaded."""
-
-    module: str | None  # None: a STACK_GLOBAL whose strings could not be followed
-    name: str | None
-    opcode: str
-    position: int | None
-
-
-@dataclasses.dataclass
-class StreamResult:
-    """What one pickle stream (up to and including its STOP) contains."""
-
-    globals: list[PickleGlobal]
-    opcodes: int = 0
-    error: str | None = None
-    ints: list[int] = dataclasses.field(default_factory=list)
-    builds_on_globals: list[str] = dataclasses.field(default_factory=list)
-
-
-class _Malformed(ValueError):
-    """The stream is not a pickle the unpickler would accept."""
-
-
-def read_stream(stream: IO[bytes]) -> StreamResult:
-    """Walk one pickle stream from the current position, collecting every imported global.
-
-    Never raises: a malformed or truncated stream ends with `error` set, keeping what came before
-    (the unpickler would already have run those opcodes).
-    """
-    result = StreamResult(globals=[])
-    stack: list[object] = []
-    memo: dict[int, object] = {}
-    try:
-        for op, arg, pos in pickletools.genops(stream):
-            result.opcodes += 1
-            _step(op, arg, pos, stack, memo, result)
-            if op.name == "STOP":
-                return result
-        raise _Malformed("stream ends without STOP")
-    except Exception as error:  # noqa: BLE001 - every malformed input becomes a finding
-        result.error = f"{type(error).__name__}: {error}"
-    return result
-
-
-def _step(op, arg, pos, stack: list[object], memo: dict[int, object], result: StreamResult):
-    """Apply one opcode's effect on a symbolic stack that keeps strings and marks."""
-    name = op.name
-    if name in _PUT_OPCODES or name == "MEMOIZE":
-        if not stack:
-            raise _Malformed(f"{name} on an empty stack")
-        memo[arg if name != "MEMOIZE" else len(memo)] = stack[-1]
-        return
-    imported: PickleGlobal | None = None
-    if name in ("GLOBAL", "INST"):
-        module, _, attr = str(arg).partition(" ")
-        imported = PickleGlobal(module, attr, name, pos)
-    elif name == "STACK_GLOBAL":
-        module, attr = (stack[-2], stack[-1]) if len(stack) >= 2 else (None, None)
-        if isinstance(module, str) and isinstance(attr, str):
-            imported = PickleGlobal(module, attr, name, pos)
-        else:
-            imported = PickleGlobal(None, None, name, pos)
-    elif name.startswith("EXT"):
-        imported = PickleGlobal(None, f"extension code {arg}", name, pos)
-    elif isinstance(arg, int) and not isinstance(arg, bool):
-        result.ints.append(arg)
-
-    if imported is not None:
-        result.globals.append(imported)
-    if name == "BUILD" and len(stack) >= 2 and isinstance(stack[-2], PickleGlobal):
-        target = stack[-2]
-        result.builds_on_globals.append(f"{target.module}.{target.name}")
-
-    before = op.stack_before
-    if pickletools.markobject in before or (name == "POP" and stack and stack[-1] is _MARK):
-        if _MARK not in stack:
-            raise _Malformed(f"{name} without a MARK")
-        del stack[len(stack) - 1 - stack[::-1].index(_MARK) :]
-        to_pop = before.index(pickletools.markobject) if pickletools.markobject in before else 0
-    else:
-        to_pop = len(before)
-    if len(stack) < to_pop:
-        raise _Malformed(f"{name} pops {to_pop} items from a stack of {len(stack)}")
-    popped = stack[len(stack) - to_pop :]
-    del stack[len(stack) - to_pop :]
-
-    after = op.stack_after
-    if name in _STRING_OPCODES:
-        stack.append(arg if isinstance(arg, str) else _OTHER)
-    elif name in _GET_OPCODES:
-        if arg not in memo:
-            raise _Malformed(f"{name} of memo key {arg} never stored")
-        stack.append(memo[arg])
-    elif name in ("GLOBAL", "STACK_GLOBAL"):
-        stack.append(imported)
-    elif name == "DUP" and popped:
-        stack.extend([popped[-1], popped[-1]])
-    elif pickletools.markobject in after:
-        stack.append(_MARK)
-    else:
-        stack.extend([_OTHER] * len(after))
-
 
 class _Scan:
     """Walks one file and its members, accumulating findings."""
@@ -360,18 +58,23 @@ class _Scan:
         )
 
     # -- pickles -------------------------------------------------------------------------------
-    def pickles(self, stream: IO[bytes], member: str | None, *, from_extension: bool) -> None:
-        """Every consecutive pickle in `stream` (legacy torch files hold five)."""
+    def pickles(
+        self, stream: IO[bytes], member: str | None, *, from_extension: bool, probe: bool = False
+    ) -> None:
+        """Every consecutive pickle in `stream` (legacy torch files hold five, a loader may call
+        `pickle.load` again and again). `probe`: a file no loader treats as a pickle by name,
+        reported only when its stream imports something."""
         first = read_stream(stream)
-        if first.error and first.opcodes <= 1 and not first.globals:
+        if first.error and not first.timed_out and first.opcodes <= 1 and not first.globals:
             if from_extension:
                 self.add(
                     rules.NOT_PICKLE,
                     Severity.low,
-                    "has a pickle-family name but is not a pickle (nothing to load)",
+                    "has a pickle-family name but is not a pickle (an unpickler fails at its "
+                    f"first opcode: {first.error})",
                     member,
                 )
-            else:
+            elif not probe:
                 self.add(
                     rules.PICKLE_INVALID,
                     Severity.high,
@@ -379,17 +82,19 @@ class _Scan:
                     member,
                 )
             return
+        if probe and not any(not g.opcode.startswith("EXT") for g in first.globals):
+            return  # data: an unpickler imports nothing (EXT codes need a registry entry)
         self.report_stream(first, member, index=0, strict=True)
         legacy = _LEGACY_TORCH_MAGIC in first.ints
         index = 1
-        while first.error is None:
+        while first.error is None and _peek(stream, 1):
             if legacy and index >= _LEGACY_TORCH_PICKLES:
                 break  # raw storage bytes follow; torch.load unpickles nothing more
-            peek = _peek(stream, 2)
             more_legacy = legacy and index < _LEGACY_TORCH_PICKLES
-            if not (more_legacy or (len(peek) == 2 and peek[0] == 0x80 and peek[1] <= 5)):
-                break
             following = read_stream(stream)
+            junk = following.error and following.opcodes <= 1 and not following.globals
+            if junk and not more_legacy and not following.timed_out:
+                break  # trailing bytes an unpickler fails on at once: nothing runs
             self.report_stream(following, member, index=index, strict=more_legacy)
             if following.error:
                 break
@@ -415,11 +120,10 @@ class _Scan:
             severity = classify_global(module, name or "")
             if severity is None:
                 continue
-            rule = (
-                rules.PICKLE_DANGEROUS_GLOBAL
-                if severity is Severity.critical
-                else rules.PICKLE_GLOBAL
-            )
+            rule = {
+                Severity.critical: rules.PICKLE_DANGEROUS_GLOBAL,
+                Severity.low: rules.PICKLE_CLASS_GLOBAL,
+            }.get(severity, rules.PICKLE_GLOBAL)
             self.add(
                 rule,
                 severity,
@@ -435,7 +139,9 @@ class _Scan:
                 "(rewrites a class or module at load time)",
                 member,
             )
-        if result.error:
+        if result.timed_out:
+            self.add(rules.UNSCANNABLE, Severity.high, f"{where}: {result.error}", member)
+        elif result.error:
             if strict:
                 self.add(
                     rules.PICKLE_INVALID,
@@ -454,31 +160,108 @@ class _Scan:
 
     # -- containers ----------------------------------------------------------------------------
     def blob(
-        self, stream: IO[bytes], size: int, member: str | None, depth: int, *, from_extension: bool
+        self,
+        stream: IO[bytes],
+        size: int,
+        member: str | None,
+        depth: int,
+        *,
+        from_extension: bool,
+        probe: bool = False,
     ) -> None:
-        """Scan a file or archive member by its content."""
-        head = _peek(stream, 16)
+        """Scan a file or archive member by its content, the way the loaders would open it."""
+        head = _peek(stream, 512)
         fmt = sniff_bytes(head, size, protocol0=from_extension)
         if fmt is Format.zip:
             self.zip(stream, member, depth)
-        elif fmt is Format.numpy:
+            return
+        if fmt is Format.numpy:
             self.numpy(stream, member)
-        elif fmt is Format.pickle:
-            self.pickles(stream, member, from_extension=from_extension)
-        elif fmt is Format.archive:
+            return
+        if containers.is_tar(head):  # torch.load tries tarfile first on every file
+            self.tar(stream, member, depth, probe=probe and not from_extension)
+            stream.seek(0)
+            self.pickles(stream, member, from_extension=False, probe=True)
+            return
+        kind = containers.compression(head)
+        if kind and (from_extension or probe or fmt is Format.archive):
+            quiet = probe and not from_extension and fmt is not Format.archive
+            self.compressed(stream, kind, member, depth, probe=quiet)
+            return
+        if fmt is Format.archive:
             self.add(
                 rules.UNSCANNABLE,
                 Severity.high,
-                "an archive format dflash-guard cannot open (7z, rar, gzip, xz, bzip2)",
+                "an archive format dflash-guard cannot open (7z, rar)",
                 member,
             )
-        elif from_extension:
+            return
+        if fmt is Format.pickle or from_extension or probe:
+            start = stream.tell()
+            quiet = probe and not from_extension and fmt is not Format.pickle
+            self.pickles(stream, member, from_extension=from_extension, probe=quiet)
+            stream.seek(start)
+            if zipfile.is_zipfile(stream):
+                self.add(
+                    rules.ZIP_POLYGLOT,
+                    Severity.high,
+                    "does not start as a zip but also opens as one (an end record at its end): "
+                    "torch.load and zipfile-based loaders read different content",
+                    member,
+                )
+                self.zip(stream, member, depth)
+
+    def nested(self, data: bytes, member: str, depth: int, *, probe: bool = False) -> None:
+        """A member or decompressed stream, scanned as a pickle-family file of its own (or, for
+        `probe`, only reported when it turns out to hold a pickle)."""
+        if depth >= MAX_ZIP_DEPTH:
             self.add(
-                rules.NOT_PICKLE,
-                Severity.low,
-                "has a pickle-family name but is not a pickle, zip or numpy file",
+                rules.UNSCANNABLE, Severity.high, f"nested deeper than {MAX_ZIP_DEPTH} levels",
                 member,
             )
+            return
+        self.blob(
+            io.BytesIO(data), len(data), member, depth + 1, from_extension=not probe, probe=probe
+        )
+
+    def compressed(
+        self, stream: IO[bytes], kind: str, member: str | None, depth: int, *, probe: bool
+    ) -> None:
+        """A joblib-style compressed stream: decompressed (capped) and scanned. `probe`: a file
+        with another name, silent unless it decompresses to a pickle."""
+        inner = f"{member}:{kind}" if member else kind
+        if kind == "lz4" and not containers.lz4_available():
+            if probe:
+                return
+            self.add(
+                rules.UNSCANNABLE,
+                Severity.high,
+                "lz4-compressed (joblib opens it) and the lz4 package is not installed",
+                member,
+            )
+            return
+        try:
+            data = containers.decompress(stream, kind)
+        except Exception as error:  # noqa: BLE001 - each codec raises its own types
+            if probe and not isinstance(error, containers.TooLarge):
+                return
+            self.add(
+                rules.UNSCANNABLE,
+                Severity.high,
+                f"{kind}-compressed stream cannot be decompressed: {error}",
+                member,
+            )
+            return
+        self.nested(data, inner, depth, probe=probe)
+
+    def tar(self, stream: IO[bytes], member: str | None, depth: int, *, probe: bool) -> None:
+        """torch's legacy tar format: torch unpickles its `storages`, `tensors` and `pickle`."""
+        try:
+            for name, data in containers.tar_members(stream):
+                self.nested(data, f"{member}:{name}" if member else name, depth, probe=probe)
+        except (tarfile.TarError, containers.TooLarge, OSError, EOFError) as error:
+            if not probe:
+                self.add(rules.UNSCANNABLE, Severity.high, f"cannot read tar: {error}", member)
 
     def zip(self, stream: IO[bytes], member: str | None, depth: int) -> None:
         if depth >= MAX_ZIP_DEPTH:
@@ -492,18 +275,31 @@ class _Scan:
         try:
             archive = zipfile.ZipFile(stream)
             infos = archive.infolist()
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as error:
+            if len(infos) > containers.MAX_MEMBERS:
+                raise containers.TooLarge(f"over {containers.MAX_MEMBERS} members")
+            problems = containers.zip_disagreements(stream, archive)
+        except (
+            zipfile.BadZipFile,
+            containers.TooLarge,
+            OSError,
+            ValueError,
+            EOFError,
+            NotImplementedError,
+        ) as error:
             self.add(rules.UNSCANNABLE, Severity.high, f"cannot open zip: {error}", member)
             return
+        for problem in problems:
+            self.add(rules.ZIP_POLYGLOT, Severity.high, f"zip readers disagree: {problem}", member)
         with archive:
-            names = [info.filename for info in infos]
+            names = [info.filename.lower() for info in infos]
+            # torch's reader (miniz) finds `<archive>/data.pkl` ignoring case
             torch_zip = any(n == "data.pkl" or n.endswith("/data.pkl") for n in names)
             for info in infos:
                 if info.is_dir():
                     continue
                 inner = f"{member}:{info.filename}" if member else info.filename
-                is_storage = torch_zip and not info.filename.endswith(".pkl")
-                if is_storage:
+                lowered = info.filename.lower()
+                if torch_zip and _TORCH_STORAGE.fullmatch(lowered) and not lowered.endswith(".pkl"):
                     continue  # raw tensor bytes, never unpickled by torch.load
                 if info.flag_bits & 0x1:
                     self.add(
@@ -513,13 +309,18 @@ class _Scan:
                         inner,
                     )
                     continue
-                self.zip_member(archive, info, inner, depth)
+                self.zip_member(archive, stream, info, inner, depth)
 
     def zip_member(
-        self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, inner: str, depth: int
+        self,
+        archive: zipfile.ZipFile,
+        stream: IO[bytes],
+        info: zipfile.ZipInfo,
+        inner: str,
+        depth: int,
     ) -> None:
         try:
-            data = _read_member(archive, info)
+            data = _read_member(archive, stream, info)
         except _CrcMismatch as error:
             self.add(
                 rules.ZIP_CRC,
@@ -541,11 +342,13 @@ class _Scan:
             self.add(rules.UNSCANNABLE, Severity.high, f"cannot read zip member: {error}", inner)
             return
         suffix = Path(info.filename).suffix.lower()
-        from_extension = suffix in {".pkl", ".pickle", ".npy", ".bin", ".pt", ".pth", ".joblib"}
-        self.blob(io.BytesIO(data), len(data), inner, depth + 1, from_extension=from_extension)
+        from_extension = suffix in PICKLE_SUFFIXES
+        self.blob(
+            io.BytesIO(data), len(data), inner, depth + 1, from_extension=from_extension, probe=True
+        )
 
     def numpy(self, stream: IO[bytes], member: str | None) -> None:
-        """A `.npy` array: only object arrays hold a pickle (after the header)."""
+        """A `.npy` array (format 1.0, 2.0 or 3.0): only object arrays hold a pickle."""
         import numpy as np
 
         fmt = np.lib.format
@@ -555,6 +358,8 @@ class _Scan:
                 _shape, _order, dtype = fmt.read_array_header_1_0(stream)
             elif version == (2, 0):
                 _shape, _order, dtype = fmt.read_array_header_2_0(stream)
+            elif version == (3, 0):  # 2.0 with a utf-8 header; numpy's own reader handles it
+                _shape, _order, dtype = _npy_header_reader()(stream, version)
             else:
                 raise ValueError(f"unsupported .npy version {version}")
         except Exception as error:  # noqa: BLE001 - numpy raises many types on bad headers
@@ -564,15 +369,43 @@ class _Scan:
             self.pickles(stream, member, from_extension=False)
 
 
+# The members of a torch zip that hold raw tensor bytes: `<archive>/data/<key>` and small
+# metadata files; torch never unpickles them, and anything else in the archive is scanned.
+_TORCH_STORAGE = re.compile(
+    r"[^/]*/(data/[^/]+|version|byteorder|\.data/version|\.data/serialization_id"
+    r"|\.format_version|\.storage_alignment)"
+)
+
+
+def _npy_header_reader():
+    """numpy's reader of a version 3.0 `.npy` header (private in numpy 2: `_format_impl`)."""
+    import importlib
+
+    import numpy as np
+
+    reader = getattr(np.lib.format, "_read_array_header", None)
+    if reader is None:
+        reader = importlib.import_module("numpy.lib._format_impl")._read_array_header
+    return reader
+
+
 class _CrcMismatch(Exception):
     def __init__(self, data: bytes) -> None:
         super().__init__("CRC mismatch")
         self.data = data
 
 
-def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
-    """The member's bytes; a CRC mismatch raises `_CrcMismatch` carrying the bytes anyway, and a
-    member over `MAX_MEMBER_BYTES` raises `ValueError`."""
+def _read_member(archive: zipfile.ZipFile, stream: IO[bytes], info: zipfile.ZipInfo) -> bytes:
+    """The member's bytes as a lenient reader sees them: a local header naming it differently
+    is followed (torch's reader ignores that name), a CRC mismatch raises `_CrcMismatch` carrying
+    the bytes anyway, and a member over `MAX_MEMBER_BYTES` raises `ValueError`."""
+    local = containers.local_header(stream, info.header_offset)
+    if local is not None:
+        encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
+        local_name = local[0].decode(encoding, errors="replace")
+        if local_name != info.orig_filename:
+            info = copy.copy(info)
+            info.orig_filename = local_name  # what zipfile compares the local header with
     try:
         with archive.open(info) as handle:
             return _read_capped(handle)
@@ -599,84 +432,24 @@ def _peek(stream: IO[bytes], count: int) -> bytes:
     return data
 
 
-def _modelscan_findings(path: Path, display: str) -> list[Finding]:
-    """modelscan's denylist verdict on one file (it picks formats by extension only)."""
-    from modelscan.modelscan import ModelScan
-    from modelscan.settings import DEFAULT_SETTINGS
+def scan_pickle_file(path: Path, display: str, *, probe: bool = False) -> list[Finding]:
+    """Findings for one pickle-family file: modelscan's denylist, then the allowlist pass.
 
-    # modelscan logs every error it also returns; without a handler they would reach stderr.
-    logging.getLogger("modelscan").setLevel(logging.CRITICAL)
-    try:
-        report = ModelScan(settings=DEFAULT_SETTINGS).scan(path)
-    except Exception as error:  # noqa: BLE001 - a crash in modelscan must not hide our own pass
-        return [
-            Finding(
-                rules.MODELSCAN_ERROR.id,
-                Severity.low,
-                display,
-                f"modelscan failed: {type(error).__name__}: {error}",
-                detector="modelscan",
-            )
-        ]
-    findings = []
-    for issue in report.get("issues", []):
-        source = str(issue.get("source", ""))
-        member = source.split(":", 1)[1] if ":" in source else None
-        severity = Severity.parse(str(issue.get("severity", "high")))
-        findings.append(
-            Finding(
-                rules.MODELSCAN.id,
-                severity,
-                display,
-                f"modelscan: unsafe operator {issue.get('module')}.{issue.get('operator')}",
-                member=member,
-                detector="modelscan",
-            )
-        )
-    for error in report.get("errors", []):
-        findings.append(
-            Finding(
-                rules.MODELSCAN_ERROR.id,
-                Severity.low,
-                display,
-                f"modelscan could not scan it ({error.get('description')}); the opcode pass did",
-                detector="modelscan",
-            )
-        )
-    return findings
-
-
-_MODELSCAN_SUFFIXES = frozenset(
-    {
-        ".pkl",
-        ".pickle",
-        ".joblib",
-        ".dill",
-        ".dat",
-        ".data",
-        ".bin",
-        ".pt",
-        ".pth",
-        ".ckpt",
-        ".npy",
-        ".zip",
-        ".npz",
-    }
-)
-
-
-def scan_pickle_file(path: Path, display: str) -> list[Finding]:
-    """Findings for one pickle-family file: modelscan's denylist, then the allowlist pass."""
+    `probe`: the file has another format or none (a loader could still `torch.load` or
+    `pickle.load` it): nothing is reported unless it holds a pickle that imports something, a
+    tar torch would open or a zip hidden after its start.
+    """
     from_extension = path.suffix.lower() in PICKLE_SUFFIXES
     scan = _Scan(display)
     try:
-        with path.open("rb") as handle:
-            scan.blob(handle, path.stat().st_size, None, 0, from_extension=from_extension)
+        with open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            scan.blob(handle, size, None, 0, from_extension=from_extension, probe=probe)
     except OSError as error:
         scan.add(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}", None)
     findings = scan.findings
-    if path.suffix.lower() in _MODELSCAN_SUFFIXES:
-        findings = _modelscan_findings(path, display) + findings
+    if path.suffix.lower() in MODELSCAN_SUFFIXES:
+        findings = modelscan_findings(path, display) + findings
     if scan.streams:
         findings.append(
             Finding(

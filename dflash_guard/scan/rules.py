@@ -29,7 +29,10 @@ UNSCANNABLE = Rule(
     "A file or archive member that cannot be scanned (never a silent pass).",
     "encrypted/corrupt zip member, 7z/rar/gzip, unreadable file, bad `.npy` header, a symlink "
     "leaving the folder, a symlinked folder, a special file (FIFO, device), a zip member over "
-    "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep",
+    "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep, a GGUF "
+    "header over 2^23 array items or nested arrays, a pickle walk over 120 s, a compressed "
+    "stream decompressing past 1 GiB (or lz4 without the `lz4` package), a tar or zip with over "
+    "100,000 members",
 )
 EXECUTABLE = Rule(
     "DG-EXECUTABLE", Severity.high,
@@ -51,6 +54,13 @@ PICKLE_DANGEROUS_GLOBAL = Rule(
     "A pickle imports a known-dangerous global.",
     "os, subprocess, builtins.eval/exec/getattr, runpy, importlib, code, pty, socket, shutil, "
     "webbrowser, functools.partial, timeit, cProfile, pydoc...",
+)
+PICKLE_CLASS_GLOBAL = Rule(
+    "DG-PICKLE-CLASS-GLOBAL", Severity.low,
+    "A pickle instantiates a known harmless class that is not part of a state dict.",
+    "training arguments (`training_args.bin`: `TrainingArguments`, its enums), tensor "
+    "subclasses, `copyreg._reconstructor`: whether such pickles may load is the policy's "
+    "`pickle_allowed`",
 )
 PICKLE_GLOBAL = Rule(
     "DG-PICKLE-GLOBAL", Severity.high,
@@ -81,6 +91,13 @@ ZIP_CRC = Rule(
     "DG-ZIP-CRC", Severity.high,
     "A zip member fails its CRC check.",
     "zip member fails its CRC (its content is scanned anyway)",
+)
+ZIP_POLYGLOT = Rule(
+    "DG-ZIP-POLYGLOT", Severity.high,
+    "A zip that two readers (zipfile, torch's miniz) could read differently.",
+    "several end-of-central-directory records, overlapping or duplicate members, a local "
+    "header name differing from the central directory, bytes before the first member, a "
+    "pickle that also opens as a zip",
 )
 MODELSCAN = Rule(
     "DG-MODELSCAN", Severity.high,
@@ -126,6 +143,11 @@ ST_POLYGLOT = Rule(
     "DG-ST-POLYGLOT", Severity.high,
     "A zip, pickle, numpy or GGUF signature inside a safetensors file.",
     "zip/pickle/numpy/GGUF signature in the header, after the data or as a zip end record",
+)
+ST_METADATA_PAYLOAD = Rule(
+    "DG-ST-METADATA-PAYLOAD", Severity.high,
+    "A safetensors metadata value carries a serialized object.",
+    "`__metadata__` value holding pickle bytes, a YAML `!!python` tag, or base64 of either",
 )
 ST_INVALID = Rule(
     "DG-ST-INVALID", Severity.high,
@@ -197,6 +219,11 @@ TPL_RISKY_GLOBAL = Rule(
     "A chat template uses a global that leads to __globals__.",
     "`lipsum`/`cycler`/`joiner`/`namespace`/`self`... (paths to `__globals__`)",
 )
+TPL_UNLISTED = Rule(
+    "DG-TPL-UNLISTED", Severity.medium,
+    "A chat template uses a method, filter or test that real templates do not use.",
+    "method, filter or test outside the allowlist in `scan/template_check.py`",
+)
 TPL_INCLUDE = Rule(
     "DG-TPL-INCLUDE", Severity.medium,
     "A chat template loads another template.",
@@ -244,6 +271,23 @@ RC_IMPORT_TIME_SIDE_EFFECT = Rule(
     "a call above made at import time (module level, class body, default argument, "
     "decorator), one level above that call's severity; low: other module-level calls",
 )
+RC_MONKEY_PATCH = Rule(
+    "DG-RC-MONKEY-PATCH", Severity.high,
+    "Remote code changes modules, builtins or the environment other code relies on.",
+    "`setattr(torch, ...)`, `torch.x = ...`, `sys.modules[...] = ...`, `builtins` writes "
+    "(low: setting a non-credential environment variable)",
+)
+RC_NESTED_REMOTE_CODE = Rule(
+    "DG-RC-NESTED-REMOTE-CODE", Severity.high,
+    "Remote code loads another repository's remote code.",
+    "`trust_remote_code=True` or `custom_pipelines` passed to a loader",
+)
+RC_UNUSUAL_IMPORT = Rule(
+    "DG-RC-UNUSUAL-IMPORT", Severity.medium,
+    "Remote code imports a module outside the allowlist of what model code uses.",
+    "import outside torch, transformers, math, typing, einops, flash_attn, tokenizers... "
+    "(see `scan/remote_code/catalog.py`); `from X import *`",
+)
 RC_UNPARSEABLE = Rule(
     "DG-RC-UNPARSEABLE", Severity.high,
     "A Python file that does not parse.",
@@ -272,13 +316,22 @@ DRAFTER_ARCH = Rule(
 DRAFTER_MASK = Rule(
     "DG-DRAFTER-MASK", Severity.high,
     "mask_token_id missing, outside the vocabulary or aliasing a special id.",
-    "`mask_token_id` missing, outside the vocab, or = target pad/eos/bos/stop id (config, "
-    "generation_config, tokenizer_config special tokens)",
+    "`mask_token_id` missing, outside the vocab, or = a target pad/eos/bos/stop id or special "
+    "token (config, generation_config, tokenizer_config, special_tokens_map, tokenizer.json, "
+    "chat-template control tokens); medium: a `mask_token` text no tokenizer file defines",
 )
 DRAFTER_LAYERS = Rule(
     "DG-DRAFTER-LAYERS", Severity.high,
     "target_layer_ids or num_target_layers disagree with the target.",
-    "`target_layer_ids` outside the target's layers; `num_target_layers` differs",
+    "`target_layer_ids` outside the target's layers or repeated; `num_target_layers` differs "
+    "(medium: the target has no layer count, also under `text_config`; low: the target's last "
+    "layer, on which llama.cpp aborts)",
+)
+DRAFTER_CONFLICT = Rule(
+    "DG-DRAFTER-CONFLICT", Severity.high,
+    "A drafter field set differently at the top level and in dflash_config.",
+    "top-level and `dflash_config` values disagree (engines pick different ones; the nested one "
+    "is checked, as SGLang reads it)",
 )
 DRAFTER_SHAPE = Rule(
     "DG-DRAFTER-SHAPE", Severity.high,

@@ -23,6 +23,7 @@ from dflash_guard.scan import (
     templates,
 )
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
+from dflash_guard.scan.regular import open_regular
 from dflash_guard.scan.report import ScanReport
 from dflash_guard.scan.sniff import (
     GGUF_SUFFIXES,
@@ -71,7 +72,7 @@ _TEMPLATE_CONFIGS = frozenset(
     {"tokenizer_config.json", "chat_template.json", "processor_config.json"}
 )
 _AUTO_MAP_CONFIGS = frozenset({"config.json", "tokenizer_config.json"})
-_SKIPPED_DIRS = frozenset({".git", "__pycache__", ".cache"})
+_SKIPPED_DIRS = frozenset({".git", ".cache"})  # __pycache__ is scanned: a .pyc there is imported
 
 
 class _Run:
@@ -89,7 +90,7 @@ class _Run:
         if suffix == ".py":
             self.python_file(path, display)
             return
-        if name.endswith(".index.json") and "safetensors" in name:
+        if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
             self.findings += safetensors_check.check_index(path, display)
             return
         if name in _TEMPLATE_CONFIGS:
@@ -106,8 +107,7 @@ class _Run:
             return
         if suffix in SAFETENSORS_SUFFIXES or fmt is Format.safetensors:
             self.safetensors(path, display)
-            if fmt in (Format.pickle, Format.zip):
-                self.pickle(path, display)
+            self.pickle(path, display, probe=fmt not in (Format.pickle, Format.zip))
         elif suffix in GGUF_SUFFIXES or fmt is Format.gguf:
             self.findings += gguf_check.scan_gguf_file(path, display)
         elif suffix in PICKLE_SUFFIXES or fmt in (
@@ -118,6 +118,7 @@ class _Run:
         ):
             self.pickle(path, display)
         elif suffix not in _TEXT_SUFFIXES:
+            self.pickle(path, display, probe=True)  # torch.load and pickle.load ignore names
             self.executable(path, display, suffix)
 
     def add(self, finding: Finding) -> None:
@@ -128,7 +129,8 @@ class _Run:
 
     def python_file(self, path: Path, display: str) -> None:
         try:
-            source = path.read_bytes()
+            with open_regular(path) as handle:
+                source = handle.read()
         except OSError as error:
             self.unscannable(display, f"cannot read: {error}", remote_code.DETECTOR)
             return
@@ -191,17 +193,21 @@ class _Run:
         if header is not None:
             self.param_count = (self.param_count or 0) + header.param_count
 
-    def pickle(self, path: Path, display: str) -> None:
+    def pickle(self, path: Path, display: str, *, probe: bool = False) -> None:
         from dflash_guard.scan.pickles import scan_pickle_file  # pickletools, zipfile, modelscan
 
-        findings = scan_pickle_file(path, display)
+        findings = scan_pickle_file(path, display, probe=probe)
         self.findings += findings
         if any(f.rule_id == rules.PICKLE_PRESENT.id for f in findings):
             self.pickle_files.append(display)
 
     def executable(self, path: Path, display: str, suffix: str) -> None:
-        with path.open("rb") as handle:
-            head = handle.read(4)
+        try:
+            with open_regular(path) as handle:
+                head = handle.read(4)
+        except OSError as error:
+            self.unscannable(display, f"cannot read: {error}")
+            return
         if suffix in _EXECUTABLE_SUFFIXES or head.startswith(_EXECUTABLE_MAGIC):
             self.add(
                 Finding(

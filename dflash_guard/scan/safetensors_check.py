@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import struct
 from pathlib import Path, PurePosixPath
 
 from dflash_guard.scan import jsonfile, rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
+from dflash_guard.scan.payloads import MAX_CHECKED, serialized_payload, too_large
 
 DETECTOR = "safetensors"
 _DESERIALIZE_BELOW = 16 << 20  # bytes: read whole and validated in memory below this size
@@ -48,6 +50,15 @@ _SIGNATURES = {
     b"GGUF": "GGUF magic",
     b"\x93NUMPY": "numpy array",
 }
+# Inside the JSON header only zip records matter (a zip reader looks for them anywhere); GGUF
+# and numpy magics count only at byte 0, so the word "GGUF" in metadata is no polyglot.
+_HEADER_SIGNATURES = {sig: what for sig, what in _SIGNATURES.items() if sig.startswith(b"PK")}
+
+
+# `model.safetensors.index.json`, `pytorch_model.bin.index.json`, `model.pt.index.json`...
+_WEIGHT_INDEX = re.compile(r"\.(safetensors|bin|pt|pth|ckpt|gguf|h5|msgpack)\.index\.json$")
+# A backslash or a drive letter: a path outside the folder for a loader on Windows.
+_UNSAFE_SHARD = re.compile(r"\\|^[A-Za-z]:|\x00")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +122,7 @@ def _read_header(path: Path, check: _Checker) -> Header | None:
             )
             return None
         raw = handle.read(length)
-        _polyglot(raw, "header", check)
+        _polyglot(raw, "header", check, _HEADER_SIGNATURES)
         try:
             parsed = jsonfile.loads(raw.decode("utf-8"), strict=True)
         except jsonfile.DuplicateKey as error:
@@ -166,6 +177,23 @@ def _check_entries(parsed: dict, check: _Checker) -> dict[str, dict]:
                 check.add(
                     rules.ST_HEADER, Severity.high, "__metadata__ must map strings to strings"
                 )
+                continue
+            if too_large(list(entry.values())):
+                check.add(
+                    rules.UNSCANNABLE,
+                    Severity.high,
+                    f"__metadata__ over {MAX_CHECKED} characters: not checked for payloads",
+                )
+                continue
+            for key, value in entry.items():
+                payload = serialized_payload(value)
+                if payload:
+                    check.add(
+                        rules.ST_METADATA_PAYLOAD,
+                        Severity.high,
+                        f"__metadata__[{key!r}] carries {payload}",
+                        member=f"__metadata__.{key}",
+                    )
             continue
         problem = _entry_problem(entry)
         if problem:
@@ -199,8 +227,10 @@ def _entry_problem(entry: object) -> str | None:
     return None
 
 
-def _polyglot(data: bytes, where: str, check: _Checker) -> None:
-    for signature, what in _SIGNATURES.items():
+def _polyglot(
+    data: bytes, where: str, check: _Checker, signatures: dict[bytes, str] = _SIGNATURES
+) -> None:
+    for signature, what in signatures.items():
         if signature in data:
             check.add(rules.ST_POLYGLOT, Severity.high, f"{what} signature inside the {where}")
     for protocol in range(2, 6):
@@ -233,8 +263,11 @@ def _library_check(path: Path, check: _Checker) -> None:
 
 
 def check_index(index_path: Path, display: str) -> list[Finding]:
-    """A sharded checkpoint's `*.index.json`: every shard present and inside the folder, every
-    tensor in exactly one shard and present in that shard's header.
+    """A sharded checkpoint's `*.index.json` (safetensors', `pytorch_model.bin`'s, any other
+    weight index): every shard present and inside the folder; for safetensors shards, every
+    tensor in exactly one shard and present in that shard's header. Pickle shards are scanned
+    as files of their own. A `*.index.json` without a `weight_map` whose name names no weight
+    format is not a weight index and is left alone.
     """
     check = _Checker(display)
     try:
@@ -246,6 +279,8 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
         check.add(rules.ST_INDEX, Severity.high, f"not valid JSON (or a duplicate key): {error}")
         return check.findings
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if weight_map is None and not _WEIGHT_INDEX.search(index_path.name):
+        return check.findings
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         check.add(rules.ST_INDEX, Severity.high, "no weight_map of tensor name -> shard file")
         return check.findings
@@ -253,7 +288,7 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
     shard_tensors: dict[str, set[str]] = {}
     for shard in sorted(set(weight_map.values())):
         pure = PurePosixPath(shard)
-        if pure.is_absolute() or ".." in pure.parts or "\\" in shard or not shard:
+        if pure.is_absolute() or ".." in pure.parts or _UNSAFE_SHARD.search(shard) or not shard:
             check.add(
                 rules.ST_INDEX_PATH,
                 Severity.high,
@@ -264,6 +299,8 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
         if not shard_path.is_file():
             check.add(rules.ST_INDEX_MISSING, Severity.high, f"shard {shard!r} is missing")
             continue
+        if not shard.endswith(".safetensors"):
+            continue  # a pickle or other shard: the walk scans it as a file of its own
         _, header = check_safetensors(shard_path, shard)  # its own findings come from its scan
         shard_tensors[shard] = set(header.tensors) if header else set()
     for tensor, shard in weight_map.items():

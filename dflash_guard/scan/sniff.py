@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import enum
+import os
 import struct
 from pathlib import Path
+
+from dflash_guard.scan.regular import open_regular
 
 PICKLE_SUFFIXES = frozenset(
     {".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".dill", ".npy", ".npz"}
@@ -54,10 +57,11 @@ def sniff_bytes(head: bytes, size: int, *, protocol0: bool = False) -> Format:
 
 def sniff(path: Path) -> Format:
     """The format of the file at `path`, read from its first bytes (and its extension)."""
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         head = handle.read(16)
+        size = os.fstat(handle.fileno()).st_size
     protocol0 = path.suffix.lower() in PICKLE_SUFFIXES
-    return sniff_bytes(head, path.stat().st_size, protocol0=protocol0)
+    return sniff_bytes(head, size, protocol0=protocol0)
 
 
 def _looks_like_safetensors(head: bytes, size: int) -> bool:

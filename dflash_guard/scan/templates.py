@@ -1,4 +1,5 @@
-"""Where chat templates live: `tokenizer_config.json` (a string or `[{name, template}]`),
+"""Where chat templates live: `tokenizer_config.json` (a string, `[{name, template}]` or
+`{name: template}`),
 `chat_template.json` and `*.jinja` files; each is checked by `template_check` (GGUF metadata
 templates by `gguf_check`). jinja2 loads only when a template is found.
 """
@@ -45,6 +46,9 @@ def templates_in_config(config: object) -> list[tuple[str, str]]:
             for i, item in enumerate(value)
             if isinstance(item, dict) and isinstance(item.get("template"), str)
         ]
+    if isinstance(value, dict):  # {"default": "...", "tool_use": "..."}
+        return [(f"chat_template[{name}]", text) for name, text in value.items()
+                if isinstance(text, str)]
     return []
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import write_atomic
+from dflash_guard.fileio import read_regular, write_atomic
 from dflash_guard.outcome import Outcome
 from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
@@ -216,6 +216,7 @@ def sign_with_key(path: Path, key: Path, *, out: Path | None = None) -> Path:
     out = out or path.with_name(path.name + KEY_SIG_SUFFIX)
     if not path.is_file():
         raise InputError(f"cannot sign {path}: no such file")
+    check_ec_private_key(key)
     tmp = out.with_name(f".{out.name}.partial")
     try:
         signing.Config().use_elliptic_key_signer(private_key=key).sign(path, tmp)
@@ -225,6 +226,33 @@ def sign_with_key(path: Path, key: Path, *, out: Path | None = None) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+KEY_FILE_MAX_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
+
+
+def check_ec_private_key(key: Path) -> None:
+    """Refuse, as one `InputError`, a key file that is not a small regular file holding an
+    unencrypted EC private key in PEM (an RSA key, `/dev/zero`, a FIFO): model_signing would
+    fail on it with an internal error, or read it forever."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        pem = read_regular(key, KEY_FILE_MAX_BYTES)
+    except InputError as error:
+        raise InputError(f"cannot sign with --key {error}") from None
+    except OSError as error:
+        raise InputError(f"cannot sign with --key {key}: {error.strerror or error}") from None
+    try:
+        private = serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as error:
+        raise InputError(f"cannot sign with --key {key}: not an unencrypted PEM private key "
+                         f"({_first_line(error)})") from None
+    if not isinstance(private, ec.EllipticCurvePrivateKey):
+        kind = type(private).__name__.removesuffix("PrivateKey").removeprefix("_") or "other"
+        raise InputError(f"cannot sign with --key {key}: an {kind} key; an ECDSA (EC, e.g. "
+                         "P-256) private key is needed")
 
 
 def _verify_with_keys(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | None, str]:
@@ -248,7 +276,7 @@ def _verify_with_keys(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[st
 def _key_fingerprint(key: Path) -> str:
     from cryptography.hazmat.primitives import serialization
 
-    public = serialization.load_pem_public_key(key.read_bytes())
+    public = serialization.load_pem_public_key(read_regular(key, KEY_FILE_MAX_BYTES))
     der = public.public_bytes(serialization.Encoding.DER,
                               serialization.PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(der).hexdigest()

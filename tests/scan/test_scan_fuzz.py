@@ -1,8 +1,10 @@
-"""Random and mutated safetensors, pickle and GGUF bytes never crash the scanner."""
+"""Random and mutated safetensors, pickle, torch zip, compressed joblib and GGUF bytes never
+crash or hang the scanner."""
 
 from __future__ import annotations
 
 import tempfile
+import zlib
 from pathlib import Path
 
 import gguf
@@ -76,6 +78,8 @@ def test_seeds_are_clean() -> None:
     assert _scan_bytes("model.safetensors", SAFETENSORS_SEED).findings == []
     assert _scan_bytes("model.gguf", GGUF_SEED).findings == []
     assert _scan_bytes("model.pkl", PICKLE_SEED).max_severity.name == "low"
+    assert _scan_bytes("model.pt", TORCH_ZIP_SEED).max_severity.name == "low"
+    assert _scan_bytes("model.joblib", JOBLIB_SEED).max_severity.name == "low"
 
 
 @FUZZ
@@ -90,3 +94,31 @@ def test_pickle_bytes(data: bytes) -> None:
 def test_gguf_bytes(data: bytes) -> None:
     report = _scan_bytes("model.gguf", data)
     assert all(f.file == "model.gguf" for f in report.findings)
+
+
+def _torch_zip_seed() -> bytes:
+    import io
+
+    import torch
+
+    out = io.BytesIO()
+    torch.save({"w": torch.zeros(2)}, out)
+    return out.getvalue()
+
+
+TORCH_ZIP_SEED = _torch_zip_seed()
+JOBLIB_SEED = zlib.compress(PICKLE_SEED)
+
+
+@FUZZ
+@given(mutated(TORCH_ZIP_SEED))
+def test_torch_zip_bytes(data: bytes) -> None:
+    report = _scan_bytes("model.pt", data)
+    assert all(f.file == "model.pt" for f in report.findings)
+
+
+@FUZZ
+@given(mutated(JOBLIB_SEED))
+def test_compressed_joblib_bytes(data: bytes) -> None:
+    report = _scan_bytes("model.joblib", data)
+    assert all(f.file == "model.joblib" for f in report.findings)

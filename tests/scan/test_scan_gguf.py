@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import gguf
 import numpy as np
+import pytest
 
-from dflash_guard.scan import Severity
+from dflash_guard.scan import Severity, gguf_layout
 from dflash_guard.scan.gguf_check import scan_gguf_file
 
 
@@ -50,3 +52,73 @@ def test_tensor_past_the_end_is_flagged(tmp_path: Path) -> None:
     cut.write_bytes(good.read_bytes()[:-40])
     findings = scan_gguf_file(cut, "short.gguf")
     assert findings and max(f.severity for f in findings) >= Severity.high
+
+
+def _string(text: bytes) -> bytes:
+    return struct.pack("<Q", len(text)) + text
+
+
+def _kv_gguf(pairs: list[bytes], tensors: int = 0) -> bytes:
+    """A GGUF v3 header with the given encoded key/value pairs and no tensor data."""
+    return b"GGUF" + struct.pack("<IQQ", 3, tensors, len(pairs)) + b"".join(pairs)
+
+
+def _arch() -> bytes:
+    return _string(b"general.architecture") + struct.pack("<I", 8) + _string(b"llama")
+
+
+def test_array_count_beyond_the_file_is_malformed_not_a_hang(tmp_path: Path) -> None:
+    """A 1 KB file claiming 2^62 uint8 items: the gguf reader would loop and allocate for ever."""
+    huge = _string(b"x.items") + struct.pack("<IIQ", 9, 0, 1 << 62) + b"\0" * 900
+    path = tmp_path / "huge.gguf"
+    path.write_bytes(_kv_gguf([_arch(), huge]))
+    findings = scan_gguf_file(path, "huge.gguf")
+    assert [f.rule_id for f in findings] == ["DG-GGUF-MALFORMED"]
+    assert "2^62" not in findings[0].message and str(1 << 62) in findings[0].message
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        _string(b"x") + struct.pack("<IIQ", 9, 8, 1 << 40),  # strings: 8 bytes each at least
+        struct.pack("<Q", 1 << 60) + b"key",  # a key length beyond the file
+        _string(b"x") + struct.pack("<I", 77),  # no such value type
+    ],
+)
+def test_other_header_counts_beyond_the_file(tmp_path: Path, pair: bytes) -> None:
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(_kv_gguf([_arch(), pair]))
+    assert [f.rule_id for f in scan_gguf_file(path, "bad.gguf")] == ["DG-GGUF-MALFORMED"]
+
+
+def test_too_many_array_items_is_a_limit_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gguf_layout, "MAX_ARRAY_ITEMS", 10)
+    items = _string(b"x.items") + struct.pack("<IIQ", 9, 8, 20) + _string(b"t") * 20
+    path = tmp_path / "many.gguf"
+    path.write_bytes(_kv_gguf([_arch(), items]))
+    assert [f.rule_id for f in scan_gguf_file(path, "many.gguf")] == ["DG-UNSCANNABLE"]
+
+
+def test_a_real_vocabulary_passes_the_pre_pass(tmp_path: Path) -> None:
+    path = tmp_path / "vocab.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_token_list([f"tok{i}" for i in range(2000)])
+    writer.add_token_scores([0.0] * 2000)
+    writer.add_tensor("w", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert scan_gguf_file(path, "vocab.gguf") == []
+
+
+def test_template_key_with_a_trailing_nul_is_checked(tmp_path: Path) -> None:
+    """llama.cpp compares keys as C strings: `tokenizer.chat_template\\0` is the template."""
+    payload = b"{{ cycler.__init__.__globals__.os.popen('id').read() }}"
+    key = _string(b"tokenizer.chat_template\0") + struct.pack("<I", 8) + _string(payload)
+    path = tmp_path / "nul.gguf"
+    path.write_bytes(_kv_gguf([_arch(), key]))
+    findings = scan_gguf_file(path, "nul.gguf")
+    assert any(f.severity >= Severity.high and f.member for f in findings)

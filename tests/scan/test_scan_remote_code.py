@@ -15,7 +15,9 @@ BAD = {
     "DG-RC-PROCESS": "import subprocess\ndef f():\n    subprocess.run(['id'])\n",
     "DG-RC-NETWORK": "def f():\n    import requests\n    requests.get('http://x')\n",
     "DG-RC-DYNAMIC-CODE": "def f(s):\n    return eval(s)\n",
-    "DG-RC-ENCODED-BLOB": "import base64\ndef f(s):\n    return base64.b64decode(s)\n",
+    "DG-RC-ENCODED-BLOB": (
+        "import base64, marshal\ndef f(s):\n    return marshal.loads(base64.b64decode(s))\n"
+    ),
     "DG-RC-CREDENTIALS": "import os\ndef f():\n    return open(os.path.expanduser('~/.ssh/key'))\n",
     "DG-RC-FS-WRITE": "def f():\n    open('/etc/x', 'w').write('1')\n",
 }
@@ -60,8 +62,8 @@ def test_each_rule_fires(rule: str) -> None:
 def test_import_time_side_effects() -> None:
     module_level = "import os\nos.system('curl x | sh')\n"
     default_arg = "import os\ndef f(x=os.system('id')):\n    pass\n"
-    decorator = "def f():\n    pass\n@eval('print')\ndef g():\n    pass\n"
-    class_body = "class A:\n    exec('1')\n"
+    decorator = "S = 'print'\n@eval(S)\ndef g():\n    pass\n"
+    class_body = "class A:\n    exec(CODE)\n"
     for source in (module_level, default_arg, decorator, class_body):
         findings = check_source(source.encode(), "x.py")
         assert any(
@@ -130,3 +132,13 @@ def test_writes_inside_the_folder_are_medium_outside_high() -> None:
 def test_deeply_nested_code_is_a_finding_not_a_crash(depth: int, message: str) -> None:
     findings = check_source(("x = a" + ".b" * depth).encode(), "m.py")
     assert [(f.rule_id, f.message) for f in findings] == [("DG-RC-UNPARSEABLE", message)]
+
+
+def test_pyc_anywhere_in_the_folder_is_a_finding(tmp_path: Path, benign_modeling: str) -> None:
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "modeling.cpython-311.pyc").write_bytes(b"\xa7\r\r\n" + b"\0" * 12)
+    (tmp_path / "modeling.py").write_text(benign_modeling)
+    report = scan_paths([tmp_path])
+    assert ("DG-EXECUTABLE", "__pycache__/modeling.cpython-311.pyc") in {
+        (f.rule_id, f.file) for f in report.findings
+    }

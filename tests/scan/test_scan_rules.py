@@ -15,7 +15,7 @@ from dflash_guard.scan import Finding, ScanReport, Severity
 from dflash_guard.scan.rules import RULES, markdown_table, rule
 
 ROOT = Path(__file__).resolve().parents[2]
-SCAN_SOURCES = sorted((ROOT / "dflash_guard" / "scan").glob("*.py"))
+SCAN_SOURCES = sorted((ROOT / "dflash_guard" / "scan").rglob("*.py"))
 
 
 def test_readme_lists_exactly_the_registered_rules() -> None:

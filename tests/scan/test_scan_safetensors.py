@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 from pathlib import Path
+
+import pytest
 
 from dflash_guard.scan import Severity, scan_paths
 from dflash_guard.scan.safetensors_check import check_index, check_safetensors
@@ -134,3 +138,89 @@ def test_index_duplicate_key(tmp_path: Path) -> None:
     index = tmp_path / "model.safetensors.index.json"
     index.write_text('{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}')
     assert "DG-ST-INDEX" in _rules(check_index(index, "index"))
+
+
+def _with_metadata(path: Path, metadata: dict[str, str]) -> Path:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.zeros((2, 2), dtype=np.float32)}, str(path), metadata=metadata)
+    return path
+
+
+_PICKLE_GADGET = b"\x80\x04\x95\x15\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06system\x93."
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        _PICKLE_GADGET.decode("latin-1"),  # pickle bytes spelled as code points
+        base64.b64encode(_PICKLE_GADGET).decode(),
+        base64.b64encode(b"cos\nsystem\n(S'id'\ntR.").decode(),  # protocol 0: no signature
+        "cos\nsystem\n(S'id'\ntR.",
+        "!!python/object/apply:os.system ['id']",
+        base64.b64encode(b"config: !!python/name:os.system").decode(),
+    ],
+)
+def test_metadata_value_carrying_a_serialized_payload(tmp_path: Path, value: str) -> None:
+    path = _with_metadata(tmp_path / "m.safetensors", {"format": "pt", "extra": value})
+    findings, _ = check_safetensors(path, "m.safetensors")
+    hits = [f for f in findings if f.rule_id == "DG-ST-METADATA-PAYLOAD"]
+    assert hits and hits[0].severity is Severity.high and hits[0].member == "__metadata__.extra"
+
+
+def test_ordinary_metadata_and_the_word_gguf_are_quiet(tmp_path: Path) -> None:
+    metadata = {
+        "format": "pt",
+        "note": "converted from GGUF; see the model card\nfor details",
+        "sha256": hashlib.sha256(b"weights").hexdigest(),
+        "config": base64.b64encode(json.dumps({"hidden_size": 64}).encode()).decode(),
+        "yaml": "base_model: org/model\nlicense: apache-2.0\n",
+    }
+    path = _with_metadata(tmp_path / "m.safetensors", metadata)
+    assert check_safetensors(path, "m.safetensors")[0] == []
+
+
+def test_pytorch_bin_index_paths_are_checked(tmp_path: Path) -> None:
+    """Not only safetensors' index: `pytorch_model.bin.index.json` names files a loader opens."""
+    (tmp_path / "pytorch_model-00001-of-00001.bin").write_bytes(b"")
+    write_json(
+        tmp_path / "pytorch_model.bin.index.json",
+        {"weight_map": {"a": "pytorch_model-00001-of-00001.bin", "b": "../../outside.bin",
+                        "c": "C:/models/x.bin"}},
+    )
+    findings = [
+        f for f in scan_paths([tmp_path]).findings if f.file == "pytorch_model.bin.index.json"
+    ]
+    paths = sorted(f.message for f in findings if f.rule_id == "DG-ST-INDEX-PATH")
+    assert len(paths) == 2 and "outside.bin" in paths[0] and "C:" in paths[1]
+
+
+def test_benign_pytorch_bin_index_and_other_index_files_are_quiet(tmp_path: Path) -> None:
+    import torch
+
+    torch.save({"a": torch.zeros(2)}, tmp_path / "pytorch_model-00001-of-00001.bin")
+    write_json(
+        tmp_path / "pytorch_model.bin.index.json",
+        {"metadata": {"total_size": 8}, "weight_map": {"a": "pytorch_model-00001-of-00001.bin"}},
+    )
+    write_json(tmp_path / "search.index.json", {"entries": []})  # not a weight index
+    report = scan_paths([tmp_path])
+    assert [f for f in report.findings if f.severity >= Severity.medium] == []
+
+
+def test_oversized_metadata_is_a_limit_finding(tmp_path: Path, monkeypatch) -> None:
+    from dflash_guard.scan import payloads
+
+    monkeypatch.setattr(payloads, "MAX_CHECKED", 100)
+    path = _with_metadata(tmp_path / "m.safetensors", {"notes": "x" * 200})
+    assert "DG-UNSCANNABLE" in _rules(check_safetensors(path, "m.safetensors")[0])
+
+
+def test_duplicate_keys_are_found_in_linear_time() -> None:
+    """`keys.count` per key was quadratic on a hostile header (no timing asserted here)."""
+    from dflash_guard.scan import jsonfile
+
+    document = "{" + ",".join(f'"k{i}":1' for i in range(50_000)) + ',"k0":2}'
+    with pytest.raises(jsonfile.DuplicateKey, match="'k0'"):
+        jsonfile.loads(document, strict=True)

@@ -57,3 +57,20 @@ def test_special_files_are_reported_or_refused(tmp_path: Path) -> None:
     assert [(f.file, f.rule_id) for f in report.findings] == [("pipe", "DG-UNSCANNABLE")]
     with pytest.raises(InputError, match="not a regular file or folder"):
         scan_paths([tmp_path / "pipe"])
+
+
+def test_fifo_named_config_json_is_reported_not_read(tmp_path: Path) -> None:
+    """Opening a FIFO blocks until a writer comes: the scan must refuse it, never wait on it."""
+    os.mkfifo(tmp_path / "config.json")
+    write_safetensors(tmp_path / "model.safetensors")
+    report = scan_paths([tmp_path])
+    assert ("config.json", "DG-UNSCANNABLE") in {(f.file, f.rule_id) for f in report.findings}
+
+
+def test_open_regular_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
+    from dflash_guard.scan import jsonfile
+
+    fifo = tmp_path / "tokenizer_config.json"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        jsonfile.read(fifo)

@@ -22,6 +22,7 @@ from dflash_guard.pins.lockfile import (
     Package,
     write_lockfile,
 )
+from tests.support import trust
 
 ENGINE_URL = "https://github.com/example-org/engine"
 DRAFTER_REPO = "example-org/drafter"
@@ -67,18 +68,8 @@ def make_history(path: Path) -> History:
 
 
 def make_key_pair(folder: Path) -> tuple[Path, Path]:
-    """A fresh ECDSA P-256 key pair as PEM files: (private, public)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = folder / "feed-key.pem", folder / "feed-key.pub"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                          serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return private, public
+    """A fresh ECDSA P-256 key pair for signing feeds: (private, public) PEM files."""
+    return trust.make_key_pair(folder, "feed-key")
 
 
 def _file(name: str) -> LockedFile:

@@ -8,6 +8,7 @@ import torch
 from kernels_ref.drafter import Drafter, DrafterConfig
 from kernels_ref.fixtures import MASK_ID, VOCAB_SIZE
 from kernels_ref.model import ModelConfig, Target
+from kernels_ref.rope import Rope
 
 NO_CUDA = "needs a CUDA device (torch.cuda.is_available() is False)"
 gpu_only = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
@@ -23,7 +24,7 @@ def tiny_pair(seed: int, block_size: int = 4, dtype: torch.dtype = torch.float32
         num_key_value_heads=2,
         head_dim=8,
         intermediate_size=64,
-        rope_theta=10000.0,
+        rope=Rope(theta=10000.0),
         max_position_embeddings=128,
     )
     torch.manual_seed(seed)

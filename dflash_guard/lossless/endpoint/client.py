@@ -175,6 +175,8 @@ class CompletionClient:
             raise self._fail(f"HTTP {status}: {snippet}{hint}", url)
         try:
             return response.json()
+        except RecursionError:  # parse depth is bounded by the interpreter's recursion limit
+            raise self._fail("answered JSON nested too deeply to parse", url) from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise self._fail(f"answered malformed JSON: {response.text[:80]!r}", url) from None
 

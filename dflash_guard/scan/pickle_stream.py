@@ -1,0 +1,216 @@
+"""Walking one pickle stream the way the unpickler reads it, without ever unpickling it.
+
+`pickletools.genops` is stricter than `pickle` in a few argument readers, and every place where
+it refuses what the unpickler accepts hides the rest of the stream: a STRING with non-ASCII bytes
+(torch unpickles with `encoding="utf-8"`), an INT or LONG written `0x10` (the unpickler parses
+`int(text, 0)`), a GLOBAL whose name is not ASCII. Those readers are replaced here by ones at
+least as lenient as the unpickler's; every other opcode uses `pickletools`' own table. The walk
+keeps a symbolic stack (strings, marks, imported globals) so STACK_GLOBAL names are followed
+through the stack and the memo.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import pickletools
+import time
+from collections.abc import Iterator
+from typing import IO
+
+MAX_SECONDS = 120.0  # per stream; a hostile file must not hold the scan for ever
+_CHECK_EVERY = 1 << 16  # opcodes between two looks at the clock
+
+
+@dataclasses.dataclass(frozen=True)
+class PickleGlobal:
+    """A callable or class a pickle stream imports when loaded."""
+
+    module: str | None  # None: a STACK_GLOBAL whose strings could not be followed
+    name: str | None
+    opcode: str
+    position: int | None
+
+
+@dataclasses.dataclass
+class StreamResult:
+    """What one pickle stream (up to and including its STOP) contains."""
+
+    globals: list[PickleGlobal]
+    opcodes: int = 0
+    error: str | None = None
+    timed_out: bool = False
+    ints: list[int] = dataclasses.field(default_factory=list)
+    builds_on_globals: list[str] = dataclasses.field(default_factory=list)
+
+
+class _Malformed(ValueError):
+    """The stream is not a pickle the unpickler would accept."""
+
+
+class _TimeUp(Exception):
+    """The walk ran past `MAX_SECONDS`."""
+
+
+def _line(stream: IO[bytes]) -> bytes:
+    data = stream.readline()
+    if not data.endswith(b"\n"):
+        raise _Malformed("no newline found when reading a text argument")
+    return data[:-1]
+
+
+def _text(data: bytes) -> str:
+    """The unpickler decodes with the caller's encoding: utf-8 for torch, else bytes-like."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _read_stringnl(stream: IO[bytes]) -> str:
+    data = _line(stream)
+    if len(data) < 2 or data[:1] not in (b'"', b"'") or data[-1:] != data[:1]:
+        raise _Malformed("STRING argument without matching quotes")
+    return _text(codecs.escape_decode(data[1:-1])[0])
+
+
+def _read_int(stream: IO[bytes]) -> int | bool:
+    data = _line(stream).rstrip(b"L")
+    if data in (b"00", b"01"):
+        return data == b"01"
+    for base in (0, 10):  # INT/LONG use int(x, 0); GET/PUT int(x): accept both
+        try:
+            return int(data, base)
+        except ValueError:
+            continue
+    raise _Malformed(f"not an integer: {data[:40]!r}")
+
+
+_LENIENT_READERS = {
+    "stringnl": _read_stringnl,
+    "stringnl_noescape": lambda stream: _text(_line(stream)),
+    "stringnl_noescape_pair": lambda stream: (_text(_line(stream)), _text(_line(stream))),
+    "decimalnl_short": _read_int,
+    "decimalnl_long": _read_int,
+}
+
+
+def genops(stream: IO[bytes]) -> Iterator[tuple[pickletools.OpcodeInfo, object, int]]:
+    """(opcode, argument, position) up to and including STOP; `ValueError` (or `_Malformed`)
+    on an unknown opcode or an argument the unpickler would refuse too."""
+    while True:
+        position = stream.tell()
+        code = stream.read(1)
+        op = pickletools.code2op.get(code.decode("latin-1"))
+        if op is None:
+            raise _Malformed(
+                "pickle exhausted before STOP" if not code else f"unknown opcode {code!r}"
+            )
+        reader = _LENIENT_READERS.get(op.arg.name) if op.arg else None
+        arg = None if op.arg is None else (reader or op.arg.reader)(stream)
+        yield op, arg, position
+        if op.name == "STOP":
+            return
+
+
+def read_stream(stream: IO[bytes]) -> StreamResult:
+    """Walk one pickle stream from the current position, collecting every imported global.
+
+    Never raises: a malformed or truncated stream ends with `error` set, keeping what came before
+    (the unpickler would already have run those opcodes); a walk past `MAX_SECONDS` also sets
+    `timed_out`.
+    """
+    result = StreamResult(globals=[])
+    stack: list[object] = []
+    memo: dict[int, object] = {}
+    deadline = time.monotonic() + MAX_SECONDS
+    try:
+        for op, arg, pos in genops(stream):
+            result.opcodes += 1
+            if result.opcodes % _CHECK_EVERY == 0 and time.monotonic() > deadline:
+                raise _TimeUp(f"stopped after {MAX_SECONDS:g} s ({result.opcodes} opcodes)")
+            _step(op, arg, pos, stack, memo, result)
+            if op.name == "STOP":
+                return result
+    except _TimeUp as error:
+        result.timed_out = True
+        result.error = str(error)
+    except Exception as error:  # noqa: BLE001 - every malformed input becomes a finding
+        result.error = f"{type(error).__name__}: {error}"
+    return result
+
+
+_STRING_OPCODES = frozenset(
+    [
+        "STRING",
+        "BINSTRING",
+        "SHORT_BINSTRING",
+        "UNICODE",
+        "BINUNICODE",
+        "SHORT_BINUNICODE",
+        "BINUNICODE8",
+    ]
+)
+_GET_OPCODES = frozenset({"GET", "BINGET", "LONG_BINGET"})
+_PUT_OPCODES = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_MARK = object()
+_OTHER = object()
+
+
+def _step(op, arg, pos, stack: list[object], memo: dict[int, object], result: StreamResult):
+    """Apply one opcode's effect on a symbolic stack that keeps strings and marks."""
+    name = op.name
+    if name in _PUT_OPCODES or name == "MEMOIZE":
+        if not stack:
+            raise _Malformed(f"{name} on an empty stack")
+        memo[arg if name != "MEMOIZE" else len(memo)] = stack[-1]
+        return
+    imported: PickleGlobal | None = None
+    if name in ("GLOBAL", "INST"):
+        module, attr = arg
+        imported = PickleGlobal(module, attr, name, pos)
+    elif name == "STACK_GLOBAL":
+        module, attr = (stack[-2], stack[-1]) if len(stack) >= 2 else (None, None)
+        if isinstance(module, str) and isinstance(attr, str):
+            imported = PickleGlobal(module, attr, name, pos)
+        else:
+            imported = PickleGlobal(None, None, name, pos)
+    elif name.startswith("EXT"):
+        imported = PickleGlobal(None, f"extension code {arg}", name, pos)
+    elif isinstance(arg, int) and not isinstance(arg, bool):
+        result.ints.append(arg)
+
+    if imported is not None:
+        result.globals.append(imported)
+    if name == "BUILD" and len(stack) >= 2 and isinstance(stack[-2], PickleGlobal):
+        target = stack[-2]
+        result.builds_on_globals.append(f"{target.module}.{target.name}")
+
+    before = op.stack_before
+    if pickletools.markobject in before or (name == "POP" and stack and stack[-1] is _MARK):
+        if _MARK not in stack:
+            raise _Malformed(f"{name} without a MARK")
+        del stack[len(stack) - 1 - stack[::-1].index(_MARK) :]
+        to_pop = before.index(pickletools.markobject) if pickletools.markobject in before else 0
+    else:
+        to_pop = len(before)
+    if len(stack) < to_pop:
+        raise _Malformed(f"{name} pops {to_pop} items from a stack of {len(stack)}")
+    popped = stack[len(stack) - to_pop :]
+    del stack[len(stack) - to_pop :]
+
+    after = op.stack_after
+    if name in _STRING_OPCODES:
+        stack.append(arg if isinstance(arg, str) else _OTHER)
+    elif name in _GET_OPCODES:
+        if arg not in memo:
+            raise _Malformed(f"{name} of memo key {arg} never stored")
+        stack.append(memo[arg])
+    elif name in ("GLOBAL", "STACK_GLOBAL"):
+        stack.append(imported)
+    elif name == "DUP" and popped:
+        stack.extend([popped[-1], popped[-1]])
+    elif pickletools.markobject in after:
+        stack.append(_MARK)
+    else:
+        stack.extend([_OTHER] * len(after))

@@ -1,0 +1,138 @@
+"""What remote code may import and which resolved names are actions (the tables of the rules).
+
+Names here are fully qualified after `names.Names.resolve` (`os.popen`, `eval`, `torch.hub.load`):
+an alias, a re-binding, a `getattr` with a constant name or a lookup through `sys.modules` or
+`__builtins__` all end up as the same name, so each table lists a name once.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dflash_guard.scan import rules
+from dflash_guard.scan.rules import Rule
+from dflash_guard.severity import Severity
+
+# Modules that modeling, configuration and tokenizer code of published models imports. An import
+# of anything else is a finding (DG-RC-UNUSUAL-IMPORT); the dangerous calls of the allowed ones
+# (`os.system`, `importlib.import_module`, `shutil.rmtree`...) are findings of their own.
+ALLOWED_IMPORTS = frozenset(
+    {
+        "__future__", "abc", "accelerate", "asyncio", "apex", "argparse", "array", "base64",
+        "bisect", "bitsandbytes", "collections", "contextlib", "copy", "dataclasses", "datetime",
+        "deepspeed", "einops", "enum", "flash_attn", "fractions", "functools", "gc", "hashlib",
+        "heapq", "huggingface_hub", "importlib", "inspect", "io", "itertools", "json", "logging",
+        "math", "numbers", "numpy", "operator", "os", "packaging", "pathlib", "peft", "PIL",
+        "queue", "random", "re", "regex", "safetensors", "scipy", "sentencepiece", "shutil",
+        "string", "struct", "sys", "tempfile", "textwrap", "threading", "tiktoken", "time",
+        "timm", "tokenizers", "torch", "torchvision", "tqdm", "transformers",
+        "transformers_stream_generator", "triton", "types", "typing", "typing_extensions",
+        "unicodedata", "uuid", "warnings", "weakref", "xformers",
+    }
+)
+PROCESS_MODULES = frozenset({"subprocess", "pty", "_posixsubprocess", "multiprocessing"})
+NETWORK_MODULES = frozenset(
+    {
+        "socket", "ssl", "urllib", "urllib2", "urllib3", "requests", "httpx", "http", "aiohttp",
+        "ftplib", "smtplib", "telnetlib", "paramiko", "websocket", "websockets", "webbrowser",
+    }
+)
+DYNAMIC_MODULES = frozenset(
+    {
+        "marshal", "pickle", "_pickle", "dill", "cloudpickle", "ctypes", "cffi", "runpy", "code",
+        "codeop", "zipimport", "pkgutil",
+    }
+)
+# Builtins reached by bare name (after `builtins.X` / `__builtins__[...]` are normalised to `X`).
+BUILTIN_NAMES = frozenset(
+    {"eval", "exec", "compile", "__import__", "getattr", "setattr", "delattr", "open", "globals",
+     "vars", "locals", "breakpoint", "input"}
+)
+CODE_SINKS = frozenset(
+    {"eval", "exec", "compile", "pickle.loads", "pickle.load", "marshal.loads", "marshal.load",
+     "dill.loads", "cloudpickle.loads", "types.FunctionType", "types.CodeType"}
+)
+_OS_PROCESS = re.compile(
+    r"^(os|posix|nt)\.(system|popen|exec\w*|spawn\w*|fork\w*|posix_spawn\w*|kill\w*)$"
+)
+_OS_WRITE = frozenset(
+    {"remove", "unlink", "rmdir", "removedirs", "rename", "renames", "replace", "chmod", "chown",
+     "symlink", "link", "makedirs", "mkdir", "truncate", "write", "mkfifo"}
+)
+_SHUTIL_WRITE = frozenset(
+    {"copy", "copy2", "copyfile", "copyfileobj", "copytree", "move", "rmtree", "chown",
+     "make_archive", "unpack_archive", "copymode", "copystat"}
+)
+_PATH_WRITE = frozenset(
+    {"write_text", "write_bytes", "unlink", "rmdir", "rmtree", "touch", "symlink_to", "hardlink_to"}
+)
+DECODERS = frozenset(
+    {"b64decode", "b32decode", "b16decode", "a85decode", "b85decode", "decodebytes",
+     "standard_b64decode", "urlsafe_b64decode", "decompress", "unhexlify", "fromhex",
+     "a2b_base64", "a2b_hex"}
+)
+_DECODER_MODULES = frozenset(
+    {"base64", "zlib", "binascii", "bytes", "lzma", "bz2", "gzip", "codecs"}
+)
+# getattr(module, computed) on these reads data (an operator, a dtype, an activation): not code.
+DATA_MODULES = frozenset({"operator", "math", "torch", "torch.nn", "torch.nn.functional", "numpy"})
+CREDENTIAL_ENV = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_KEY|CREDENTIAL|AUTH", re.I)
+CREDENTIAL_PATHS = re.compile(
+    r"huggingface/token|\.ssh\b|id_rsa|id_ed25519|\.netrc|\.aws/credentials|\.git-credentials|"
+    r"\.docker/config\.json|\.kube/config",
+    re.IGNORECASE,
+)
+SITE_PACKAGES = re.compile(r"site-packages|dist-packages|sitecustomize|usercustomize")
+ENCODED_BLOB = re.compile(r"^(?:[A-Za-z0-9+/]{200,}={0,2}|[0-9a-fA-F]{200,})$")
+SAVE_METHODS = re.compile(r"^_?(save\w*|to_json_file|write_vocab\w*)$")
+
+Action = tuple[Rule, Severity, str]
+
+
+def action(name: str) -> Action | None:
+    """The rule, severity and wording of calling the resolved `name`, or None for a harmless one."""
+    root = name.split(".")[0]
+    last = name.rsplit(".", 1)[-1]
+    if name in ("eval", "exec"):
+        return rules.RC_DYNAMIC_CODE, Severity.critical, f"calls {name}()"
+    if name in ("compile", "__import__", "breakpoint") or name in CODE_SINKS:
+        return rules.RC_DYNAMIC_CODE, Severity.high, f"calls {name}()"
+    if _OS_PROCESS.match(name) or (root in PROCESS_MODULES and "." in name) or name.startswith(
+        ("asyncio.create_subprocess", "asyncio.subprocess.", "platform.popen")
+    ):
+        return rules.RC_PROCESS, Severity.critical, f"calls {name}()"
+    if root in NETWORK_MODULES and "." in name:
+        return rules.RC_NETWORK, Severity.high, f"calls {name}()"
+    if name.startswith(("huggingface_hub.", "transformers.utils.hub.")) and (
+        "download" in last or last in ("HfApi", "hf_hub_url", "cached_file", "upload_file")
+    ):
+        return rules.RC_NETWORK, Severity.high, f"downloads with {name}()"
+    if name.startswith(("torch.hub.", "torch.ops.load_library", "torch.classes.load_library",
+                        "torch.utils.cpp_extension.")) and last not in ("get_dir", "list", "help"):
+        return rules.RC_DYNAMIC_CODE, Severity.critical, f"loads native or hub code: {name}()"
+    if name.startswith(("importlib.import_module", "importlib.reload", "importlib.machinery.",
+                        "importlib.util.spec_from", "importlib.util.module_from_spec",
+                        "importlib.__import__", "importlib.abc.")) or (
+        root in DYNAMIC_MODULES and "." in name
+    ):
+        return rules.RC_DYNAMIC_CODE, Severity.high, f"loads or runs code dynamically: {name}()"
+    if name.startswith(("sys.settrace", "sys.setprofile", "sys.addaudithook", "sys.path_hooks",
+                        "sys.meta_path", "site.", "sysconfig.get_path")):
+        return rules.RC_DYNAMIC_CODE, Severity.high, f"changes how Python imports or runs: {name}()"
+    if name.endswith((".get_token", ".HfFolder.get_token", ".whoami")) and root in (
+        "huggingface_hub", "transformers"
+    ) or root in ("keyring", "netrc"):
+        return rules.RC_CREDENTIALS, Severity.high, f"reads a credential: {name}()"
+    if last in DECODERS and (root in _DECODER_MODULES or last == "fromhex"):
+        return rules.RC_ENCODED_BLOB, Severity.low, f"decodes data with {name}()"
+    if (root == "os" and last in _OS_WRITE) or (root == "shutil" and last in _SHUTIL_WRITE):
+        return rules.RC_FS_WRITE, Severity.high, f"changes the file system: {name}()"
+    if last in _PATH_WRITE:
+        return rules.RC_FS_WRITE, Severity.high, f"changes the file system: .{last}()"
+    return None
+
+
+def is_decoder(name: str) -> bool:
+    """Whether the resolved call `name` decodes base64/hex/compressed data."""
+    hit = action(name)
+    return hit is not None and hit[0] is rules.RC_ENCODED_BLOB

@@ -1,0 +1,405 @@
+"""The `ast` walk over one Python file: resolves names (`names`), asks `catalog` what each call,
+reference and import means, and records findings with the context that decides severity
+(import time or not, a save-time method or a load path).
+"""
+
+from __future__ import annotations
+
+import ast
+import warnings
+
+from dflash_guard.scan import rules
+from dflash_guard.scan.interface import Finding, Rule, Severity
+from dflash_guard.scan.remote_code import catalog
+from dflash_guard.scan.remote_code.names import GLOBALS, Names, constant_str
+
+DETECTOR = "remote-code"
+IMPORT_TIME = ("module level", "class body", "default argument", "decorator", "class hook")
+# Methods Python runs when a class statement executes (at import time for module-level classes).
+_CLASS_HOOKS = frozenset({"__init_subclass__", "__set_name__", "__class_getitem__", "__prepare__"})
+_METACLASS_HOOKS = frozenset({"__new__", "__init__", "__call__", "__prepare__"})
+# Module-level calls that realistic modeling code makes and that do nothing outside the module.
+_USUAL_MODULE_CALLS = frozenset(
+    {"getLogger", "get_logger", "TypeVar", "namedtuple", "NewType", "dataclass", "field", "wrap",
+     "filterwarnings", "simplefilter", "warn", "register", "register_buffer", "is_torch_available",
+     "is_flash_attn_available", "is_flash_attn_2_available", "is_torch_fx_available",
+     "is_torchdynamo_compiling", "require_version", "replace_return_docstrings",
+     "add_start_docstrings", "frozenset", "set", "dict", "list", "tuple", "ModuleList",
+     "ParameterDict", "compile_regex", "Enum", "getenv_bool", "object_hook", "get_module_logger"}
+)
+_ENV_READERS = frozenset({"os.environ.get", "os.getenv", "os.getenvb", "os.environ.pop",
+                          "os.environ.setdefault"})
+MAX_LITERAL_DEPTH = 3
+
+
+class Visitor(ast.NodeVisitor):
+    """Collects the findings of one file; `depth` counts `eval`/`exec` literals analysed inside."""
+
+    def __init__(self, display: str, depth: int = 0, line_offset: int = 0) -> None:
+        self.display = display
+        self.depth = depth
+        self.line_offset = line_offset
+        self.findings: list[Finding] = []
+        self.names = Names()
+        self.context: list[str] = ["module level"]
+        self.functions: list[str] = []
+        self.metaclass = False
+        self.constant_loop_names: set[str] = set()
+        self.handled: set[int] = set()  # nodes already judged by their parent (ids)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def add(
+        self, rule: Rule, severity: Severity, node: ast.AST, message: str, *, runs: bool = False
+    ) -> None:
+        """Record a finding; an action (`runs`) at import time is also an import-time finding."""
+        where = self.context[-1]
+        line = getattr(node, "lineno", None)
+        line = line + self.line_offset if line is not None else None
+        if rule is rules.RC_FS_WRITE and self.in_save_method():
+            severity = Severity.low
+            message += f" (inside {self.functions[-1]}(), which runs only when saving)"
+        self.findings.append(
+            Finding.of(rule, self.display, message, severity=severity, line=line, detector=DETECTOR)
+        )
+        if runs and where in IMPORT_TIME and severity >= Severity.low:
+            raised = Severity(min(severity + 1, Severity.critical))
+            self.findings.append(
+                Finding.of(
+                    rules.RC_IMPORT_TIME_SIDE_EFFECT, self.display,
+                    f"runs at import time ({where}): {message}",
+                    severity=raised, line=line, detector=DETECTOR,
+                )
+            )
+
+    def in_save_method(self) -> bool:
+        return any(catalog.SAVE_METHODS.match(name) for name in self.functions)
+
+    def in_context(self, label: str, nodes: list[ast.AST]) -> None:
+        self.context.append(label)
+        for node in nodes:
+            self.visit(node)
+        self.context.pop()
+
+    # -- scopes --------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.in_context("decorator", node.decorator_list)
+        defaults = [d for d in node.args.defaults + node.args.kw_defaults if d is not None]
+        self.in_context("default argument", defaults)
+        hook = node.name in _CLASS_HOOKS or (self.metaclass and node.name in _METACLASS_HOOKS)
+        self.functions.append(node.name)
+        self.in_context("class hook" if hook else "function body", node.body)
+        self.functions.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.in_context("function body", [node.body])
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.in_context("decorator", node.decorator_list)
+        self.in_context(self.context[-1], node.bases + [k.value for k in node.keywords])
+        bases = {self.names.resolve(b) for b in node.bases}
+        outer, self.metaclass = self.metaclass, bool(bases & {"type", "abc.ABCMeta", "ABCMeta"})
+        if any(k.arg == "metaclass" for k in node.keywords):
+            self.metaclass = False  # a class *using* a metaclass; its hooks are checked there
+        self.in_context("class body", node.body)
+        self.metaclass = outer
+
+    # -- imports -------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            local = alias.asname or alias.name.split(".")[0]
+            self.names.bind_import(local, alias.name if alias.asname else local)
+            self.check_module(alias.name, node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        for alias in node.names:
+            if node.level:
+                continue  # the package's own files: scanned as files of the folder
+            if alias.name == "*":
+                self.names.star_modules.append(module)
+                if module.split(".")[0] not in ("torch", "transformers", "typing"):
+                    self.add(rules.RC_UNUSUAL_IMPORT, Severity.medium, node,
+                             f"from {module} import *: hides which names the file uses")
+                continue
+            self.names.bind_import(alias.asname or alias.name, f"{module}.{alias.name}")
+        if not node.level:
+            self.check_module(module, node)
+
+    def check_module(self, name: str, node: ast.AST) -> None:
+        root = name.split(".")[0]
+        if root in catalog.PROCESS_MODULES:
+            self.add(rules.RC_PROCESS, Severity.high, node, f"imports {name} (runs processes)")
+        elif root in catalog.NETWORK_MODULES:
+            self.add(rules.RC_NETWORK, Severity.high, node, f"imports {name} (network access)")
+        elif root in catalog.DYNAMIC_MODULES:
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                     f"imports {name} (loads or runs code dynamically)")
+        elif root and root not in catalog.ALLOWED_IMPORTS:
+            self.add(rules.RC_UNUSUAL_IMPORT, Severity.medium, node,
+                     f"imports {name}, outside the modules model code uses")
+
+    # -- bindings ------------------------------------------------------------------------------
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self.bind(target, node.value)
+            self.check_store(target)
+            self.visit(target)
+        self.visit(node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self.bind(node.target, node.value)
+            self.visit(node.value)
+        self.check_store(node.target)
+        self.visit(node.target)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.bind(node.target, node.value)
+        self.visit(node.value)
+
+    def bind(self, target: ast.AST, value: ast.AST) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
+            for t, v in zip(target.elts, value.elts, strict=False):
+                self.bind(t, v)
+        elif isinstance(target, ast.Name):
+            resolved = self.names.resolve(value)
+            if resolved and self.names.is_module_rooted(resolved):
+                self.names.bind(target.id, resolved)
+            else:
+                self.names.bound.pop(target.id, None)
+                self.names.modules.discard(target.id)
+
+    def check_store(self, target: ast.AST) -> None:
+        """Assignments into modules or namespaces (monkey-patching, sys.modules, os.environ)."""
+        for node in ast.walk(target):
+            if not isinstance(node, (ast.Attribute, ast.Subscript)):
+                continue
+            base = self.names.resolve(node.value)
+            if base == "os.environ":
+                self.environment_key(node, writes=True)
+            elif base in ("sys.modules", "builtins", "builtins.__dict__", GLOBALS) or (
+                base and base.split(".")[0] in self.names.modules and base != "os.environ"
+            ):
+                self.add(rules.RC_MONKEY_PATCH, Severity.high, node,
+                         f"assigns into {base} (changes code other modules run)", runs=True)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
+        values = node.iter.elts if isinstance(node.iter, (ast.Tuple, ast.List, ast.Set)) else []
+        if isinstance(node.target, ast.Name) and values and all(constant_str(v) for v in values):
+            self.constant_loop_names.add(node.target.id)
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+    visit_comprehension = visit_For
+
+    # -- expressions ---------------------------------------------------------------------------
+    def visit_Call(self, node: ast.Call) -> None:
+        self.handled.add(id(node.func))
+        name = self.names.resolve(node.func)
+        self.check_call(node, name)
+        self.check_keywords(node, name)
+        if id(node) not in self.handled:
+            self.check_value(node)  # getattr(os, "system") handed on without a call
+        self.generic_visit(node)
+
+    def check_call(self, node: ast.Call, name: str) -> None:
+        last = name.rsplit(".", 1)[-1]
+        if name in ("eval", "exec", "compile") and node.args and constant_str(node.args[0]):
+            self.literal_code(node, name, constant_str(node.args[0]) or "")
+        elif name in _ENV_READERS:
+            self.environment_key(node, writes=name.endswith(("pop", "setdefault")))
+        elif name == "getattr":
+            self.check_getattr(node)
+        elif name in ("setattr", "delattr") and node.args:
+            base = self.names.resolve(node.args[0])
+            if base and base.split(".")[0] in self.names.modules | {"builtins", "sys"}:
+                self.add(rules.RC_MONKEY_PATCH, Severity.high, node,
+                         f"{name}() on {base} (changes code other modules run)", runs=True)
+        elif name in ("open", "io.open", "os.fdopen") and self.write_mode(node):
+            severity, message = self.write_target(node)
+            self.add(rules.RC_FS_WRITE, severity, node, message, runs=True)
+        elif (hit := catalog.action(name)) is not None:
+            rule, severity, message = hit
+            if name in catalog.CODE_SINKS and self.carries_decoded(node):
+                rule, severity = rules.RC_ENCODED_BLOB, Severity.critical
+                message += " on decoded data (a hidden payload)"
+            self.add(rule, severity, node, message, runs=True)
+        elif self.context[-1] == "module level" and last not in _USUAL_MODULE_CALLS:
+            self.add(rules.RC_IMPORT_TIME_SIDE_EFFECT, Severity.low, node,
+                     f"calls {name or 'an expression'}() at import time")
+
+    def literal_code(self, node: ast.Call, name: str, source: str) -> None:
+        """`eval("...")` of a literal is visible code: analyse the literal instead."""
+        if self.depth >= MAX_LITERAL_DEPTH:
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node, f"{name}() nested too deeply")
+            return
+        mode = "eval" if name == "eval" else "exec"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(source, mode=mode)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                     f"{name}() of a literal that does not parse")
+            return
+        inner = Visitor(self.display, self.depth + 1, (node.lineno or 1) - 1 + self.line_offset)
+        inner.context = list(self.context)
+        inner.names = self.names
+        inner.visit(tree)
+        self.findings += inner.findings
+        self.add(rules.RC_DYNAMIC_CODE, Severity.low, node,
+                 f"{name}() of a string literal (analysed as code)")
+
+    def carries_decoded(self, node: ast.Call) -> bool:
+        return any(
+            isinstance(inner, ast.Call) and catalog.is_decoder(self.names.resolve(inner.func))
+            for arg in [*node.args, *(k.value for k in node.keywords)]
+            for inner in ast.walk(arg)
+        )
+
+    def check_getattr(self, node: ast.Call) -> None:
+        if len(node.args) < 2 or constant_str(node.args[1]) is not None:
+            return  # a constant name resolves like an attribute (see visit_Call's resolve)
+        key = node.args[1]
+        if isinstance(key, ast.Name) and key.id in self.constant_loop_names:
+            return
+        target = self.names.resolve(node.args[0])
+        if not target or not (
+            target.split(".")[0] in self.names.modules or target in ("builtins", GLOBALS)
+        ):
+            return
+        if target in catalog.DATA_MODULES and id(node) not in self.handled:
+            return  # getattr(torch, config.torch_dtype), getattr(operator, op): data, not code
+        self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                 f"getattr() with a computed name on {target}", runs=True)
+
+    def check_keywords(self, node: ast.Call, name: str) -> None:
+        """Loader switches: another repo's remote code, or unpickling a file of the folder."""
+        for keyword in node.keywords:
+            value = keyword.value.value if isinstance(keyword.value, ast.Constant) else None
+            unpickles = (name == "torch.load" and keyword.arg == "weights_only" and value is False
+                         ) or (name == "numpy.load" and keyword.arg == "allow_pickle" and value)
+            if unpickles:
+                self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                         f"{name}({keyword.arg}={value}) unpickles, which runs code", runs=True)
+            if keyword.arg in ("trust_remote_code", "custom_pipelines") and not (
+                isinstance(keyword.value, ast.Constant) and keyword.value.value in (False, None)
+            ):
+                self.add(rules.RC_NESTED_REMOTE_CODE, Severity.high, node,
+                         f"passes {keyword.arg}= to a loader: runs another repository's code")
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        for key, value in zip(node.keys, node.values, strict=False):
+            if constant_str(key) in ("trust_remote_code", "custom_pipelines") and not (
+                isinstance(value, ast.Constant) and value.value in (False, None)
+            ):
+                self.add(rules.RC_NESTED_REMOTE_CODE, Severity.high, node,
+                         f"sets {constant_str(key)} for a loader: runs another repository's code")
+        self.generic_visit(node)
+
+    def environment_key(self, node: ast.AST, *, writes: bool) -> None:
+        """`os.environ[K]`, `os.environ.get(K)`, `os.getenv(K)`: judged by the name K."""
+        if isinstance(node, ast.Call):
+            key_node = node.args[0] if node.args else None
+            self.handled.add(id(getattr(node.func, "value", None)))
+        else:
+            key_node = node.slice if isinstance(node, ast.Subscript) else None
+            self.handled.add(id(getattr(node, "value", None)))
+        key = constant_str(key_node)
+        verb = "sets" if writes else "reads"
+        if key is None:
+            self.add(rules.RC_CREDENTIALS, Severity.medium, node,
+                     f"{verb} an environment variable named at run time", runs=True)
+        elif catalog.CREDENTIAL_ENV.search(key):
+            self.add(rules.RC_CREDENTIALS, Severity.high, node,
+                     f"{verb} the credential variable {key}", runs=True)
+        elif writes:
+            self.add(rules.RC_MONKEY_PATCH, Severity.low, node, f"sets the environment {key}")
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        base = self.names.resolve(node.value)
+        if base == "os.environ" and isinstance(node.ctx, ast.Load):
+            self.environment_key(node, writes=False)
+        elif (base in ("sys.modules", "builtins", "builtins.__dict__", GLOBALS)
+              or base.endswith(".__dict__")) and constant_str(node.slice) is None:
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                     f"looks up {base} by a computed key", runs=True)
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        for comparator in node.comparators:
+            if self.names.resolve(comparator) == "os.environ":
+                self.handled.add(id(comparator))
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "__builtins__":
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node, "uses __builtins__ directly")
+        elif isinstance(node.ctx, ast.Load):
+            self.check_value(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self.check_value(node)
+        self.generic_visit(node)
+
+    def check_value(self, node: ast.AST) -> None:
+        """A dangerous callable referenced without being called: passed on, stored, aliased."""
+        if id(node) in self.handled:
+            return
+        name = self.names.resolve(node)
+        if name == "os.environ":
+            self.add(rules.RC_CREDENTIALS, Severity.medium, node, "reads the whole os.environ")
+            return
+        hit = catalog.action(name)
+        if hit is not None and hit[1] >= Severity.high:
+            rule, severity, message = hit
+            self.add(rule, Severity.high, node, f"refers to {name} as a value ({message})",
+                     runs=self.context[-1] == "decorator")  # a decorator is called
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str):
+            self.check_string(node, node.value)
+        elif isinstance(node.value, bytes) and len(node.value) >= 200:
+            self.add(rules.RC_ENCODED_BLOB, Severity.medium, node,
+                     f"{len(node.value)}-byte bytes constant")
+
+    def check_string(self, node: ast.AST, value: str) -> None:
+        if (match := catalog.CREDENTIAL_PATHS.search(value)) is not None:
+            self.add(rules.RC_CREDENTIALS, Severity.high, node,
+                     f"names a credential file: {match.group(0)}")
+        elif catalog.SITE_PACKAGES.search(value.strip()):
+            self.add(rules.RC_FS_WRITE, Severity.high, node,
+                     f"names the interpreter's start-up files: {value.strip()[:60]!r}")
+        elif len(value) >= 200 and catalog.ENCODED_BLOB.match(value.strip()):
+            self.add(rules.RC_ENCODED_BLOB, Severity.high, node,
+                     f"{len(value)}-character encoded string constant")
+
+    # -- writes --------------------------------------------------------------------------------
+    @staticmethod
+    def write_target(node: ast.Call) -> tuple[Severity, str]:
+        """Writes inside the working folder (a plain relative path) are medium, others high."""
+        value = constant_str(node.args[0] if node.args else None)
+        if value is None:
+            return Severity.high, "opens a computed path for writing"
+        outside = value.startswith(("/", "~", "\\")) or ".." in value
+        if catalog.SITE_PACKAGES.search(value) or (outside and value.endswith(".pth")):
+            return Severity.critical, f"opens {value!r} for writing (runs at interpreter start)"
+        if not outside:
+            return Severity.medium, f"opens {value!r} for writing (working folder)"
+        return Severity.high, f"opens {value!r} for writing, outside the working folder"
+
+    @staticmethod
+    def write_mode(node: ast.Call) -> bool:
+        mode = (
+            node.args[1]
+            if len(node.args) > 1
+            else next((k.value for k in node.keywords if k.arg == "mode"), None)
+        )
+        if mode is None:
+            return False
+        if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
+            return any(flag in mode.value for flag in "wax+")
+        return True  # a computed mode: assume the worst
