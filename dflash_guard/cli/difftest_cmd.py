@@ -1,4 +1,8 @@
-"""`dflash-guard difftest`: speculative output must equal the target's own (four modes)."""
+"""`dflash-guard difftest`: speculative output must equal the target's own (four modes).
+
+Just over 450 lines: the four modes share one command whose signature lists every flag, and
+each mode's renderer sits next to it.
+"""
 
 from __future__ import annotations
 
