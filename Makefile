@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 WHEELHOUSE := .wheelhouse
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install wheelhouse requirements demo test lint bench clean
+.PHONY: install wheelhouse requirements engine demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,12 @@ requirements: install
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
-test: install wheelhouse
+# llama.cpp's llama-server from the pinned sdist (tests/engine diff against it): built once and
+# cached under ~/.cache/dflash-guard/llama.cpp/<sha256>, free afterwards; a failed build fails.
+engine: install
+	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/build-llamacpp.sh build
+
+test: install wheelhouse engine
 	$(BIN)/python -m pytest -q
 
 lint: install

@@ -2,13 +2,14 @@
 
 In order: the lockfile (schema, pins), its signature, byte-exact verification of every locked
 folder, the scan of exactly the verified folders (then the tier rules on remote code and pickle
-formats), the policy (expired waivers, staging, GGUF comparisons, engine builds), the advisory
-audit of the lock against the policy's OSV feeds (when it names any), model signatures, the greedy
-lossless diff test of the locked pair, and, when the policy names endpoints (`difftest.endpoints`),
-the diff of the live baseline and candidate engines; an endpoint the gate cannot reach refuses (a
-gate that cannot check does not approve). The first failing check refuses the deploy; only an
-approval writes the approval record (an in-toto statement, see `provenance`). Operational problems
-(a missing file, a malformed policy) raise `InputError`.
+formats), the policy (expired waivers, staging, GGUF comparisons: hand-written, or records of
+`difftest --reference` checked against the lock; engine builds), the advisory audit of the lock
+against the policy's OSV feeds (when it names any), model signatures, the greedy lossless diff
+test of the locked pair, and, when the policy names endpoints (`difftest.endpoints`), the diff of
+the live baseline and candidate engines; an endpoint the gate cannot reach refuses (a gate that
+cannot check does not approve). The first failing check refuses the deploy; only an approval
+writes the approval record (an in-toto statement, see `provenance`). Operational problems (a
+missing file, a malformed policy) raise `InputError`.
 
 Each check is a function `(GateInputs) -> (Outcome, Learned)`: it reads the frozen inputs and
 hands what later checks (and the approval record) need on as a small frozen `Learned` value;
@@ -34,6 +35,7 @@ from dflash_guard.outcome import Outcome
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.lockfile import Artifact, Lockfile, load_lockfile
+from dflash_guard.trust.comparison import accepts, read_comparison
 from dflash_guard.trust.policy import (
     EndpointRules,
     Policy,
@@ -341,12 +343,13 @@ def check_policy(inputs: GateInputs) -> Checked:
         ):
             problems.append(f"{artifact.role} {artifact.label} ({tier} tier) has no recorded "
                             "staging approval for this commit")
-        if artifact.role == "gguf" and policy.gguf_requires_comparison and not (
-            policy.gguf_compared(artifact.repo, artifact.commit)
-            or inputs.waived("gguf-comparison", key, used)
-        ):
-            problems.append(f"gguf {artifact.label} has no recorded comparison against the "
-                            "safetensors path")
+        if artifact.role == "gguf" and policy.gguf_requires_comparison:
+            recorded, why_not = comparison_records(policy, inputs.lock)
+            if not (policy.gguf_compared(artifact.repo, artifact.commit) or recorded
+                    or inputs.waived("gguf-comparison", key, used)):
+                because = f" ({'; '.join(why_not)})" if why_not else ""
+                problems.append(f"gguf {artifact.label} has no recorded comparison against the "
+                                f"safetensors path{because}")
     for engine in inputs.lock.engines:
         ref = engine.ref or ""
         if is_pr_head(ref):
@@ -365,6 +368,19 @@ def check_policy(inputs: GateInputs) -> Checked:
     waivers = tuple(dict.fromkeys((*inputs.waivers_used, *used)))
     listed = f"; waivers used: {', '.join(waivers)}" if waivers else ""
     return Outcome.passed(f"tiers {named}{listed}"), Learned(tiers=tiers, waivers=tuple(used))
+
+
+def comparison_records(policy: Policy, lock: Lockfile) -> tuple[list[str], list[str]]:
+    """The policy's GGUF comparison records that cover the lock's GGUF, and why the others
+    do not (`trust.comparison.accepts`: digests against the lock, a passed verdict)."""
+    accepted, why_not = [], []
+    for path in policy.gguf_comparison_records:
+        outcome = accepts(read_comparison(path), lock)
+        if outcome.ok:
+            accepted.append(path.name)
+        else:
+            why_not.append(f"record {path.name}: {outcome.reason}")
+    return accepted, why_not
 
 
 def check_advisories(inputs: GateInputs) -> Checked:

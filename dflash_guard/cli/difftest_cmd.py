@@ -1,4 +1,8 @@
-"""`dflash-guard difftest`: speculative output must equal the target's own (three modes)."""
+"""`dflash-guard difftest`: speculative output must equal the target's own (four modes).
+
+Just over 450 lines: the four modes share one command whose signature lists every flag, and
+each mode's renderer sits next to it.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from dflash_guard.lossless.endpoint import (
     read_api_key,
     run_endpoint_diff,
 )
-from dflash_guard.lossless.options import LocalOptions, SampledOptions
+from dflash_guard.lossless.options import LocalOptions, ReferenceOptions, SampledOptions
 from dflash_guard.lossless.prompts import read_prompts
 from dflash_guard.lossless.reference import parse_fault
 from dflash_guard.lossless.result import Token
@@ -34,6 +38,7 @@ from kernels_ref.faults import Fault
 
 if TYPE_CHECKING:  # the local and sampled modes load torch only when they run
     from dflash_guard.lossless.local import DifftestReport
+    from dflash_guard.lossless.reference_diff import ReferenceDiffReport
     from dflash_guard.lossless.sampled import SampledReport
 
 
@@ -108,6 +113,13 @@ def render_endpoint(report: EndpointDiffReport) -> None:
         tau = "n/a" if a.mean_acceptance_length is None else f"{a.mean_acceptance_length:.2f}"
         rate = "n/a" if a.acceptance_rate is None else f"{a.acceptance_rate:.3f}"
         stdout.print(f"candidate acceptance ({a.source}): tau {tau}, acceptance rate {rate}")
+        if a.acceptance_curve:
+            curve = " ".join(f"{share:.2f}" for share in a.acceptance_curve)
+            stdout.print(f"acceptance by draft position: {curve}", highlight=False)
+    if report.response_drafts is not None:
+        d = report.response_drafts
+        stdout.print(f"responses report {d.accepted_tokens} of {d.draft_tokens} drafted tokens "
+                     f"accepted ({d.responses} responses)", highlight=False)
     for warning in report.warnings:
         stdout.print(f"[yellow]warning:[/] {warning}", highlight=False)
     hard, ties = len(report.hard_divergences), len(report.near_ties)
@@ -118,6 +130,55 @@ def render_endpoint(report: EndpointDiffReport) -> None:
     else:
         verdict = f"[red]DIVERGED[/]: {hard} hard, {ties} near-tie(s)"
     stdout.print(f"verdict: {verdict}")
+
+
+def render_reference(report: ReferenceDiffReport) -> None:
+    """Print the engine-vs-reference diff: a refusal, or each divergence, then the verdict."""
+    stdout.print(f"reference {report.target} (kernels_ref)  vs  engine {report.candidate}",
+                 highlight=False)
+    if report.refused is not None:
+        stdout.print(f"[red]refused before any diff:[/] {report.refused}", highlight=False)
+        return
+    for r in report.results:
+        d = r.divergence
+        if d is None:
+            continue
+        margin = "" if d.margin is None else f", reference top-2 margin {d.margin:.4f}"
+        stdout.print(f"[{'yellow' if d.near_tie else 'red'}]{r.status}[/] {r.prompt_id}: first "
+                     f"at generated token {d.position}: reference {_token(d.reference_token)}, "
+                     f"engine {_token(d.candidate_token)}{margin}", highlight=False)
+    if report.response_drafts is not None:
+        d = report.response_drafts
+        stdout.print(f"engine responses report {d.accepted_tokens} of {d.draft_tokens} drafted "
+                     "tokens accepted", highlight=False)
+    for warning in report.warnings:
+        stdout.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    hard, ties = len(report.hard_divergences), len(report.near_ties)
+    verdict = {"identical": "[green]identical[/]",
+               "near-ties": f"[yellow]{ties} near-tie(s)[/], no hard divergence",
+               "diverged": f"[red]DIVERGED[/]: {hard} hard, {ties} near-tie(s)"}[report.verdict]
+    stdout.print(f"verdict: {verdict} ({len(report.results)} prompts)")
+
+
+def run_reference_mode(options: ReferenceOptions, record: Path | None,
+                       output_format: OutputFormat) -> int:
+    """Run the engine-vs-reference diff, write its record if asked, render; the exit code."""
+    from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
+
+    if record is not None and not record.parent.is_dir():
+        raise InputError(f"--record {record}: folder {record.parent} does not exist")
+    if output_format is OutputFormat.text:
+        stderr.print(f"decoding with kernels_ref from {options.target} and with the engine ...")
+    report = run_reference_diff(options)
+    if record is not None:
+        write_reference_record(options, report, record)
+    if output_format is OutputFormat.json:
+        print_json({**report.to_json(), "record": str(record) if record else None})
+    else:
+        render_reference(report)
+        if record is not None:
+            stdout.print(f"wrote {record}", highlight=False, markup=False)
+    return EXIT_OK if report.passed else EXIT_FINDING
 
 
 def render_sampled(report: SampledReport) -> None:
@@ -137,11 +198,12 @@ def render_sampled(report: SampledReport) -> None:
 
 
 class Mode(StrEnum):
-    """The three kinds of diff test; each accepts only its own flags."""
+    """The four kinds of diff test; each accepts only its own flags."""
 
     local = "local"
     sampled = "sampled"
     endpoint = "endpoint"
+    reference = "reference"
 
 
 COMMON_FLAGS = frozenset({"prompts", "output_format"})
@@ -154,6 +216,9 @@ MODE_FLAGS: dict[Mode, frozenset[str]] = {
     Mode.endpoint: COMMON_FLAGS | {"baseline", "candidate", "model", "max_new_tokens",
                                    "concurrency", "api_key_env", "metrics", "near_tie_margin",
                                    "timeout", "token_ids", "fail_on_warning"},
+    Mode.reference: COMMON_FLAGS | {"reference", "candidate", "gguf", "conversion", "record",
+                                    "model", "max_new_tokens", "concurrency", "api_key_env",
+                                    "metrics", "near_tie_margin", "timeout", "dtype"},
 }
 
 
@@ -167,7 +232,9 @@ def _mode(ctx: typer.Context) -> Mode:
     """The mode the flags ask for; `InputError` for a flag that does not apply to it."""
     given = [param for param in ctx.command.params if param.name and _given(ctx, param.name)]
     names = {param.name for param in given}
-    if names & {"baseline", "candidate"}:
+    if "reference" in names:
+        mode = Mode.reference
+    elif names & {"baseline", "candidate"}:
         mode = Mode.endpoint
     elif "sampled" in names and ctx.params["sampled"]:
         mode = Mode.sampled
@@ -264,6 +331,26 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Ask for token ids (vLLM fields); --no-token-ids for plain OpenAI.",
                          rich_help_panel="Endpoint mode"),
         ] = True,
+        reference: Annotated[
+            Path | None,
+            typer.Option(help="Reference mode: the safetensors target folder kernels_ref decodes; "
+                         "--candidate is the engine.", rich_help_panel="Reference mode"),
+        ] = None,
+        gguf: Annotated[
+            Path | None,
+            typer.Option(help="The GGUF the engine serves (tokenizer check, record subject).",
+                         rich_help_panel="Reference mode"),
+        ] = None,
+        conversion: Annotated[
+            Path | None,
+            typer.Option(help="Its conversion record (default: GGUF.conversion.json if present).",
+                         rich_help_panel="Reference mode"),
+        ] = None,
+        record: Annotated[
+            Path | None,
+            typer.Option(help="Write the GGUF comparison record (in-toto) here.",
+                         rich_help_panel="Reference mode"),
+        ] = None,
         sampled: Annotated[
             bool,
             typer.Option("--sampled", help="Check sampled decoding statistically (reference "
@@ -293,14 +380,27 @@ def register(app: typer.Typer) -> None:
         """Diff-test losslessness: speculative vs autoregressive decoding, token for token.
 
         Local mode (--target, --drafter) runs the reference runner; endpoint mode (--baseline,
-        --candidate) diffs two live OpenAI-compatible engines; --sampled checks sampled decoding
-        statistically. A flag of another mode is refused. Exit 0 identical (endpoint: no hard
-        divergence; sampled: no rejection), 1 divergence (or a warning with --fail-on-warning),
-        2 input or endpoint error.
+        --candidate) diffs two live OpenAI-compatible engines; reference mode (--reference,
+        --candidate) diffs an engine against kernels_ref on the safetensors target (--record
+        writes the GGUF comparison record); --sampled checks sampled decoding statistically. A
+        flag of another mode is refused. Exit 0 identical (endpoint, reference: no hard
+        divergence; sampled: no rejection), 1 divergence, a refused GGUF (or a warning with
+        --fail-on-warning), 2 input or endpoint error.
 
         Example: dflash-guard difftest --target demo-out/target --drafter demo-out/drafter
         """
         mode = _mode(ctx)
+        if mode is Mode.reference:
+            assert reference is not None
+            if candidate is None:
+                raise InputError("reference mode needs --candidate (the engine's URL)")
+            reference_options = ReferenceOptions(
+                reference, candidate, gguf=gguf, conversion=conversion, prompts=prompts,
+                model=model, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                concurrency=concurrency, api_key=read_api_key(api_key_env), timeout=timeout,
+                near_tie_margin=near_tie_margin, metrics_url=metrics, dtype=dtype,
+            )
+            raise typer.Exit(run_reference_mode(reference_options, record, output_format))
         if mode is Mode.endpoint:
             if baseline is None or candidate is None:
                 raise InputError("endpoint mode needs both --baseline and --candidate")

@@ -2,20 +2,24 @@
 
 Torch-free: the CLI builds and checks these before a diff loads torch, and a bad setting is an
 `InputError` (exit 2) before any model is read. The endpoint diff's options live with it
-(`lossless.endpoint.run.EndpointOptions`).
+(`lossless.endpoint.run.EndpointOptions`); `ReferenceOptions` (an engine against the reference
+runner) are here, beside the local diff's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import (
     DEFAULT_ALPHA,
+    DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_RUNNER_SAMPLES,
     DEFAULT_RUNNER_TOKENS,
 )
+from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S, http_url_parts
+from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
 from kernels_ref.faults import Fault
 
 
@@ -76,3 +80,33 @@ class SampledOptions:
             raise InputError("block size must be at least 1")
         if self.threads < 1:
             raise InputError("threads must be at least 1")
+
+
+@dataclass(frozen=True)
+class ReferenceOptions:
+    """An engine against the reference runner: the safetensors target decoded greedily by
+    kernels_ref, the engine (any OpenAI-compatible server) sent the same token ids."""
+
+    target: Path  # the safetensors target folder (HF layout)
+    candidate: str  # URL of the engine under test
+    gguf: Path | None = None  # the GGUF the engine serves: tokenizer check, record subject
+    conversion: Path | None = None  # its conversion record (scripts/llamacpp.py); None: beside it
+    prompts: Path | None = None  # JSONL prompt set; None: the shipped set
+    model: str | None = None  # served model name; None: the server's first model
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    concurrency: int = 4
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT_S
+    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN  # nats (a logit margin is the same number)
+    metrics_url: str | None = None  # the engine's Prometheus endpoint
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if (self.concurrency < 1 or self.max_new_tokens < 1 or self.timeout <= 0
+                or self.near_tie_margin < 0):
+            raise InputError("concurrency, max-new-tokens and timeout must be positive")
+        http_url_parts(self.candidate)
+        if self.metrics_url:
+            http_url_parts(self.metrics_url)
+        if self.conversion is not None and self.gguf is None:
+            raise InputError("--conversion describes a GGUF: give --gguf too")

@@ -2,7 +2,8 @@
 
 A policy (`policy_version: 1`) says which Hub organisations are trusted at which tier, what each
 tier may do (signatures, remote code, pickle formats, staging), which remote code was reviewed,
-which staging approvals and GGUF comparisons were recorded, the engine, scan and difftest rules,
+which staging approvals and GGUF comparisons were recorded (by hand, or as a comparison record
+written by `difftest --reference --record`), the engine, scan and difftest rules,
 the signer identities and keys accepted, and the waivers in force. Every field is checked on load:
 an unknown or missing field, a wrong type or an impossible combination is an `InputError` naming
 the file, the line and the field. Nothing is optional in a way that could mean "allow": a policy
@@ -198,6 +199,9 @@ class Policy:
     gguf_comparisons: tuple[GgufComparison, ...]
     waivers: tuple[Waiver, ...]
     document: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+    # `gguf_comparisons` entries given as `record: PATH`: GGUF comparison records
+    # (`difftest --reference --record`), checked against the lock by the gate
+    gguf_comparison_records: tuple[Path, ...] = ()
     advisories: AdvisoryRules | None = None  # None: the gate runs no advisory audit
 
     def tier_of(self, source: str, repo: str | None) -> str:
@@ -502,8 +506,15 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         s = item.mapping(("artifact", "approver", "date"), ("artifact", "approver", "date"))
         repo, commit = _repo_at_commit(s["artifact"])
         staging.append(StagingApproval(repo, commit, s["approver"].text(), s["date"].date()))
-    comparisons = []
+    comparisons, records = [], []
     for item in f["gguf_comparisons"].items() if "gguf_comparisons" in f else []:
+        if isinstance(item.value(), dict) and "record" in item.value():
+            record = item.mapping(("record",), ("record",))["record"]
+            path = base / record.text()
+            if not path.is_file():
+                raise record.fail(f"GGUF comparison record {path} not found")
+            records.append(path)
+            continue
         names = ("artifact", "compared_with", "approver", "date")
         g = item.mapping(names, names)
         repo, commit = _repo_at_commit(g["artifact"])
@@ -549,6 +560,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         gguf_comparisons=tuple(comparisons),
         waivers=tuple(waivers),
         document=raw,
+        gguf_comparison_records=tuple(records),
         advisories=_advisory_rules(f["advisories"], base) if "advisories" in f else None,
     )
 

@@ -3,7 +3,8 @@
 Greedy requests with logprobs (and vLLM's token-id fields when enabled), bounded retries on
 429/503, an API key that travels only in the `Authorization` header and never reaches a message,
 and URLs shown without credentials. `parse_completion` normalises what vLLM, SGLang and plain
-OpenAI-compatible servers answer into one `Completion`.
+OpenAI-compatible servers answer into one `Completion` (with llama.cpp's per-response draft
+counts, `timings.draft_n` / `draft_n_accepted`, when present).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Completion:
     token_texts: tuple[str, ...] | None  # the logprob token strings, when reported
     top_logprobs: tuple[tuple[tuple[Token, float], ...], ...]  # per position, best first
     finish_reason: str | None
+    drafts: tuple[int, int] | None = None  # llama.cpp's timings: (draft_n, draft_n_accepted)
 
 
 def read_api_key(env_var: str | None) -> str | None:
@@ -215,6 +217,9 @@ class CompletionClient:
         if self.token_ids:
             body["return_token_ids"] = True  # vLLM >= 0.10.2: choices[].token_ids
             body["return_tokens_as_token_ids"] = True  # vLLM: logprob tokens as "token_id:N"
+            # llama.cpp: every generated id in `__verbose.tokens` (its logprobs leave out tokens
+            # that end inside a UTF-8 character)
+            body.update(return_tokens=True, verbose=True, response_fields=["tokens"])
         payload = self.request_json("POST", self.url, body)
         try:
             return parse_completion(payload)
@@ -253,6 +258,8 @@ def parse_completion(payload: Any) -> Completion:
     logprobs = choice.get("logprobs") or {}
     if not isinstance(logprobs, dict):
         raise ValueError("`logprobs` is not an object")
+    if isinstance(logprobs.get("content"), list) or _verbose_tokens(payload) is not None:
+        return _parse_content_logprobs(text, logprobs.get("content") or [], choice, payload)
 
     raw_tokens = logprobs.get("tokens")
     keys = [_token_key(t) for t in raw_tokens] if isinstance(raw_tokens, list) else None
@@ -283,4 +290,73 @@ def parse_completion(payload: Any) -> Completion:
         ranked.sort(key=lambda item: -item[1])
         tops.append(tuple(ranked))
     reason = choice.get("finish_reason")
-    return Completion(text, token_ids, token_texts, tuple(tops), reason if reason else None)
+    return Completion(text, token_ids, token_texts, tuple(tops), reason if reason else None,
+                      _drafts(payload.get("timings")))
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"logprob {value!r} is not a number")
+    return float(value)
+
+
+def _content_id(entry: Any) -> int:
+    if not isinstance(entry, dict):
+        raise ValueError("a `logprobs.content` entry is not an object")
+    token = entry.get("id")
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise ValueError("a `logprobs.content` entry has no integer `id`")
+    return token
+
+
+def _parse_content_logprobs(
+    text: str, content: list[Any], choice: dict[str, Any], payload: dict[str, Any]
+) -> Completion:
+    """llama.cpp's completions: logprobs as `{"content": [{"id", "token", "logprob",
+    "top_logprobs": [{"id", "token", "logprob"}, ...]}, ...]}`, and every generated id in
+    `__verbose.tokens` when asked for. The logprobs leave out tokens that end inside a UTF-8
+    character, so they are matched to the ids in order (a left-out token has no alternatives)."""
+    listed = tuple(_content_id(entry) for entry in content)
+    token_ids = _verbose_tokens(payload) or listed
+    ranked_by_entry = []
+    for entry in content:
+        alternatives = entry.get("top_logprobs") or []
+        if not isinstance(alternatives, list):
+            raise ValueError("`top_logprobs` of a `logprobs.content` entry is not a list")
+        ranked = [(_content_id(a), _number(a.get("logprob"))) for a in alternatives]
+        ranked.sort(key=lambda item: -item[1])
+        ranked_by_entry.append(tuple(ranked))
+    tops: list[tuple[tuple[Token, float], ...]] = []
+    next_entry = 0
+    for token in token_ids:
+        if next_entry < len(listed) and listed[next_entry] == token:
+            tops.append(ranked_by_entry[next_entry])
+            next_entry += 1
+        else:
+            tops.append(())
+    reason = choice.get("finish_reason")
+    return Completion(text, token_ids, None, tuple(tops), reason if reason else None,
+                      _drafts(payload.get("timings")))
+
+
+def _verbose_tokens(payload: dict[str, Any]) -> tuple[int, ...] | None:
+    """llama.cpp's `__verbose.tokens` (asked for with `return_tokens` and `verbose`), if sent."""
+    verbose = payload.get("__verbose")
+    tokens = verbose.get("tokens") if isinstance(verbose, dict) else None
+    if not isinstance(tokens, list) or not tokens:
+        return None
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise ValueError("`__verbose.tokens` holds a non-integer")
+    return tuple(tokens)
+
+
+def _drafts(timings: Any) -> tuple[int, int] | None:
+    """llama.cpp's per-response `timings.draft_n` and `draft_n_accepted`, when it sent both."""
+    if not isinstance(timings, dict):
+        return None
+    drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (drafted, accepted)):
+        return None
+    if not 0 <= accepted <= drafted:
+        raise ValueError(f"`timings` says {accepted} of {drafted} drafted tokens were accepted")
+    return drafted, accepted

@@ -1,38 +1,74 @@
 """The candidate's speculative-decoding acceptance, read from its Prometheus `/metrics`.
 
-vLLM publishes counters (deltas over the run give tau and the acceptance rate), SGLang an
-acceptance-length gauge; implausible figures become warnings.
+vLLM (`vllm:`) and llama.cpp (`llamacpp:`, with `--metrics`) publish the same counters under their
+own prefix: drafts, drafted tokens, accepted tokens, and accepted tokens per draft position
+(`..._per_pos_total{position="i"}`). Deltas over the run give tau (1 + accepted / drafts), the
+acceptance rate and the per-position acceptance curve (the share of drafts whose i-th token was
+accepted). SGLang publishes an acceptance-length gauge. Implausible figures become warnings.
+llama.cpp also reports each response's `timings.draft_n` / `draft_n_accepted`
+(`ResponseDrafts`, summed by the run).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+COUNTER_PREFIXES = ("vllm", "llamacpp")  # same counter names, the engine's prefix
+DRAFTS = "spec_decode_num_drafts"
+DRAFT_TOKENS = "spec_decode_num_draft_tokens"
+ACCEPTED = "spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POSITION = "spec_decode_num_accepted_tokens_per_pos"
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+
+# name -> {label text (`{...}` or ""): value}; a counter's `_total` suffix is dropped
+Samples = dict[str, dict[str, float]]
 
 
 @dataclass(frozen=True)
 class AcceptanceFigures:
     """Speculative-decoding acceptance the candidate reported on its metrics endpoint."""
 
-    source: str  # "vllm" (counter deltas over this run) | "sglang" (gauge after the run)
+    source: str  # "vllm" | "llamacpp" (counter deltas over this run) | "sglang" (gauge after it)
     mean_acceptance_length: float | None  # tokens committed per target forward (tau)
     acceptance_rate: float | None  # accepted draft tokens / drafted tokens
     drafts: float | None = None
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
+    accepted_per_position: tuple[float, ...] | None = None  # drafts whose i-th token was accepted
+    acceptance_curve: tuple[float, ...] | None = None  # accepted_per_position / drafts
+
+
+@dataclass(frozen=True)
+class ResponseDrafts:
+    """Drafted and accepted tokens the responses reported (llama.cpp's `timings`), summed."""
+
+    responses: int
+    draft_tokens: int
+    accepted_tokens: int
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @classmethod
+    def total(cls, counts: Iterable[tuple[int, int] | None]) -> ResponseDrafts | None:
+        """The sum of per-response `(draft_n, draft_n_accepted)`; None when none reported any."""
+        reported = [c for c in counts if c is not None]
+        if not reported:
+            return None
+        return cls(len(reported), sum(c[0] for c in reported), sum(c[1] for c in reported))
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?$")
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
-SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+_POSITION = re.compile(r'position="(\d+)"')
 
 
-def parse_prometheus(text: str) -> dict[str, list[float]]:
-    """Sample values by metric name (a counter's `_total` suffix dropped), one per label set."""
-    samples: dict[str, list[float]] = {}
+def parse_prometheus(text: str) -> Samples:
+    """Sample values by metric name (a counter's `_total` suffix dropped) and label set."""
+    samples: Samples = {}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -45,31 +81,55 @@ def parse_prometheus(text: str) -> dict[str, list[float]]:
         except ValueError:
             continue
         name = match.group(1).removesuffix("_total")
-        samples.setdefault(name, []).append(value)
+        samples.setdefault(name, {})[match.group(2) or ""] = value
     return samples
 
 
-def acceptance_from_metrics(
-    before: dict[str, list[float]], after: dict[str, list[float]]
-) -> AcceptanceFigures | None:
-    """Acceptance over the run: vLLM counter deltas, else SGLang's gauges; None if neither."""
-    if VLLM_DRAFTS in after and VLLM_ACCEPTED in after:
+def _per_position(samples: Samples, name: str) -> dict[int, float]:
+    """`{position: value}` of a per-position counter (summed over its other labels)."""
+    counts: dict[int, float] = {}
+    for labels, value in samples.get(name, {}).items():
+        if match := _POSITION.search(labels):
+            position = int(match.group(1))
+            counts[position] = counts.get(position, 0.0) + value
+    return counts
 
-        def delta(name: str) -> float:
-            return sum(after.get(name, [])) - sum(before.get(name, []))
 
-        drafts, drafted = delta(VLLM_DRAFTS), delta(VLLM_DRAFT_TOKENS)
-        accepted = delta(VLLM_ACCEPTED)
-        return AcceptanceFigures(
-            "vllm",
-            1.0 + accepted / drafts if drafts > 0 else None,
-            accepted / drafted if drafted > 0 else None,
-            drafts,
-            drafted,
-            accepted,
-        )
+def _counter_figures(prefix: str, before: Samples, after: Samples) -> AcceptanceFigures:
+    def delta(name: str) -> float:
+        return sum(after.get(name, {}).values()) - sum(before.get(name, {}).values())
+
+    drafts = delta(f"{prefix}:{DRAFTS}")
+    drafted = delta(f"{prefix}:{DRAFT_TOKENS}")
+    accepted = delta(f"{prefix}:{ACCEPTED}")
+    per_pos_name = f"{prefix}:{ACCEPTED_PER_POSITION}"
+    per_position = curve = None
+    if per_pos_name in after:
+        old, new = _per_position(before, per_pos_name), _per_position(after, per_pos_name)
+        per_position = tuple(new.get(i, 0.0) - old.get(i, 0.0) for i in range(max(new) + 1)) \
+            if new else ()
+        curve = tuple(n / drafts for n in per_position) if drafts > 0 else None
+    return AcceptanceFigures(
+        prefix,
+        1.0 + accepted / drafts if drafts > 0 else None,
+        accepted / drafted if drafted > 0 else None,
+        drafts,
+        drafted,
+        accepted,
+        per_position,
+        curve,
+    )
+
+
+def acceptance_from_metrics(before: Samples, after: Samples) -> AcceptanceFigures | None:
+    """Acceptance over the run: vLLM's or llama.cpp's counter deltas, else SGLang's gauges;
+    None if the endpoint publishes none of them."""
+    for prefix in COUNTER_PREFIXES:
+        if f"{prefix}:{DRAFTS}" in after and f"{prefix}:{ACCEPTED}" in after:
+            return _counter_figures(prefix, before, after)
     if SGLANG_ACCEPT_LENGTH in after:
-        lengths, rates = after[SGLANG_ACCEPT_LENGTH], after.get(SGLANG_ACCEPT_RATE)
+        lengths = list(after[SGLANG_ACCEPT_LENGTH].values())
+        rates = list(after.get(SGLANG_ACCEPT_RATE, {}).values())
         return AcceptanceFigures(
             "sglang",
             sum(lengths) / len(lengths),
@@ -83,11 +143,15 @@ def acceptance_warnings(figures: AcceptanceFigures | None) -> list[str]:
     if figures is None:
         return ["the metrics endpoint publishes no speculative-decoding counters"]
     warnings = []
-    if figures.source == "vllm" and not figures.drafts:
+    if figures.source in COUNTER_PREFIXES and not figures.drafts:
         warnings.append("no drafts were counted during the run: is speculation enabled?")
     if figures.acceptance_rate is not None and figures.acceptance_rate >= 0.999:
         warnings.append("every drafted token was accepted: suspicious (future leakage?)")
     tau = figures.mean_acceptance_length
     if tau is not None and tau < 1.1:
         warnings.append(f"acceptance collapsed (tau {tau:.2f}): mask-token aliasing?")
+    curve = figures.acceptance_curve or ()
+    if any(later > earlier + 1e-9 for earlier, later in zip(curve, curve[1:], strict=False)):
+        warnings.append("a later draft position is accepted more often than an earlier one: "
+                        "the per-position counters are inconsistent")
     return warnings

@@ -23,6 +23,7 @@ from dflash_guard.lossless.endpoint.compare import (
 )
 from dflash_guard.lossless.endpoint.metrics import (
     AcceptanceFigures,
+    ResponseDrafts,
     acceptance_from_metrics,
     acceptance_warnings,
     parse_prometheus,
@@ -70,6 +71,7 @@ class EndpointDiffReport:
     results: tuple[PromptResult, ...]
     acceptance: AcceptanceFigures | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    response_drafts: ResponseDrafts | None = None  # the candidate's per-response draft counts
 
     @property
     def identical(self) -> bool:
@@ -102,6 +104,7 @@ class EndpointDiffReport:
             "near_tie_margin": self.near_tie_margin,
             "results": [result_json(r) for r in self.results],
             "acceptance": asdict(self.acceptance) if self.acceptance else None,
+            "response_drafts": asdict(self.response_drafts) if self.response_drafts else None,
             "warnings": list(self.warnings),
         }
 
@@ -128,10 +131,11 @@ def run_endpoint_diff(
         cand_model = o.model or cand.first_model()
         before = parse_prometheus(cand.get_text(o.metrics_url)) if o.metrics_url else None
 
-        def one(prompt: PromptSpec) -> PromptResult:
+        def one(prompt: PromptSpec) -> tuple[PromptResult, tuple[int, int] | None]:
             left = base.complete(prompt, model=base_model, max_tokens=o.max_new_tokens)
             right = cand.complete(prompt, model=cand_model, max_tokens=o.max_new_tokens)
-            return compare_completions(prompt.id, left, right, near_tie_margin=o.near_tie_margin)
+            result = compare_completions(prompt.id, left, right, near_tie_margin=o.near_tie_margin)
+            return result, right.drafts
 
         pool = ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="endpoint-diff")
         try:
@@ -141,7 +145,7 @@ def run_endpoint_diff(
             if failed is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise failed.exception()  # type: ignore[misc]
-            results = tuple(f.result() for f in futures)
+            answers = [f.result() for f in futures]
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -154,7 +158,8 @@ def run_endpoint_diff(
         redact_url(o.baseline),
         redact_url(o.candidate),
         o.near_tie_margin,
-        results,
+        tuple(result for result, _ in answers),
         acceptance,
         tuple(warnings),
+        ResponseDrafts.total(drafts for _, drafts in answers),
     )

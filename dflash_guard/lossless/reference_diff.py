@@ -1,0 +1,255 @@
+"""An engine against the reference runner: the seed's "compare greedy output against the
+safetensors path once", and a check of the engine's *autoregressive* path.
+
+kernels_ref decodes every prompt greedily from the safetensors target; the engine (any
+OpenAI-compatible server, e.g. llama-server on the converted GGUF) is sent the same token ids at
+temperature 0 with logprobs. The two token streams are compared like the endpoint diff's
+(`endpoint.compare`): the reference plays the baseline, and its top-2 logit margin at a
+divergence (a logit margin equals the logprob margin) tells a near-tie from a hard divergence.
+Given the GGUF the engine serves, its tokenizer must be the target's (`gguf_vocab`), else the
+diff is refused before any prompt is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+from dflash_guard.lossless.endpoint.client import (
+    Completion,
+    CompletionClient,
+    EndpointError,
+    redact_url,
+)
+from dflash_guard.lossless.endpoint.compare import compare_completions, result_json
+from dflash_guard.lossless.endpoint.metrics import (
+    AcceptanceFigures,
+    ResponseDrafts,
+    acceptance_from_metrics,
+    acceptance_warnings,
+    parse_prometheus,
+)
+from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
+from dflash_guard.lossless.options import ReferenceOptions
+from dflash_guard.lossless.prompts import Prompt, load_prompts
+from dflash_guard.lossless.reference import runner_errors
+from dflash_guard.lossless.result import PromptResult, Status
+from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.trust.comparison import comparison_statement, read_conversion, write_comparison
+from kernels_ref.checkpoint import eos_token_ids
+from kernels_ref.loop import generate
+from kernels_ref.model import Target, load_target
+from kernels_ref.prompts import PromptSpec
+from kernels_ref.tokenizer import load_byte_tokenizer
+
+TOP_K = 2  # the reference's alternatives kept per position: what a near-tie needs
+CONVERSION_SUFFIX = ".conversion.json"  # scripts/llamacpp.py writes it beside the GGUF
+
+
+@dataclass(frozen=True)
+class ReferenceDiffReport:
+    """The verdict of an engine-vs-reference diff, or the reason it was refused before one."""
+
+    target: str
+    candidate: str
+    model: str | None
+    near_tie_margin: float
+    prompt_set: str  # the prompt file's name
+    prompt_set_sha256: str
+    max_new_tokens: int
+    results: tuple[PromptResult, ...] = ()
+    refused: str | None = None  # e.g. the GGUF's tokenizer is not the target's
+    acceptance: AcceptanceFigures | None = None
+    response_drafts: ResponseDrafts | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def hard_divergences(self) -> tuple[PromptResult, ...]:
+        return tuple(r for r in self.results if r.status is Status.hard)
+
+    @property
+    def near_ties(self) -> tuple[PromptResult, ...]:
+        return tuple(r for r in self.results if r.status is Status.near_tie)
+
+    @property
+    def identical(self) -> bool:
+        return self.refused is None and all(r.identical for r in self.results)
+
+    @property
+    def passed(self) -> bool:
+        """No refusal and no hard divergence (near-ties are counted, a policy decides)."""
+        return self.refused is None and bool(self.results) and not self.hard_divergences
+
+    @property
+    def verdict(self) -> str:
+        if self.refused is not None:
+            return "refused"
+        if self.hard_divergences:
+            return "diverged"
+        return "identical" if self.identical else "near-ties"
+
+    def summary(self) -> dict[str, Any]:
+        """The verdict fields a comparison record's predicate holds."""
+        return {
+            "verdict": self.verdict,
+            "passed": self.passed,
+            "refused": self.refused,
+            "prompts": len(self.results),
+            "hard": len(self.hard_divergences),
+            "nearTies": len(self.near_ties),
+            "nearTieMargin": self.near_tie_margin,
+            "divergences": [r.prompt_id for r in self.results if not r.identical],
+            "promptSet": {"name": self.prompt_set, "digest": {"sha256": self.prompt_set_sha256}},
+            "maxNewTokens": self.max_new_tokens,
+            "reference": {"runner": "kernels_ref", "target": self.target},
+            "engine": {"url": self.candidate, "model": self.model},
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": "reference",
+            "target": self.target,
+            "candidate": self.candidate,
+            "identical": self.identical,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "refused": self.refused,
+            "prompts": len(self.results),
+            "hard": len(self.hard_divergences),
+            "near_ties": len(self.near_ties),
+            "near_tie_margin": self.near_tie_margin,
+            "prompt_set_sha256": self.prompt_set_sha256,
+            "results": [result_json(r) for r in self.results],
+            "acceptance": asdict(self.acceptance) if self.acceptance else None,
+            "response_drafts": asdict(self.response_drafts) if self.response_drafts else None,
+            "warnings": list(self.warnings),
+        }
+
+
+@torch.no_grad()
+def _top_logprobs(target: Target, ids: list[int]) -> tuple[tuple[int, float], ...]:
+    """The target's best `TOP_K` next tokens after `ids`, with their logprobs (one forward)."""
+    cache = target.new_cache()
+    device = target.model.embed_tokens.weight.device
+    logits, _ = target(torch.tensor([ids], device=device),
+                       torch.arange(len(ids), device=device), cache)
+    logprobs = torch.log_softmax(logits[0, -1].double(), dim=-1)
+    values, tokens = logprobs.topk(TOP_K)
+    return tuple((int(t), float(v)) for t, v in zip(tokens, values, strict=True))
+
+
+def _reference(target: Target, prompt: Prompt, budget: int, stop_ids: frozenset[int]) -> Completion:
+    """kernels_ref's greedy autoregressive decode of `prompt` as a `Completion`; the top
+    logprobs are filled in lazily by `_with_tops` where a divergence needs them."""
+    run = generate(target, None, list(prompt.ids), max_new_tokens=budget,
+                   stop_ids=stop_ids | prompt.stop_ids)
+    return Completion("", tuple(run.tokens), None, (), run.stop_reason)
+
+
+def _without_final_stop(completion: Completion, stop_ids: frozenset[int]) -> Completion:
+    """`completion` without a final stop token: kernels_ref and vLLM emit it, llama.cpp does
+    not; either way the decode stopped there."""
+    ids = completion.token_ids
+    if not ids or ids[-1] not in stop_ids:
+        return completion
+    return Completion(completion.text, ids[:-1], completion.token_texts,
+                      completion.top_logprobs[: len(ids) - 1], completion.finish_reason,
+                      completion.drafts)
+
+
+def _with_tops(target: Target, prompt: Prompt, reference: Completion, position: int) -> Completion:
+    """`reference` with its top logprobs known at `position` (the first divergence)."""
+    assert reference.token_ids is not None
+    context = list(prompt.ids) + list(reference.token_ids[:position])
+    tops: list[tuple[tuple[int, float], ...]] = [() for _ in range(position)]
+    tops.append(_top_logprobs(target, context))
+    return Completion("", reference.token_ids, None, tuple(tops), reference.finish_reason)
+
+
+@runner_errors()
+def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
+    """Check the GGUF's tokenizer, decode every prompt with kernels_ref and with the engine,
+    and compare. Raises `InputError` for unreadable inputs and `EndpointError` for an engine
+    that cannot be used; a divergence or a tokenizer mismatch is a result."""
+    o = options
+    prompts_path = o.prompts or DEFAULT_PROMPTS
+    prompt_digest = hashlib.sha256(Path(prompts_path).read_bytes()).hexdigest()
+    tokenizer = load_byte_tokenizer(o.target)
+    target = load_target(o.target, "cpu", o.dtype)
+    prompts = load_prompts(prompts_path, tokenizer, target.config.vocab_size)
+    base = dict(target=str(o.target), candidate=redact_url(o.candidate), model=o.model,
+                near_tie_margin=o.near_tie_margin, prompt_set=Path(prompts_path).name,
+                prompt_set_sha256=prompt_digest, max_new_tokens=o.max_new_tokens)
+    if o.gguf is not None and (why := tokenizer_mismatch(o.gguf, o.target)):
+        return ReferenceDiffReport(**base, refused=why)
+    stop_ids = frozenset(eos_token_ids(o.target))
+    budgets = [min(p.max_new_tokens or o.max_new_tokens, o.max_new_tokens) for p in prompts]
+
+    with CompletionClient("candidate", o.candidate, api_key=o.api_key, timeout=o.timeout,
+                          token_ids=True, pool_size=o.concurrency) as engine:
+        model = o.model or engine.first_model()
+        before = parse_prometheus(engine.get_text(o.metrics_url)) if o.metrics_url else None
+
+        def ask(pair: tuple[Prompt, int]) -> Completion:
+            prompt, budget = pair
+            spec = PromptSpec(prompt.id, tuple(prompt.ids), budget, tuple(sorted(prompt.stop_ids)))
+            return engine.complete(spec, model=model, max_tokens=budget)
+
+        with ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="reference") as pool:
+            pending = pool.map(ask, zip(prompts, budgets, strict=True))
+            references = [_reference(target, p, b, stop_ids) for p, b in zip(prompts, budgets,
+                                                                             strict=True)]
+            answers = list(pending)
+        acceptance = None
+        if before is not None and o.metrics_url:
+            acceptance = acceptance_from_metrics(before, parse_prometheus(
+                engine.get_text(o.metrics_url)))
+
+    if any(a.token_ids is None for a in answers):
+        raise EndpointError(f"candidate endpoint {redact_url(o.candidate)} reports no token ids "
+                            "(logprobs): the reference diff compares token ids")
+    results = []
+    for prompt, reference, answer in zip(prompts, references, answers, strict=True):
+        stops = stop_ids | prompt.stop_ids
+        reference = _without_final_stop(reference, stops)
+        answer = _without_final_stop(answer, stops)
+        result = compare_completions(prompt.id, reference, answer,
+                                     near_tie_margin=o.near_tie_margin, compare_text=False)
+        if result.divergence is not None and result.divergence.position is not None:
+            reference = _with_tops(target, prompt, reference, result.divergence.position)
+            result = compare_completions(prompt.id, reference, answer,
+                                         near_tie_margin=o.near_tie_margin, compare_text=False)
+        results.append(result)
+    return ReferenceDiffReport(
+        **{**base, "model": model},
+        results=tuple(results),
+        acceptance=acceptance,
+        response_drafts=ResponseDrafts.total(a.drafts for a in answers),
+        warnings=tuple(acceptance_warnings(acceptance)) if o.metrics_url else (),
+    )
+
+
+def conversion_record_path(options: ReferenceOptions) -> Path | None:
+    """The conversion record to embed: the one given, else `GGUF.conversion.json` when present."""
+    if options.conversion is not None or options.gguf is None:
+        return options.conversion
+    beside = options.gguf.with_name(options.gguf.name + CONVERSION_SUFFIX)
+    return beside if beside.is_file() else None
+
+
+def write_reference_record(options: ReferenceOptions, report: ReferenceDiffReport,
+                           out: Path) -> None:
+    """Write the GGUF comparison record of `report` to `out` (an in-toto statement, atomic)."""
+    conversion = None
+    if (path := conversion_record_path(options)) is not None:
+        assert options.gguf is not None
+        conversion = read_conversion(path, sha256_file(options.gguf))
+    statement = comparison_statement(target_dir=options.target, gguf=options.gguf,
+                                     summary=report.summary(), conversion=conversion)
+    write_comparison(statement, out)

@@ -1,0 +1,124 @@
+"""The GGUF comparison record: an in-toto Statement that an engine serving a GGUF decoded like the
+safetensors target it was converted from (`difftest --reference ... --record FILE`).
+
+Subjects are the GGUF (`gguf/NAME`) and every file of the safetensors target (`target/PATH`),
+each with its sha256. The predicate holds the verdict (hard divergences, near-ties), the prompt
+set's digest, the token budget, the engine's identity (URL without credentials, served model) and
+the conversion record written by `scripts/llamacpp.py` (converter source sha256, outtype, input
+and output digests), or null when none was given.
+
+A policy's `gguf_comparisons` may name such a record instead of a hand-written entry; the gate
+accepts it for the locked GGUF only when `accepts` finds its subjects equal to the lock's files
+(the GGUF by digest, every target subject by path and digest) and the verdict passed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dflash_guard import __version__
+from dflash_guard.errors import InputError
+from dflash_guard.fileio import write_atomic
+from dflash_guard.outcome import Outcome
+from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.pins.lockfile import Lockfile
+from dflash_guard.trust.intoto import Statement, Subject
+
+PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/gguf-comparison/v1"
+GGUF_PREFIX, TARGET_PREFIX = "gguf/", "target/"
+
+
+def target_subjects(target_dir: Path) -> list[Subject]:
+    """`target/PATH` subjects for every file of the target folder (hidden files skipped)."""
+    return [
+        Subject(TARGET_PREFIX + path.relative_to(target_dir).as_posix(),
+                {"sha256": sha256_file(path)})
+        for path in sorted(target_dir.rglob("*"))
+        if path.is_file()
+        and not any(part.startswith(".") for part in path.relative_to(target_dir).parts)
+    ]
+
+
+def read_conversion(path: Path, gguf_sha256: str) -> dict[str, Any]:
+    """A conversion record (`scripts/llamacpp.py`) whose output is the GGUF with `gguf_sha256`."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot read conversion record {path}: {error}") from None
+    output = record.get("output") if isinstance(record, dict) else None
+    if not isinstance(output, dict) or output.get("sha256") != gguf_sha256:
+        raise InputError(f"{path}: its output digest is not the GGUF's ({gguf_sha256[:12]}...): "
+                         "the conversion record describes another file")
+    return record
+
+
+def comparison_statement(
+    *,
+    target_dir: Path,
+    gguf: Path | None,
+    summary: Mapping[str, Any],
+    conversion: Mapping[str, Any] | None,
+    time: dt.datetime | None = None,
+) -> Statement:
+    """The record of one engine-vs-reference diff (`summary`: the report's verdict fields)."""
+    subjects = []
+    if gguf is not None:
+        subjects.append(Subject(GGUF_PREFIX + gguf.name, {"sha256": sha256_file(gguf)}))
+    subjects += target_subjects(target_dir)
+    when = (time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
+    predicate = {
+        **summary,
+        "comparedAt": when.isoformat().replace("+00:00", "Z"),
+        "tool": {"name": "dflash-guard", "version": __version__},
+        "conversion": dict(conversion) if conversion is not None else None,
+    }
+    return Statement(tuple(subjects), PREDICATE_TYPE, predicate)
+
+
+def write_comparison(statement: Statement, out: Path) -> None:
+    """Write the record atomically (whole or not at all)."""
+    try:
+        write_atomic(out, statement.dumps())
+    except OSError as error:
+        raise InputError(f"cannot write comparison record {out}: {error}") from None
+
+
+def read_comparison(path: Path) -> Statement:
+    """Read a GGUF comparison record; `InputError` when it is missing or not one."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot read GGUF comparison record {path}: {error}") from None
+    try:
+        return Statement.loads(text, PREDICATE_TYPE, "a dflash-guard GGUF comparison")
+    except ValueError as error:
+        raise InputError(f"{path}: {error}") from None
+
+
+def accepts(statement: Statement, lock: Lockfile) -> Outcome:
+    """Whether the record covers the lock's GGUF: a GGUF subject equal to a locked `.gguf` file,
+    every target subject equal to the locked target's file, and a passed verdict."""
+    gguf, target = lock.artifact("gguf"), lock.artifact("target")
+    if gguf is None or target is None:
+        return Outcome.refused("the lock has no gguf and target artifacts to compare")
+    locked_gguf = {f.sha256 for f in gguf.files if f.path.endswith(".gguf")}
+    subjects = {s.name: s.digest.get("sha256") for s in statement.subjects}
+    ggufs = [d for name, d in subjects.items() if name.startswith(GGUF_PREFIX)]
+    if not any(d in locked_gguf for d in ggufs):
+        return Outcome.refused("its GGUF digest is none of the locked gguf files")
+    targets = {name.removeprefix(TARGET_PREFIX): digest for name, digest in subjects.items()
+               if name.startswith(TARGET_PREFIX)}
+    if not targets:
+        return Outcome.refused("it names no target files")
+    for path, digest in sorted(targets.items()):
+        locked = target.file(path)
+        if locked is None or locked.sha256 != digest:
+            return Outcome.refused(f"target/{path} differs from the locked target")
+    if statement.predicate.get("passed") is not True:
+        return Outcome.refused(f"its verdict is {statement.predicate.get('verdict')!r}")
+    return Outcome.passed(f"compared on {statement.predicate.get('prompts')} prompts: "
+                          f"{statement.predicate.get('verdict')}")

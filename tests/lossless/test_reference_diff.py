@@ -1,0 +1,196 @@
+"""`difftest --reference` (an engine against kernels_ref on the safetensors target), its GGUF
+comparison record, and a gate whose policy requires a GGUF comparison.
+
+The engine here is `kernels_ref.serve` on the same target (identical by construction; the
+fault-injected server diverges); the GGUF is a tokenizer-only file written with the `gguf`
+package, enough for the tokenizer check and the record's subject. The real engine, llama.cpp
+on a converted GGUF, is in `tests/engine/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from dflash_guard.gate import GateOptions, run_gate
+from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+from dflash_guard.pins.resolve import build_lock
+from dflash_guard.trust.comparison import PREDICATE_TYPE, accepts, read_comparison
+from kernels_ref.serve import running_server
+from tests.support.kernels import random_pair
+from tests.support.trust import with_artifact, write_lock, write_policy
+
+pytestmark = pytest.mark.slow  # a reference-server subprocess, about 3 s
+
+PROMPT_IDS = ("code-function", "math-mean")
+
+
+def tokenizer_gguf(target: Path, out: Path, *, swap: tuple[int, int] | None = None) -> Path:
+    """A GGUF holding only the target's vocabulary (two ids swapped with `swap`)."""
+    import gguf
+
+    document = json.loads((target / "tokenizer.json").read_text())
+    tokens = {i: t for t, i in document["model"]["vocab"].items()}
+    tokens.update({a["id"]: a["content"] for a in document["added_tokens"]})
+    vocab = [tokens.get(i, f"[PAD{i}]") for i in range(max(tokens) + 1)]
+    if swap is not None:
+        a, b = swap
+        vocab[a], vocab[b] = vocab[b], vocab[a]
+    writer = gguf.GGUFWriter(str(out), "qwen3")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(vocab)
+    writer.add_eos_token_id(257)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory):
+    rows = [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines() if line.strip()]
+    path = tmp_path_factory.mktemp("prompts") / "subset.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["id"] in PROMPT_IDS))
+    return path
+
+
+@pytest.fixture(scope="module")
+def engines(fixture_pair, tmp_path_factory):
+    """kernels_ref.serve on the target itself, and on another target with the same tokenizer."""
+    target, _ = fixture_pair
+    other, _ = random_pair(tmp_path_factory.mktemp("other"), seed=7)
+    with running_server(target) as clean, running_server(other) as wrong:
+        yield clean, wrong
+
+
+@pytest.fixture(scope="module")
+def gguf_folder(fixture_pair, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gguf")
+    tokenizer_gguf(fixture_pair[0], folder / "target.gguf")
+    return folder
+
+
+def reference(cli, target, url, prompt_file, *extra):
+    return cli("difftest", "--reference", target, "--candidate", url, "--prompts", prompt_file,
+               "--max-new-tokens", "12", "--format", "json", *extra)
+
+
+def test_reference_diff_identical_and_record_written(cli, fixture_pair, engines, prompt_file,
+                                                     gguf_folder, tmp_path):
+    target, _ = fixture_pair
+    record = tmp_path / "comparison.json"
+    result = reference(cli, target, engines[0].url, prompt_file, "--gguf",
+                       gguf_folder / "target.gguf", "--record", record)
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["identical"] and report["prompts"] == len(PROMPT_IDS)
+    assert {r["compared_by"] for r in report["results"]} == {"token_ids"}
+    statement = read_comparison(record)
+    assert statement.predicate_type == PREDICATE_TYPE
+    assert statement.predicate["verdict"] == "identical" and statement.predicate["passed"]
+    names = {s.name for s in statement.subjects}
+    assert "gguf/target.gguf" in names and "target/model.safetensors" in names
+
+
+def test_reference_diff_catches_a_wrong_engine(cli, fixture_pair, engines, prompt_file,
+                                               tmp_path):
+    target, _ = fixture_pair
+    record = tmp_path / "comparison.json"
+    result = reference(cli, target, engines[1].url, prompt_file, "--record", record)
+    assert result.exit_code == 1, result.stdout
+    report = json.loads(result.stdout)
+    assert report["hard"] >= 1 and report["verdict"] == "diverged"
+    assert read_comparison(record).predicate["passed"] is False
+
+
+def test_reference_diff_refuses_a_gguf_with_another_tokenizer(cli, fixture_pair, engines,
+                                                              prompt_file, tmp_path):
+    target, _ = fixture_pair
+    swapped = tokenizer_gguf(target, tmp_path / "swapped.gguf", swap=(97, 98))
+    result = reference(cli, target, engines[0].url, prompt_file, "--gguf", swapped)
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "refused" and report["prompts"] == 0
+    assert "id 97" in report["refused"]
+
+
+def test_reference_flags_of_other_modes_are_refused(cli, fixture_pair, engines):
+    target, _ = fixture_pair
+    result = cli("difftest", "--reference", target, "--candidate", engines[0].url, "--sampled")
+    assert result.exit_code == 2 and "--sampled" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def gated(fixture_pair, engines, prompt_file, gguf_folder, tmp_path_factory):
+    """The fixture pair plus the GGUF folder, locked; a passing and a failing record."""
+    from dflash_guard.lossless.options import ReferenceOptions
+    from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
+
+    folder = tmp_path_factory.mktemp("gated")
+    target, drafter = fixture_pair
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DFLASH_GUARD_CACHE_DIR", str(folder / "cache"))
+        lock = build_lock({"target": str(target), "drafter": str(drafter),
+                           "gguf": str(gguf_folder)}).lock
+    records = {}
+    for name, url in (("good", engines[0].url), ("bad", engines[1].url)):
+        options = ReferenceOptions(target, url, gguf=gguf_folder / "target.gguf",
+                                   prompts=prompt_file, max_new_tokens=12)
+        write_reference_record(options, run_reference_diff(options), folder / f"{name}.json")
+        records[name] = folder / f"{name}.json"
+    return folder, write_lock(lock, folder / "dflash.lock"), lock, records
+
+
+def gate_with(gated, fixture_pair, gguf_folder, entries: str):
+    folder, lock_path, _, _ = gated
+    target, drafter = fixture_pair
+    policy = write_policy(folder / f"policy-{abs(hash(entries))}",
+                          ("gguf_comparisons: []\n", f"gguf_comparisons:{entries}\n"))
+    roots = {"target": target, "drafter": drafter, "gguf": gguf_folder}
+    return run_gate(GateOptions(lock_path, policy, roots))
+
+
+def test_gate_approves_with_a_comparison_record_and_refuses_without(gated, fixture_pair,
+                                                                    gguf_folder):
+    _, _, lock, records = gated
+    assert accepts(read_comparison(records["good"]), lock).ok
+    approved = gate_with(gated, fixture_pair, gguf_folder, f"\n  - record: {records['good']}")
+    assert approved.approved, approved.reason
+    refused = gate_with(gated, fixture_pair, gguf_folder, " []")
+    assert not refused.approved and "no recorded comparison" in (refused.reason or "")
+    failed = gate_with(gated, fixture_pair, gguf_folder, f"\n  - record: {records['bad']}")
+    assert not failed.approved and "verdict is 'diverged'" in (failed.reason or "")
+
+
+def _changed(artifact, suffix: str):
+    """`artifact` with the digest of its first file ending in `suffix` changed."""
+    files = list(artifact.files)
+    index = next(i for i, f in enumerate(files) if f.path.endswith(suffix))
+    files[index] = dataclasses.replace(files[index], sha256="0" * 64)
+    return dataclasses.replace(artifact, files=tuple(files))
+
+
+def test_a_record_of_another_gguf_or_target_is_not_accepted(gated):
+    _, _, lock, records = gated
+    statement = read_comparison(records["good"])
+    other_gguf = with_artifact(lock, _changed(lock.artifact("gguf"), ".gguf"))
+    assert "GGUF digest" in accepts(statement, other_gguf).reason
+    other_target = with_artifact(lock, _changed(lock.artifact("target"), ".safetensors"))
+    assert "target/model.safetensors" in accepts(statement, other_target).reason
+    no_gguf = dataclasses.replace(lock, artifacts=tuple(a for a in lock.artifacts
+                                                        if a.role != "gguf"))
+    assert not accepts(statement, no_gguf).ok
+
+
+def test_a_policy_naming_a_missing_record_is_an_input_error(tmp_path):
+    from dflash_guard.errors import InputError
+    from dflash_guard.trust.policy import load_policy
+
+    policy = write_policy(tmp_path, ("gguf_comparisons: []\n",
+                                     "gguf_comparisons:\n  - record: nowhere.json\n"))
+    with pytest.raises(InputError, match=r"policy.yaml:\d+: .*nowhere.json not found"):
+        load_policy(policy)

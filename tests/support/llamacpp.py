@@ -1,0 +1,136 @@
+"""llama.cpp in the tests: the pinned build (scripts/build-llamacpp.sh), conversions with its own
+converter, and llama-server processes on free 127.0.0.1 ports, always stopped.
+
+The engine cache is the real one (`~/.cache/dflash-guard/llama.cpp/<sha256>`, or
+`DFLASH_GUARD_CACHE_DIR` as the session started with), not the per-test private cache the root
+conftest sets: the build takes minutes the first time and nothing afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "build-llamacpp.sh"
+SESSION_CACHE_DIR = os.environ.get("DFLASH_GUARD_CACHE_DIR")  # read before any test changes it
+STARTUP_TIMEOUT_S = 120.0
+
+
+class EngineUnavailable(RuntimeError):
+    """The pinned llama.cpp could not be built or converted with: a failure, never a skip."""
+
+
+def _script(*args: str, timeout: float) -> str:
+    env = {**os.environ, "PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("DFLASH_GUARD_CACHE_DIR", None)
+    if SESSION_CACHE_DIR:
+        env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
+    done = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise EngineUnavailable(f"build-llamacpp.sh {args[0]} failed ({done.returncode}):\n"
+                                f"{done.stderr[-3000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def build_server(timeout: float = 3600.0) -> Path:
+    """The pinned llama-server (built once, then cached; waits for a build in progress)."""
+    return Path(_script("build", timeout=timeout))
+
+
+def convert(model_dir: Path, out: Path, target_dir: Path | None = None) -> Path:
+    """`model_dir` converted to an f32 GGUF at `out` (+ `out.conversion.json`)."""
+    extra = ("--target-model-dir", str(target_dir)) if target_dir is not None else ()
+    return Path(_script("convert", str(model_dir), str(out), "--outtype", "f32", *extra,
+                        timeout=600))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    log: Path
+
+    @property
+    def metrics(self) -> str:
+        return self.url + "/metrics"
+
+
+@contextlib.contextmanager
+def llama_server(binary: Path, target: Path, drafter: Path | None = None, *, slots: int = 1,
+                 draft_max: int = 7, context: int = 128) -> Iterator[Server]:
+    """`llama-server` on `target` (DFlash with `drafter`), on a free port; stopped on exit."""
+    port = free_port()
+    command = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
+               "-c", str(context * slots), "-np", str(slots), "-t", "1", "--metrics",
+               "--no-webui", "--seed", "0"]
+    if drafter is not None:
+        command += ["-md", str(drafter), "--spec-type", "draft-dflash",
+                    "--spec-draft-n-max", str(draft_max)]
+    with tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log",
+                                     delete=False) as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise EngineUnavailable(f"llama-server exited {process.returncode}:\n"
+                                        f"{Path(log.name).read_text()[-3000:]}")
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(url + "/health", timeout=2.0).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise EngineUnavailable(f"llama-server not ready in {STARTUP_TIMEOUT_S:g} s")
+            time.sleep(0.2)
+        yield Server(url, Path(log.name))
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        Path(log.name).unlink(missing_ok=True)
+
+
+def tamper_one_weight(path: Path, tensor: str, index: int, value: float) -> None:
+    """Set element `index` of `tensor` in a GGUF file to `value` (in place; f32 tensors)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path, "r+")
+    data = next(t for t in reader.tensors if t.name == tensor).data
+    data.reshape(-1)[index] = value
+    data.flush()  # a numpy memmap of the file
+
+
+def swap_vocab_entries(target_dir: Path, out: Path, a: int, b: int) -> Path:
+    """A copy of the target folder whose tokenizer.json swaps token ids `a` and `b`."""
+    import json
+    import shutil
+
+    shutil.copytree(target_dir, out)
+    document = json.loads((out / "tokenizer.json").read_text())
+    vocab = document["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    vocab[by_id[a]], vocab[by_id[b]] = b, a
+    (out / "tokenizer.json").write_text(json.dumps(document))
+    return out
