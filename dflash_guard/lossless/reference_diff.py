@@ -46,7 +46,7 @@ from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
 from kernels_ref.prompts import PromptSpec
-from kernels_ref.tokenizer import load_byte_tokenizer
+from kernels_ref.tokenizer import load_tokenizer
 
 TOP_K = 2  # the reference's alternatives kept per position: what a near-tie needs
 CONVERSION_SUFFIX = ".conversion.json"  # scripts/llamacpp.py writes it beside the GGUF
@@ -180,9 +180,9 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     o = options
     prompts_path = o.prompts or DEFAULT_PROMPTS
     prompt_digest = hashlib.sha256(Path(prompts_path).read_bytes()).hexdigest()
-    tokenizer = load_byte_tokenizer(o.target)
+    tokenizer = load_tokenizer(o.target)
     target = load_target(o.target, "cpu", o.dtype)
-    prompts = load_prompts(prompts_path, tokenizer, target.config.vocab_size)
+    prompts = load_prompts(prompts_path, tokenizer, target.config.vocab_size, o.target)
     base = dict(target=str(o.target), candidate=redact_url(o.candidate), model=o.model,
                 near_tie_margin=o.near_tie_margin, prompt_set=Path(prompts_path).name,
                 prompt_set_sha256=prompt_digest, max_new_tokens=o.max_new_tokens)

@@ -241,7 +241,7 @@ def _layer_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, st
                          "engines' feature capture disagree"))
     layers = target.get("num_hidden_layers")
     if isinstance(layers, int) and layers - 1 in ids:
-        problems.append((rules.DRAFTER_LAYERS, Severity.low,
+        problems.append((rules.DRAFTER_LAYERS, Severity.medium,
                          f"target_layer_ids includes the target's last layer {layers - 1}: "
                          "llama.cpp aborts on it and engines disagree on its features "
                          "(pre- or post-norm)"))

@@ -324,8 +324,8 @@ DRAFTER_LAYERS = Rule(
     "DG-DRAFTER-LAYERS", Severity.high,
     "target_layer_ids or num_target_layers disagree with the target.",
     "`target_layer_ids` outside the target's layers or repeated; `num_target_layers` differs "
-    "(medium: the target has no layer count, also under `text_config`; low: the target's last "
-    "layer, on which llama.cpp aborts)",
+    "(medium: the target has no layer count, also under `text_config`; or the target's last "
+    "layer, on which llama.cpp aborts and engines disagree on the features)",
 )
 DRAFTER_CONFLICT = Rule(
     "DG-DRAFTER-CONFLICT", Severity.high,

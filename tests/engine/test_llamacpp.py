@@ -31,9 +31,9 @@ from dflash_guard.trust.comparison import accepts, read_comparison
 from dflash_guard.trust.policy import load_policy
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.drafter import load_drafter
-from kernels_ref.fixtures import DRAFTER_CONFIG, TARGET_CONFIG, make_fixture_pair
+from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.model import load_target
-from kernels_ref.tokenizer import load_byte_tokenizer
+from kernels_ref.tokenizer import load_tokenizer
 from tests.support.kernels import random_pair
 from tests.support.llamacpp import (
     build_server,
@@ -54,9 +54,6 @@ PROMPTS = [  # token ids (bytes of short texts), so both sides see exactly the s
     list(b"for i in"),
     list(b"total = 0"),
 ]
-BUILTIN_USES_LAST_LAYER = (
-    TARGET_CONFIG["num_hidden_layers"] - 1 in DRAFTER_CONFIG["dflash_config"]["target_layer_ids"]
-)
 
 
 def write_prompts(path: Path, prompts: list[list[int]]) -> Path:
@@ -70,22 +67,13 @@ def engine() -> Path:
     return build_server()
 
 
-@pytest.fixture(scope="module", params=["random", "rewired", "builtin"])
+@pytest.fixture(scope="module", params=["random", "builtin"])
 def pair(request, tmp_path_factory):
     """(target, drafter, target.gguf, drafter.gguf, folder) of one pair: `random` (untrained:
-    drafts are almost never accepted), `rewired` (the built-in weights with the drafter reading
-    layers [1, 2]: an imperfect but real drafter, tau about 1.7), `builtin`."""
+    drafts are almost never accepted) or `builtin` (the trained pair, drafter on layers [1, 2],
+    so accepted drafts are compared too, not only rejections)."""
     folder = tmp_path_factory.mktemp(request.param)
-    if request.param == "rewired":
-        target, drafter = make_fixture_pair(folder / "hf")
-        config = json.loads((drafter / "config.json").read_text())
-        config["dflash_config"]["target_layer_ids"] = [1, 2]
-        (drafter / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-    elif request.param == "builtin":
-        if BUILTIN_USES_LAST_LAYER:
-            # ISSUE 12: the built-in drafter reads the target's last layer ([1, 3] of 4), which
-            # makes llama.cpp abort; these cases run by themselves once the retrained pair lands.
-            pytest.skip("built-in drafter uses the target's last layer (retrained pair pending)")
+    if request.param == "builtin":
         target, drafter = make_fixture_pair(folder / "hf")
     else:
         target, drafter = random_pair(folder / "hf", seed=12, hidden=64, target_layers=4,
@@ -137,13 +125,14 @@ def test_llamacpp_acceptance_agrees_with_kernels_ref(endpoint_report, pair, prom
     """Same pair, same prompts, same greedy stream (no near-ties: the outputs are identical), so
     the drafts and the drafts accepted at each position agree. The one allowed difference is at
     the end of the budget, where llama.cpp drafts only as many tokens as are left: each prompt's
-    last step may accept fewer there (measured on the rewired pair: 48 drafts on both sides,
-    accepted per position 14/8/5/4/4/4/4 against 14/9/5/4/4/4/4, tau 1.90 against 1.92)."""
+    last step may accept fewer there (measured on an earlier pair, the old drafter rewired to
+    layers [1, 2]: 48 drafts on both sides, accepted per position 14/8/5/4/4/4/4 against
+    14/9/5/4/4/4/4, tau 1.90 against 1.92)."""
     target_dir, drafter_dir, _, _, _ = pair
     target = load_target(target_dir)
     drafter = load_drafter(drafter_dir, target)
-    tokenizer = load_byte_tokenizer(target_dir)
-    prompts = load_prompts(prompt_file, tokenizer, target.config.vocab_size)
+    tokenizer = load_tokenizer(target_dir)
+    prompts = load_prompts(prompt_file, tokenizer, target.config.vocab_size, target_dir)
     report = difftest_models(target, drafter, prompts, stop_ids=eos_token_ids(target_dir),
                              tokenizer=tokenizer, max_new_tokens=MAX_NEW_TOKENS)
     steps_by_accepted = {int(k) - 1: n for k, n in report.histogram.items()}

@@ -123,5 +123,9 @@ def test_last_target_layer_is_a_finding(tmp_path: Path) -> None:
     target, drafter = make_pair(
         tmp_path, drafter={"dflash_config": {"mask_token_id": 999, "target_layer_ids": [1, 7]}}
     )
-    hits = _rules(scan_paths([drafter], target=target), at_least=Severity.low)
+    hits = _rules(scan_paths([drafter], target=target), at_least=Severity.medium)
     assert any("last layer 7" in m for m in hits["DG-DRAFTER-LAYERS"])
+    _, benign = make_pair(tmp_path / "ok", drafter={"dflash_config": {
+        "mask_token_id": 999, "target_layer_ids": [1, 6]}})
+    clean = _rules(scan_paths([benign], target=target), at_least=Severity.low)
+    assert not any("last layer" in m for m in clean.get("DG-DRAFTER-LAYERS", []))
