@@ -250,12 +250,21 @@ def load_drafter(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float32",
 ) -> Drafter:
-    """Load a DFlash drafter folder and check it against `target` (never imports its code)."""
+    """Load a DFlash drafter folder and check it against `target` (never imports its code).
+
+    `architectures` naming `DFlash2DraftModel` picks the DFlash 2 drafter (`kernels_ref.drafter2`).
+    """
+    from kernels_ref import drafter2  # it subclasses Drafter: imported here, not at the top
+
     folder = Path(folder)
     torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
-    config = DrafterConfig.from_dict(read_config(folder), folder / "config.json")
+    raw = read_config(folder)
+    v2 = drafter2.ARCHITECTURE in (raw.get("architectures") or [])
+    parse = drafter2.Drafter2Config.from_dict if v2 else DrafterConfig.from_dict
+    config = parse(raw, folder / "config.json")
     config.check_against(target.config, folder)
-    drafter = Drafter(config)
+    v2_config = isinstance(config, drafter2.Drafter2Config)
+    drafter = drafter2.Drafter2(config) if v2_config else Drafter(config)
     assign_weights(
         drafter, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype
     )

@@ -142,7 +142,6 @@ def test_mismatched_drafter_is_refused(tmp_path: Path, changes: dict, message: s
     [
         {"is_causal": True},
         {"layer_types": ["sliding_attention"]},
-        {"architectures": ["DFlash2DraftModel"]},
         {"final_logit_softcapping": 30.0},
     ],
 )

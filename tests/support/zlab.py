@@ -7,6 +7,7 @@ replace `dflash.model._cuda_time` with `time.perf_counter` (the peer test's monk
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,16 @@ class UpstreamRun:
 
 
 def load_upstream(target_dir: Path, drafter_dir: Path) -> tuple[Any, Any]:
-    """The pair as transformers' `Qwen3ForCausalLM` and z-lab's `DFlashDraftModel` (fp32);
-    a missing or unexpected weight fails the load."""
+    """The pair as transformers' `Qwen3ForCausalLM` and z-lab's `DFlashDraftModel` (or
+    `DFlash2DraftModel`, by `architectures`) (fp32); a missing or unexpected weight fails
+    the load."""
     hf_logging.disable_progress_bar()
     target = Qwen3ForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    drafter, info = zlab.DFlashDraftModel.from_pretrained(
+    v2 = "DFlash2DraftModel" in json.loads((drafter_dir / "config.json").read_text())[
+        "architectures"
+    ]
+    model_class = zlab.DFlash2DraftModel if v2 else zlab.DFlashDraftModel
+    drafter, info = model_class.from_pretrained(
         drafter_dir, dtype=torch.float32, output_loading_info=True
     )
     problems = {k: v for k, v in info.items() if v}
@@ -53,16 +59,27 @@ def upstream_generate(
     stop_ids: list[int],
     block_size: int,
 ) -> UpstreamRun:
-    """Greedy `dflash_generate` (block size 1: autoregressive), recording each step's drafts."""
+    """Greedy `dflash_generate` (block size 1: autoregressive), recording each step's drafts
+    (a DFlash 2 drafter's are its selector's path, not the logits' argmax)."""
     drafts: list[list[int]] = []
-    compute_logits = drafter.compute_logits
+    if isinstance(drafter, zlab.DFlash2DraftModel):
+        propose = drafter.propose
 
-    def recording(hidden: torch.Tensor, head: Any) -> torch.Tensor:
-        logits = compute_logits(hidden, head)
-        drafts.append(logits.argmax(-1)[0].tolist())
-        return logits
+        def recording(*args: Any) -> Any:
+            tokens, *rest = propose(*args)
+            drafts.append(tokens[0].tolist())
+            return (tokens, *rest)
 
-    drafter.compute_logits = recording
+        drafter.propose = recording
+    else:
+        compute_logits = drafter.compute_logits
+
+        def recording(hidden: torch.Tensor, head: Any) -> torch.Tensor:
+            logits = compute_logits(hidden, head)
+            drafts.append(logits.argmax(-1)[0].tolist())
+            return logits
+
+        drafter.compute_logits = recording
     try:
         out = zlab.dflash_generate(
             drafter,
@@ -74,7 +91,8 @@ def upstream_generate(
             return_stats=True,
         )
     finally:
-        del drafter.compute_logits
+        drafter.__dict__.pop("propose", None)
+        drafter.__dict__.pop("compute_logits", None)
     return UpstreamRun(out.output_ids[0, len(prompt) :].tolist(), out.acceptance_lengths, drafts)
 
 
