@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load, save_file
 
+from kernels_ref.fixtures_dflash2 import DFLASH2_SEED, dflash2_config, dflash2_tensors
 from kernels_ref.tokenizer import tokenizer_json
 
 WEIGHTS = Path(__file__).resolve().parent / "fixture_weights"
@@ -142,10 +143,14 @@ def write_pair(
     return target_dir, drafter_dir
 
 
-def make_fixture_pair(out_dir: Path, *, force: bool = False) -> tuple[Path, Path]:
+def make_fixture_pair(
+    out_dir: Path, *, force: bool = False, dflash2: bool = False
+) -> tuple[Path, Path]:
     """Write the built-in trained pair to `out_dir/{target,drafter}`; return both folders.
 
-    Each folder is staged next to its final place and moved in whole. An existing `target` or
+    With `dflash2` the drafter is a DFlash 2 one: the trained drafter plus seeded convolutions
+    and candidate selector (`kernels_ref.fixtures_dflash2`), the same bytes on every run. Each
+    folder is staged next to its final place and moved in whole. An existing `target` or
     `drafter` there is a `FileExistsError` unless `force`, which deletes and rewrites both.
     """
     out_dir = Path(out_dir)
@@ -155,13 +160,21 @@ def make_fixture_pair(out_dir: Path, *, force: bool = False) -> tuple[Path, Path
             raise FileExistsError(errno.EEXIST, "exists; pass --force to delete and rewrite it",
                                   str(existing))
     out_dir.mkdir(parents=True, exist_ok=True)
+    drafter_config: dict[str, Any] = DRAFTER_CONFIG
+    drafter_weights: dict[str, torch.Tensor] | bytes = (
+        WEIGHTS / "drafter.safetensors"
+    ).read_bytes()
+    if dflash2:
+        context = TARGET_CONFIG["max_position_embeddings"]
+        drafter_config = dflash2_config(DRAFTER_CONFIG, context=context)
+        drafter_weights = dflash2_tensors(load(drafter_weights), drafter_config, DFLASH2_SEED)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".fixtures-") as staging:
         staged = write_pair(
             Path(staging),
             target_config=TARGET_CONFIG,
-            drafter_config=DRAFTER_CONFIG,
+            drafter_config=drafter_config,
             target_weights=(WEIGHTS / "target.safetensors").read_bytes(),
-            drafter_weights=(WEIGHTS / "drafter.safetensors").read_bytes(),
+            drafter_weights=drafter_weights,
         )
         for folder in staged:
             final = out_dir / folder.name

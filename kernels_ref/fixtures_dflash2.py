@@ -18,6 +18,8 @@ from torch import Tensor
 
 from kernels_ref.drafter2 import ARCHITECTURE
 
+DFLASH2_SEED = 2  # the built-in DFlash 2 drafter's v2 parts (`fixtures make --dflash2`)
+
 # The published shape (z-lab/Qwen3.8-27B-DFlash2), scaled to the tiny built-in pair.
 V2_FIELDS: dict[str, Any] = {
     "conv_group_size": 16,

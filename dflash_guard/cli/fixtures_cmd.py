@@ -20,6 +20,9 @@ def register(app: typer.Typer) -> None:
         out_dir: Annotated[Path, typer.Argument(help="Folder to write target/ and drafter/ in.")],
         force: Annotated[bool, typer.Option(
             "--force", help="Delete and rewrite DIR/target and DIR/drafter if present.")] = False,
+        dflash2: Annotated[bool, typer.Option(
+            "--dflash2", help="Write a DFlash 2 drafter (the trained one plus seeded "
+            "convolutions and candidate selector) as DIR/drafter.")] = False,
     ) -> None:
         """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR.
 
@@ -27,13 +30,14 @@ def register(app: typer.Typer) -> None:
         --force, which deletes and rewrites both (nothing else in DIR is touched).
 
         Example: dflash-guard fixtures make demo-out
+        Example: dflash-guard fixtures make demo-v2 --dflash2
         """
         from kernels_ref.fixtures import make_fixture_pair  # loads torch: only when it runs
 
         if out_dir.exists() and not out_dir.is_dir():
             raise InputError(f"{out_dir}: exists and is not a folder")
         try:
-            target, drafter = make_fixture_pair(out_dir, force=force)
+            target, drafter = make_fixture_pair(out_dir, force=force, dflash2=dflash2)
         except FileExistsError as exc:
             raise InputError(f"{exc.filename}: {exc.strerror}") from None
         except OSError as exc:

@@ -18,12 +18,15 @@ import torch
 from dflash import model as zlab
 from safetensors.torch import load_file, save_file
 
-from dflash_guard.lossless.prompts import Prompt
+from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+from dflash_guard.lossless.prompts import Prompt, load_prompts
 from kernels_ref.drafter import load_drafter
 from kernels_ref.drafter2 import BlockConv, CandidateSelector, Drafter2, Drafter2Config
 from kernels_ref.errors import RunnerError
+from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.fixtures_dflash2 import dflash2_config, dflash2_tensors
 from kernels_ref.model import load_target
+from kernels_ref.tokenizer import load_tokenizer
 from tests.kernels_ref.test_peer_zlab import assert_peer_equal
 from tests.support.kernels import random_configs, random_pair
 
@@ -32,6 +35,12 @@ from tests.support.kernels import random_configs, random_pair
 def cpu_timer(monkeypatch: pytest.MonkeyPatch) -> None:
     """z-lab's timer synchronises CUDA; on the CPU a plain clock does."""
     monkeypatch.setattr(zlab, "_cuda_time", time.perf_counter)
+
+
+@pytest.fixture(scope="module")
+def dflash2_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The built-in target with the built-in DFlash 2 drafter (`fixtures make --dflash2`)."""
+    return make_fixture_pair(tmp_path_factory.mktemp("dflash2-pair"), dflash2=True)
 
 
 def make_v2(drafter_dir: Path, seed: int, context: int, **fields: Any) -> None:
@@ -58,6 +67,37 @@ def test_random_dflash2_drafter_equals_zlab_step_for_step(tmp_path: Path) -> Non
         for n, (length, budget) in enumerate([(1, 64), (5, 13), (17, 64), (40, 9), (3, 2)])
     ]
     assert_peer_equal(target_dir, drafter_dir, prompts)
+
+
+def test_builtin_dflash2_drafter_equals_zlab_on_the_default_prompts(dflash2_pair) -> None:
+    target_dir, drafter_dir = dflash2_pair
+    prompts = load_prompts(DEFAULT_PROMPTS, load_tokenizer(target_dir), 264)
+    table = assert_peer_equal(target_dir, drafter_dir, prompts)
+    assert table["tau_upstream"] >= 2.0  # the trained layers still draft through the v2 parts
+
+
+def test_fixtures_make_dflash2_then_difftest_is_identical_with_a_tau(
+    cli, tmp_path: Path, dflash2_pair
+) -> None:
+    made = cli("fixtures", "make", tmp_path / "v2", "--dflash2")
+    assert made.exit_code == 0, made.stderr
+    drafter_dir = tmp_path / "v2" / "drafter"
+    assert json.loads((drafter_dir / "config.json").read_text())["architectures"] == [
+        "DFlash2DraftModel"
+    ]
+    # Deterministic: the same bytes as the module's pair.
+    for name in ("config.json", "model.safetensors"):
+        assert (drafter_dir / name).read_bytes() == (dflash2_pair[1] / name).read_bytes()
+    prompts = tmp_path / "fast.jsonl"
+    prompts.write_text('{"id": "code", "prompt": "def mean(data):\\n    "}\n')
+    result = cli(
+        "difftest", "--target", tmp_path / "v2" / "target", "--drafter", drafter_dir,
+        "--prompts", prompts, "--max-new-tokens", "48", "--format", "json",
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["overall"]["identical"] is True
+    assert report["overall"]["tau_mean"] > 2.0
 
 
 def test_selector_walk_is_argmax_without_pairwise_scores_and_follows_them_with() -> None:
