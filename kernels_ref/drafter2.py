@@ -23,6 +23,8 @@ narrower window is refused.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from torch import Tensor, nn
 
 from kernels_ref.drafter import Drafter, DrafterCache, DrafterConfig, StaticDrafterCache
 from kernels_ref.errors import RunnerError
+from kernels_ref.faults import Fault
 from kernels_ref.model import DecoderLayer, ModelConfig, StaticSlot, Target
 
 ARCHITECTURE = "DFlash2DraftModel"
@@ -181,6 +184,7 @@ class CandidateSelector(nn.Module):
         self.predecessor_codebook = nn.Parameter(torch.zeros(vocab, rank))
         self.successor_codebook = nn.Parameter(torch.zeros(vocab, rank))
         self.hidden_projection = nn.Linear(cfg.layers.hidden_size, rank, bias=False)
+        self.drop_unary = False  # the `selector-no-unary` fault (`planted`)
 
     def walk(self, hidden: Tensor, logits: Tensor, anchor: Tensor) -> Tensor:
         """Tokens `[n]` for positions with `hidden` `[1, n, hidden]`, `logits` `[1, n, vocab]`
@@ -196,7 +200,8 @@ class CandidateSelector(nn.Module):
                 self.predecessor_codebook[previous] * projected[:, position],
                 self.successor_codebook[candidates[:, position]],
             )  # [1, k]
-            best = (unary[:, position] + pairwise).argmax(-1)  # [1]
+            scores = pairwise if self.drop_unary else unary[:, position] + pairwise
+            best = scores.argmax(-1)  # [1]
             previous = candidates[:, position].gather(-1, best[:, None])[:, 0]
             path.append(previous)
         return torch.stack(path, dim=1)[0]
@@ -225,3 +230,22 @@ class Drafter2(Drafter):
         drafted = hidden[:, 1:]  # [1, T-1, hidden]
         return self.candidate_selector.walk(drafted, target.head(drafted), ids[:, 0])
 
+
+
+@contextmanager
+def planted(drafter: object, fault: Fault | None) -> Iterator[None]:
+    """Plant a DFlash 2 drafter fault in `drafter` while the block runs, and remove it after.
+
+    Any other fault (or none) leaves the drafter alone; a DFlash 2 fault on another drafter is
+    refused rather than silently not planted.
+    """
+    if fault is None or not fault.dflash2_only:
+        yield
+        return
+    if not isinstance(drafter, Drafter2):
+        raise RunnerError(f"fault {fault} needs a DFlash 2 drafter (DFlash2DraftModel)")
+    drafter.candidate_selector.drop_unary = True
+    try:
+        yield
+    finally:
+        drafter.candidate_selector.drop_unary = False

@@ -42,6 +42,11 @@ class Fault(StrEnum):
         "hidden-offset", GREEDY,
         "context features are read one layer early (the residual entering the layer)",
     )
+    SELECTOR_NO_UNARY = (
+        "selector-no-unary", GREEDY,
+        "DFlash 2 only: the candidate selector ranks the top-k by pairwise score alone "
+        "(the drafter's logits are dropped)",
+    )
     REUSE_DRAFT_UNIFORMS = (
         "reuse-draft-uniforms", SAMPLED_DRAFT,
         "the accept test reuses the drafter's random numbers (a published bug)",
@@ -69,6 +74,11 @@ class Fault(StrEnum):
     def greedy(self) -> bool:
         """Planted in the greedy draft-verify loop."""
         return self.where == GREEDY
+
+    @property
+    def dflash2_only(self) -> bool:
+        """Planted in a DFlash 2 drafter's candidate selector (`kernels_ref.drafter2`)."""
+        return self is Fault.SELECTOR_NO_UNARY
 
     @property
     def sampling(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from kernels_ref.drafter2 import planted
 from kernels_ref.faults import Fault
 from kernels_ref.model import Target
 from kernels_ref.sampling import RejectionSampler, SamplingParams, seeded
@@ -143,7 +144,7 @@ def generate(
     else:
         verifier = RejectionSampler(sampling, seeded(seed), fault)
     hooks = hooks_for(fault, drafter.config.mask_token_id if drafter is not None else None)
-    with torch.inference_mode():
+    with torch.inference_mode(), planted(drafter, fault):
         return _decode(
             target, drafter, prompt_ids, max_new_tokens, frozenset(stop_ids), size, verifier,
             hooks, static_cache,
