@@ -6,6 +6,7 @@ DG-DRAFTER-LAYERS (target_layer_ids out of range or num_target_layers disagreein
 DG-DRAFTER-SHAPE (hidden_size/vocab_size/head_dim incompatible, high), DG-DRAFTER-BLOCK
 (block_size outside 2..64, medium), DG-DRAFTER-PARAMS (parameter budget exceeded, medium),
 DG-DRAFTER-CONFLICT (a field set differently at the top level and in `dflash_config`, high),
+DG-DRAFTER-CONV-SELECTOR (a `DFlash2DraftModel`'s convolution/selector fields unusable, high),
 DG-CONFIG-INVALID (a config that cannot be read, medium).
 
 Where engines read fields: SGLang gives `dflash_config` precedence over the top level, so the
@@ -101,6 +102,11 @@ def check_drafter(
                 Severity.medium,
                 f"block_size {block!r} is outside {BLOCK_RANGE[0]}..{BLOCK_RANGE[1]}",
             )
+        )
+    if isinstance(architectures, list) and "DFlash2DraftModel" in architectures:
+        findings.extend(
+            finding(rules.DRAFTER_CONV_SELECTOR, severity, message)
+            for severity, message in _dflash2_problems(config, dflash, block)
         )
     budget = DEFAULT_PARAM_BUDGET if param_budget is None else param_budget
     if param_count is not None and param_count > budget:
@@ -245,4 +251,39 @@ def _layer_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, st
                          f"target_layer_ids includes the target's last layer {layers - 1}: "
                          "llama.cpp aborts on it and engines disagree on its features "
                          "(pre- or post-norm)"))
+    return problems
+
+
+def _dflash2_problems(config: dict, dflash: dict, block: object) -> list[tuple[Severity, str]]:
+    """A DFlash 2 drafter's own constraints (nested `dflash_config` values win)."""
+    sizes = {
+        name: dflash.get(name, config.get(name))
+        for name in ("conv_group_size", "conv_kernel_size", "selector_rank", "selector_top_k")
+    }
+    bad = [
+        name for name, value in sizes.items()
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1
+    ]
+    problems = [
+        (Severity.high, f"DFlash 2 field {name} is {sizes[name]!r}, not a positive integer")
+        for name in bad
+    ]
+    if bad:
+        return problems
+    hidden, vocab = config.get("hidden_size"), config.get("vocab_size")
+    group, kernel, top_k = (
+        sizes["conv_group_size"], sizes["conv_kernel_size"], sizes["selector_top_k"]
+    )
+    if isinstance(hidden, int) and hidden % group:
+        problems.append((Severity.high, f"hidden_size {hidden} is not a multiple of "
+                         f"conv_group_size {group}: the convolution groups do not tile it"))
+    if isinstance(vocab, int) and top_k > vocab:
+        problems.append((Severity.high, f"selector_top_k {top_k} exceeds vocab_size {vocab}"))
+    if isinstance(hidden, int) and hidden < top_k * (top_k + 1):
+        problems.append((Severity.high, f"hidden_size {hidden} < selector_top_k * "
+                         f"(selector_top_k + 1) = {top_k * (top_k + 1)}: llama.cpp cannot pack "
+                         "the selector's scores"))
+    if isinstance(block, int) and kernel > block:
+        problems.append((Severity.medium, f"conv_kernel_size {kernel} exceeds block_size "
+                         f"{block}: the extra taps only read zeros"))
     return problems

@@ -343,6 +343,14 @@ DRAFTER_BLOCK = Rule(
     "block_size outside 2..64.",
     "`block_size` outside 2..64",
 )
+DRAFTER_CONV_SELECTOR = Rule(
+    "DG-DRAFTER-CONV-SELECTOR", Severity.high,
+    "A DFlash 2 drafter's convolution or selector fields that no engine can run.",
+    "`DFlash2DraftModel`: `conv_group_size`/`conv_kernel_size`/`selector_rank`/`selector_top_k` "
+    "missing or not positive integers, `hidden_size % conv_group_size != 0`, `selector_top_k` "
+    "over the vocabulary or `hidden_size < top_k * (top_k + 1)` (llama.cpp's packing); medium: "
+    "`conv_kernel_size` over `block_size` (the extra taps read only zeros)",
+)
 DRAFTER_PARAMS = Rule(
     "DG-DRAFTER-PARAMS", Severity.medium,
     "The drafter's parameter count exceeds the budget.",

@@ -120,3 +120,53 @@ def test_non_string_names_are_findings_not_crashes(tmp_path: Path) -> None:
     )
     rules = {f.rule_id for f in _config_findings(scan_paths([drafter], target=target))}
     assert "DG-DRAFTER-ARCH" in rules
+
+
+DFLASH2 = {
+    "architectures": ["DFlash2DraftModel"],
+    "dflash_config": {
+        "block_size": 16, "conv_group_size": 16, "conv_kernel_size": 2, "mask_token_id": 7,
+        "selector_rank": 16, "selector_top_k": 4, "target_layer_ids": [1, 5],
+    },
+}
+
+
+def _dflash2_findings(tmp_path: Path, **changes) -> list:
+    nested = {**DFLASH2["dflash_config"], **changes.pop("dflash_config", {})}
+    target, drafter = make_pair(
+        tmp_path, drafter={**DFLASH2, **changes, "dflash_config": nested}
+    )
+    return _config_findings(scan_paths([drafter], target=target))
+
+
+def test_consistent_dflash2_drafter_is_clean(tmp_path: Path) -> None:
+    assert _dflash2_findings(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "severity", "message"),
+    [
+        ({"dflash_config": {"conv_group_size": 24}}, Severity.high, "not a multiple of"),
+        ({"dflash_config": {"selector_top_k": 0}}, Severity.high, "selector_top_k is 0"),
+        ({"dflash_config": {"selector_rank": None}}, Severity.high, "selector_rank is None"),
+        ({"dflash_config": {"selector_top_k": 8}}, Severity.high, "llama.cpp cannot pack"),
+        ({"dflash_config": {"conv_kernel_size": 17}}, Severity.medium, "only read zeros"),
+        # The nested value wins: a good top-level value does not hide a bad nested one.
+        ({"conv_group_size": 16, "dflash_config": {"conv_group_size": 24}}, Severity.high,
+         "conv_group_size 24"),
+    ],
+)
+def test_dflash2_constraints(tmp_path: Path, changes: dict, severity, message: str) -> None:
+    findings = _dflash2_findings(tmp_path, **changes)
+    hits = [f for f in findings if f.rule_id == "DG-DRAFTER-CONV-SELECTOR"]
+    assert hits and hits[0].severity is severity and message in hits[0].message
+
+
+def test_dflash2_nested_block_size_wins_and_disagreement_is_a_finding(tmp_path: Path) -> None:
+    findings = _dflash2_findings(tmp_path, block_size=128)  # nested 16 is in range
+    assert {f.rule_id for f in findings} == {"DG-DRAFTER-CONFLICT"}
+    assert "block_size is 128 at the top level but 16 in dflash_config" in findings[0].message
+
+
+def test_dflash2_fields_are_not_asked_of_a_v1_drafter(tmp_path: Path) -> None:
+    assert _dflash2_findings(tmp_path, architectures=["DFlashDraftModel"]) == []
