@@ -29,8 +29,9 @@ def register(app: typer.Typer) -> None:
         Writes DIR/target and DIR/drafter only; refuses to touch either if it exists, unless
         --force, which deletes and rewrites both (nothing else in DIR is touched).
 
+        With --dflash2, DIR/drafter is a DFlash 2 drafter (deterministic too).
+
         Example: dflash-guard fixtures make demo-out
-        Example: dflash-guard fixtures make demo-v2 --dflash2
         """
         from kernels_ref.fixtures import make_fixture_pair  # loads torch: only when it runs
 
