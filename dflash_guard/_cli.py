@@ -29,6 +29,7 @@ COMMAND_MODULES = {
     "gate": "gate_cmd",
     "audit": "audit_cmd",
     "advisory": "advisory_cmd",
+    "monitor": "monitor_cmd",
 }
 
 
