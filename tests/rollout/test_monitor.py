@@ -132,3 +132,24 @@ def test_input_errors_exit_2(cli, tmp_path, case):
         result = monitor(cli, "healthy", "--record", tmp_path / "approval.json")
     assert result.exit_code == 2
     assert "Traceback" not in result.stderr
+
+
+def test_example_alert_rules_compute_the_same_ratio():
+    """The shipped Prometheus rules use the counters and thresholds `monitor` uses."""
+    from pathlib import Path
+
+    import yaml
+
+    from dflash_guard.lossless.endpoint.metrics import ACCEPTED, COUNTER_PREFIXES, DRAFTS
+    from dflash_guard.lossless.monitor import DEFAULT_MAX_DROP_PCT, DEFAULT_MIN_TAU, LEAKAGE_RATE
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "prometheus-dflash-alerts.yml"
+    rules = yaml.safe_load(path.read_text())["groups"][0]["rules"]
+    taus = [r["expr"] for r in rules if r.get("record") == "dflash:spec_decode_tau:rate5m"]
+    assert {p for p in COUNTER_PREFIXES if any(
+        f"1 + rate({p}:{ACCEPTED}_total[5m]) / rate({p}:{DRAFTS}_total[5m])"
+        in " ".join(e.split()) for e in taus)} == set(COUNTER_PREFIXES)
+    alerts = {r["alert"]: " ".join(r["expr"].split()) for r in rules if "alert" in r}
+    assert alerts["DFlashAcceptanceCollapsed"].endswith(f"< {DEFAULT_MIN_TAU}")
+    assert f"(1 - {DEFAULT_MAX_DROP_PCT:g} / 100)" in alerts["DFlashAcceptanceDropped"]
+    assert alerts["DFlashAcceptanceTooPerfect"].endswith(f">= {LEAKAGE_RATE}")
