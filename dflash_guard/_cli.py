@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "audit": "audit_cmd",
     "advisory": "advisory_cmd",
     "monitor": "monitor_cmd",
+    "bench": "bench_cmd",
 }
 
 

@@ -10,7 +10,7 @@ import typer
 from dflash_guard.cli.common import OutputFormat, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
 from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S, CompletionClient
-from dflash_guard.lossless.monitor import (
+from dflash_guard.rollout.monitor import (
     DEFAULT_INTERVAL_S,
     DEFAULT_MAX_DROP_PCT,
     DEFAULT_MIN_TAU,

@@ -141,7 +141,7 @@ def test_example_alert_rules_compute_the_same_ratio():
     import yaml
 
     from dflash_guard.lossless.endpoint.metrics import ACCEPTED, COUNTER_PREFIXES, DRAFTS
-    from dflash_guard.lossless.monitor import DEFAULT_MAX_DROP_PCT, DEFAULT_MIN_TAU, LEAKAGE_RATE
+    from dflash_guard.rollout.monitor import DEFAULT_MAX_DROP_PCT, DEFAULT_MIN_TAU, LEAKAGE_RATE
 
     path = Path(__file__).resolve().parents[2] / "examples" / "prometheus-dflash-alerts.yml"
     rules = yaml.safe_load(path.read_text())["groups"][0]["rules"]
