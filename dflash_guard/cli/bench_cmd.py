@@ -16,16 +16,19 @@ from dflash_guard.rollout.bench import DEFAULT_MAX_TOKENS, BenchReport
 def _render(report: BenchReport) -> None:
     from rich.table import Table
 
+    streamed = any(t.candidate.ttft_p50_s is not None for t in report.tiers)
     table = Table("tier", "tok/s base", "tok/s spec", "speedup", "p50/p95 s base",
-                  "p50/p95 s spec", "tau", title="speculation per concurrency tier")
+                  "p50/p95 s spec", *(["TTFT p50 s base/spec"] if streamed else []), "tau",
+                  title="speculation per concurrency tier")
     for tier in report.tiers:
         tau = "n/a" if tier.tau is None else f"{tier.tau:.2f}"
         style = "green" if tier.speedup >= 1 else "red"
+        ttft = [f"{tier.baseline.ttft_p50_s or 0:.3f}/{tier.candidate.ttft_p50_s or 0:.3f}"]
         table.add_row(str(tier.concurrency), f"{tier.baseline.tokens_per_s:.1f}",
                       f"{tier.candidate.tokens_per_s:.1f}", f"[{style}]{tier.speedup:.2f}x[/]",
                       f"{tier.baseline.latency_p50_s:.2f}/{tier.baseline.latency_p95_s:.2f}",
                       f"{tier.candidate.latency_p50_s:.2f}/{tier.candidate.latency_p95_s:.2f}",
-                      tau)
+                      *(ttft if streamed else []), tau)
     stdout.print(table)
     crossover = report.crossover
     stdout.print("speculation pays at every tier" if crossover is None else
@@ -63,6 +66,9 @@ def bench(
         "--retries", min=0, help="Retries on HTTP 429/503.")] = DEFAULT_RETRIES,
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", help="Environment variable holding the API key.")] = None,
+    stream: Annotated[bool, typer.Option(
+        "--stream", help="Stream the answers and report the time to the first token.")
+    ] = False,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Draw speedup and tau against concurrency (.png or .svg; needs "
                        "matplotlib).")] = None,
@@ -85,6 +91,7 @@ def bench(
         max_tokens=max_tokens, model=model,
         metrics_url=None if no_metrics else metrics or metrics_url(candidate),
         timeout=timeout, retries=retries, api_key=read_api_key(api_key_env),
+        stream=stream,
     )
     if plot is not None:
         from dflash_guard.rollout.plot import check_plot_target

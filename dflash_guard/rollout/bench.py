@@ -6,7 +6,8 @@ the candidate's tau over the tier from its Prometheus counters (`endpoint/metric
 speedup per tier is candidate tokens/s over baseline tokens/s; the crossover is the first tier
 where it falls below 1 (speculation stops paying: "disable it for throughput-shaped traffic").
 Requests go through the endpoint diff's client (timeouts, retries on 429/503); each tier is
-bounded by `--requests` per endpoint or by `--duration` seconds.
+bounded by `--requests` per endpoint or by `--duration` seconds. With `--stream` the answers are
+streamed and the time to the first token (TTFT) is reported too.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class BenchOptions:
     timeout: float = DEFAULT_TIMEOUT_S
     retries: int = DEFAULT_RETRIES
     api_key: str | None = None
+    stream: bool = False  # stream the answers, to time the first token (TTFT)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class TierRun:
     tokens_per_s: float
     latency_p50_s: float
     latency_p95_s: float
+    ttft_p50_s: float | None = None  # time to first token, when streamed
+    ttft_p95_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,24 +132,45 @@ class _Endpoint:
                                        retries=options.retries, pool_size=max(options.tiers))
         self.model = options.model or self.client.first_model()
         self.max_tokens = options.max_tokens
+        self.stream = options.stream
 
-    def request(self, prompt: PromptSpec) -> tuple[float, int]:
-        """Seconds and output tokens of one greedy completion of `prompt`."""
-        body = {
+    def request(self, prompt: PromptSpec) -> tuple[float, int, float | None]:
+        """Seconds, output tokens and (streamed) seconds to the first token of one greedy
+        completion of `prompt`."""
+        body: dict[str, Any] = {
             "model": self.model,
             "prompt": list(prompt.prompt) if isinstance(prompt.prompt, tuple) else prompt.prompt,
             "max_tokens": min(prompt.max_new_tokens or self.max_tokens, self.max_tokens),
             "temperature": 0,
         }
         started = time.perf_counter()
+        if self.stream:
+            return self._streamed(body, started)
         payload = self.client.request_json("POST", self.client.url, body)
         seconds = time.perf_counter() - started
+        return seconds, self._usage_tokens(payload), None
+
+    def _streamed(self, body: dict[str, Any], started: float) -> tuple[float, int, float | None]:
+        """A streamed request: the first chunk with text is the first token; the output tokens
+        are the final usage's (`stream_options.include_usage`), else one per text chunk."""
+        body["stream_options"] = {"include_usage": True}
+        first, chunks, usage = None, 0, None
+        for event in self.client.stream_events(self.client.url, body):
+            choices = event.get("choices") if isinstance(event, dict) else None
+            if choices and isinstance(choices[0], dict) and choices[0].get("text"):
+                first = time.perf_counter() - started if first is None else first
+                chunks += 1
+            if isinstance(event, dict) and event.get("usage"):
+                usage = self._usage_tokens(event)
+        return time.perf_counter() - started, chunks if usage is None else usage, first
+
+    def _usage_tokens(self, payload: Any) -> int:
         tokens = (payload.get("usage") or {}).get("completion_tokens") \
             if isinstance(payload, dict) else None
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise EndpointError(f"{self.client.name} endpoint {self.client.shown_url}: the answer "
                                 "reports no usage.completion_tokens")
-        return seconds, tokens
+        return tokens
 
     def run_tier(self, concurrency: int, options: BenchOptions) -> TierRun:
         """`concurrency` workers sending the prompt mix until the tier's budget is spent."""
@@ -171,11 +196,14 @@ class _Endpoint:
             for future in [pool.submit(worker) for _ in range(concurrency)]:
                 future.result()
         seconds = time.perf_counter() - started
-        latencies = sorted(s for s, _ in done)
-        tokens = sum(t for _, t in done)
+        latencies = sorted(s for s, _, _ in done)
+        firsts = sorted(f for _, _, f in done if f is not None)
+        tokens = sum(t for _, t, _ in done)
         return TierRun(len(done), tokens, round(seconds, 4),
                        round(tokens / seconds, 3) if seconds > 0 else 0.0,
-                       round(percentile(latencies, 50), 4), round(percentile(latencies, 95), 4))
+                       round(percentile(latencies, 50), 4), round(percentile(latencies, 95), 4),
+                       round(percentile(firsts, 50), 4) if firsts else None,
+                       round(percentile(firsts, 95), 4) if firsts else None)
 
 
 def run_bench(options: BenchOptions) -> BenchReport:

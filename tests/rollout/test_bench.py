@@ -96,3 +96,46 @@ def test_bench_by_duration_and_table(cli, servers):
     assert result.exit_code == 0, result.stderr
     assert "speculation per concurrency tier" in result.stdout
     assert "n/a" in result.stdout  # no tau without metrics
+
+
+def streaming_app(usage: bool):
+    """A fake engine that streams four one-token chunks (and the usage, when `usage`), and
+    refuses a request that does not ask to stream."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def completions(request: Request):
+        body = await request.json()
+        if body.get("stream") is not True:
+            return JSONResponse({"error": "this fake only streams"}, status_code=400)
+
+        async def events():
+            for piece in ("a", "b", "c", "d"):
+                yield f"data: {json.dumps({'choices': [{'text': piece}]})}\n\n"
+            if usage:
+                yield f"data: {json.dumps({'choices': [], 'usage': {'completion_tokens': 7}})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+
+
+def test_stream_reports_time_to_first_token(cli):
+    from tests.support.endpoint_fakes import serve
+
+    with serve(streaming_app(usage=False)) as baseline, serve(streaming_app(usage=True)) as spec:
+        args = ("bench", "--baseline", baseline, "--candidate", spec, "--model", "m",
+                "--concurrency", "1,2", "--requests", "3", "--no-metrics")
+        streamed = cli(*args, "--stream", "--format", "json")
+        refused = cli(*args)
+    assert streamed.exit_code == 0, streamed.stderr
+    for tier in json.loads(streamed.stdout)["tiers"]:
+        assert tier["baseline"]["output_tokens"] == 3 * 4  # one token per text chunk
+        assert tier["candidate"]["output_tokens"] == 3 * 7  # the streamed usage
+        for side in ("baseline", "candidate"):
+            assert 0 < tier[side]["ttft_p50_s"] <= tier[side]["ttft_p95_s"]
+            assert tier[side]["ttft_p50_s"] <= tier[side]["latency_p95_s"]
+    assert refused.exit_code == 2 and "HTTP 400" in refused.stderr
