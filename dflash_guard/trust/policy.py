@@ -12,6 +12,10 @@ refusing an empty list of policies.
 
 The three shipped policies live in `dflash_guard/policies/` (package data, so an installed
 package has them); the repository's top-level `policies/` is a link to that folder.
+
+The module is over 450 lines on purpose: it is the policy's schema, and each section's frozen
+type sits next to the few lines that read and check it, so a reader sees a field's meaning and its
+validation together; split apart, the two halves would drift.
 """
 
 from __future__ import annotations
