@@ -29,6 +29,8 @@ COMMAND_MODULES = {
     "gate": "gate_cmd",
     "audit": "audit_cmd",
     "advisory": "advisory_cmd",
+    "monitor": "monitor_cmd",
+    "bench": "bench_cmd",
 }
 
 

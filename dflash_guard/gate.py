@@ -524,6 +524,46 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
             Learned(record={"endpoint_diff": summary}))
 
 
+def check_rollout(inputs: GateInputs) -> Checked:
+    """Bench the endpoint diff's engines at the policy's expected concurrency: speculation
+    slower than `min_speedup` times the baseline refuses, with the numbers."""
+    from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+    from dflash_guard.lossless.endpoint import EndpointError
+    from dflash_guard.lossless.prompts import read_prompts
+    from dflash_guard.rollout.bench import BenchOptions, run_bench
+
+    rules, endpoints = inputs.policy.rollout, inputs.endpoints
+    if rules is None:
+        return Outcome.skipped("not configured (the policy has no rollout section)"), NOTHING
+    if endpoints is None:
+        return Outcome.refused("the rollout section needs two engines to bench: "
+                               "difftest.endpoints, or --baseline and --candidate"), NOTHING
+    tier = rules.expected_concurrency
+    try:
+        report = run_bench(BenchOptions(
+            endpoints.baseline, endpoints.candidate,
+            tuple(read_prompts(Path(endpoints.prompts) if endpoints.prompts else DEFAULT_PROMPTS)),
+            tiers=(tier,), requests=rules.requests, max_tokens=endpoints.max_new_tokens,
+            model=endpoints.model, timeout=endpoints.timeout_s,
+            metrics_url=metrics_url(endpoints.candidate) if endpoints.metrics else None,
+            api_key=os.environ[endpoints.api_key_env].strip() if endpoints.api_key_env else None,
+        ))
+    except EndpointError as error:
+        return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), NOTHING
+    result = report.tiers[0]
+    figures = (f"speedup {result.speedup:.2f}x at concurrency {tier} (baseline "
+               f"{result.baseline.tokens_per_s:.1f} tok/s, candidate "
+               f"{result.candidate.tokens_per_s:.1f} tok/s)")
+    if result.speedup < rules.min_speedup:
+        return Outcome.refused(f"{figures} is below the policy's min_speedup "
+                               f"{rules.min_speedup:g}: speculation does not pay at the expected "
+                               "load"), NOTHING
+    summary = {"expectedConcurrency": tier, "minSpeedup": rules.min_speedup,
+               **report.to_json()["tiers"][0]}
+    return (Outcome.passed(f"{figures} >= {rules.min_speedup:g}"),
+            Learned(record={"rollout": summary}))
+
+
 def metrics_url(candidate: str) -> str:
     """The candidate server's Prometheus endpoint: `/metrics` at its origin (vLLM, SGLang)."""
     parts = urlsplit(candidate)
@@ -574,6 +614,7 @@ CHECKS = (
     GateCheck("model signatures", check_model_signatures),
     GateCheck("difftest", check_difftest),
     GateCheck("endpoint diff", check_endpoint_diff),
+    GateCheck("rollout", check_rollout),
 )
 STEPS = tuple(check.name for check in CHECKS)
 

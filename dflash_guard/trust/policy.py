@@ -164,6 +164,16 @@ class EndpointRules:
 
 
 @dataclasses.dataclass(frozen=True)
+class RolloutRules:
+    """The `rollout` section: the gate benches the endpoint diff's two engines at the expected
+    concurrency and refuses when speculation is not at least `min_speedup` times as fast."""
+
+    expected_concurrency: int
+    min_speedup: float
+    requests: int | None = None  # per endpoint; None: the bench's default for the tier
+
+
+@dataclasses.dataclass(frozen=True)
 class AdvisoryRules:
     """The `advisories` section: which OSV feeds the gate audits the lock against, who may sign
     them, whether an unsigned feed is acceptable, the severity that refuses and the maximum age
@@ -207,6 +217,7 @@ class Policy:
     # (`difftest --reference --record`), checked against the lock by the gate
     gguf_comparison_records: tuple[Path, ...] = ()
     advisories: AdvisoryRules | None = None  # None: the gate runs no advisory audit
+    rollout: RolloutRules | None = None  # None: the gate runs no concurrency benchmark
 
     def tier_of(self, source: str, repo: str | None) -> str:
         """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
@@ -430,10 +441,25 @@ def _advisory_rules(field: Field, base: Path) -> AdvisoryRules:
     )
 
 
+ROLLOUT_FIELDS = ("expected_concurrency", "min_speedup", "requests")
+
+
+def _rollout_rules(field: Field) -> RolloutRules:
+    """`rollout`: the expected concurrency and the minimum speedup are required."""
+    f = field.mapping(ROLLOUT_FIELDS, ROLLOUT_FIELDS[:2])
+    return RolloutRules(
+        expected_concurrency=f["expected_concurrency"].typed(int, lambda v: v > 0,
+                                                             "an integer > 0"),
+        min_speedup=float(f["min_speedup"].typed((int, float), lambda v: v > 0, "a number > 0")),
+        requests=(f["requests"].typed(int, lambda v: v > 0, "an integer > 0")
+                  if "requests" in f else None),
+    )
+
+
 TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "tiers", "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
-    "gguf_comparisons", "waivers", "advisories",
+    "gguf_comparisons", "waivers", "advisories", "rollout",
 )
 OPTIONAL_LISTS = ("reviewed_code", "staging_approvals", "gguf_comparisons", "waivers")
 REQUIRED = (
@@ -566,6 +592,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         document=raw,
         gguf_comparison_records=tuple(records),
         advisories=_advisory_rules(f["advisories"], base) if "advisories" in f else None,
+        rollout=_rollout_rules(f["rollout"]) if "rollout" in f else None,
     )
 
 

@@ -85,6 +85,7 @@ def approval_statement(
     waivers_used: Sequence[str] = (),
     endpoint_diff: Mapping[str, Any] | None = None,
     advisories: Mapping[str, Any] | None = None,
+    rollout: Mapping[str, Any] | None = None,
     time: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """The approval record as an in-toto Statement v1 (a dict ready for JSON); `endpoint_diff`
@@ -136,6 +137,8 @@ def approval_statement(
         "endpointDiff": dict(endpoint_diff) if endpoint_diff is not None else None,
         "waivers": list(waivers_used),
         "advisories": dict(advisories) if advisories is not None else None,
+        # the concurrency benchmark's numbers, only under a policy with a `rollout` section
+        **({"rollout": dict(rollout)} if rollout is not None else {}),
     }
     return Statement(tuple(subjects), PREDICATE_TYPE, predicate).to_json()
 

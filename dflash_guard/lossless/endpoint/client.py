@@ -13,6 +13,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlsplit, urlunsplit
@@ -225,6 +226,30 @@ class CompletionClient:
             return parse_completion(payload)
         except ValueError as error:
             raise self._fail(f"malformed completion for prompt {prompt.id!r}: {error}") from None
+
+    def stream_events(self, url: str, body: dict[str, Any]) -> Iterator[Any]:
+        """POST `body` with `stream: true` and yield the JSON of each server-sent `data:` event
+        until `[DONE]` (no retries: a stream is timed from its first byte)."""
+        try:
+            with self._http.stream("POST", url, json={**body, "stream": True}) as response:
+                if response.status_code != 200:
+                    response.read()
+                    snippet = response.text[:200].replace("\n", " ")
+                    raise self._fail(f"HTTP {response.status_code}: {snippet}", url)
+                for line in response.iter_lines():
+                    data = line.removeprefix("data:").strip() if line.startswith("data:") else ""
+                    if data == "[DONE]":
+                        return
+                    if data:
+                        try:
+                            yield json.loads(data)
+                        except json.JSONDecodeError:
+                            raise self._fail(f"streamed malformed JSON: {data[:80]!r}",
+                                             url) from None
+        except httpx2.TimeoutException:
+            raise self._fail(f"no answer within {self.timeout:g} s", url) from None
+        except httpx2.TransportError as error:
+            raise self._fail(f"unreachable ({type(error).__name__}: {error})", url) from None
 
 
 def _retry_after(response: httpx2.Response) -> float | None:

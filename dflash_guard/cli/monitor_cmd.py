@@ -1,0 +1,88 @@
+"""`dflash-guard monitor`: watch a live engine's speculative acceptance (tau) for silent drops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dflash_guard.cli.common import OutputFormat, stdout
+from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S, CompletionClient
+from dflash_guard.rollout.monitor import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_DROP_PCT,
+    DEFAULT_MIN_TAU,
+    IntervalReading,
+    MonitorOptions,
+    baseline_from_approval,
+    json_line,
+    watch,
+)
+
+
+def _text_line(reading: IntervalReading) -> str:
+    tau = "n/a (nothing drafted)" if reading.tau is None else f"{reading.tau:.2f}"
+    rate = "" if reading.acceptance_rate is None else f", acceptance {reading.acceptance_rate:.0%}"
+    reset = " (counters reset)" if reading.reset else ""
+    verdict = "; ".join(f"ALARM {a.kind}: {a.message}" for a in reading.alarms) or "ok"
+    return f"{reading.source} over {reading.seconds:g} s: tau {tau}{rate}{reset} - {verdict}"
+
+
+def monitor(
+    metrics: Annotated[str, typer.Option(
+        "--metrics", help="The engine's Prometheus endpoint, e.g. http://host:8000/metrics.")],
+    interval: Annotated[float, typer.Option(
+        "--interval", min=0.0, help="Seconds between scrapes (one interval).")
+    ] = DEFAULT_INTERVAL_S,
+    min_tau: Annotated[float, typer.Option(
+        "--min-tau", min=1.0, help="Alarm when an interval's tau falls below this (collapse).")
+    ] = DEFAULT_MIN_TAU,
+    max_drop: Annotated[float, typer.Option(
+        "--max-drop", min=0.0, max=100.0,
+        help="Alarm when tau falls more than this percentage below the baseline.")
+    ] = DEFAULT_MAX_DROP_PCT,
+    baseline_tau: Annotated[float | None, typer.Option(
+        "--baseline-tau", min=1.0, help="The expected tau (instead of --record).")] = None,
+    record: Annotated[Path | None, typer.Option(
+        "--record", help="An approval record from `gate`: its difftest tau is the baseline.")
+    ] = None,
+    once: Annotated[bool, typer.Option(
+        "--once", help="Watch one interval, then exit (1 on an alarm): for cron or CI.")
+    ] = False,
+    intervals: Annotated[int | None, typer.Option(
+        "--intervals", min=1, help="Stop after this many intervals (default: run until stopped).")
+    ] = None,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", min=0.001, help="Per-scrape timeout in seconds.")] = DEFAULT_TIMEOUT_S,
+    output_format: Annotated[OutputFormat, typer.Option(
+        "--format", help="text, or json: one JSON line per interval for log shippers.")
+    ] = OutputFormat.text,
+) -> None:
+    """Scrape an engine's metrics and alarm on collapsed, dropped or 100% acceptance.
+
+    Exits 1 when any watched interval raised an alarm (with --once or --intervals).
+
+    Example: dflash-guard monitor --metrics http://127.0.0.1:8000/metrics --record app.json --once
+    """
+    if baseline_tau is not None and record is not None:
+        raise InputError("give either --baseline-tau or --record, not both")
+    if record is not None:
+        baseline_tau = baseline_from_approval(record)
+    options = MonitorOptions(metrics, interval, min_tau, max_drop, baseline_tau)
+    alarmed = False
+    with CompletionClient("metrics", metrics, timeout=timeout) as client:
+        for reading in watch(options, lambda: client.get_text(metrics),
+                             intervals=1 if once else intervals):
+            alarmed = alarmed or bool(reading.alarms)
+            if output_format is OutputFormat.json:
+                print(json_line(reading), flush=True)
+            else:
+                stdout.print(_text_line(reading), highlight=False, markup=False)
+    raise typer.Exit(EXIT_FINDING if alarmed else EXIT_OK)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `monitor` to `app`."""
+    app.command("monitor")(monitor)

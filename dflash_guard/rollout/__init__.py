@@ -1,0 +1,2 @@
+"""Rollout checks against live engines: acceptance monitoring (`monitor`) and concurrency-tier
+benchmarks (`bench`)."""

@@ -1,0 +1,155 @@
+"""`dflash-guard monitor` against a fake metrics server that replays scripted counter series:
+one series per failure (collapse, drop, leakage) alarms, a healthy one (and a counter reset)
+stays quiet."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from dflash_guard.trust.intoto import Statement, Subject
+from dflash_guard.trust.provenance import PREDICATE_TYPE
+from tests.support.endpoint_fakes import serve
+
+
+def counters(drafts: int, drafted: int, accepted: int, prefix: str = "llamacpp") -> str:
+    """A Prometheus page with an engine's speculative-decoding counters."""
+    return (f"# TYPE {prefix}:spec_decode_num_drafts_total counter\n"
+            f"{prefix}:spec_decode_num_drafts_total {drafts}\n"
+            f"{prefix}:spec_decode_num_draft_tokens_total {drafted}\n"
+            f'{prefix}:spec_decode_num_accepted_tokens_total{{model="m"}} {accepted}\n')
+
+
+# name -> the pages served one after another (the last one repeats)
+SERIES = {
+    "healthy": [counters(0, 0, 0), counters(100, 1500, 400)],  # tau 5.0
+    "reset": [counters(1000, 15000, 4000), counters(100, 1500, 400)],  # restarted: tau 5.0
+    "idle": [counters(10, 150, 40), counters(10, 150, 40)],  # nothing drafted: no verdict
+    "collapse": [counters(0, 0, 0), counters(100, 1500, 2)],  # tau 1.02
+    "drop": [counters(0, 0, 0), counters(100, 1500, 200)],  # tau 3.0 against 5.0
+    "leakage": [counters(0, 0, 0), counters(100, 1500, 1500)],  # every token accepted
+    "vllm-healthy": [counters(0, 0, 0, "vllm"), counters(50, 750, 200, "vllm")],
+    "sglang-collapse": ["sglang:spec_accept_length 1.01\n"] * 2,
+    "no-counters": ["process_cpu_seconds_total 3\n"] * 2,
+}
+
+
+@contextmanager
+def replaying(pages: list[str]) -> Iterator[str]:
+    """A metrics server answering `pages` in order; yields its `/metrics` URL."""
+    served = iter(pages)
+    last = [pages[0]]
+
+    async def metrics(_request):
+        last[0] = next(served, last[0])
+        return PlainTextResponse(last[0])
+
+    with serve(Starlette(routes=[Route("/metrics", metrics)])) as base:
+        yield base + "/metrics"
+
+
+def monitor(cli, series: str, *extra: str):
+    with replaying(SERIES[series]) as url:
+        return cli("monitor", "--metrics", url, "--interval", "0", "--once",
+                   "--baseline-tau", "5", "--format", "json", *extra)
+
+
+@pytest.mark.parametrize("series", ["healthy", "reset", "idle", "vllm-healthy"])
+def test_quiet_on_healthy_series(cli, series):
+    result = monitor(cli, series)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    reading = json.loads(result.stdout)
+    assert reading["alarm"] is False and reading["alarms"] == []
+    assert reading["reset"] is (series == "reset")
+    if series != "idle":
+        assert reading["tau"] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize(("series", "kind"), [
+    ("collapse", "collapse"), ("drop", "drop"), ("leakage", "leakage"),
+    ("sglang-collapse", "collapse"),
+])
+def test_alarms_on_each_failure_series(cli, series, kind):
+    result = monitor(cli, series)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    reading = json.loads(result.stdout)
+    assert reading["alarm"] is True
+    assert kind in {a["kind"] for a in reading["alarms"]}
+
+
+def test_drop_threshold_is_honoured(cli):
+    assert monitor(cli, "drop", "--max-drop", "50").exit_code == 0  # 40% < 50%
+    assert monitor(cli, "drop", "--max-drop", "30").exit_code == 1
+
+
+def test_several_intervals_one_line_each(cli):
+    pages = [counters(0, 0, 0), counters(100, 1500, 400), counters(200, 3000, 402)]
+    with replaying(pages) as url:
+        result = cli("monitor", "--metrics", url, "--interval", "0", "--intervals", "2",
+                     "--format", "json")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [bool(r["alarms"]) for r in lines] == [False, True]
+    assert result.exit_code == 1
+
+
+def test_text_output_names_the_alarm(cli):
+    with replaying(SERIES["leakage"]) as url:
+        result = cli("monitor", "--metrics", url, "--interval", "0", "--once")
+    assert result.exit_code == 1
+    assert "ALARM leakage" in result.stdout
+
+
+def test_baseline_from_the_approval_record(cli, tmp_path):
+    record = tmp_path / "approval.json"
+    statement = Statement((Subject("target", {"sha256": "0" * 64}),), PREDICATE_TYPE,
+                          {"acceptanceLength": 6.0})
+    record.write_bytes(statement.dumps())
+    with replaying(SERIES["healthy"]) as url:  # tau 5.0 is 17% below 6.0
+        loose = cli("monitor", "--metrics", url, "--interval", "0", "--once", "--record", record)
+    with replaying(SERIES["healthy"]) as url:
+        strict = cli("monitor", "--metrics", url, "--interval", "0", "--once", "--record", record,
+                     "--max-drop", "10")
+    assert loose.exit_code == 0, loose.stderr
+    assert strict.exit_code == 1 and "ALARM drop" in strict.stdout
+
+
+@pytest.mark.parametrize("case", ["no-counters", "unreachable", "both-baselines"])
+def test_input_errors_exit_2(cli, tmp_path, case):
+    if case == "no-counters":
+        result = monitor(cli, "no-counters")
+        assert "no speculative-decoding counters" in result.stderr
+    elif case == "unreachable":
+        result = cli("monitor", "--metrics", "http://127.0.0.1:9/metrics", "--interval", "0",
+                     "--once", "--timeout", "2")
+        assert "unreachable" in result.stderr
+    else:
+        result = monitor(cli, "healthy", "--record", tmp_path / "approval.json")
+    assert result.exit_code == 2
+    assert "Traceback" not in result.stderr
+
+
+def test_example_alert_rules_compute_the_same_ratio():
+    """The shipped Prometheus rules use the counters and thresholds `monitor` uses."""
+    from pathlib import Path
+
+    import yaml
+
+    from dflash_guard.lossless.endpoint.metrics import ACCEPTED, COUNTER_PREFIXES, DRAFTS
+    from dflash_guard.rollout.monitor import DEFAULT_MAX_DROP_PCT, DEFAULT_MIN_TAU, LEAKAGE_RATE
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "prometheus-dflash-alerts.yml"
+    rules = yaml.safe_load(path.read_text())["groups"][0]["rules"]
+    taus = [r["expr"] for r in rules if r.get("record") == "dflash:spec_decode_tau:rate5m"]
+    assert {p for p in COUNTER_PREFIXES if any(
+        f"1 + rate({p}:{ACCEPTED}_total[5m]) / rate({p}:{DRAFTS}_total[5m])"
+        in " ".join(e.split()) for e in taus)} == set(COUNTER_PREFIXES)
+    alerts = {r["alert"]: " ".join(r["expr"].split()) for r in rules if "alert" in r}
+    assert alerts["DFlashAcceptanceCollapsed"].endswith(f"< {DEFAULT_MIN_TAU}")
+    assert f"(1 - {DEFAULT_MAX_DROP_PCT:g} / 100)" in alerts["DFlashAcceptanceDropped"]
+    assert alerts["DFlashAcceptanceTooPerfect"].endswith(f">= {LEAKAGE_RATE}")
