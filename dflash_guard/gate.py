@@ -57,6 +57,7 @@ from dflash_guard.trust.signing import (
     verify_lockfile_signature,
     verify_model_signatures,
 )
+from kernels_ref.faults import Fault  # torch-free
 
 PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)|^(pr|#)[-/#]?\d+$",
                         re.IGNORECASE)
@@ -99,7 +100,7 @@ class GateOptions:
     trust_root: Path | None = None  # Sigstore trusted root: verify offline
     download: bool = False  # fetch artifacts missing from the HF cache at the pinned commit
     device: str = "cpu"
-    inject: str | None = None  # a planted difftest fault (demonstrations)
+    inject: Fault | None = None  # a planted difftest fault (demonstrations)
     endpoints: EndpointOverrides = EndpointOverrides()
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # advisory audit:
     # a locked engine (or Hub repo) -> a local git clone, so GIT ranges are decided over it
@@ -154,7 +155,7 @@ class GateInputs:
     trust_root: Path | None
     download: bool
     device: str
-    inject: str | None
+    inject: Fault | None
     endpoints: EndpointRules | None
     lock: Lockfile | None = None
     locations: Mapping[str, Path] = dataclasses.field(default_factory=dict)
@@ -427,14 +428,13 @@ def check_model_signatures(inputs: GateInputs) -> Checked:
 def check_difftest(inputs: GateInputs) -> Checked:
     from dflash_guard.lossless.local import run_difftest
     from dflash_guard.lossless.options import LocalOptions
-    from dflash_guard.lossless.reference import parse_fault
 
     rules = inputs.policy.difftest
     report = run_difftest(LocalOptions(
         inputs.locations["target"], inputs.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
         max_new_tokens=rules.max_new_tokens, device=inputs.device,
-        inject=parse_fault(inputs.inject),
+        inject=inputs.inject,
     ))
     near_ties = [d for d in report.divergences
                  if d.divergence.margin is not None

@@ -22,6 +22,7 @@ from dflash_guard.gate import (
     GateResult,
     run_gate,
 )
+from dflash_guard.lossless.reference import parse_fault
 
 
 def render(result: GateResult) -> None:
@@ -93,7 +94,7 @@ def gate(
     result = run_gate(GateOptions(
         lock_path, policy, parse_roots(root or []), out=out,
         signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),
-        trust_root=trust_root, download=download, device=device, inject=inject,
+        trust_root=trust_root, download=download, device=device, inject=parse_fault(inject),
         endpoints=EndpointOverrides(baseline, candidate),
         engine_repos=parse_clones(engine_repo or []),
     ))

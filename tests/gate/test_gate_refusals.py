@@ -12,6 +12,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.gate import ApprovalSigning, GateOptions, is_pr_head, is_release, run_gate
 from dflash_guard.pins.lockfile import Engine
 from dflash_guard.trust.signing import sign_with_key
+from kernels_ref.faults import Fault
 from tests.support.trust import (
     DEFAULT_POLICY,
     REPO,
@@ -236,7 +237,7 @@ def test_gate_refuses_model_signature_over_other_bytes(tmp_path, pair):
 
 
 def test_gate_refuses_failing_difftest(tmp_path, pair):
-    result = _gate(tmp_path, pair, pair.lock, inject="accept-off-by-one")
+    result = _gate(tmp_path, pair, pair.lock, inject=Fault.ACCEPT_OFF_BY_ONE)
     assert "diverge from the target's greedy output" in _refused_at(result, "difftest")
     assert not (tmp_path / "approval.json").exists()
 
