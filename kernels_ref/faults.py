@@ -13,6 +13,7 @@ from kernels_ref.errors import RunnerError
 GREEDY = "greedy"  # planted in the greedy draft-verify loop
 SAMPLER = "sampler"  # planted in the rejection sampler
 SAMPLED_DRAFT = "sampled-draft"  # in the rejection sampler, and only with a sampled draft
+SERVE = "serve"  # in `kernels_ref.serve`'s request handling: shows only across requests
 
 
 class Fault(StrEnum):
@@ -59,6 +60,11 @@ class Fault(StrEnum):
         "resample-from-p", SAMPLER,
         "after a rejection, resample from p instead of normalised max(0, p - q)",
     )
+    PREFIX_CACHE_FIRST_BLOCK = (
+        "prefix-cache-first-block", SERVE,
+        "the prefix cache matches an entry by its first 16-token block only and reuses the "
+        "entry's whole prompt: a request decodes another tenant's prompt that opened alike",
+    )
 
     where: str
     description: str
@@ -83,12 +89,17 @@ class Fault(StrEnum):
     @property
     def sampling(self) -> bool:
         """Planted in the rejection sampler."""
-        return self.where != GREEDY
+        return self.where in (SAMPLER, SAMPLED_DRAFT)
 
     @property
     def runner(self) -> bool:
         """The KV-cached runner can show it (it drafts greedily: no drafting random numbers)."""
-        return self.where != SAMPLED_DRAFT
+        return self.where in (GREEDY, SAMPLER)
+
+    @property
+    def serve_only(self) -> bool:
+        """Planted in `kernels_ref.serve` between requests (one decode alone never shows it)."""
+        return self.where == SERVE
 
     @classmethod
     def parse(cls, name: str) -> Fault:

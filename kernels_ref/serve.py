@@ -54,9 +54,10 @@ from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 MAX_LOGPROBS = 20
 # Greedy-loop faults, and the sampler faults a greedy-drafting loop can show (not the reuse of
-# drafting random numbers: the runner's drafter draws none).
-SERVABLE_FAULTS = tuple(fault for fault in Fault if fault.runner)
+# drafting random numbers: the runner's drafter draws none), and the faults of this server itself.
+SERVABLE_FAULTS = tuple(fault for fault in Fault if fault.runner or fault.serve_only)
 DEFAULT_MAX_TOKENS = 16
+PREFIX_BLOCK = 16  # tokens per prefix-cache block (vLLM's default block size)
 
 
 class RequestError(ValueError):
@@ -90,7 +91,7 @@ class ReferenceEngine:
     ) -> None:
         if inject is not None and drafter_dir is None:
             raise ValueError("--inject plants a bug in the speculative path: it needs --drafter")
-        if inject is not None and not inject.runner:
+        if inject is not None and not (inject.runner or inject.serve_only):
             raise ValueError(f"{inject} needs a sampled draft; this runner drafts greedily")
         self.target: Target = load_target(target_dir, device, dtype)
         self.drafter: Drafter | None = (
@@ -101,7 +102,8 @@ class ReferenceEngine:
         self.eos = eos_token_ids(target_dir)
         self.name = model_name or target_dir.resolve().name
         self.counters = SpecCounters()
-        self._lock = threading.Lock()  # counters only; forwards run concurrently
+        self._lock = threading.Lock()  # counters and prefix cache; forwards run concurrently
+        self._prefix_cache: dict[tuple[int, ...], list[int]] = {}  # only with the planted fault
 
     # ------------------------------------------------------------------ request handling
 
@@ -200,11 +202,26 @@ class ReferenceEngine:
         # A fault lives in one decoding: greedy-loop faults show in greedy requests only,
         # sampler faults in sampled ones.
         fault = self.inject
+        if fault is Fault.PREFIX_CACHE_FIRST_BLOCK:
+            prompt, fault = self._faulty_prefix_cache(prompt), None
         if fault is not None and fault.greedy != params.greedy:
             fault = None
         return generate(self.target, self.drafter, prompt, max_new_tokens=max_tokens,
                         stop_ids=stops, inject=fault, sampling=params,
                         seed=secrets.randbits(63) if seed is None else seed)
+
+    def _faulty_prefix_cache(self, prompt: list[int]) -> list[int]:
+        """The planted prefix-cache bug: an entry is found by the prompt's first block alone and
+        its whole cached prompt is reused, so a prompt that opens like an earlier request's is
+        decoded as that request's prompt (plus its own tokens past it). A request alone, or
+        after requests that open differently, is decoded right: only another tenant shows it."""
+        if len(prompt) < PREFIX_BLOCK:
+            return prompt
+        key = tuple(prompt[:PREFIX_BLOCK])
+        with self._lock:
+            cached = self._prefix_cache.get(key, prompt)
+            self._prefix_cache[key] = prompt
+        return cached + prompt[len(cached):]
 
     def _count(self, prompt_tokens: int, generation: Generation) -> None:
         with self._lock:

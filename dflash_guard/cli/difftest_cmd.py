@@ -1,7 +1,7 @@
-"""`dflash-guard difftest`: speculative output must equal the target's own (four modes).
+"""`dflash-guard difftest`: speculative output must equal the target's own (five modes).
 
-Just over 450 lines: the four modes share one command whose signature lists every flag, and
-each mode's renderer sits next to it.
+Over 450 lines: the five modes share one command whose signature lists every flag, and each
+mode's renderer sits next to it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dflash_guard.lossless.endpoint import (
     read_api_key,
     run_endpoint_diff,
 )
+from dflash_guard.lossless.isolation import IsolationOptions, IsolationReport, run_isolation_diff
 from dflash_guard.lossless.options import LocalOptions, ReferenceOptions, SampledOptions
 from dflash_guard.lossless.prompts import read_prompts
 from dflash_guard.lossless.reference import parse_fault
@@ -132,6 +133,29 @@ def render_endpoint(report: EndpointDiffReport) -> None:
     stdout.print(f"verdict: {verdict}")
 
 
+def render_isolation(report: IsolationReport) -> None:
+    """Print the isolation diff: each prompt whose concurrent output left its solo run, verdict."""
+    stdout.print(f"candidate {report.candidate}: {len(report.results)} prompts alone, then among "
+                 f"{report.tenants} prefix-sharing tenants at concurrency {report.concurrency}",
+                 highlight=False)
+    for r in report.results:
+        d = r.divergence
+        if d is None:
+            continue
+        margin = "" if d.margin is None else f", solo top-2 margin {d.margin:.4f}"
+        stdout.print(f"[{'yellow' if d.near_tie else 'red'}]{r.status}[/] {r.prompt_id}: first "
+                     f"at generated token {d.position}: alone {_token(d.reference_token)}, "
+                     f"among tenants {_token(d.candidate_token)}{margin}", highlight=False)
+    hard, ties = len(report.hard_divergences), len(report.near_ties)
+    if report.identical:
+        verdict = "[green]identical[/]: no output depends on another request"
+    elif report.passed:
+        verdict = f"[yellow]{ties} near-tie(s)[/], no hard divergence"
+    else:
+        verdict = f"[red]NOT ISOLATED[/]: {hard} hard, {ties} near-tie(s)"
+    stdout.print(f"verdict: {verdict}")
+
+
 def render_reference(report: ReferenceDiffReport) -> None:
     """Print the engine-vs-reference diff: a refusal, or each divergence, then the verdict."""
     stdout.print(f"reference {report.target} (kernels_ref)  vs  engine {report.candidate}",
@@ -198,12 +222,13 @@ def render_sampled(report: SampledReport) -> None:
 
 
 class Mode(StrEnum):
-    """The four kinds of diff test; each accepts only its own flags."""
+    """The five kinds of diff test; each accepts only its own flags."""
 
     local = "local"
     sampled = "sampled"
     endpoint = "endpoint"
     reference = "reference"
+    isolation = "isolation"
 
 
 COMMON_FLAGS = frozenset({"prompts", "output_format"})
@@ -219,6 +244,9 @@ MODE_FLAGS: dict[Mode, frozenset[str]] = {
     Mode.reference: COMMON_FLAGS | {"reference", "candidate", "gguf", "conversion", "record",
                                     "model", "max_new_tokens", "concurrency", "api_key_env",
                                     "metrics", "near_tie_margin", "timeout", "dtype"},
+    Mode.isolation: COMMON_FLAGS | {"isolation", "candidate", "model", "max_new_tokens",
+                                    "concurrency", "api_key_env", "near_tie_margin", "timeout",
+                                    "token_ids"},
 }
 
 
@@ -232,7 +260,9 @@ def _mode(ctx: typer.Context) -> Mode:
     """The mode the flags ask for; `InputError` for a flag that does not apply to it."""
     given = [param for param in ctx.command.params if param.name and _given(ctx, param.name)]
     names = {param.name for param in given}
-    if "reference" in names:
+    if "isolation" in names and ctx.params["isolation"]:
+        mode = Mode.isolation
+    elif "reference" in names:
         mode = Mode.reference
     elif names & {"baseline", "candidate"}:
         mode = Mode.endpoint
@@ -240,7 +270,7 @@ def _mode(ctx: typer.Context) -> Mode:
         mode = Mode.sampled
     else:
         mode = Mode.local
-    if mode is Mode.endpoint and "inject" in names:
+    if mode in (Mode.endpoint, Mode.isolation) and "inject" in names:
         raise InputError("--inject plants bugs in the reference runner: start "
                          "`python -m kernels_ref.serve --inject` for an endpoint")
     for param in given:
@@ -351,6 +381,12 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Write the GGUF comparison record (in-toto) here.",
                          rich_help_panel="Reference mode"),
         ] = None,
+        isolation: Annotated[
+            bool,
+            typer.Option("--isolation", help="Decode each prompt on --candidate alone, then among "
+                         "other tenants' concurrent, prefix-sharing requests: outputs must match.",
+                         rich_help_panel="Isolation mode"),
+        ] = False,
         sampled: Annotated[
             bool,
             typer.Option("--sampled", help="Check sampled decoding statistically (reference "
@@ -382,7 +418,8 @@ def register(app: typer.Typer) -> None:
         Local mode (--target, --drafter) runs the reference runner; endpoint mode (--baseline,
         --candidate) diffs two live OpenAI-compatible engines; reference mode (--reference,
         --candidate) diffs an engine against kernels_ref on the safetensors target (--record
-        writes the GGUF comparison record); --sampled checks sampled decoding statistically. A
+        writes the GGUF comparison record); --isolation --candidate checks that an engine's output
+        does not depend on its other requests; --sampled checks sampled decoding statistically. A
         flag of another mode is refused. Exit 0 identical (endpoint, reference: no hard
         divergence; sampled: no rejection), 1 divergence, a refused GGUF (or a warning with
         --fail-on-warning), 2 input or endpoint error.
@@ -390,6 +427,21 @@ def register(app: typer.Typer) -> None:
         Example: dflash-guard difftest --target demo-out/target --drafter demo-out/drafter
         """
         mode = _mode(ctx)
+        if mode is Mode.isolation:
+            if candidate is None:
+                raise InputError("isolation mode needs --candidate (the engine's URL)")
+            isolation_options = IsolationOptions(
+                candidate, model=model, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                concurrency=concurrency, api_key=read_api_key(api_key_env), timeout=timeout,
+                near_tie_margin=near_tie_margin, token_ids=token_ids,
+            )
+            isolation_report = run_isolation_diff(
+                isolation_options, read_prompts(prompts or DEFAULT_PROMPTS))
+            if output_format is OutputFormat.json:
+                print_json(isolation_report.to_json())
+            else:
+                render_isolation(isolation_report)
+            raise typer.Exit(EXIT_OK if isolation_report.passed else EXIT_FINDING)
         if mode is Mode.reference:
             assert reference is not None
             if candidate is None:

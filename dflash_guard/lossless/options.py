@@ -38,6 +38,9 @@ class LocalOptions:
     cuda_graphs: bool = False  # replay decode/verify/draft steps as CUDA graphs
 
     def __post_init__(self) -> None:
+        if self.inject is not None and self.inject.serve_only:
+            raise InputError(f"{self.inject} lives between requests in kernels_ref.serve: start "
+                             "`python -m kernels_ref.serve --inject` and use --isolation")
         if self.inject is not None and not self.inject.greedy:
             raise InputError(f"{self.inject} plants a sampler bug: use it with --sampled")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:

@@ -75,8 +75,10 @@ class Server:
 
 @contextlib.contextmanager
 def llama_server(binary: Path, target: Path, drafter: Path | None = None, *, slots: int = 1,
-                 draft_max: int = 7, context: int = 128) -> Iterator[Server]:
-    """`llama-server` on `target` (DFlash with `drafter`), on a free port; stopped on exit."""
+                 draft_max: int = 7, context: int = 128,
+                 extra: tuple[str, ...] = ()) -> Iterator[Server]:
+    """`llama-server` on `target` (DFlash with `drafter`), on a free port; stopped on exit;
+    `extra` arguments are appended to its command line."""
     port = free_port()
     command = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
                "-c", str(context * slots), "-np", str(slots), "-t", "1", "--metrics",
@@ -84,6 +86,7 @@ def llama_server(binary: Path, target: Path, drafter: Path | None = None, *, slo
     if drafter is not None:
         command += ["-md", str(drafter), "--spec-type", "draft-dflash",
                     "--spec-draft-n-max", str(draft_max)]
+    command += extra
     with tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log",
                                      delete=False) as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
