@@ -31,7 +31,7 @@ from dflash_guard.lossless.endpoint.compare import (
     compare_completions,
     result_json,
 )
-from dflash_guard.lossless.result import PromptResult, Status
+from dflash_guard.lossless.result import ClassifiedResults, PromptResult, Status
 from kernels_ref.prompts import PromptSpec
 
 SHARED_SHARE = 0.75  # the share of a prompt a tenant's request repeats before its own tail
@@ -65,7 +65,7 @@ class IsolationOptions:
 
 
 @dataclass(frozen=True)
-class IsolationReport:
+class IsolationReport(ClassifiedResults):
     """Each prompt's concurrent output against its solo run: hard divergences fail."""
 
     candidate: str
@@ -77,14 +77,6 @@ class IsolationReport:
     @property
     def identical(self) -> bool:
         return all(r.status is Status.identical for r in self.results)
-
-    @property
-    def hard_divergences(self) -> tuple[PromptResult, ...]:
-        return tuple(r for r in self.results if r.status is Status.hard)
-
-    @property
-    def near_ties(self) -> tuple[PromptResult, ...]:
-        return tuple(r for r in self.results if r.status is Status.near_tie)
 
     @property
     def passed(self) -> bool:

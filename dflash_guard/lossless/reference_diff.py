@@ -39,7 +39,7 @@ from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
 from dflash_guard.lossless.options import ReferenceOptions
 from dflash_guard.lossless.prompts import Prompt, load_prompts
 from dflash_guard.lossless.reference import runner_errors
-from dflash_guard.lossless.result import PromptResult, Status
+from dflash_guard.lossless.result import ClassifiedResults, PromptResult
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.trust.comparison import comparison_statement, read_conversion, write_comparison
 from kernels_ref.checkpoint import eos_token_ids
@@ -53,7 +53,7 @@ CONVERSION_SUFFIX = ".conversion.json"  # scripts/llamacpp.py writes it beside t
 
 
 @dataclass(frozen=True)
-class ReferenceDiffReport:
+class ReferenceDiffReport(ClassifiedResults):
     """The verdict of an engine-vs-reference diff, or the reason it was refused before one."""
 
     target: str
@@ -68,14 +68,6 @@ class ReferenceDiffReport:
     acceptance: AcceptanceFigures | None = None
     response_drafts: ResponseDrafts | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def hard_divergences(self) -> tuple[PromptResult, ...]:
-        return tuple(r for r in self.results if r.status is Status.hard)
-
-    @property
-    def near_ties(self) -> tuple[PromptResult, ...]:
-        return tuple(r for r in self.results if r.status is Status.near_tie)
 
     @property
     def identical(self) -> bool:

@@ -101,3 +101,18 @@ def first_difference(reference: Sequence[Any], candidate: Sequence[Any]) -> int 
 def token_at(tokens: Sequence[Token], position: int) -> Token | None:
     """`tokens[position]`, or None past the end (that decode had ended)."""
     return tokens[position] if position < len(tokens) else None
+
+
+class ClassifiedResults:
+    """A report's `results` by status: mixed into the endpoint, reference and isolation reports
+    (frozen dataclasses with a `results` field)."""
+
+    results: tuple[PromptResult, ...]
+
+    @property
+    def hard_divergences(self) -> tuple[PromptResult, ...]:
+        return tuple(r for r in self.results if r.status is Status.hard)
+
+    @property
+    def near_ties(self) -> tuple[PromptResult, ...]:
+        return tuple(r for r in self.results if r.status is Status.near_tie)

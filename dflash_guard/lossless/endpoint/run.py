@@ -28,7 +28,7 @@ from dflash_guard.lossless.endpoint.metrics import (
     acceptance_warnings,
     parse_prometheus,
 )
-from dflash_guard.lossless.result import PromptResult, Status
+from dflash_guard.lossless.result import ClassifiedResults, PromptResult, Status
 from kernels_ref.prompts import PromptSpec
 
 
@@ -62,7 +62,7 @@ class EndpointOptions:
 
 
 @dataclass(frozen=True)
-class EndpointDiffReport:
+class EndpointDiffReport(ClassifiedResults):
     """The verdict of an endpoint diff: hard divergences fail, near-ties are counted."""
 
     baseline: str
@@ -77,14 +77,6 @@ class EndpointDiffReport:
     def identical(self) -> bool:
         """Every prompt gave the same tokens on both endpoints."""
         return all(r.status is Status.identical for r in self.results)
-
-    @property
-    def hard_divergences(self) -> tuple[PromptResult, ...]:
-        return tuple(r for r in self.results if r.status is Status.hard)
-
-    @property
-    def near_ties(self) -> tuple[PromptResult, ...]:
-        return tuple(r for r in self.results if r.status is Status.near_tie)
 
     @property
     def passed(self) -> bool:
