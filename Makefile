@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 WHEELHOUSE := .wheelhouse
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install wheelhouse requirements engine demo test lint bench clean
+.PHONY: install wheelhouse requirements engine demo test lint docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,5 +50,9 @@ test: install wheelhouse engine
 lint: install
 	$(BIN)/ruff check .
 
+# The documentation site from docs/ into site/ (mkdocs.yml; `make test` also builds it, --strict).
+docs: install
+	$(BIN)/python -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(WHEELHOUSE) demo-out
+	rm -rf $(VENV) $(WHEELHOUSE) demo-out site

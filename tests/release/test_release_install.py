@@ -108,7 +108,7 @@ def test_sdist_and_wheel_pass_twine_check(dist: Path):
     assert result.stdout.count("PASSED") == 2
 
 
-def test_wheel_ships_the_policies_and_the_builtin_pair(dist: Path):
+def test_wheel_ships_the_policies_the_builtin_pair_and_the_license(dist: Path):
     names = set(zipfile.ZipFile(next(dist.glob("*.whl"))).namelist())
     expected = {
         "dflash_guard/py.typed",
@@ -117,6 +117,7 @@ def test_wheel_ships_the_policies_and_the_builtin_pair(dist: Path):
         "kernels_ref/prompts/default.jsonl",
     }
     assert expected <= names
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)  # Apache-2.0 text
 
 
 def test_the_venv_holds_exactly_the_locked_packages(venv_bin: Path, tmp_path: Path):

@@ -1,4 +1,5 @@
-"""The rule registry: the only source of rule ids, SARIF rules and the README's rule table."""
+"""The rule registry: the only source of rule ids, SARIF rules and the rule table of
+docs/scanning.md."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCAN_SOURCES = sorted((ROOT / "dflash_guard" / "scan").rglob("*.py"))
 
 
-def test_readme_lists_exactly_the_registered_rules() -> None:
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("<!-- rules:start -->\n", 1)[1].split("<!-- rules:end -->", 1)[0]
-    assert table == markdown_table(), "regenerate README's table from scan.rules.markdown_table()"
+def test_docs_list_exactly_the_registered_rules() -> None:
+    page = (ROOT / "docs" / "scanning.md").read_text()
+    table = page.split("<!-- rules:start -->\n", 1)[1].split("<!-- rules:end -->", 1)[0]
+    assert table == markdown_table(), "regenerate docs/scanning.md's table: rules.markdown_table()"
     listed = re.findall(r"^\| (DG-[A-Z-]+) \|", table, flags=re.MULTILINE)
     assert listed == list(RULES)
 
