@@ -72,7 +72,6 @@ _TEMPLATE_CONFIGS = frozenset(
     {"tokenizer_config.json", "chat_template.json", "processor_config.json"}
 )
 _AUTO_MAP_CONFIGS = frozenset({"config.json", "tokenizer_config.json"})
-_SKIPPED_DIRS = frozenset({".git", ".cache"})  # __pycache__ is scanned: a .pyc there is imported
 
 
 class _Run:
@@ -224,17 +223,12 @@ class _Run:
 def _files(root: Path) -> tuple[list[tuple[str, Path]], list[Unsafe]]:
     """The regular files under `root` by relative path, and the entries not followed.
 
-    `folder.list_folder` refuses symlinked folders, dangling links, special files and links out
-    of the folder (or, for an HF-cache snapshot, out of its repo folder); those are reported.
+    The same walk as `lock` and `verify` (`folder.list_folder`), so what is locked is what is
+    scanned. It refuses symlinked folders, dangling links, special files and links out of the
+    folder (or, for an HF-cache snapshot, out of its repo folder); those are reported.
     """
     found, unsafe = list_folder(root, enclosing_repo_folder(root.resolve()))
-
-    def kept(relative: str) -> bool:
-        return not any(part in _SKIPPED_DIRS for part in relative.split("/")[:-1])
-
-    return sorted(item for item in found.items() if kept(item[0])), [
-        entry for entry in unsafe if kept(entry.path)
-    ]
+    return sorted(found.items()), unsafe
 
 
 def scan_paths(
