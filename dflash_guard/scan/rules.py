@@ -34,6 +34,14 @@ UNSCANNABLE = Rule(
     "stream decompressing past 1 GiB (or lz4 without the `lz4` package), a tar or zip with over "
     "100,000 members",
 )
+FORMAT_UNKNOWN = Rule(
+    "DG-FORMAT-UNKNOWN", Severity.high,
+    "A file not positively identified as a format no loader unpickles: a possible pickle.",
+    "an unknown binary, a truncated or object `.npy`, `.npz`, an image, a `tokenizer.model`, a "
+    "compressed or archived stream not fully decoded, a link inside an archive, invalid "
+    "safetensors/GGUF/JSON, a shard an index names that is not its loader's format; counted "
+    "with the pickle files, so `pickle_allowed: false` refuses it",
+)
 EXECUTABLE = Rule(
     "DG-EXECUTABLE", Severity.high,
     "A native executable, shared library or bytecode file in a model folder.",

@@ -10,6 +10,9 @@ drafter with its code reviewed and expects a refusal.
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import io
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +50,108 @@ def _nested_hidden(folder: Path) -> None:
            '{"metadata":{"total_size":1},"weight_map":{"fc.weight":"ckpt/.git/pytorch_model.bin"}}')
 
 
+# -- class formats: only allowlisted formats that parse completely pass ----------------------
+def _unknown_binary(folder: Path) -> None:
+    """No signature the sniffer knows and a data-looking name: `pickle.load` still reads it."""
+    _write(folder, "extra_state.dat", b"\x00\x17DFL" + bytes(range(256)) * 4)
+
+
+def _truncated_npy(folder: Path) -> None:
+    """A valid .npy header promising 4096 floats, and 8 bytes of data."""
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (4096,), }"
+    header += b" " * (117 - len(header)) + b"\n"
+    _write(folder, "embeddings.npy", b"\x93NUMPY\x01\x00v\x00" + header + b"\x00" * 8)
+
+
+def _truncated_gzip_pickle(folder: Path) -> None:
+    """joblib.load decompresses a gzip stream and unpickles what it got before the cut."""
+    _write(folder, "cache.dat", gzip.compress(_SYSTEM_PICKLE + b"\x00" * 64)[:-12])
+
+
+def _text_named_shard(folder: Path) -> None:
+    """A protocol-0 pickle is printable text; the bin index makes torch.load read `.txt`."""
+    _write(folder, "notes.txt", "ccollections\nOrderedDict\n(tR.")
+    _write(folder, "pytorch_model.bin.index.json", '{"weight_map":{"fc.weight":"notes.txt"}}')
+
+
+def _zip_member_link(folder: Path) -> None:
+    """A zip whose member is a symbolic link (an extracting loader follows it)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        info = zipfile.ZipInfo("archive/data.pkl")
+        info.external_attr = (0o120777 << 16)
+        archive.writestr(info, "/etc/passwd")
+    _write(folder, "assets.zip", out.getvalue())
+
+
+def _json_named_pickle(folder: Path) -> None:
+    """A binary pickle named like a config: not JSON, so a possible pickle."""
+    _write(folder, "generation_config.json", b"\x80\x02}q\x00.")
+
+
 MALICIOUS: list[Case] = [
     Case("nested-hidden-folders", "walk", _nested_hidden, "ckpt/.git/pytorch_model.bin"),
+    Case("unknown-binary", "formats", _unknown_binary, "extra_state.dat"),
+    Case("truncated-npy", "formats", _truncated_npy, "embeddings.npy"),
+    Case("truncated-gzip-pickle", "formats", _truncated_gzip_pickle, "cache.dat"),
+    Case("index-names-text-shard", "formats", _text_named_shard, "notes.txt"),
+    Case("zip-member-link", "formats", _zip_member_link, "assets.zip"),
+    Case("json-named-pickle", "formats", _json_named_pickle, "generation_config.json"),
+]
+
+
+# -- benign twins: real published files, and files written by the libraries loaders use -------
+CORPUS = Path(__file__).parent / "corpus"
+# The default .gitattributes the Hugging Face Hub writes into every new model repository.
+_HF_GITATTRIBUTES = "".join(
+    f"{pattern} filter=lfs diff=lfs merge=lfs -text\n"
+    for pattern in ("*.7z", "*.bin", "*.ckpt", "*.h5", "*.npy", "*.npz", "*.onnx", "*.pt",
+                    "*.pth", "*.safetensors", "*.tar.*", "*.zip", "*tfevents*")
+)
+
+
+def _copy(folder: Path, source: str, relative: str | None = None) -> None:
+    _write(folder, relative or Path(source).name, (CORPUS / source).read_bytes())
+
+
+def _hf_local_dir(folder: Path) -> None:
+    """`huggingface-cli download --local-dir`: its .cache bookkeeping, .gitattributes, weights."""
+    from tests.support.scan_builders import write_safetensors
+
+    _write(folder, ".cache/huggingface/download/model.safetensors.metadata",
+           "c" * 40 + "\n" + "e" * 64 + "\n1733000000.0\n")
+    _write(folder, ".gitattributes", _HF_GITATTRIBUTES)
+    write_safetensors(folder / "model.safetensors")
+    _copy(folder, "drafter_configs/qwen3.8-27b-dflash2/config.json")
+
+
+def _numpy_array(folder: Path) -> None:
+    """An array written by numpy.save (format 1.0, float32)."""
+    import numpy as np
+
+    np.save(folder / "embeddings.npy", np.arange(4096, dtype=np.float32))
+
+
+def _sharded_safetensors(folder: Path) -> None:
+    """Two shards and the index transformers writes for them."""
+    from tests.support.scan_builders import write_safetensors
+
+    write_safetensors(folder / "model-00001-of-00002.safetensors", {"a": (2, 2)})
+    write_safetensors(folder / "model-00002-of-00002.safetensors", {"b": (2,)})
+    _write(folder, "model.safetensors.index.json",
+           '{"metadata": {"total_size": 24}, "weight_map": {'
+           '"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}')
+
+
+def _text_files(folder: Path) -> None:
+    """Licence and tokenizer config text of a published model (DeepSeek-V3, MIT)."""
+    _copy(folder, "remote_code/deepseek-v3/LICENSE")
+    _copy(folder, "remote_code/deepseek-v3/tokenizer_config.json")
+
+
+BENIGN: list[Case] = [
+    Case("hf-local-dir", "walk", _hf_local_dir, ""),
+    Case("numpy-array", "formats", _numpy_array, ""),
+    Case("sharded-safetensors", "formats", _sharded_safetensors, ""),
+    Case("published-text", "formats", _text_files, ""),
 ]
