@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import json
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -89,6 +90,16 @@ def _json_named_pickle(folder: Path) -> None:
     _write(folder, "generation_config.json", b"\x80\x02}q\x00.")
 
 
+# -- class templates: constructs outside the subset real templates use -----------------------
+def _template(relative: str, source: str) -> Callable[[Path], None]:
+    def lay(folder: Path) -> None:
+        if relative.endswith(".json"):
+            _write(folder, relative, json.dumps({"chat_template": source}))
+        else:
+            _write(folder, relative, source)
+    return lay
+
+
 MALICIOUS: list[Case] = [
     Case("nested-hidden-folders", "walk", _nested_hidden, "ckpt/.git/pytorch_model.bin"),
     Case("unknown-binary", "formats", _unknown_binary, "extra_state.dat"),
@@ -97,6 +108,19 @@ MALICIOUS: list[Case] = [
     Case("index-names-text-shard", "formats", _text_named_shard, "notes.txt"),
     Case("zip-member-link", "formats", _zip_member_link, "assets.zip"),
     Case("json-named-pickle", "formats", _json_named_pickle, "generation_config.json"),
+    Case("template-include", "templates", _template(
+        "tokenizer_config.json", "{% include 'system.txt' %}{{ messages[0].content }}"),
+        "tokenizer_config.json"),
+    Case("template-power-dos", "templates", _template(
+        "chat_template.jinja", "{{ 9 ** 9 ** 9 }}{{ messages[0].content }}"),
+        "chat_template.jinja"),
+    Case("template-bound-method-call", "templates", _template(
+        "chat_template.jinja", "{% set f = messages.pop %}{{ f(0) }}"), "chat_template.jinja"),
+    Case("template-call-block", "templates", _template(
+        "chat_template.jinja", "{% call(x) messages.append('x') %}{{ x }}{% endcall %}"),
+        "chat_template.jinja"),
+    Case("template-format-field", "templates", _template(
+        "tokenizer_config.json", "{{ '{0.mro}'.format(messages) }}"), "tokenizer_config.json"),
 ]
 
 
@@ -149,9 +173,17 @@ def _text_files(folder: Path) -> None:
     _copy(folder, "remote_code/deepseek-v3/tokenizer_config.json")
 
 
+def _published_templates(folder: Path) -> None:
+    """Published chat templates (Qwen3, Llama 3, Gemma, Phi-3; MIT/Apache, see corpus)."""
+    for name in ("qwen3/all_assistant.jinja", "llama-3-instruct.jinja", "gemma-it.jinja",
+                 "phi-3.jinja", "granite-3.0-instruct.jinja"):
+        _copy(folder, f"templates/{name}", name.replace("/", "-"))
+
+
 BENIGN: list[Case] = [
     Case("hf-local-dir", "walk", _hf_local_dir, ""),
     Case("numpy-array", "formats", _numpy_array, ""),
     Case("sharded-safetensors", "formats", _sharded_safetensors, ""),
     Case("published-text", "formats", _text_files, ""),
+    Case("published-templates", "templates", _published_templates, ""),
 ]
