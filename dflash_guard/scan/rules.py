@@ -292,8 +292,8 @@ RC_NESTED_REMOTE_CODE = Rule(
     "`trust_remote_code=True` or `custom_pipelines` passed to a loader",
 )
 RC_UNUSUAL_IMPORT = Rule(
-    "DG-RC-UNUSUAL-IMPORT", Severity.medium,
-    "Remote code imports a module outside the allowlist of what model code uses.",
+    "DG-RC-UNUSUAL-IMPORT", Severity.low,
+    "Remote code imports a module outside the list of what model code usually uses (information).",
     "import outside torch, transformers, math, typing, einops, flash_attn, tokenizers... "
     "(see `scan/remote_code/catalog.py`); `from X import *`",
 )

@@ -57,7 +57,12 @@ _ST_BROKEN = frozenset(
 _TEMPLATE_CONFIGS = frozenset(
     {"tokenizer_config.json", "chat_template.json", "processor_config.json"}
 )
-_AUTO_MAP_CONFIGS = frozenset({"config.json", "tokenizer_config.json"})
+# Every config file transformers reads an `auto_map` from (in any folder of the walk).
+_AUTO_MAP_CONFIGS = frozenset(
+    {"config.json", "tokenizer_config.json", "processor_config.json",
+     "preprocessor_config.json", "image_processor_config.json", "feature_extractor_config.json",
+     "video_preprocessor_config.json"}
+)
 
 
 class _Run:

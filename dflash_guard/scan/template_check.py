@@ -288,8 +288,8 @@ def _string_problems(value: str) -> list[Problem]:
         return [(rules.TPL_DUNDER, Severity.high, f"string constant names a dunder "
                  f"({match.group(0)})")]
     if value.strip() == "_":
-        return [(rules.TPL_DUNDER, Severity.medium, "a lone '_' string: the piece dunder names "
-                 "are built from")]
+        return [(rules.TPL_DUNDER, Severity.low, "a lone '_' string (as in replace('-', '_')); "
+                 "a dunder built from it needs a computed subscript or |attr, both high")]
     return []
 
 
