@@ -5,7 +5,7 @@ templates use (`ALLOWED_NODES`: output, loops, conditions, set, macros, filter b
 operators they use), every call is a method, a macro it defines or a known global, and every
 filter, test and method is one real templates apply; any other construct is DG-TPL-UNLISTED
 (high), wherever the template sits (GGUF metadata, tokenizer_config, named templates, `.jinja`).
-The subset was measured on the 72 templates of the pinned llama.cpp tree (all pass).
+The subset was measured on the 71 templates of the pinned llama.cpp tree (all pass).
 
 CVE-2024-34359 was a GGUF `tokenizer.chat_template` rendered in a plain Jinja2 environment:
 `{{ ''.__class__.__mro__[1].__subclasses__() }}` reaches `os.popen`. Templates are parsed the way
