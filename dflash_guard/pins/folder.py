@@ -1,9 +1,13 @@
 """List a model folder safely: every regular file by relative path, unsafe entries reported.
 
-Used by `lock` (local sources), `verify` and `scan` alike. A symlink may point only inside
-`boundary` (the folder itself, or the repo folder of an HF-cache snapshot, whose files link to
-`../../blobs/...`). Symlinked folders, links that escape, dangling links and special files are
-reported, never followed. So is every folder that cannot be listed (no permission, a path past
+This is the one walk: `lock` (local sources), `verify` and `scan` all call `list_folder`, so
+the scanned set is the locked set, hidden folders included. Only `.git` and `.cache` at the top
+of the folder are left out (bookkeeping of git and huggingface_hub, which no loader reads); a
+folder of that name deeper down is walked like any other, and a weight index naming a shard in
+such a folder is refused by the scan. A symlink may point only inside `boundary` (the folder
+itself, or the repo folder of an HF-cache snapshot, whose files link to `../../blobs/...`).
+Symlinked folders, links that escape, dangling links and special files are reported, never
+followed. So is every folder that cannot be listed (no permission, a path past
 PATH_MAX): its files would otherwise be silently left out, so the walk fails closed. The walk
 keeps its own stack, so a folder thousands of levels deep is no recursion error.
 """
@@ -14,7 +18,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-# Bookkeeping folders that tools write next to model files; never part of a model.
+# Bookkeeping folders that tools write at the top of a model folder; never part of a model.
 IGNORED_DIRS = frozenset({".git", ".cache"})
 
 # Paths this long cannot be opened by name (ENAMETOOLONG): their files cannot be checked.

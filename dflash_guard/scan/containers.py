@@ -116,6 +116,8 @@ def tar_members(stream: IO[bytes]) -> Iterator[tuple[str, bytes]]:
         for index, info in enumerate(archive):
             if index >= MAX_MEMBERS:
                 raise TooLarge(f"over {MAX_MEMBERS} tar members")
+            if info.issym() or info.islnk():
+                raise tarfile.TarError(f"tar member {info.name!r} is a link")
             if not info.isfile():
                 continue
             if info.size > MAX_BYTES:
@@ -164,6 +166,8 @@ def decompress(stream: IO[bytes], kind: str) -> bytes:
             raise TooLarge(f"{kind} stream decompresses to over {MAX_BYTES} bytes")
         if _finished(decoder):
             break
+    if not _finished(decoder):
+        raise EOFError(f"{kind} stream is truncated (no end marker): a loader reads part of it")
     return bytes(out)
 
 

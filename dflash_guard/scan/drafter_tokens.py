@@ -17,7 +17,13 @@ from dflash_guard.scan import jsonfile
 
 _SPECIAL_KEYS = ("pad_token", "eos_token", "bos_token", "unk_token", "sep_token", "cls_token")
 _ID_KEYS = ("pad_token_id", "eos_token_id", "bos_token_id", "stop_token_ids")
-_CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<[a-z_]{2,30}>|\[/?[A-Z_]{3,30}\]")
+# Control tokens of every spelling templates write: `<|im_start|>`, DeepSeek's full-width
+# `<｜User｜>`, `<think>` and its closing `</think>`, `[INST]`/`[/INST]`.
+_CONTROL_TOKEN = re.compile(
+    r"<[|｜][^|｜<>\s]{1,40}[|｜]>|</?[a-z_]{2,30}>|\[/?[A-Z_]{3,30}\]")
+# Llama 3's 250 `<|reserved_special_token_N|>` are marked special yet mean nothing: free for a
+# mask unless a config or template names one.
+_FREE_RESERVED = re.compile(r"<\|reserved_special_token_\d+\|>")
 
 
 def read_json(path: Path) -> dict:
@@ -107,7 +113,7 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
             if control in by_content and not _is_mask(control):
                 reserved.setdefault(by_content[control], f"chat template control token {control!r}")
     for content, token_id in by_content.items():
-        if token_id in special and not _is_mask(content):
+        if token_id in special and not _is_mask(content) and not _FREE_RESERVED.fullmatch(content):
             reserved.setdefault(token_id, f"special token {content!r}")
     return reserved
 

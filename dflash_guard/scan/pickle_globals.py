@@ -120,6 +120,18 @@ CLASS_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("transformers.trainer_pt_utils", "AcceleratorConfig"),
         ("transformers.debug_utils", "DebugOption"),
         ("transformers.generation.configuration_utils", "GenerationConfig"),
+        # TRL's trainers save their config (a TrainingArguments subclass) as training_args.bin
+        ("trl.trainer.sft_config", "SFTConfig"),
+        ("trl.trainer.dpo_config", "DPOConfig"),
+        ("trl.trainer.dpo_config", "FDivergenceType"),
+        ("trl.trainer.grpo_config", "GRPOConfig"),
+        ("trl.trainer.reward_config", "RewardConfig"),
+        ("trl.trainer.orpo_config", "ORPOConfig"),
+        ("trl.trainer.kto_config", "KTOConfig"),
+        ("trl.trainer.cpo_config", "CPOConfig"),
+        ("trl.trainer.ppo_config", "PPOConfig"),
+        ("trl.trainer.gkd_config", "GKDConfig"),
+        ("accelerate.utils.dataclasses", "DataLoaderConfiguration"),
         ("accelerate.utils.dataclasses", "DistributedType"),
         ("accelerate.state", "PartialState"),
         ("copyreg", "_reconstructor"),  # protocols 0-1 spelling of "a new instance of class X"

@@ -301,6 +301,11 @@ class _Scan:
                 lowered = info.filename.lower()
                 if torch_zip and _TORCH_STORAGE.fullmatch(lowered) and not lowered.endswith(".pkl"):
                     continue  # raw tensor bytes, never unpickled by torch.load
+                if (info.external_attr >> 16) & 0o170000 == 0o120000:
+                    self.add(rules.UNSCANNABLE, Severity.high,
+                             "zip member is a symbolic link: an extracting loader follows it",
+                             inner)
+                    continue
                 if info.flag_bits & 0x1:
                     self.add(
                         rules.UNSCANNABLE,

@@ -34,6 +34,14 @@ UNSCANNABLE = Rule(
     "stream decompressing past 1 GiB (or lz4 without the `lz4` package), a tar or zip with over "
     "100,000 members",
 )
+FORMAT_UNKNOWN = Rule(
+    "DG-FORMAT-UNKNOWN", Severity.high,
+    "A file not positively identified as a format no loader unpickles: a possible pickle.",
+    "an unknown binary, a truncated or object `.npy`, `.npz`, an image, a `tokenizer.model`, a "
+    "compressed or archived stream not fully decoded, a link inside an archive, invalid "
+    "safetensors/GGUF/JSON, a shard an index names that is not its loader's format; counted "
+    "with the pickle files, so `pickle_allowed: false` refuses it",
+)
 EXECUTABLE = Rule(
     "DG-EXECUTABLE", Severity.high,
     "A native executable, shared library or bytecode file in a model folder.",
@@ -220,12 +228,13 @@ TPL_RISKY_GLOBAL = Rule(
     "`lipsum`/`cycler`/`joiner`/`namespace`/`self`... (paths to `__globals__`)",
 )
 TPL_UNLISTED = Rule(
-    "DG-TPL-UNLISTED", Severity.medium,
-    "A chat template uses a method, filter or test that real templates do not use.",
-    "method, filter or test outside the allowlist in `scan/template_check.py`",
+    "DG-TPL-UNLISTED", Severity.high,
+    "A chat template uses a construct outside the subset real templates use.",
+    "a syntax node, call, method, filter or test outside the grammar in "
+    "`scan/template_check.py` (measured on the 71 templates of the pinned llama.cpp tree)",
 )
 TPL_INCLUDE = Rule(
-    "DG-TPL-INCLUDE", Severity.medium,
+    "DG-TPL-INCLUDE", Severity.high,
     "A chat template loads another template.",
     "include/import/extends",
 )
@@ -283,8 +292,8 @@ RC_NESTED_REMOTE_CODE = Rule(
     "`trust_remote_code=True` or `custom_pipelines` passed to a loader",
 )
 RC_UNUSUAL_IMPORT = Rule(
-    "DG-RC-UNUSUAL-IMPORT", Severity.medium,
-    "Remote code imports a module outside the allowlist of what model code uses.",
+    "DG-RC-UNUSUAL-IMPORT", Severity.low,
+    "Remote code imports a module outside the list of what model code usually uses (information).",
     "import outside torch, transformers, math, typing, einops, flash_attn, tokenizers... "
     "(see `scan/remote_code/catalog.py`); `from X import *`",
 )

@@ -1,20 +1,24 @@
 """`scan_paths`: walk folders and files, hand each file to its detector, collect a report.
 
-Files are routed by name and by content: a pickle named `.safetensors`, a zip named `.bin` or a
-pickle with an unusual extension all reach the pickle detector. Nothing is executed, imported,
-unpickled or rendered.
+The walk is the lock's (`pins.folder.list_folder`). Each file must be positively identified as
+a format no loader unpickles (`formats`); everything else, and every file a weight index makes
+`torch.load` read whatever its name, is a possible pickle: scanned by the pickle detector,
+counted in `pickle_files` and reported high unless it is a pickle read to its end. Nothing is
+executed, imported, unpickled or rendered.
 """
 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+import posixpath
+from pathlib import Path, PurePosixPath
 
 from dflash_guard.errors import InputError
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.scan import (
     drafter_config,
+    formats,
     gguf_check,
     jsonfile,
     remote_code,
@@ -23,7 +27,7 @@ from dflash_guard.scan import (
     templates,
 )
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
-from dflash_guard.scan.regular import open_regular
+from dflash_guard.scan.regular import open_regular, read_regular
 from dflash_guard.scan.report import ScanReport
 from dflash_guard.scan.sniff import (
     GGUF_SUFFIXES,
@@ -33,30 +37,6 @@ from dflash_guard.scan.sniff import (
     sniff,
 )
 
-_TEXT_SUFFIXES = frozenset(
-    {
-        ".json",
-        ".md",
-        ".txt",
-        ".yaml",
-        ".yml",
-        ".gitattributes",
-        ".model",
-        ".tiktoken",
-        ".vocab",
-        ".merges",
-        ".jsonl",
-        ".csv",
-        ".lock",
-        ".cfg",
-        ".toml",
-        ".png",
-        ".jpg",
-        ".jpeg",
-        ".gif",
-        ".svg",
-    }
-)
 _EXECUTABLE_SUFFIXES = frozenset(
     {".so", ".dll", ".dylib", ".pyd", ".pyc", ".pyo", ".exe", ".sh", ".bat", ".cmd", ".ps1"}
 )
@@ -68,11 +48,21 @@ _EXECUTABLE_MAGIC = (
     b"\xca\xfe\xba\xbe",
     b"#!",
 )
+# safetensors findings that mean the loader would not read the file as safetensors at all.
+_ST_BROKEN = frozenset(
+    {rules.ST_TRUNCATED.id, rules.ST_LENGTH.id, rules.ST_HEADER.id, rules.ST_DUPLICATE_KEY.id,
+     rules.ST_TENSOR.id, rules.ST_TRAILING.id, rules.ST_POLYGLOT.id, rules.ST_INVALID.id,
+     rules.UNSCANNABLE.id}
+)
 _TEMPLATE_CONFIGS = frozenset(
     {"tokenizer_config.json", "chat_template.json", "processor_config.json"}
 )
-_AUTO_MAP_CONFIGS = frozenset({"config.json", "tokenizer_config.json"})
-_SKIPPED_DIRS = frozenset({".git", ".cache"})  # __pycache__ is scanned: a .pyc there is imported
+# Every config file transformers reads an `auto_map` from (in any folder of the walk).
+_AUTO_MAP_CONFIGS = frozenset(
+    {"config.json", "tokenizer_config.json", "processor_config.json",
+     "preprocessor_config.json", "image_processor_config.json", "feature_extractor_config.json",
+     "video_preprocessor_config.json"}
+)
 
 
 class _Run:
@@ -84,42 +74,85 @@ class _Run:
         self.param_count: int | None = None
         self.files = 0
 
-    def scan_file(self, path: Path, display: str) -> None:
+    def scan_file(self, path: Path, display: str, loaded_as: str | None = None) -> None:
+        """Route one file to its detectors. `loaded_as`: how a weight index makes a loader read
+        it (`pickle` or `safetensors`), whatever its name. A file that no allowlisted format
+        accepts completely is a possible pickle (`possible_pickle`)."""
         self.files += 1
         name, suffix = path.name, path.suffix.lower()
-        if suffix == ".py":
+        if suffix == ".py" and loaded_as is None:
             self.python_file(path, display)
             return
-        if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
-            self.findings += safetensors_check.check_index(path, display)
+        if loaded_as == "pickle":
+            self.possible_pickle(path, display, "a weight index makes torch.load read it")
             return
         if name in _TEMPLATE_CONFIGS:
             self.findings += templates.scan_config_templates(path, display)
         if name in _AUTO_MAP_CONFIGS:
             self.auto_map(path, display)
+        if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
+            self.findings += safetensors_check.check_index(path, display)
         if suffix == ".jinja":
             self.findings += templates.scan_jinja_file(path, display)
-            return
         try:
-            fmt = sniff(path)
+            problem = self.identify(path, display, suffix, loaded_as)
         except OSError as error:
             self.unscannable(display, f"cannot read: {error}")
-            return
-        if suffix in SAFETENSORS_SUFFIXES or fmt is Format.safetensors:
-            self.safetensors(path, display)
-            self.pickle(path, display, probe=fmt not in (Format.pickle, Format.zip))
-        elif suffix in GGUF_SUFFIXES or fmt is Format.gguf:
-            self.findings += gguf_check.scan_gguf_file(path, display)
-        elif suffix in PICKLE_SUFFIXES or fmt in (
-            Format.pickle,
-            Format.zip,
-            Format.numpy,
-            Format.archive,
-        ):
-            self.pickle(path, display)
-        elif suffix not in _TEXT_SUFFIXES:
-            self.pickle(path, display, probe=True)  # torch.load and pickle.load ignore names
+            problem = f"cannot read: {error}"
+        if problem is not None:
+            self.possible_pickle(path, display, problem)
+        else:
             self.executable(path, display, suffix)
+
+    def identify(self, path: Path, display: str, suffix: str, loaded_as: str | None) -> str | None:
+        """None when the file is positively one of the allowlisted formats and parses
+        completely as it; else why not."""
+        fmt = sniff(path)
+        if loaded_as == "safetensors" or suffix in SAFETENSORS_SUFFIXES or (
+                fmt is Format.safetensors):
+            return self.safetensors(path, display, fmt)
+        if suffix in GGUF_SUFFIXES or fmt is Format.gguf:
+            findings = gguf_check.scan_gguf_file(path, display)
+            self.findings += findings
+            broken = {rules.GGUF_MALFORMED.id, rules.UNSCANNABLE.id}
+            return "not a valid GGUF file" if any(f.rule_id in broken for f in findings) else None
+        if fmt is Format.numpy:
+            return formats.npy_file_problem(path)
+        if fmt is not Format.unknown or suffix in PICKLE_SUFFIXES:
+            return f"{fmt.value} content" if fmt is not Format.unknown else "a pickle-family name"
+        if suffix in (".json", ".jsonl"):
+            return _json_problem(path, lines=suffix == ".jsonl")
+        problem = formats.text_problem(path)
+        if problem is None and self.probe_pickle(path, display):
+            return "text that an unpickler reads as a pickle"
+        return problem
+
+    def possible_pickle(self, path: Path, display: str, why: str) -> None:
+        """A file no allowlisted format accepts: scanned for every pickle stream a loader could
+        read, counted with the pickle files, and reported high unless it is a pickle whose
+        every stream was read to its end."""
+        from dflash_guard.scan.pickles import scan_pickle_file  # pickletools, zipfile, modelscan
+
+        findings = scan_pickle_file(path, display, probe=path.suffix.lower() not in PICKLE_SUFFIXES)
+        self.findings += findings
+        self.pickle_files.append(display)
+        self.executable(path, display, path.suffix.lower())
+        ids = {f.rule_id for f in findings}
+        complete = rules.PICKLE_PRESENT.id in ids and not ids & {
+            rules.UNSCANNABLE.id, rules.PICKLE_INVALID.id}
+        if not complete:
+            self.add(Finding.of(
+                rules.FORMAT_UNKNOWN, display,
+                f"not positively identified as a format no loader unpickles ({why}): a "
+                "possible pickle", detector="scan"))
+
+    def probe_pickle(self, path: Path, display: str) -> bool:
+        """Whether text holds a pickle stream that imports something (protocol 0 is text)."""
+        from dflash_guard.scan.pickles import scan_pickle_file
+
+        findings = scan_pickle_file(path, display, probe=True)
+        self.findings += findings
+        return bool(findings)
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
@@ -187,19 +220,16 @@ class _Run:
                     )
                 )
 
-    def safetensors(self, path: Path, display: str) -> None:
+    def safetensors(self, path: Path, display: str, fmt: Format) -> str | None:
         findings, header = safetensors_check.check_safetensors(path, display)
         self.findings += findings
         if header is not None:
             self.param_count = (self.param_count or 0) + header.param_count
-
-    def pickle(self, path: Path, display: str, *, probe: bool = False) -> None:
-        from dflash_guard.scan.pickles import scan_pickle_file  # pickletools, zipfile, modelscan
-
-        findings = scan_pickle_file(path, display, probe=probe)
-        self.findings += findings
-        if any(f.rule_id == rules.PICKLE_PRESENT.id for f in findings):
-            self.pickle_files.append(display)
+        if fmt is Format.pickle and self.probe_pickle(path, display):
+            return "safetensors bytes that an unpickler also reads as a pickle"
+        if header is None or any(f.rule_id in _ST_BROKEN for f in findings):
+            return "not a complete safetensors file"
+        return None
 
     def executable(self, path: Path, display: str, suffix: str) -> None:
         try:
@@ -224,17 +254,12 @@ class _Run:
 def _files(root: Path) -> tuple[list[tuple[str, Path]], list[Unsafe]]:
     """The regular files under `root` by relative path, and the entries not followed.
 
-    `folder.list_folder` refuses symlinked folders, dangling links, special files and links out
-    of the folder (or, for an HF-cache snapshot, out of its repo folder); those are reported.
+    The same walk as `lock` and `verify` (`folder.list_folder`), so what is locked is what is
+    scanned. It refuses symlinked folders, dangling links, special files and links out of the
+    folder (or, for an HF-cache snapshot, out of its repo folder); those are reported.
     """
     found, unsafe = list_folder(root, enclosing_repo_folder(root.resolve()))
-
-    def kept(relative: str) -> bool:
-        return not any(part in _SKIPPED_DIRS for part in relative.split("/")[:-1])
-
-    return sorted(item for item in found.items() if kept(item[0])), [
-        entry for entry in unsafe if kept(entry.path)
-    ]
+    return sorted(found.items()), unsafe
 
 
 def scan_paths(
@@ -265,8 +290,10 @@ def scan_paths(
             run.scan_file(root, str(raw))
             continue
         files, unsafe = _files(root)
+        loaded_as = _index_shards(files)
         for relative, file in files:
-            run.scan_file(file, f"{prefix}/{relative}" if prefix else relative)
+            run.scan_file(file, f"{prefix}/{relative}" if prefix else relative,
+                          loaded_as.get(relative))
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")
@@ -294,6 +321,41 @@ def scan_paths(
         run.param_count,
         run.files,
     )
+
+
+def _index_shards(files: list[tuple[str, Path]]) -> dict[str, str]:
+    """Every file a weight index names, found as loaders find it (any suffix), with how its
+    loader reads it: `safetensors` for a safetensors index, else `pickle` (torch.load)."""
+    shards: dict[str, str] = {}
+    for relative, path in files:
+        if not relative.endswith(".index.json"):
+            continue
+        index = _read_json(path)
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict):
+            continue
+        kind = "safetensors" if ".safetensors." in path.name else "pickle"
+        folder = PurePosixPath(relative).parent
+        for shard in weight_map.values():
+            if isinstance(shard, str):
+                named = posixpath.normpath(str(folder / shard))
+                shards[named] = "pickle" if shards.get(named) == "pickle" else kind
+    return shards
+
+
+def _json_problem(path: Path, *, lines: bool) -> str | None:
+    """Why `path` is not JSON (or, for `lines`, JSON Lines), or None."""
+    try:
+        if not lines:
+            jsonfile.read(path)
+            return None
+        text = read_regular(path, formats.MAX_TEXT_BYTES).decode("utf-8")
+        for line in text.splitlines():
+            if line.strip():
+                jsonfile.loads(line)
+    except (UnicodeDecodeError, ValueError) as error:
+        return f"not valid JSON: {error}"
+    return None
 
 
 def _read_json(path: Path) -> object:

@@ -14,6 +14,7 @@ import re
 import struct
 from pathlib import Path, PurePosixPath
 
+from dflash_guard.pins.folder import IGNORED_DIRS
 from dflash_guard.scan import jsonfile, rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.payloads import MAX_CHECKED, serialized_payload, too_large
@@ -293,6 +294,14 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
                 rules.ST_INDEX_PATH,
                 Severity.high,
                 f"shard path {shard!r} points outside the checkpoint folder",
+            )
+            continue
+        if any(part in IGNORED_DIRS for part in pure.parts):
+            check.add(
+                rules.ST_INDEX_PATH,
+                Severity.high,
+                f"shard path {shard!r} points into a .git or .cache folder, which loaders are not "
+                "expected to read and the lock may leave out",
             )
             continue
         shard_path = folder / shard

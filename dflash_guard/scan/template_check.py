@@ -1,4 +1,11 @@
-"""Chat templates: a static check with Jinja's own parser; nothing is ever rendered.
+"""Chat templates: checked against a grammar with Jinja's own parser; nothing is ever rendered.
+
+A template passes only when every node of its syntax tree is inside the subset real chat
+templates use (`ALLOWED_NODES`: output, loops, conditions, set, macros, filter blocks, the
+operators they use), every call is a method, a macro it defines or a known global, and every
+filter, test and method is one real templates apply; any other construct is DG-TPL-UNLISTED
+(high), wherever the template sits (GGUF metadata, tokenizer_config, named templates, `.jinja`).
+The subset was measured on the 71 templates of the pinned llama.cpp tree (all pass).
 
 CVE-2024-34359 was a GGUF `tokenizer.chat_template` rendered in a plain Jinja2 environment:
 `{{ ''.__class__.__mro__[1].__subclasses__() }}` reaches `os.popen`. Templates are parsed the way
@@ -31,6 +38,7 @@ ALLOWED_METHODS = frozenset(
         "replace", "upper", "lower", "title", "capitalize", "find", "rfind", "index", "count",
         "isdigit", "isspace", "isalpha", "isalnum", "join", "items", "keys", "values", "get",
         "append", "extend", "pop", "copy", "update", "removeprefix", "removesuffix", "zfill",
+        "format",
     }
 )
 ALLOWED_FILTERS = frozenset(
@@ -40,7 +48,7 @@ ALLOWED_FILTERS = frozenset(
         "last", "string", "int", "float", "items", "replace", "safe", "escape", "e", "indent",
         "reverse", "sort", "unique", "dictsort", "wordcount", "sum", "min", "max", "abs",
         "round", "truncate", "center", "striptags", "batch", "slice", "groupby", "dictitems",
-        "bool", "tostring",
+        "bool", "tostring", "from_json",
     }
 )
 ALLOWED_TESTS = frozenset(
@@ -64,6 +72,20 @@ CALLABLE_GLOBALS = frozenset(
         "strftime_now", "self",
     }
 )
+# The syntax-tree nodes of the subset real chat templates use; any other is a finding.
+ALLOWED_NODES = frozenset(
+    {
+        nodes.Template, nodes.Output, nodes.TemplateData, nodes.For, nodes.If, nodes.Assign,
+        nodes.AssignBlock, nodes.Macro, nodes.FilterBlock, nodes.Scope, nodes.Break,
+        nodes.Continue, nodes.Name, nodes.NSRef, nodes.Const, nodes.List, nodes.Tuple,
+        nodes.Dict, nodes.Pair, nodes.Keyword, nodes.Getattr, nodes.Getitem, nodes.Slice,
+        nodes.Call, nodes.Filter, nodes.Test, nodes.CondExpr, nodes.And, nodes.Or, nodes.Not,
+        nodes.Neg, nodes.Pos, nodes.Compare, nodes.Operand, nodes.Add, nodes.Sub, nodes.Mul,
+        nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Concat,
+    }
+)
+# `{0.attr}` or `{0[key]}` in a format string reads attributes by name: not allowed.
+_FORMAT_FIELD_ACCESS = re.compile(r"\{[^{}]*[.\[][^{}]*\}")
 _RISKY_NAMES = frozenset(
     {"lipsum", "self", "config", "request", "url_for", "get_flashed_messages", "__builtins__",
      "os", "globals"}
@@ -78,7 +100,7 @@ _INTERNAL_ATTRS = frozenset(
         "im_class",
     }
 )
-_RISKY_ATTRS = _INTERNAL_ATTRS | {"popen", "system", "format", "format_map"}
+_RISKY_ATTRS = _INTERNAL_ATTRS | {"popen", "system", "format_map"}
 _ATTRIBUTE_ARGS = frozenset({"attribute"})
 _DUNDER = re.compile(r"__\w*")
 _ESCAPED_UNDERSCORE = re.compile(r"\\x5f|\\u005f|\\U0000005f|\\137|&#95;|&#x5f;", re.IGNORECASE)
@@ -125,7 +147,9 @@ def check_template(source: str, display: str, member: str | None = None) -> list
         )
     try:
         tree = _environment().parse(source)
-        problems = [(node, p) for node in tree.find_all(nodes.Node) for p in _node_problems(node)]
+        callables = _callables(tree)
+        problems = [(node, p) for node in tree.find_all(nodes.Node)
+                    for p in _grammar_problems(node, callables) + _node_problems(node)]
         problems += [(node, p) for node, p in _set_block_problems(tree)]
     except TemplateSyntaxError as error:
         findings.append(
@@ -150,6 +174,41 @@ def check_template(source: str, display: str, member: str | None = None) -> list
     return findings
 
 
+def _callables(tree: nodes.Template) -> set[str]:
+    """Names a template may call: known globals, its macros, `caller`, and names it set to what
+    a callable global returns (`{% set sep = joiner(', ') %}` then `sep()`)."""
+    names = set(CALLABLE_GLOBALS) | {"caller"} | {m.name for m in tree.find_all(nodes.Macro)}
+    for assign in tree.find_all(nodes.Assign):
+        value = assign.node
+        if (isinstance(assign.target, nodes.Name) and isinstance(value, nodes.Call)
+                and isinstance(value.node, nodes.Name) and value.node.name in CALLABLE_GLOBALS):
+            names.add(assign.target.name)
+    return names
+
+
+def _grammar_problems(node: nodes.Node, callables: set[str]) -> list[Problem]:
+    """Whether `node` is inside the subset: its kind, and what a call calls."""
+    if type(node) not in ALLOWED_NODES:
+        return [(rules.TPL_UNLISTED, Severity.high, f"uses the construct {type(node).__name__}, "
+                 "outside the subset real chat templates use")]
+    if not isinstance(node, nodes.Call):
+        return []
+    callee = node.node
+    if isinstance(callee, nodes.Name) and callee.name not in callables:
+        return [(rules.TPL_UNLISTED, Severity.high, f"calls {callee.name!r}, which is neither a "
+                 "macro of the template nor a global real templates call")]
+    if isinstance(callee, nodes.Getattr) and callee.attr == "format" and not (
+        isinstance(callee.node, nodes.Const) and isinstance(callee.node.value, str)
+        and not _FORMAT_FIELD_ACCESS.search(callee.node.value)
+    ):
+        return [(rules.TPL_COMPUTED_ATTR, Severity.high, ".format on something other than a "
+                 "literal string of plain fields (format fields read attributes by name)")]
+    if not isinstance(callee, (nodes.Name, nodes.Getattr)):
+        return [(rules.TPL_UNLISTED, Severity.high, f"calls a {type(callee).__name__} "
+                 "expression, not a method, macro or known global")]
+    return []
+
+
 def _node_problems(node: nodes.Node) -> list[Problem]:
     if isinstance(node, nodes.Getattr):
         return _attribute_problems(node)
@@ -158,12 +217,12 @@ def _node_problems(node: nodes.Node) -> list[Problem]:
     if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr):
         method = node.node.attr
         if method not in ALLOWED_METHODS and not method.startswith("_"):
-            return [(rules.TPL_UNLISTED, Severity.medium, f"calls the method {method!r}, "
+            return [(rules.TPL_UNLISTED, Severity.high, f"calls the method {method!r}, "
                      "not one real templates use")]
     if isinstance(node, nodes.Filter):
         return _filter_problems(node)
     if isinstance(node, nodes.Test) and node.name not in ALLOWED_TESTS:
-        return [(rules.TPL_UNLISTED, Severity.medium, f"uses the test {node.name!r}, "
+        return [(rules.TPL_UNLISTED, Severity.high, f"uses the test {node.name!r}, "
                  "not one real templates use")]
     if isinstance(node, nodes.Name) and node.name in _RISKY_NAMES:
         return [(rules.TPL_RISKY_GLOBAL, Severity.medium,
@@ -171,7 +230,7 @@ def _node_problems(node: nodes.Node) -> list[Problem]:
     if isinstance(node, nodes.Const) and isinstance(node.value, str):
         return _string_problems(node.value)
     if isinstance(node, (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
-        return [(rules.TPL_INCLUDE, Severity.medium, "loads another template (include/extends)")]
+        return [(rules.TPL_INCLUDE, Severity.high, "loads another template (include/extends)")]
     return []
 
 
@@ -209,7 +268,7 @@ def _filter_problems(node: nodes.Filter) -> list[Problem]:
                  "|attr filter reads an attribute by a name given as data")]
     problems: list[Problem] = []
     if node.name not in ALLOWED_FILTERS:
-        problems.append((rules.TPL_UNLISTED, Severity.medium,
+        problems.append((rules.TPL_UNLISTED, Severity.high,
                          f"uses the filter {node.name!r}, not one real templates use"))
     for keyword in node.kwargs:
         if keyword.key not in _ATTRIBUTE_ARGS:
@@ -229,8 +288,8 @@ def _string_problems(value: str) -> list[Problem]:
         return [(rules.TPL_DUNDER, Severity.high, f"string constant names a dunder "
                  f"({match.group(0)})")]
     if value.strip() == "_":
-        return [(rules.TPL_DUNDER, Severity.medium, "a lone '_' string: the piece dunder names "
-                 "are built from")]
+        return [(rules.TPL_DUNDER, Severity.low, "a lone '_' string (as in replace('-', '_')); "
+                 "a dunder built from it needs a computed subscript or |attr, both high")]
     return []
 
 

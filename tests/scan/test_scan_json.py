@@ -32,7 +32,7 @@ def test_deeply_nested_safetensors_header_is_a_finding(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
     findings = scan_paths([tmp_path]).findings
     assert [(f.rule_id, "nested too deeply" in f.message) for f in findings] == [
-        ("DG-ST-HEADER", True)
+        ("DG-FORMAT-UNKNOWN", False), ("DG-ST-HEADER", True)
     ]
 
 

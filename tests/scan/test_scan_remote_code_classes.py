@@ -179,11 +179,6 @@ CASES = {
         "    shutil.copyfile(self.vocab_file, save_directory)\n"
         "    with open(save_directory + '/v', 'wb') as f:\n        f.write(b'')\n",
     ),
-    "import outside the allowlist": (
-        "DG-RC-UNUSUAL-IMPORT",
-        "import antigravity\n",
-        "import math, typing, dataclasses\nimport einops\nfrom flash_attn import flash_attn_func\n",
-    ),
 }
 
 
@@ -202,3 +197,13 @@ def test_bad_case_is_caught(case: str) -> None:
 def test_benign_twin_stays_quiet(case: str) -> None:
     _, _, twin = CASES[case]
     assert _at_least_medium(twin) == set()
+
+
+def test_an_unfamiliar_import_is_information_not_a_capability() -> None:
+    """Severity comes from what code does, never from a name the list does not know (z-lab's
+    drafter imports `datasets`, Jamba its optional `mamba_ssm`, OLMo its own package)."""
+    from dflash_guard.scan.remote_code import check_source
+
+    source = b"import datasets\nfrom mamba_ssm import selective_scan_fn\nimport hf_olmo\n"
+    findings = check_source(source, "modeling.py")
+    assert {(f.rule_id, f.severity.name) for f in findings} == {("DG-RC-UNUSUAL-IMPORT", "low")}

@@ -16,17 +16,17 @@ from tests.support.scan_builders import write_json
 # class -> (rule, bad template, benign twin)
 CASES = {
     "dunder built by ~": (
-        "DG-TPL-DUNDER",
+        "DG-TPL-COMPUTED-ATTR",
         "{% set u = '_' %}{{ x[u ~ u ~ 'class' ~ u ~ u] }}",
         "{{ message.role ~ ': ' ~ message.content }}",
     ),
     "dunder built by join": (
-        "DG-TPL-DUNDER",
+        "DG-TPL-COMPUTED-ATTR",
         "{{ x[['_', '_', 'class', '_', '_']|join] }}",
         "{{ ['a', 'b']|join(', ') }}",
     ),
     "dunder built by replace": (
-        "DG-TPL-DUNDER",
+        "DG-TPL-COMPUTED-ATTR",
         "{{ x['..class..'|replace('.', '_')] }}",
         "{{ content|replace('\\n', ' ') }}",
     ),

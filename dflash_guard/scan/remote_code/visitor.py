@@ -120,7 +120,7 @@ class Visitor(ast.NodeVisitor):
             if alias.name == "*":
                 self.names.star_modules.append(module)
                 if module.split(".")[0] not in ("torch", "transformers", "typing"):
-                    self.add(rules.RC_UNUSUAL_IMPORT, Severity.medium, node,
+                    self.add(rules.RC_UNUSUAL_IMPORT, Severity.low, node,
                              f"from {module} import *: hides which names the file uses")
                 continue
             self.names.bind_import(alias.asname or alias.name, f"{module}.{alias.name}")
@@ -137,7 +137,7 @@ class Visitor(ast.NodeVisitor):
             self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
                      f"imports {name} (loads or runs code dynamically)")
         elif root and root not in catalog.ALLOWED_IMPORTS:
-            self.add(rules.RC_UNUSUAL_IMPORT, Severity.medium, node,
+            self.add(rules.RC_UNUSUAL_IMPORT, Severity.low, node,
                      f"imports {name}, outside the modules model code uses")
 
     # -- bindings ------------------------------------------------------------------------------
@@ -173,9 +173,15 @@ class Visitor(ast.NodeVisitor):
 
     def check_store(self, target: ast.AST) -> None:
         """Assignments into modules or namespaces (monkey-patching, sys.modules, os.environ)."""
-        for node in ast.walk(target):
-            if not isinstance(node, (ast.Attribute, ast.Subscript)):
-                continue
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self.check_store(element)
+            return
+        if isinstance(target, ast.Starred):
+            self.check_store(target.value)
+            return
+        # only the stored-into node counts: in `os.environ[K] = v`, `os.environ` is only read
+        for node in [target] if isinstance(target, (ast.Attribute, ast.Subscript)) else []:
             base = self.names.resolve(node.value)
             if base == "os.environ":
                 self.environment_key(node, writes=True)

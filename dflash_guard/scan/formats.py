@@ -1,0 +1,71 @@
+"""The format allowlist: a file passes only when it is positively identified as a format no
+loader unpickles and parses completely as that format.
+
+The runner tries, in order: safetensors (valid header, exact spans, the library's own check),
+GGUF (a valid layout), JSON, a complete `.npy` array without objects, and text (UTF-8 without
+control bytes, so no zip record, tar header or binary pickle opcode can hide in it). Whatever
+none of them accepts (an unknown binary, a compressed or archived stream, a truncated file, an
+image, a `tokenizer.model`, whose protobuf no declared dependency validates) is a possible pickle:
+reported as DG-FORMAT-UNKNOWN (high) and counted with the pickle files, so a policy with
+`pickle_allowed: false` refuses it whatever its name or first bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import IO
+
+from dflash_guard.scan.regular import open_regular
+
+MAX_TEXT_BYTES = 256 * 1024 * 1024  # over this a file is not read as text (a tokenizer is ~30 MB)
+# Control bytes no text format needs; \t \n \f \r and ESC (terminal colours in logs) are text.
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def text_problem(path: Path) -> str | None:
+    """Why `path` is not plain UTF-8 text, or None when it is."""
+    with open_regular(path) as handle:
+        data = handle.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        return f"over {MAX_TEXT_BYTES} bytes, not read as text"
+    if (match := _CONTROL.search(data)) is not None:
+        return f"binary: control byte 0x{match.group(0)[0]:02x} at offset {match.start()}"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"not UTF-8: {error.reason} at offset {error.start}"
+    return None
+
+
+def npy_problem(stream: IO[bytes], size: int) -> str | None:
+    """Why the `.npy` array in `stream` (of `size` bytes, read from its start) is not complete
+    numeric data, or None: a valid header, no object dtype, exactly the bytes its shape needs."""
+    import numpy as np
+
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+        if version == (1, 0):
+            shape, _order, dtype = fmt.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, _order, dtype = fmt.read_array_header_2_0(stream)
+        else:
+            return f".npy version {version} is not checked"
+    except Exception as error:  # noqa: BLE001 - numpy raises many types on bad headers
+        return f"invalid .npy header: {error}"
+    if dtype.hasobject:
+        return "an object array (its data is a pickle)"
+    need = math.prod(shape) * dtype.itemsize
+    have = size - stream.tell()
+    if have != need:
+        return f"its shape {tuple(shape)} of {dtype} needs {need} data bytes, the file has {have}"
+    return None
+
+
+def npy_file_problem(path: Path) -> str | None:
+    """`npy_problem` of the file at `path`."""
+    with open_regular(path) as handle:
+        return npy_problem(handle, os.fstat(handle.fileno()).st_size)

