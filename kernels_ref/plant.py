@@ -4,11 +4,13 @@ The decode loop (`kernels_ref.loop`) and the models name no fault. A fault is pl
 the loop a different part: an accept rule for `GreedyVerifier`, `Hooks` with one decision
 changed, `SamplerHooks` with one choice changed, or a DFlash 2 candidate selector whose
 `unary_weight` is zeroed while the decode runs. `plant` picks the part for a fault.
-(`prefix-cache-first-block` lives between requests, in `kernels_ref.serve`.)
+`prefix-cache-first-block` lives between requests: `kernels_ref.serve` rewrites each prompt
+through a `FirstBlockPrefixCache`.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -158,6 +160,40 @@ def sampler_hooks(fault: Fault | None) -> SamplerHooks:
     }
     hooks = planted.get(fault, SamplerHooks) if fault is not None else SamplerHooks
     return hooks()
+
+
+# ----------------------------------------------------------------------------- the server
+
+PREFIX_BLOCK = 16  # tokens per prefix-cache block (vLLM's default block size)
+
+
+class FirstBlockPrefixCache:
+    """prefix-cache-first-block: an entry is found by the prompt's first block alone and its
+    whole cached prompt is reused, so a prompt that opens like an earlier request's is decoded
+    as that request's prompt (plus its own tokens past it). A request alone, or after requests
+    that open differently, is decoded right: only another tenant shows it."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, ...], list[int]] = {}
+        self._lock = threading.Lock()  # requests run concurrently
+
+    def __call__(self, prompt: list[int]) -> list[int]:
+        """The prompt this request is decoded as."""
+        if len(prompt) < PREFIX_BLOCK:
+            return prompt
+        key = tuple(prompt[:PREFIX_BLOCK])
+        with self._lock:
+            cached = self._entries.get(key, prompt)
+            self._entries[key] = prompt
+        return cached + prompt[len(cached) :]
+
+
+def decode_fault(fault: Fault | None, greedy: bool) -> Fault | None:
+    """The part of a server's planted `fault` one request's decode carries: greedy-loop faults
+    show in greedy requests only, sampler faults in sampled ones, server faults in none."""
+    if fault is None or fault.serve_only or fault.greedy != greedy:
+        return None
+    return fault
 
 
 # ----------------------------------------------------------------------------- one decode

@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.loop import Generation
 from kernels_ref.model import Target
+from kernels_ref.plant import FirstBlockPrefixCache, decode_fault
 from kernels_ref.prompts import PromptSetError, is_int, prompt_token_ids
 from kernels_ref.sampling import SamplingParams
 from kernels_ref.tokenizer import Tokenizer, load_tokenizer
@@ -53,7 +55,6 @@ MAX_LOGPROBS = 20
 # drafting random numbers: the runner's drafter draws none), and the faults of this server itself.
 SERVABLE_FAULTS = tuple(fault for fault in Fault if fault.runner or fault.serve_only)
 DEFAULT_MAX_TOKENS = 16
-PREFIX_BLOCK = 16  # tokens per prefix-cache block (vLLM's default block size)
 
 
 class RequestError(ValueError):
@@ -98,8 +99,11 @@ class ReferenceEngine:
         self.eos = eos_token_ids(target_dir)
         self.name = model_name or target_dir.resolve().name
         self.counters = SpecCounters()
-        self._lock = threading.Lock()  # counters and prefix cache; forwards run concurrently
-        self._prefix_cache: dict[tuple[int, ...], list[int]] = {}  # only with the planted fault
+        self._lock = threading.Lock()  # counters; forwards run concurrently
+        # What a request's prompt becomes before decoding: itself, unless a fault says otherwise.
+        self.rewrite_prompt: Callable[[list[int]], list[int]] = (
+            FirstBlockPrefixCache() if inject is Fault.PREFIX_CACHE_FIRST_BLOCK else list
+        )
 
     # ------------------------------------------------------------------ request handling
 
@@ -195,29 +199,10 @@ class ReferenceEngine:
         params: SamplingParams,
         seed: int | None,
     ) -> Generation:
-        # A fault lives in one decoding: greedy-loop faults show in greedy requests only,
-        # sampler faults in sampled ones.
-        fault = self.inject
-        if fault is Fault.PREFIX_CACHE_FIRST_BLOCK:
-            prompt, fault = self._faulty_prefix_cache(prompt), None
-        if fault is not None and fault.greedy != params.greedy:
-            fault = None
-        return generate(self.target, self.drafter, prompt, max_new_tokens=max_tokens,
-                        stop_ids=stops, inject=fault, sampling=params,
+        return generate(self.target, self.drafter, self.rewrite_prompt(prompt),
+                        max_new_tokens=max_tokens, stop_ids=stops,
+                        inject=decode_fault(self.inject, params.greedy), sampling=params,
                         seed=secrets.randbits(63) if seed is None else seed)
-
-    def _faulty_prefix_cache(self, prompt: list[int]) -> list[int]:
-        """The planted prefix-cache bug: an entry is found by the prompt's first block alone and
-        its whole cached prompt is reused, so a prompt that opens like an earlier request's is
-        decoded as that request's prompt (plus its own tokens past it). A request alone, or
-        after requests that open differently, is decoded right: only another tenant shows it."""
-        if len(prompt) < PREFIX_BLOCK:
-            return prompt
-        key = tuple(prompt[:PREFIX_BLOCK])
-        with self._lock:
-            cached = self._prefix_cache.get(key, prompt)
-            self._prefix_cache[key] = prompt
-        return cached + prompt[len(cached):]
 
     def _count(self, prompt_tokens: int, generation: Generation) -> None:
         with self._lock:
