@@ -102,7 +102,7 @@ class MissedStop(Hooks):
         return is_bonus and token in stop_ids
 
 
-def loop_hooks(fault: Fault | None, mask_id: int) -> Hooks:
+def loop_hooks(fault: Fault, mask_id: int) -> Hooks:
     """The loop's hooks with `fault` planted (other faults leave them correct)."""
     planted = {
         Fault.HIDDEN_OFFSET: HiddenOffset,
@@ -113,8 +113,7 @@ def loop_hooks(fault: Fault | None, mask_id: int) -> Hooks:
     }
     if fault is Fault.DROP_MASK_ID:
         return DropMaskId(mask_id)
-    hooks = planted.get(fault, Hooks) if fault is not None else Hooks
-    return hooks()
+    return planted.get(fault, Hooks)()
 
 
 # ----------------------------------------------------------------------------- sampler hooks
