@@ -128,7 +128,7 @@ class ReferenceDiffReport(ClassifiedResults):
 @torch.no_grad()
 def _top_logprobs(target: Target, ids: list[int]) -> tuple[tuple[int, float], ...]:
     """The target's best `TOP_K` next tokens after `ids`, with their logprobs (one forward)."""
-    cache = target.new_cache()
+    cache = target.new_cache(len(ids))
     device = target.model.embed_tokens.weight.device
     logits, _ = target(torch.tensor([ids], device=device),
                        torch.arange(len(ids), device=device), cache)
