@@ -48,12 +48,16 @@ from dflash_guard.lossless.local import (  # noqa: E402
     load_prompts,
 )
 from kernels_ref.cuda_graphs import GraphRunner, static_len  # noqa: E402
-from kernels_ref.drafter import Drafter, DrafterConfig, load_drafter  # noqa: E402
+from kernels_ref.drafter import Drafter, DrafterConfig  # noqa: E402
 from kernels_ref.fixtures import VOCAB_SIZE, make_fixture_pair  # noqa: E402
-from kernels_ref.loop import generate  # noqa: E402
-from kernels_ref.model import ModelConfig, Target, load_target  # noqa: E402
+from kernels_ref.generate import generate  # noqa: E402
+from kernels_ref.load import (
+    load_drafter,  # noqa: E402
+    load_target,  # noqa: E402
+)
+from kernels_ref.loop import Generation, features_at  # noqa: E402
+from kernels_ref.model import ModelConfig, Target  # noqa: E402
 from kernels_ref.oracle import OracleDrafter  # noqa: E402
-from kernels_ref.step import Generation, features_at  # noqa: E402
 from kernels_ref.tokenizer import load_tokenizer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -234,7 +238,7 @@ def time_steps(
         "decode": (target.graphs[1], lambda: cache.crop(context)),
         "verify": (target.graphs[block], lambda: cache.crop(context)),
         "draft": (drafter.graphs[block], None),
-        "context": (drafter.context_graphs[block], lambda: draft_cache.length.fill_(context)),
+        "context": (drafter.context_graphs[block], lambda: draft_cache.crop(context)),
     }
     out: dict[str, dict[str, float | None]] = {}
     for name, (graph, setup) in steps.items():

@@ -26,10 +26,12 @@ from dflash_guard.lossless.local import (  # noqa: E402
     run_difftest,
 )
 from dflash_guard.lossless.options import LocalOptions  # noqa: E402
-from kernels_ref.drafter import load_drafter  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
-from kernels_ref.loop import generate  # noqa: E402
-from kernels_ref.model import load_target  # noqa: E402
+from kernels_ref.generate import generate  # noqa: E402
+from kernels_ref.load import (
+    load_drafter,  # noqa: E402
+    load_target,  # noqa: E402
+)
 from kernels_ref.tokenizer import load_tokenizer  # noqa: E402
 
 

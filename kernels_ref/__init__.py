@@ -1,16 +1,17 @@
 """A reference DFlash draft-verify runner in plain PyTorch (CUDA when present, CPU otherwise).
 
-model.py (Qwen3 and Llama targets, growing and static KV caches), config.py (their parsed
+model.py (Qwen3 and Llama targets and the one preallocated KV cache), config.py (their parsed
 `config.json`; what is unsupported), rope.py (default and llama3 RoPE), drafter.py (DFlash v1
-drafter), step.py (what every decoding mode shares: drafter interface, step records,
-draft-and-verify),
-loop.py (the one decode loop, greedy or sampled; autoregressive = block size 1),
-sampling.py (exact speculative rejection sampling for temperature > 0), faults.py (the bugs
-`--inject` plants), compat.py (drafter-vs-target compatibility, torch-free), errors.py
-(`RunnerError`), cuda_graphs.py (decode, verify and draft steps captured as CUDA graphs),
-oracle.py (a drafter that proposes the target's own continuation: an upper bound),
+drafter), drafter2.py (DFlash 2: block convolutions and a candidate selector), load.py (loading a
+target and its drafter from HF folders), loop.py (the decode loop, greedy or sampled;
+autoregressive = block size 1), generate.py (its entry point), sampling.py (exact speculative
+rejection sampling for temperature > 0), faults.py (the bugs `--inject` plants), plant.py (how
+each is planted, outside the loop), compat.py (drafter-vs-target compatibility, torch-free),
+errors.py (`RunnerError`), cuda_graphs.py (decode, verify and draft steps captured as CUDA
+graphs), oracle.py (a drafter that proposes the target's own continuation: an upper bound),
 checkpoint.py (HF folders read with safetensors only), tokenizer.py (the fixture's byte-level
 tokenizer), fixtures.py (the built-in tiny pair), serve.py (an OpenAI-compatible server).
+See docs/kernels-ref.md.
 
 Stands alone (imports nothing from the guard that uses it); this file, faults.py, compat.py and
 errors.py import no torch, so a scanner or CLI can use them cheaply.

@@ -1,7 +1,7 @@
 """CUDA-graph capture of the decode, verify and draft steps, with an eager fallback off CUDA.
 
 A step is a function over static buffers: the token ids and positions go in by `copy_`, the
-target writes its keys/values into a `StaticKVCache` at the cache's device-side length, and the
+target writes its keys/values into its `KVCache` at the cache's device-side length, and the
 logits, hidden states (or draft tokens) come out in the tensors the capture allocated. Replaying
 one graph launches the whole step at once; nothing inside it reads back to the host. The loop's
 only host reads are its own (the verify argmax that decides the accepted count, and the drafted
@@ -13,7 +13,7 @@ tokens it hands back to the target).
 `runner.target` and `runner.drafter` stand in for the models in `kernels_ref.loop.generate`:
 token counts with a captured graph (1 for decode, each block size for verify and draft, 1 up to
 the largest block for the drafter's context update) replay it; others (the prefill, a block cut
-short by the budget) run eagerly on the same static caches. Off CUDA every "graph" runs its
+short by the budget) run eagerly on the same caches. Off CUDA every "graph" runs its
 function eagerly over the same buffers, so the plumbing is tested on CPU. References: PyTorch's
 CUDA Graphs notes (torch.cuda.graph, warm-up on a side stream), gpt-fast's static KV cache.
 """
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from kernels_ref.drafter import Drafter, StaticDrafterCache
-from kernels_ref.model import StaticKVCache, Target
+from kernels_ref.drafter import Drafter
+from kernels_ref.model import KVCache, Target
 
 ALIGN = 16  # static buffers are padded to this many positions (aligned attention masks)
 
@@ -38,7 +38,7 @@ def cuda_graphs_available(device: torch.device) -> bool:
 
 
 def static_len(longest_prompt: int, max_new_tokens: int, max_positions: int) -> int:
-    """Positions a static cache needs for prompts up to `longest_prompt` tokens and a budget of
+    """Positions a cache needs for prompts up to `longest_prompt` tokens and a budget of
     `max_new_tokens`: never more than the model's context, padded up to a multiple of `ALIGN`."""
     if longest_prompt < 1 or max_new_tokens < 1:
         raise ValueError("the prompt and the budget must each be at least one token")
@@ -88,16 +88,14 @@ class StepGraph:
 
 
 class GraphTarget:
-    """The target over one static cache; stands in for `Target` in `generate`."""
+    """The target over one cache; stands in for `Target` in `generate`."""
 
     def __init__(self, target: Target, max_len: int, sizes: Iterable[int], capture: bool) -> None:
         self.target = target
         self.config = target.config
         self.model = target.model
         self.head = target.head
-        cache = target.new_cache(static=True, max_len=max_len)
-        assert isinstance(cache, StaticKVCache)
-        self.cache = cache
+        self.cache = cache = target.new_cache(max_len)
         device = target.model.embed_tokens.weight.device
         self.ids: dict[int, Tensor] = {}
         self.positions: dict[int, Tensor] = {}
@@ -112,8 +110,8 @@ class GraphTarget:
             )
 
     @torch.inference_mode()
-    def new_cache(self, static: bool = False, max_len: int | None = None) -> StaticKVCache:
-        """The runner's one static cache, emptied (`static` is implied)."""
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        """The runner's one cache, emptied."""
         if max_len is not None and max_len > self.cache.max_len:
             raise ValueError(
                 f"this runner's cache holds {self.cache.max_len} positions; {max_len} are needed"
@@ -123,7 +121,7 @@ class GraphTarget:
 
     @torch.inference_mode()
     def __call__(
-        self, ids: Tensor, positions: Tensor, cache: StaticKVCache
+        self, ids: Tensor, positions: Tensor, cache: KVCache
     ) -> tuple[Tensor, list[Tensor]]:
         """`Target.forward`: replays the graph captured for `ids`' length, else runs eagerly.
 
@@ -140,7 +138,7 @@ class GraphTarget:
 
 
 class GraphDrafter:
-    """The drafter over one static context cache; stands in for `Drafter` in `generate`."""
+    """The drafter over one context cache; stands in for `Drafter` in `generate`."""
 
     def __init__(
         self,
@@ -152,9 +150,7 @@ class GraphDrafter:
     ) -> None:
         self.drafter, self.target = drafter, target
         self.config = drafter.config
-        cache = drafter.new_cache(static=True, max_len=max_len)
-        assert isinstance(cache, StaticDrafterCache)
-        self.cache = cache
+        self.cache = cache = drafter.new_cache(max_len)
         device = target.model.embed_tokens.weight.device
         self.ids: dict[int, Tensor] = {}
         self.start = torch.zeros((), dtype=torch.long, device=device)  # the anchor's position
@@ -184,23 +180,21 @@ class GraphDrafter:
                     cache, features, positions
                 ),
                 capture=capture,
-                reset=cache.length.zero_,
+                reset=lambda: cache.crop(0),
             )
 
     @torch.inference_mode()
-    def new_cache(self, static: bool = False, max_len: int | None = None) -> StaticDrafterCache:
-        """The runner's one static context cache, emptied."""
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        """The runner's one context cache, emptied."""
         if max_len is not None and max_len > self.cache.max_len:
             raise ValueError(
                 f"this runner's cache holds {self.cache.max_len} positions; {max_len} are needed"
             )
-        self.cache.length.zero_()
+        self.cache.crop(0)
         return self.cache
 
     @torch.inference_mode()
-    def extend_context(
-        self, cache: StaticDrafterCache, features: Tensor, positions: Tensor
-    ) -> None:
+    def extend_context(self, cache: KVCache, features: Tensor, positions: Tensor) -> None:
         """Append committed context: replays the graph for its row count, else (the prompt)
         runs eagerly."""
         if cache is not self.cache:
@@ -215,7 +209,7 @@ class GraphDrafter:
 
     @torch.inference_mode()
     def propose(
-        self, cache: StaticDrafterCache, target: Any, anchor: int, start: int, n: int
+        self, cache: KVCache, target: Any, anchor: int, start: int, n: int
     ) -> list[int]:
         """`Drafter.propose`: replays the draft graph for `n + 1` tokens, else runs eagerly."""
         if cache is not self.cache:
@@ -229,7 +223,7 @@ class GraphDrafter:
 
 
 class GraphRunner:
-    """Static caches and captured steps for one target (and optionally one drafter).
+    """Caches and captured steps for one target (and optionally one drafter).
 
     `capture=None` captures when the models sit on a CUDA device and runs eagerly otherwise;
     `capture=True` without CUDA raises `ValueError`.

@@ -10,7 +10,6 @@ published checkpoints: `fc.weight`, `hidden_norm.weight`, `norm.weight`, `layers
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,16 +17,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kernels_ref.checkpoint import (
-    assign_weights,
-    load_tensors,
-    parse_device,
-    parse_dtype,
-    read_config,
-)
 from kernels_ref.compat import compatibility_problems
 from kernels_ref.errors import RunnerError
-from kernels_ref.model import DecoderLayer, ModelConfig, RMSNorm, Target
+from kernels_ref.model import DecoderLayer, KVCache, ModelConfig, RMSNorm, Target
 
 
 @dataclass(frozen=True)
@@ -101,51 +93,6 @@ class DrafterConfig:
             raise RunnerError(f"{where}: drafter does not match its target: {messages}")
 
 
-class DrafterCache:
-    """Per drafter layer, the keys and values of the committed context (never of block tokens)."""
-
-    def __init__(self, n_layers: int) -> None:
-        self.layers: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
-        self.length = 0
-
-
-class StaticDrafterCache:
-    """The drafter's context keys/values in preallocated `[1, n_kv, max_len, head_dim]` buffers.
-
-    A device `length` counts the committed context; drafting attends over the whole buffers with
-    a mask hiding the unwritten tail, so a draft step can be captured as a CUDA graph.
-    """
-
-    def __init__(
-        self, cfg: ModelConfig, max_len: int, *, device: torch.device | str, dtype: torch.dtype
-    ) -> None:
-        shape = (1, cfg.num_key_value_heads, max_len, cfg.head_dim)
-        self.layers = [
-            (
-                torch.zeros(shape, device=device, dtype=dtype),
-                torch.zeros(shape, device=device, dtype=dtype),
-            )
-            for _ in range(cfg.num_hidden_layers)
-        ]
-        self.max_len = max_len
-        self.length = torch.zeros((), dtype=torch.long, device=device)
-
-    def write(self, kv: list[tuple[Tensor, Tensor]]) -> None:
-        """Append one `(k, v)` `[1, n_kv, n, head_dim]` per layer at the current length."""
-        n = kv[0][0].shape[2]
-        index = self.length + torch.arange(n, device=self.length.device)
-        for (keys, values), (k, v) in zip(self.layers, kv, strict=True):
-            keys.index_copy_(2, index, k.to(keys.dtype))
-            values.index_copy_(2, index, v.to(values.dtype))
-        self.length.add_(n)
-
-    def mask(self, t: int) -> Tensor:
-        """`[t, max_len + t]`: every block token sees the committed context and the whole block."""
-        device = self.length.device
-        context = (torch.arange(self.max_len, device=device) < self.length).expand(t, -1)
-        return torch.cat([context, torch.ones(t, t, dtype=torch.bool, device=device)], dim=1)
-
-
 class Drafter(nn.Module):
     """DFlash v1 drafter: `fc` fuses target layer outputs; bidirectional layers draft the block."""
 
@@ -160,112 +107,65 @@ class Drafter(nn.Module):
         )
         self.norm = RMSNorm(hidden, cfg.layers.rms_norm_eps)
 
-    def new_cache(
-        self, static: bool = False, max_len: int | None = None
-    ) -> DrafterCache | StaticDrafterCache:
-        """An empty context cache: growing, or with `static` preallocated for `max_len` tokens."""
-        if not static:
-            return DrafterCache(len(self.layers))
+    def new_cache(self, max_len: int | None = None, batch: int = 1) -> KVCache:
+        """An empty context cache for `max_len` positions (context plus one block)."""
         weight = self.fc.weight
-        return StaticDrafterCache(
-            self.config.layers,
-            max_len or self.config.layers.max_position_embeddings,
+        layers = self.config.layers
+        return KVCache(
+            layers.num_hidden_layers,
+            layers.num_key_value_heads,
+            layers.head_dim,
+            max_len or layers.max_position_embeddings,
+            batch=batch,
             device=weight.device,
             dtype=weight.dtype,
         )
 
-    def context_kv(self, features: Tensor, positions: Tensor) -> list[tuple[Tensor, Tensor]]:
-        """Per layer keys/values of context `features` `[B, n, k*hidden]` at `positions` `[n]`."""
+    def extend_context(self, cache: KVCache, features: Tensor, positions: Tensor) -> None:
+        """Append the keys/values of committed context `features` `[B, n, k*hidden]` at
+        `positions` `[n]` to every layer of `cache`."""
         context = self.hidden_norm(self.fc(features))
         layers = self.config.layers
         cos, sin = layers.rope.tables(positions, layers.head_dim, context.dtype)
-        return [layer.self_attn.project_kv(context, cos, sin) for layer in self.layers]
-
-    def extend_context(
-        self, cache: DrafterCache | StaticDrafterCache, features: Tensor, positions: Tensor
-    ) -> None:
-        """Append committed context features to the drafter's cache."""
-        if isinstance(cache, StaticDrafterCache):
-            cache.write(self.context_kv(features, positions))
-            return
-        for index, (k, v) in enumerate(self.context_kv(features, positions)):
-            old = cache.layers[index]
-            cache.layers[index] = (
-                (k, v)
-                if old is None
-                else (torch.cat([old[0], k], dim=2), torch.cat([old[1], v], dim=2))
-            )
-        cache.length += features.shape[1]
+        for index, layer in enumerate(self.layers):
+            cache.write(index, *layer.self_attn.project_kv(context, cos, sin))
+        cache.advance(features.shape[1])
 
     def block_hidden(
-        self,
-        block: Tensor,
-        positions: Tensor,
-        context: Sequence[tuple[Tensor, Tensor] | None],
-        mask: Tensor | None = None,
+        self, block: Tensor, positions: Tensor, cache: KVCache, mask: Tensor | None = None
     ) -> Tensor:
-        """Final-normed hidden states `[B, T, hidden]` of embedded `block` over `context`.
+        """Final-normed hidden states `[B, T, hidden]` of embedded `block` over the context.
 
-        Attention is bidirectional; `mask` (True = may attend) only serves training, where
-        several blocks share one forward.
+        The block's keys/values are written after the context as scratch (the length does not
+        move, so the next `extend_context` overwrites them). Attention is bidirectional over
+        context and block; `mask` `[T, max_len]` only serves training, where several blocks
+        share one forward.
         """
         layers = self.config.layers
         cos, sin = layers.rope.tables(positions, layers.head_dim, block.dtype)
+        mask = cache.block_mask(block.shape[1]) if mask is None else mask
         x = block
-        for layer, prefix in zip(self.layers, context, strict=True):
-            x, _, _ = layer(x, cos, sin, prefix, mask)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache, index, mask)
         return self.norm(x)
 
-    def draft(
-        self,
-        cache: DrafterCache | StaticDrafterCache,
-        target: Target,
-        ids: Tensor,
-        positions: Tensor,
-    ) -> Tensor:
-        """Greedy tokens `[T-1]` for the block `ids` `[1, T]` at `positions` `[T]` (on the device,
-        no host read: the step a CUDA graph captures)."""
-        mask = cache.mask(ids.shape[1]) if isinstance(cache, StaticDrafterCache) else None
-        hidden = self.block_hidden(target.model.embed_tokens(ids), positions, cache.layers, mask)
-        return target.head(hidden[:, 1:]).argmax(-1)[0]
+    def select(self, hidden: Tensor, logits: Tensor, anchor: Tensor) -> Tensor:
+        """The drafted tokens `[n]` from the block's hidden states `[1, n, hidden]` and logits
+        `[1, n, vocab]` after `anchor` `[1]`: v1 takes the argmax."""
+        return logits.argmax(-1)[0]
+
+    def draft(self, cache: KVCache, target: Target, ids: Tensor, positions: Tensor) -> Tensor:
+        """Drafted tokens `[T-1]` for the block `ids` `[1, T]` at `positions` `[T]` (on the
+        device, no host read: the step a CUDA graph captures)."""
+        hidden = self.block_hidden(target.model.embed_tokens(ids), positions, cache)
+        drafted = hidden[:, 1:]  # [1, T-1, hidden]: the MASK positions
+        return self.select(drafted, target.head(drafted), ids[:, 0])
 
     def propose(
-        self,
-        cache: DrafterCache | StaticDrafterCache,
-        target: Target,
-        anchor: int,
-        start: int,
-        n: int,
+        self, cache: KVCache, target: Target, anchor: int, start: int, n: int
     ) -> list[int]:
-        """Greedy draft of the `n` tokens after `anchor`, which sits at position `start`."""
+        """Draft the `n` tokens after `anchor`, which sits at position `start`."""
         device = target.model.embed_tokens.weight.device
         ids = torch.tensor([[anchor] + [self.config.mask_token_id] * n], device=device)
         positions = torch.arange(start, start + n + 1, device=device)
         return self.draft(cache, target, ids, positions).tolist()
-
-
-def load_drafter(
-    folder: Path | str,
-    target: Target,
-    device: str | torch.device = "cpu",
-    dtype: str | torch.dtype = "float32",
-) -> Drafter:
-    """Load a DFlash drafter folder and check it against `target` (never imports its code).
-
-    `architectures` naming `DFlash2DraftModel` picks the DFlash 2 drafter (`kernels_ref.drafter2`).
-    """
-    from kernels_ref import drafter2  # it subclasses Drafter: imported here, not at the top
-
-    folder = Path(folder)
-    torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
-    raw = read_config(folder)
-    v2 = drafter2.ARCHITECTURE in (raw.get("architectures") or [])
-    parse = drafter2.Drafter2Config.from_dict if v2 else DrafterConfig.from_dict
-    config = parse(raw, folder / "config.json")
-    config.check_against(target.config, folder)
-    v2_config = isinstance(config, drafter2.Drafter2Config)
-    drafter = drafter2.Drafter2(config) if v2_config else Drafter(config)
-    assign_weights(
-        drafter, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype
-    )
-    return drafter

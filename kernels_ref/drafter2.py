@@ -23,8 +23,6 @@ narrower window is refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels_ref.drafter import Drafter, DrafterCache, DrafterConfig, StaticDrafterCache
+from kernels_ref.drafter import Drafter, DrafterConfig
 from kernels_ref.errors import RunnerError
-from kernels_ref.faults import Fault
-from kernels_ref.model import DecoderLayer, ModelConfig, StaticSlot, Target
+from kernels_ref.model import DecoderLayer, KVCache, ModelConfig
 
 ARCHITECTURE = "DFlash2DraftModel"
 _SLIDING_KEYS = ("layer_types", "use_sliding_window", "sliding_window")
@@ -155,23 +152,18 @@ class Drafter2Layer(DecoderLayer):
         self.mlp_conv = BlockConv(hidden, cfg.conv_kernel_size, cfg.conv_group_size)
 
     def forward(
-        self,
-        x: Tensor,
-        cos: Tensor,
-        sin: Tensor,
-        prefix: tuple[Tensor, Tensor] | StaticSlot | None,
-        mask: Tensor | None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, layer: int, mask: Tensor
+    ) -> Tensor:
         normed = self.input_layernorm(x)  # [B, T, hidden]
         coeff = self.attention_conv.coefficients(normed)
-        attn, k, v = self.self_attn(
-            self.attention_conv.convolve(normed, 0, coeff), cos, sin, prefix, mask
+        attn = self.self_attn(
+            self.attention_conv.convolve(normed, 0, coeff), cos, sin, cache, layer, mask
         )
         x = x + self.attention_conv.convolve(attn, 1, coeff)
         normed = self.post_attention_layernorm(x)
         coeff = self.mlp_conv.coefficients(normed)
         mlp = self.mlp(self.mlp_conv.convolve(normed, 0, coeff))
-        return x + self.mlp_conv.convolve(mlp, 1, coeff), k, v
+        return x + self.mlp_conv.convolve(mlp, 1, coeff)
 
 
 class CandidateSelector(nn.Module):
@@ -184,12 +176,13 @@ class CandidateSelector(nn.Module):
         self.predecessor_codebook = nn.Parameter(torch.zeros(vocab, rank))
         self.successor_codebook = nn.Parameter(torch.zeros(vocab, rank))
         self.hidden_projection = nn.Linear(cfg.layers.hidden_size, rank, bias=False)
-        self.drop_unary = False  # the `selector-no-unary` fault (`planted`)
+        # The weight of the unary (logit) score: 1, not a checkpoint tensor.
+        self.register_buffer("unary_weight", torch.ones(()), persistent=False)
 
     def walk(self, hidden: Tensor, logits: Tensor, anchor: Tensor) -> Tensor:
         """Tokens `[n]` for positions with `hidden` `[1, n, hidden]`, `logits` `[1, n, vocab]`
-        after the `anchor` `[1]`: at each position the candidate maximising its logit plus
-        `successor[c] . (predecessor[previous] * projection(h))`."""
+        after the `anchor` `[1]`: at each position the candidate maximising its logit (times
+        `unary_weight`) plus `successor[c] . (predecessor[previous] * projection(h))`."""
         unary, candidates = logits.topk(self.top_k, dim=-1)  # [1, n, k] each
         projected = self.hidden_projection(hidden)  # [1, n, rank]
         previous = anchor
@@ -200,7 +193,7 @@ class CandidateSelector(nn.Module):
                 self.predecessor_codebook[previous] * projected[:, position],
                 self.successor_codebook[candidates[:, position]],
             )  # [1, k]
-            scores = pairwise if self.drop_unary else unary[:, position] + pairwise
+            scores = self.unary_weight * unary[:, position] + pairwise
             best = scores.argmax(-1)  # [1]
             previous = candidates[:, position].gather(-1, best[:, None])[:, 0]
             path.append(previous)
@@ -217,35 +210,6 @@ class Drafter2(Drafter):
         self.layers = nn.ModuleList(Drafter2Layer(cfg) for _ in range(cfg.layers.num_hidden_layers))
         self.candidate_selector = CandidateSelector(cfg)
 
-    def draft(
-        self,
-        cache: DrafterCache | StaticDrafterCache,
-        target: Target,
-        ids: Tensor,
-        positions: Tensor,
-    ) -> Tensor:
-        """Selected tokens `[T-1]` for the block `ids` `[1, T]` at `positions` `[T]`."""
-        mask = cache.mask(ids.shape[1]) if isinstance(cache, StaticDrafterCache) else None
-        hidden = self.block_hidden(target.model.embed_tokens(ids), positions, cache.layers, mask)
-        drafted = hidden[:, 1:]  # [1, T-1, hidden]
-        return self.candidate_selector.walk(drafted, target.head(drafted), ids[:, 0])
-
-
-
-@contextmanager
-def planted(drafter: object, fault: Fault | None) -> Iterator[None]:
-    """Plant a DFlash 2 drafter fault in `drafter` while the block runs, and remove it after.
-
-    Any other fault (or none) leaves the drafter alone; a DFlash 2 fault on another drafter is
-    refused rather than silently not planted.
-    """
-    if fault is None or not fault.dflash2_only:
-        yield
-        return
-    if not isinstance(drafter, Drafter2):
-        raise RunnerError(f"fault {fault} needs a DFlash 2 drafter (DFlash2DraftModel)")
-    drafter.candidate_selector.drop_unary = True
-    try:
-        yield
-    finally:
-        drafter.candidate_selector.drop_unary = False
+    def select(self, hidden: Tensor, logits: Tensor, anchor: Tensor) -> Tensor:
+        """The candidate selector's greedy walk, not the per-position argmax."""
+        return self.candidate_selector.walk(hidden, logits, anchor)

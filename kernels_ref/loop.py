@@ -1,32 +1,44 @@
-"""DFlash draft-verify decoding, greedy or sampled; autoregressive decoding is block size 1.
+"""The DFlash draft-verify loop, greedy or sampled; autoregressive decoding is block size 1.
 
 prefill -> [draft a block, verify it with one target forward, commit the accepted drafts plus the
-verifier's next token, crop the caches] until the budget or a stop token. The verifier decides
-what a step accepts: `GreedyVerifier` (the longest prefix agreeing with the target's argmax) or
-`kernels_ref.sampling.RejectionSampler` (exact speculative rejection sampling). A planted `Fault`
-changes one decision, through the verifier's accept rule or the loop's `Hooks`.
+verifier's next token, crop the caches] until the budget, a stop token or the end of the
+context. Both models keep preallocated `KVCache`s sized for the prompt and the budget.
+
+The verifier decides what a step accepts: `GreedyVerifier` (the longest prefix agreeing with the
+target's argmax) or `kernels_ref.sampling.RejectionSampler` (exact speculative rejection
+sampling). `Hooks` are the loop's other engine decisions, each as a correct engine makes it;
+`kernels_ref.plant` plants a fault by handing `decode` a different part, so this file names none.
+`kernels_ref.generate.generate` picks the parts and runs `decode`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from kernels_ref.drafter2 import planted
-from kernels_ref.faults import Fault
-from kernels_ref.model import Target
-from kernels_ref.sampling import RejectionSampler, SamplingParams, seeded
-from kernels_ref.step import (
-    DraftModel,
-    Generation,
-    StepRecord,
-    commit_context,
-    draft_and_verify,
-    top2_margin,
-)
+from kernels_ref.drafter import DrafterConfig
+from kernels_ref.model import KVCache, Target
+
+AcceptRule = Callable[[list[int], list[int]], int]  # (drafts, target's choices) -> accepted
+
+
+class DraftModel(Protocol):
+    """What the loop needs from a drafter (the real one, a CUDA-graph runner, an oracle).
+
+    The loop only hands the drafter's cache back to it (a `KVCache` for the real one).
+    """
+
+    config: DrafterConfig
+
+    def new_cache(self, max_len: int | None = None) -> Any: ...
+
+    def extend_context(self, cache: Any, features: Tensor, positions: Tensor) -> None: ...
+
+    def propose(self, cache: Any, target: Target, anchor: int, start: int, n: int) -> list[int]: ...
 
 
 class Verifier(Protocol):
@@ -42,142 +54,173 @@ class Verifier(Protocol):
         ...
 
 
-def accepted_prefix(drafts: list[int], choices: list[int], fault: Fault | None) -> int:
-    """How many drafts the step accepts: the longest prefix agreeing with the target's choices."""
+@dataclass(frozen=True)
+class StepRecord:
+    """One draft-verify step: drafts accepted, tokens committed, target forwards run.
+
+    `committed` ends at a stop token and holds at most the budget left, so it can be shorter
+    than `accepted + 1`; `block_size` is the positions verified (anchor + drafts).
+    """
+
+    accepted: int
+    committed: tuple[int, ...]
+    target_forwards: int
+    block_size: int
+
+    @property
+    def length(self) -> int:
+        """The step's acceptance length as z-lab's `dflash_generate` counts it: the tokens it
+        commits (accepted drafts + bonus, cut at a stop token and at the budget)."""
+        return len(self.committed)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one decode produced.
+
+    `tokens` is the output stream; `margins[i]` is the target's top-2 logit margin where it chose
+    the i-th generated token (what tells a numerical near-tie from a logic bug).
+    """
+
+    tokens: list[int]
+    steps: list[StepRecord]
+    margins: list[float]
+    prefill_forwards: int = 1
+    stop_reason: str = "length"  # "length" (budget), "stop" (a stop token), "context" (full)
+
+    @property
+    def acceptance(self) -> list[int]:
+        """Per-step acceptance lengths (`StepRecord.length`), upstream's `acceptance_lengths`."""
+        return [step.length for step in self.steps]
+
+    @property
+    def target_forwards(self) -> int:
+        return self.prefill_forwards + sum(step.target_forwards for step in self.steps)
+
+    @property
+    def tau(self) -> float:
+        """Mean acceptance length (tokens committed per step); 0.0 with no steps."""
+        if not self.steps:
+            return 0.0
+        return sum(self.acceptance) / len(self.steps)
+
+
+def top2_margin(logits: Tensor) -> list[float]:
+    """Per row of `logits` `[T, vocab]`, the gap between the two largest logits."""
+    top = logits.float().topk(2, dim=-1).values
+    return (top[:, 0] - top[:, 1]).tolist()
+
+
+def features_at(
+    hidden: list[Tensor],
+    layer_ids: Iterable[int],
+    offset: int = 1,
+    final_norm: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    """Concatenated outputs of the target layers `layer_ids` (HF `hidden_states[L + offset]`;
+    `hidden[L + 1]` is layer L's output).
+
+    The last entry goes through `final_norm` when given: in transformers the last element of
+    `hidden_states` is the output *after* the model's final RMSNorm, and that is what z-lab's
+    `extract_context_feature` hands a drafter whose `target_layer_ids` holds the last layer (and
+    what such a drafter was trained on). `hidden` keeps every layer's pre-norm output.
+    """
+    last = len(hidden) - 1
+    indices = [layer + offset for layer in layer_ids]
+    chosen = [
+        final_norm(hidden[i]) if final_norm is not None and i == last else hidden[i]
+        for i in indices
+    ]
+    return torch.cat(chosen, dim=-1)
+
+
+def longest_prefix(drafts: list[int], choices: list[int]) -> int:
+    """How many drafts a step accepts: the longest prefix agreeing with the target's choices."""
     matches = [d == c for d, c in zip(drafts, choices, strict=False)]
-    if fault is Fault.NO_CUMPROD:
-        return sum(matches)
-    accepted = next((i for i, ok in enumerate(matches) if not ok), len(matches))
-    if fault is Fault.ACCEPT_OFF_BY_ONE:
-        return min(accepted + 1, len(drafts))
-    return accepted
+    return next((i for i, ok in enumerate(matches) if not ok), len(matches))
 
 
 class GreedyVerifier:
     """Greedy verification: accept drafts while they equal the target's argmax."""
 
-    def __init__(self, fault: Fault | None = None) -> None:
-        if fault is not None and not fault.greedy:
-            raise ValueError(f"{fault} is a sampler fault: it needs a temperature above 0")
-        self.fault = fault
+    def __init__(self, accept: AcceptRule = longest_prefix) -> None:
+        self.accept = accept
 
     def first(self, logits: Tensor) -> int:
         return int(logits.argmax())
 
     def verify(self, drafts: list[int], logits: Tensor) -> tuple[int, int]:
         choices = logits.argmax(-1).tolist()  # choices[i]: the target's token after drafts[:i]
-        accepted = accepted_prefix(drafts, choices, self.fault)
+        accepted = self.accept(drafts, choices)
         return accepted, choices[accepted]
 
 
-@dataclass(frozen=True)
 class Hooks:
-    """The loop's fault-prone decisions, correct by default; `hooks_for` plants one fault."""
+    """The loop's engine decisions besides verification, as a correct engine makes them.
 
-    feature_offset: int = 1  # context features are hidden_states[L + 1], layer L's output
-    crop_rejected: bool = True  # rejected drafts leave the target's KV cache
-    advance_by_drafted: bool = False  # the drafter's context grows by the accepted count
-    emit_bonus: bool = True
-    dropped_token: int | None = None  # a token the engine never emits
-    stop_in_drafts: bool = True  # a stop token among the accepted drafts ends decoding
+    `kernels_ref.plant` subclasses it to change one decision (a planted fault).
+    """
+
+    feature_offset = 1  # context features are hidden_states[L + 1], layer L's output
+
+    def room(self, prompt: int, budget: int, block: int) -> int:
+        """Positions each cache holds: the prompt and the budget (a block's drafts are
+        verified at positions the budget covers)."""
+        return prompt + budget
+
+    def crop(self, cache: KVCache, length: int) -> None:
+        """Rejected drafts leave the target's cache."""
+        cache.crop(length)
 
     def context_rows(self, accepted: int, block: int) -> int:
         """Positions of a step the drafter's context takes: anchor + accepted drafts."""
-        return block if self.advance_by_drafted else accepted + 1
+        return accepted + 1
 
     def emits(self, token: int, is_bonus: bool) -> bool:
-        return (self.emit_bonus or not is_bonus) and token != self.dropped_token
+        """Whether a committed token reaches the output: every one does."""
+        return True
 
     def stops(self, token: int, is_bonus: bool, stop_ids: frozenset[int]) -> bool:
-        return token in stop_ids and (is_bonus or self.stop_in_drafts)
+        """Whether a committed token ends decoding: any stop token, drafted or bonus."""
+        return token in stop_ids
 
 
-def hooks_for(fault: Fault | None, mask_id: int | None) -> Hooks:
-    """The loop's hooks with `fault` planted (accept-rule and sampler faults leave them as is)."""
-    planted = {
-        Fault.HIDDEN_OFFSET: Hooks(feature_offset=0),
-        Fault.STALE_KV: Hooks(crop_rejected=False),
-        Fault.SEQ_INFLATION: Hooks(advance_by_drafted=True),
-        Fault.SKIP_BONUS: Hooks(emit_bonus=False),
-        Fault.DROP_MASK_ID: Hooks(dropped_token=mask_id),
-        Fault.MISSED_STOP: Hooks(stop_in_drafts=False),
-    }
-    return planted.get(fault, Hooks()) if fault is not None else Hooks()
-
-
-def generate(
-    target: Target,
-    drafter: DraftModel | None,
-    prompt_ids: list[int],
-    *,
-    max_new_tokens: int,
-    stop_ids: set[int] | frozenset[int],
-    static_cache: bool = False,  # preallocated caches (StaticKVCache), the CUDA-graph layout
-    block_size: int | None = None,
-    inject: Fault | None = None,
-    sampling: SamplingParams | None = None,
-    seed: int = 0,
-) -> Generation:
-    """Decode `prompt_ids`: speculative with `drafter`, autoregressive without.
-
-    Greedy unless `sampling` has a temperature above 0: then exact rejection sampling, the
-    verifier's random stream seeded with `seed`. Stops after `max_new_tokens`, at the first stop
-    token (included in the output) or when the target's context (`max_position_embeddings`) is
-    full (`stop_reason` "context"). `inject` plants a fault in the speculative path.
-
-    Acceptance is counted as z-lab's `dflash_generate` counts it (`Generation.acceptance`), and
-    its short last block (min(block, left + 1)) is drafted the same way. One deliberate
-    difference: z-lab decodes past `max_position_embeddings`; engines do not (vLLM refuses such
-    a request, llama.cpp stops at its context), so this loop stops there and says so.
-    """
-    if static_cache and inject is Fault.STALE_KV:
-        raise ValueError("the stale-kv fault needs the growing cache (it never crops)")
-    if not prompt_ids:
-        raise ValueError("the prompt is empty")
-    size = 1 if drafter is None else (block_size or drafter.config.block_size)
-    if size < 1:
-        raise ValueError("block_size must be at least 1")
-    fault = inject if drafter is not None else None
-    verifier: Verifier
-    if sampling is None or sampling.greedy:
-        verifier = GreedyVerifier(fault)
-    else:
-        verifier = RejectionSampler(sampling, seeded(seed), fault)
-    hooks = hooks_for(fault, drafter.config.mask_token_id if drafter is not None else None)
-    with torch.inference_mode(), planted(drafter, fault):
-        return _decode(
-            target, drafter, prompt_ids, max_new_tokens, frozenset(stop_ids), size, verifier,
-            hooks, static_cache,
-        )
-
-
-def _decode(
+def decode(
     target: Target,
     drafter: DraftModel | None,
     prompt: list[int],
+    *,
     max_new_tokens: int,
     stop_ids: frozenset[int],
-    size: int,
+    block_size: int,
     verifier: Verifier,
     hooks: Hooks,
-    static_cache: bool,
 ) -> Generation:
+    """Decode `prompt` (see `kernels_ref.generate.generate`, which checks the arguments)."""
     device = target.model.embed_tokens.weight.device
     room = target.config.max_position_embeddings - len(prompt)
     budget = min(max_new_tokens, room)
     at_end = "context" if room < max_new_tokens else "length"  # why decoding ends without a stop
     if budget <= 0:
         return Generation([], [], [], prefill_forwards=0, stop_reason=at_end)
-    capacity = len(prompt) + budget  # the positions a static cache must hold
-    cache = target.new_cache(static_cache, capacity)
-    draft_cache = None
-    if drafter is not None:  # a drafter without static caches takes no arguments
-        draft_cache = drafter.new_cache(True, capacity) if static_cache else drafter.new_cache()
+    capacity = hooks.room(len(prompt), budget, block_size)
+    cache = target.new_cache(capacity)
+    draft_cache = drafter.new_cache(capacity) if drafter is not None else None
+
+    def commit_context(hidden: list[Tensor], rows: int, start: int) -> None:
+        """Hand the drafter the context features of `rows` committed positions from `start`."""
+        if drafter is None:
+            return
+        layer_ids = drafter.config.target_layer_ids
+        features = features_at(hidden, layer_ids, hooks.feature_offset, target.model.norm)
+        positions = torch.arange(start, start + rows, device=device)
+        drafter.extend_context(draft_cache, features[:, :rows], positions)
 
     # Prefill: the first new token is the verifier's own choice, not counted in acceptance.
-    positions = torch.arange(len(prompt), device=device)
-    logits, hidden = target(torch.tensor([prompt], device=device), positions, cache)
-    commit_context(target, drafter, draft_cache, hidden, len(prompt), 0, hooks.feature_offset)
+    logits, hidden = target(
+        torch.tensor([prompt], device=device), torch.arange(len(prompt), device=device), cache
+    )
+    commit_context(hidden, len(prompt), 0)
     generated = [verifier.first(logits[0, -1])]  # the engine's committed tokens
     margins = top2_margin(logits[0, -1:])
     output = [generated[0]] if hooks.emits(generated[0], is_bonus=False) else []  # emitted
@@ -190,16 +233,18 @@ def _decode(
         # As upstream: a short last block still verifies one position past the budget (the
         # drafter attends bidirectionally, so the extra mask changes its drafts); at most
         # `left` tokens are kept.
-        block = min(size, left + 1)
-        drafts, logits, hidden = draft_and_verify(
-            target, drafter, draft_cache, cache, generated[-1], start, block
-        )
+        block = min(block_size, left + 1)
+        drafts: list[int] = []
+        if drafter is not None and block > 1:
+            drafts = drafter.propose(draft_cache, target, generated[-1], start, block - 1)
+        # Verify: ONE target forward over [anchor, drafts].
+        ids = torch.tensor([[generated[-1], *drafts]], device=device)
+        positions = torch.arange(start, start + len(drafts) + 1, device=device)
+        logits, hidden = target(ids, positions, cache)
         accepted, next_token = verifier.verify(drafts, logits[0])
         committed = [*drafts[:accepted], next_token][:left]
-        if hooks.crop_rejected:
-            cache.crop(start + accepted + 1)  # anchor + accepted drafts; the bonus is not in yet
-        rows = hooks.context_rows(accepted, block)
-        commit_context(target, drafter, draft_cache, hidden, rows, start, hooks.feature_offset)
+        hooks.crop(cache, start + accepted + 1)  # anchor + accepted drafts; the bonus is not in
+        commit_context(hidden, hooks.context_rows(accepted, block), start)
 
         step_margins = top2_margin(logits[0, : accepted + 1])
         for index, token in enumerate(committed):

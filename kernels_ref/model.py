@@ -1,4 +1,4 @@
-"""Qwen3 and Llama decoder-only transformers and their KV caches, in plain PyTorch (gpt-fast style).
+"""Qwen3 and Llama decoder-only transformers and their KV cache, in plain PyTorch (gpt-fast style).
 
 Per layer: RMSNorm -> GQA attention (Qwen3: per-head RMSNorm on q and k; RoPE from `rope.py`,
 `default` or Llama-3.1's `llama3`) -> residual -> RMSNorm -> SwiGLU MLP -> residual. The two
@@ -11,19 +11,10 @@ References: transformers' modeling_qwen3.py and modeling_llama.py; gpt-fast mode
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels_ref.checkpoint import (
-    assign_weights,
-    load_tensors,
-    parse_device,
-    parse_dtype,
-    read_config,
-)
 from kernels_ref.config import ModelConfig
 
 
@@ -49,7 +40,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    """GQA attention with q/k norms; keys and values before the new tokens come from `prefix`."""
+    """GQA attention with q/k norms over a preallocated `KVCache` layer."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -70,39 +61,25 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def project_kv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys (normed, rotated) and values `[1, n_kv, T, head_dim]` of `x` `[1, T, hidden]`."""
+        """Keys (normed, rotated) and values `[B, n_kv, T, head_dim]` of `x` `[B, T, hidden]`."""
         b, t = x.shape[:2]
         k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         return apply_rope(k, cos, sin), v
 
     def forward(
-        self,
-        x: Tensor,
-        cos: Tensor,
-        sin: Tensor,
-        prefix: tuple[Tensor, Tensor] | StaticSlot | None,
-        mask: Tensor | None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Attend `x` `[B, T, hidden]` to `prefix` and itself; return output and x's own k, v.
-
-        `mask` `[T, prefix + T]` (True = may attend) or None for full attention. A `StaticSlot`
-        prefix stores x's k, v in preallocated buffers and attends over all of them (`mask`
-        `[T, max_len]`).
-        """
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, layer: int, mask: Tensor
+    ) -> Tensor:
+        """Attend `x` `[B, T, hidden]` over `cache`'s layer after writing x's own keys/values
+        into it at the cache's length; `mask` `[T, max_len]` (True = may attend)."""
         b, t = x.shape[:2]
         q = self.q_norm(self.q_proj(x).view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)
         q = apply_rope(q, cos, sin)
-        k_new, v_new = self.project_kv(x, cos, sin)
-        k, v = k_new, v_new
-        if isinstance(prefix, StaticSlot):
-            k, v = prefix.write(k_new, v_new)  # whole buffers; `mask` hides the unwritten tail
-        elif prefix is not None:
-            k, v = torch.cat([prefix[0], k_new], dim=2), torch.cat([prefix[1], v_new], dim=2)
+        k, v = cache.write(layer, *self.project_kv(x, cos, sin))  # [B, n_kv, max_len, head_dim]
         groups = self.n_heads // self.n_kv
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, heads, T, head_dim]
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), k_new, v_new
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
 class MLP(nn.Module):
@@ -130,68 +107,20 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(
-        self,
-        x: Tensor,
-        cos: Tensor,
-        sin: Tensor,
-        prefix: tuple[Tensor, Tensor] | StaticSlot | None,
-        mask: Tensor | None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, prefix, mask)
-        x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, layer: int, mask: Tensor
+    ) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class KVCache:
-    """Per-layer keys and values of the tokens the target has processed; `crop` is exact."""
+    """Preallocated per-layer keys/values `[B, n_kv, max_len, head_dim]` and a device length.
 
-    def __init__(self, n_layers: int) -> None:
-        self.keys: list[Tensor | None] = [None] * n_layers
-        self.values: list[Tensor | None] = [None] * n_layers
-
-    def __len__(self) -> int:
-        first = self.keys[0]
-        return 0 if first is None else first.shape[2]
-
-    def prefix(self, layer: int) -> tuple[Tensor, Tensor] | None:
-        k, v = self.keys[layer], self.values[layer]
-        return None if k is None or v is None else (k, v)
-
-    def append(self, layer: int, k: Tensor, v: Tensor) -> None:
-        old = self.prefix(layer)
-        self.keys[layer] = k if old is None else torch.cat([old[0], k], dim=2)
-        self.values[layer] = v if old is None else torch.cat([old[1], v], dim=2)
-
-    def crop(self, length: int) -> None:
-        """Forget every position from `length` on (rejected draft tokens)."""
-        for layer, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
-            if k is not None and v is not None:
-                self.keys[layer], self.values[layer] = k[:, :, :length], v[:, :, :length]
-
-
-class StaticSlot:
-    """One layer's view of a `StaticKVCache`: writes new keys/values at the cache's length."""
-
-    def __init__(self, cache: StaticKVCache, layer: int) -> None:
-        self.cache, self.layer = cache, layer
-
-    def write(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store `k`, `v` `[1, n_kv, T, head_dim]` at positions length..length+T-1; return the
-        whole `[1, n_kv, max_len, head_dim]` buffers."""
-        index = self.cache.length + torch.arange(k.shape[2], device=k.device)
-        keys, values = self.cache.keys[self.layer], self.cache.values[self.layer]
-        keys.index_copy_(2, index, k.to(keys.dtype))
-        values.index_copy_(2, index, v.to(values.dtype))
-        return keys, values
-
-
-class StaticKVCache:
-    """Preallocated per-layer keys/values `[1, n_kv, max_len, head_dim]` and a device length.
-
-    Nothing is reallocated and nothing is read back to the host while decoding, so a forward over
-    it can be captured as a CUDA graph: writes go to `length..length+T-1` (`index_copy_`),
-    attention masks every position at or beyond each query's own, and `crop(n)` only sets the
-    length (the stale tail is masked, then overwritten).
+    The one cache kind, for the target and the drafter (gpt-fast's `KVCache`). Writes go to
+    `length..length+T-1` (`index_copy_`), attention runs over the whole buffers with a mask
+    hiding the unwritten tail, and `crop(n)` only sets the length (the stale tail is masked,
+    then overwritten). Nothing is reallocated or read back to the host while decoding, so a
+    step over it can be captured as a CUDA graph.
     """
 
     def __init__(
@@ -201,10 +130,11 @@ class StaticKVCache:
         head_dim: int,
         max_len: int,
         *,
+        batch: int = 1,
         device: torch.device | str,
         dtype: torch.dtype,
     ) -> None:
-        shape = (1, n_kv, max_len, head_dim)  # zeros, not empty: masked NaNs would still leak
+        shape = (batch, n_kv, max_len, head_dim)  # zeros, not empty: masked NaNs would leak
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.max_len = max_len
@@ -213,14 +143,25 @@ class StaticKVCache:
     def __len__(self) -> int:
         return int(self.length)  # a host read: not for use inside a captured step
 
-    def slot(self, layer: int) -> StaticSlot:
-        return StaticSlot(self, layer)
+    def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store `k`, `v` `[B, n_kv, T, head_dim]` at positions length..length+T-1 of `layer`;
+        return its whole buffers. The length moves only with `advance`."""
+        index = self.length + torch.arange(k.shape[2], device=k.device)
+        keys, values = self.keys[layer], self.values[layer]
+        keys.index_copy_(2, index, k.to(keys.dtype))
+        values.index_copy_(2, index, v.to(values.dtype))
+        return keys, values
 
-    def mask(self, t: int) -> Tensor:
+    def causal_mask(self, t: int) -> Tensor:
         """`[t, max_len]`: query i (at position length+i) sees positions 0..length+i."""
         device = self.length.device
         last = self.length + torch.arange(t, device=device)  # [t]
         return torch.arange(self.max_len, device=device)[None, :] <= last[:, None]
+
+    def block_mask(self, t: int) -> Tensor:
+        """`[t, max_len]`: every query sees positions 0..length+t-1 (a bidirectional block)."""
+        visible = torch.arange(self.max_len, device=self.length.device) < self.length + t
+        return visible.expand(t, -1)
 
     def advance(self, t: int) -> None:
         self.length.add_(t)
@@ -260,25 +201,22 @@ class Target(nn.Module):
             return normed @ self.model.embed_tokens.weight.T
         return self.lm_head(normed)
 
-    def new_cache(
-        self, static: bool = False, max_len: int | None = None
-    ) -> KVCache | StaticKVCache:
-        """An empty cache: growing (the default) or, with `static`, preallocated for `max_len`
-        positions (default `max_position_embeddings`) on the model's device and dtype."""
-        if not static:
-            return KVCache(self.config.num_hidden_layers)
+    def new_cache(self, max_len: int | None = None, batch: int = 1) -> KVCache:
+        """An empty cache for `max_len` positions (default `max_position_embeddings`) on the
+        model's device and dtype."""
         weight = self.model.embed_tokens.weight
-        return StaticKVCache(
+        return KVCache(
             self.config.num_hidden_layers,
             self.config.num_key_value_heads,
             self.config.head_dim,
             max_len or self.config.max_position_embeddings,
+            batch=batch,
             device=weight.device,
             dtype=weight.dtype,
         )
 
     def forward(
-        self, ids: Tensor, positions: Tensor, cache: KVCache | StaticKVCache
+        self, ids: Tensor, positions: Tensor, cache: KVCache
     ) -> tuple[Tensor, list[Tensor]]:
         """Run `ids` `[B, T]` at `positions` `[T]` after the cached prefix, appending to `cache`.
 
@@ -287,41 +225,10 @@ class Target(nn.Module):
         """
         x = self.model.embed_tokens(ids)
         cos, sin = self.config.rope.tables(positions, self.config.head_dim, x.dtype)
-        if isinstance(cache, StaticKVCache):
-            return self._forward_static(x, cos, sin, cache)
-        t, past = ids.shape[1], len(cache)
-        mask = None  # query i sees the whole cached prefix and new tokens 0..i
-        if t > 1:
-            mask = torch.ones(t, past + t, dtype=torch.bool, device=ids.device).tril(past)
+        mask = cache.causal_mask(ids.shape[1])  # [T, max_len]
         hidden = [x]
         for index, layer in enumerate(self.model.layers):
-            x, k, v = layer(x, cos, sin, cache.prefix(index), mask)
-            cache.append(index, k, v)
+            x = layer(x, cos, sin, cache, index, mask)
             hidden.append(x)
+        cache.advance(ids.shape[1])
         return self.head(self.model.norm(x)), hidden
-
-    def _forward_static(
-        self, x: Tensor, cos: Tensor, sin: Tensor, cache: StaticKVCache
-    ) -> tuple[Tensor, list[Tensor]]:
-        """`forward` over a `StaticKVCache`: no host read, no allocation that depends on length."""
-        t = x.shape[1]
-        mask = cache.mask(t)  # [t, max_len]
-        hidden = [x]
-        for index, layer in enumerate(self.model.layers):
-            x, _, _ = layer(x, cos, sin, cache.slot(index), mask)
-            hidden.append(x)
-        cache.advance(t)
-        return self.head(self.model.norm(x)), hidden
-
-
-def load_target(
-    folder: Path | str, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32"
-) -> Target:
-    """Load a Qwen3 or Llama target from an HF folder (`config.json` + safetensors weights)."""
-    folder = Path(folder)
-    torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
-    target = Target(ModelConfig.for_target(read_config(folder), folder / "config.json"))
-    assign_weights(
-        target, load_tensors(folder), folder, device=parse_device(device), dtype=torch_dtype
-    )
-    return target

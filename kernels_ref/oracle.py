@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from kernels_ref.drafter import DrafterConfig
-from kernels_ref.loop import generate
+from kernels_ref.generate import generate
 from kernels_ref.model import Target
 
 
@@ -48,7 +48,6 @@ class OracleDrafter:
         max_new_tokens: int,
         stop_ids: set[int] | frozenset[int],
         block_size: int,
-        static_cache: bool = False,
     ) -> OracleDrafter:
         """Run the target autoregressively on `prompt_ids` and keep its continuation."""
         ar = generate(
@@ -57,11 +56,10 @@ class OracleDrafter:
             prompt_ids,
             max_new_tokens=max_new_tokens,
             stop_ids=stop_ids,
-            static_cache=static_cache,
         )
         return cls(target, [*prompt_ids, *ar.tokens], block_size)
 
-    def new_cache(self, static: bool = False, max_len: int | None = None) -> OracleCache:
+    def new_cache(self, max_len: int | None = None) -> OracleCache:
         return OracleCache()
 
     def extend_context(self, cache: OracleCache, features: Tensor, positions: Tensor) -> None:

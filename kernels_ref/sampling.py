@@ -9,8 +9,9 @@ draft is the one-hot q: accept with probability p(x), otherwise resample from p 
 
 Randomness comes from two separate `torch.Generator` streams: one for drafting, one for the
 verifier's accept tests and resampling. Every function is vectorised over a leading batch of draws.
-`RejectionSampler` is the runner loop's sampled verifier. A sampler `Fault` plants a known bug, so
-the statistical check can prove it catches it.
+`RejectionSampler` is the runner loop's sampled verifier. `SamplerHooks` are the sampler's
+random-number and residual choices; `kernels_ref.plant` overrides one to plant a known bug, so the
+statistical check can prove it catches it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from kernels_ref.faults import Fault
 
 
 @dataclass(frozen=True)
@@ -109,6 +108,27 @@ def draft_block(
     return sample_with_uniforms(q, uniforms), q, uniforms
 
 
+class SamplerHooks:
+    """The verifier's choices that a biased sampler gets wrong, each made exactly."""
+
+    def accept_uniforms(
+        self, fresh: torch.Tensor, draft_uniforms: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The uniforms `[N, K]` of the accept tests: fresh ones from the verifier's stream."""
+        return fresh
+
+    def residual(self, p_next: torch.Tensor, q_next: torch.Tensor) -> torch.Tensor:
+        """The (unnormalised) distribution `[N, V]` to draw from after a rejection (or at the
+        bonus position, where q is 0): max(0, p - q)."""
+        return (p_next - q_next).clamp_min(0)
+
+    def next_uniforms(
+        self, fresh: torch.Tensor, uniforms: torch.Tensor, accepted: torch.Tensor
+    ) -> torch.Tensor:
+        """The uniforms `[N]` that draw the resampled or bonus token: fresh ones."""
+        return fresh
+
+
 def verify_block(
     p: torch.Tensor,
     draft: torch.Tensor,
@@ -116,40 +136,35 @@ def verify_block(
     generator: torch.Generator,
     *,
     draft_uniforms: torch.Tensor | None = None,
-    inject: Fault | None = None,
+    hooks: SamplerHooks | None = None,
 ) -> BlockVerdict:
     """Speculative rejection sampling over a batch of blocks.
 
     p: [N, K+1, V] the target's distributions at the block positions (p[:, i] is the
     distribution of the token after the anchor and draft[:, :i]); draft: [N, K];
     q: [N, K, V] the draft distributions, or None for a greedy draft (one-hot q).
-    `generator` is the verifier's own stream (never the drafter's). `inject` plants a sampler
-    fault (a greedy-loop fault has no effect here).
+    `generator` is the verifier's own stream (never the drafter's). `hooks` (default: exact)
+    may carry a planted sampler fault (`kernels_ref.plant`).
     """
+    hooks = hooks or SamplerHooks()
     n, k = draft.shape
     p = p.double()
     q = torch.nn.functional.one_hot(draft, p.shape[-1]).double() if q is None else q.double()
     p_draft = p[:, :k].gather(-1, draft.unsqueeze(-1)).squeeze(-1)  # [N, K]
     q_draft = q.gather(-1, draft.unsqueeze(-1)).squeeze(-1).clamp_min(1e-300)
-    uniforms = torch.rand((n, k), generator=generator, dtype=torch.float64)
-    if inject is Fault.REUSE_DRAFT_UNIFORMS:
-        if draft_uniforms is None:
-            raise ValueError("reuse-draft-uniforms needs a sampled (non-greedy) draft")
-        uniforms = draft_uniforms
+    fresh = torch.rand((n, k), generator=generator, dtype=torch.float64)
+    uniforms = hooks.accept_uniforms(fresh, draft_uniforms)
     accept = uniforms < p_draft / q_draft  # u < min(1, p/q)
     accepted = accept.long().cumprod(-1).sum(-1)  # [N] longest accepted prefix
 
     rows = torch.arange(n)
     p_next = p[rows, accepted]  # [N, V]: at the first rejection, or the bonus position K
     q_next = torch.cat([q, q.new_zeros((n, 1, q.shape[-1]))], dim=1)[rows, accepted]  # bonus: 0
-    residual = p_next if inject is Fault.RESAMPLE_FROM_P else (p_next - q_next).clamp_min(0)
+    residual = hooks.residual(p_next, q_next)
     mass = residual.sum(-1, keepdim=True)
     residual = torch.where(mass > 0, residual, p_next)  # p == q: rejection had probability 0
     next_uniforms = torch.rand(n, generator=generator, dtype=torch.float64)
-    if inject is Fault.REUSE_ACCEPT_UNIFORM and k > 0:
-        rejected = accepted < k
-        decisive = uniforms[rows, accepted.clamp(max=k - 1)]
-        next_uniforms = torch.where(rejected, decisive, next_uniforms)
+    next_uniforms = hooks.next_uniforms(next_uniforms, uniforms, accepted)
     return BlockVerdict(accepted, sample_with_uniforms(residual, next_uniforms))
 
 
@@ -158,12 +173,12 @@ class RejectionSampler:
     draft, drawing every random number from its own `generator` (drafting draws none)."""
 
     def __init__(
-        self, params: SamplingParams, generator: torch.Generator, fault: Fault | None = None
+        self,
+        params: SamplingParams,
+        generator: torch.Generator,
+        hooks: SamplerHooks | None = None,
     ) -> None:
-        if fault is not None and not (fault.sampling and fault.runner):
-            reason = "a greedy-loop fault" if fault.greedy else "it needs a sampled draft"
-            raise ValueError(f"{fault} cannot be planted in the sampled loop: {reason}")
-        self.params, self.generator, self.fault = params, generator, fault
+        self.params, self.generator, self.hooks = params, generator, hooks
 
     def first(self, logits: torch.Tensor) -> int:
         """The first new token, drawn from p at the prompt's last position (`logits` `[V]`)."""
@@ -173,5 +188,5 @@ class RejectionSampler:
         """(drafts accepted, the resampled or bonus token) from logits `[1 + K, V]`."""
         p = probs_from_logits(logits.cpu(), self.params).unsqueeze(0)  # [1, K+1, V]
         draft = torch.tensor([drafts], dtype=torch.long)  # [1, K]
-        verdict = verify_block(p, draft, None, self.generator, inject=self.fault)
+        verdict = verify_block(p, draft, None, self.generator, hooks=self.hooks)
         return int(verdict.accepted[0]), int(verdict.next_token[0])

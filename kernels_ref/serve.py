@@ -19,20 +19,16 @@ prints one line, `READY http://HOST:PORT`, on stdout.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import secrets
-import selectors
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 import uvicorn
@@ -43,13 +39,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from kernels_ref.checkpoint import eos_token_ids
-from kernels_ref.drafter import Drafter, load_drafter
+from kernels_ref.drafter import Drafter
 from kernels_ref.faults import Fault
-from kernels_ref.loop import generate
-from kernels_ref.model import Target, load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
+from kernels_ref.loop import Generation
+from kernels_ref.model import Target
+from kernels_ref.plant import FirstBlockPrefixCache, decode_fault
 from kernels_ref.prompts import PromptSetError, is_int, prompt_token_ids
 from kernels_ref.sampling import SamplingParams
-from kernels_ref.step import Generation
 from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 MAX_LOGPROBS = 20
@@ -57,7 +55,6 @@ MAX_LOGPROBS = 20
 # drafting random numbers: the runner's drafter draws none), and the faults of this server itself.
 SERVABLE_FAULTS = tuple(fault for fault in Fault if fault.runner or fault.serve_only)
 DEFAULT_MAX_TOKENS = 16
-PREFIX_BLOCK = 16  # tokens per prefix-cache block (vLLM's default block size)
 
 
 class RequestError(ValueError):
@@ -102,8 +99,11 @@ class ReferenceEngine:
         self.eos = eos_token_ids(target_dir)
         self.name = model_name or target_dir.resolve().name
         self.counters = SpecCounters()
-        self._lock = threading.Lock()  # counters and prefix cache; forwards run concurrently
-        self._prefix_cache: dict[tuple[int, ...], list[int]] = {}  # only with the planted fault
+        self._lock = threading.Lock()  # counters; forwards run concurrently
+        # What a request's prompt becomes before decoding: itself, unless a fault says otherwise.
+        self.rewrite_prompt: Callable[[list[int]], list[int]] = (
+            FirstBlockPrefixCache() if inject is Fault.PREFIX_CACHE_FIRST_BLOCK else list
+        )
 
     # ------------------------------------------------------------------ request handling
 
@@ -199,29 +199,10 @@ class ReferenceEngine:
         params: SamplingParams,
         seed: int | None,
     ) -> Generation:
-        # A fault lives in one decoding: greedy-loop faults show in greedy requests only,
-        # sampler faults in sampled ones.
-        fault = self.inject
-        if fault is Fault.PREFIX_CACHE_FIRST_BLOCK:
-            prompt, fault = self._faulty_prefix_cache(prompt), None
-        if fault is not None and fault.greedy != params.greedy:
-            fault = None
-        return generate(self.target, self.drafter, prompt, max_new_tokens=max_tokens,
-                        stop_ids=stops, inject=fault, sampling=params,
+        return generate(self.target, self.drafter, self.rewrite_prompt(prompt),
+                        max_new_tokens=max_tokens, stop_ids=stops,
+                        inject=decode_fault(self.inject, params.greedy), sampling=params,
                         seed=secrets.randbits(63) if seed is None else seed)
-
-    def _faulty_prefix_cache(self, prompt: list[int]) -> list[int]:
-        """The planted prefix-cache bug: an entry is found by the prompt's first block alone and
-        its whole cached prompt is reused, so a prompt that opens like an earlier request's is
-        decoded as that request's prompt (plus its own tokens past it). A request alone, or
-        after requests that open differently, is decoded right: only another tenant shows it."""
-        if len(prompt) < PREFIX_BLOCK:
-            return prompt
-        key = tuple(prompt[:PREFIX_BLOCK])
-        with self._lock:
-            cached = self._prefix_cache.get(key, prompt)
-            self._prefix_cache[key] = prompt
-        return cached + prompt[len(cached):]
 
     def _count(self, prompt_tokens: int, generation: Generation) -> None:
         with self._lock:
@@ -252,7 +233,7 @@ class ReferenceEngine:
         ids = torch.tensor([prompt + tokens[:-1]], device=device)
         with torch.inference_mode():
             logits, _ = self.target(ids, torch.arange(ids.shape[1], device=device),
-                                    self.target.new_cache())
+                                    self.target.new_cache(ids.shape[1]))
         scores = logits[0, len(prompt) - 1 :].double().log_softmax(-1).cpu()
         chosen = scores.gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1).tolist()
         best = scores.topk(top, dim=-1) if top else None
@@ -332,63 +313,6 @@ def make_app(engine: ReferenceEngine) -> Starlette:
             Route("/metrics", metrics),
         ]
     )
-
-
-@contextlib.contextmanager
-def running_server(
-    target: Path,
-    drafter: Path | None = None,
-    *,
-    inject: str | None = None,
-    startup_timeout: float = 120.0,
-) -> Iterator[ServerProcess]:
-    """Start `python -m kernels_ref.serve` on a free 127.0.0.1 port; stop it on exit."""
-    command = [sys.executable, "-m", "kernels_ref.serve", "--target", str(target), "--port", "0"]
-    if drafter is not None:
-        command += ["--drafter", str(drafter)]
-    if inject is not None:
-        command += ["--inject", inject]
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    # stderr goes to a file, so a chatty server never blocks on a full pipe
-    with tempfile.TemporaryFile(mode="w+") as errors:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env
-        )
-        try:
-            yield ServerProcess(_await_ready(process, errors, startup_timeout), process)
-        finally:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
-
-
-@dataclass(frozen=True)
-class ServerProcess:
-    url: str
-    process: subprocess.Popen[str]
-
-
-def _await_ready(process: subprocess.Popen[str], errors: IO[str], timeout: float) -> str:
-    assert process.stdout is not None
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if selector.select(timeout=0.5):
-            line = process.stdout.readline()
-            if line.startswith("READY "):
-                return line.split()[1]
-        if process.poll() is not None:
-            errors.seek(0)
-            raise RuntimeError(f"kernels_ref.serve exited: {errors.read().strip()[-500:]}")
-    raise RuntimeError(f"kernels_ref.serve not ready within {timeout:g} s")
 
 
 def main(argv: list[str] | None = None) -> int:

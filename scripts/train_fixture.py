@@ -36,9 +36,9 @@ from safetensors.torch import load_file, save_file
 
 from kernels_ref.drafter import Drafter, DrafterConfig
 from kernels_ref.fixtures import DRAFTER_CONFIG, EOS_ID, MASK_ID, TARGET_CONFIG, WEIGHTS
-from kernels_ref.loop import generate
+from kernels_ref.generate import generate
+from kernels_ref.loop import features_at
 from kernels_ref.model import ModelConfig, Target
-from kernels_ref.step import features_at
 
 MODULES = [
     "bisect.py",
@@ -110,7 +110,7 @@ def train_target(target: Target, text: list[int], steps: int, batch: int) -> Non
     positions = torch.arange(SEQ_LEN)
     for step in range(steps):
         rows = torch.tensor([sample(rng, text, SEQ_LEN + 1) for _ in range(batch)])
-        logits, _ = target(rows[:, :-1], positions, target.new_cache())
+        logits, _ = target(rows[:, :-1], positions, target.new_cache(SEQ_LEN, batch=batch))
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), rows[:, 1:].reshape(-1))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, 3e-3)
@@ -129,14 +129,16 @@ def greedy_corpus(
     tokens, the drafter's context features, and where the continuations start."""
     rng = random.Random(seed)
     prompts = torch.tensor([sample(rng, text, prompt_len) for _ in range(count)])
-    cache = target.new_cache()
+    cache = target.new_cache(prompt_len + CONTINUATION, batch=count)
     logits, _ = target(prompts, torch.arange(prompt_len), cache)
     seqs = [prompts, logits[:, -1:].argmax(-1)]
     for pos in range(prompt_len, prompt_len + CONTINUATION - 1):
         logits, _ = target(seqs[-1], torch.tensor([pos]), cache)
         seqs.append(logits[:, -1:].argmax(-1))
     tokens = torch.cat(seqs, dim=1)
-    _, hidden = target(tokens, torch.arange(tokens.shape[1]), target.new_cache())
+    _, hidden = target(
+        tokens, torch.arange(tokens.shape[1]), target.new_cache(tokens.shape[1], batch=count)
+    )
     layer_ids = DRAFTER_CONFIG["dflash_config"]["target_layer_ids"]
     return tokens, features_at(hidden, layer_ids, final_norm=target.model.norm), prompt_len
 
@@ -171,10 +173,9 @@ def train_drafter(
             rows_k = slice(k * size, (k + 1) * size)
             mask[rows_k, :anchor] = True
             mask[rows_k, length + k * size : length + (k + 1) * size] = True
-        context = drafter.context_kv(features[rows], torch.arange(length))
-        hidden = drafter.block_hidden(
-            target.model.embed_tokens(ids), block_positions, list(context), mask
-        )
+        cache = drafter.new_cache(length + blocks * size, batch=batch)
+        drafter.extend_context(cache, features[rows], torch.arange(length))
+        hidden = drafter.block_hidden(target.model.embed_tokens(ids), block_positions, cache, mask)
         logits = target.head(hidden.view(batch, blocks, size, -1)[:, :, 1:])
         losses = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"

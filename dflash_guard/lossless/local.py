@@ -32,11 +32,12 @@ from dflash_guard.lossless.result import (
 )
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
-from kernels_ref.drafter import Drafter, load_drafter
+from kernels_ref.drafter import Drafter
 from kernels_ref.faults import Fault
-from kernels_ref.loop import generate
-from kernels_ref.model import Target, load_target
-from kernels_ref.step import DraftModel, Generation
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
+from kernels_ref.loop import DraftModel, Generation
+from kernels_ref.model import Target
 from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many steps: suspicious
@@ -304,7 +305,10 @@ def _graph_models(
     if not isinstance(drafter, Drafter):
         raise InputError("CUDA graphs need a DFlash drafter (kernels_ref.drafter.Drafter)")
     if inject is Fault.STALE_KV:
-        raise InputError("the stale-kv fault needs the growing cache: run it without CUDA graphs")
+        raise InputError(
+            "the stale-kv fault keeps every rejected draft in the cache, past the runner's "
+            "fixed size: run it without CUDA graphs"
+        )
     longest = max(len(prompt.ids) for prompt in prompts)
     max_len = static_len(longest, budget, target.config.max_position_embeddings)
     runner = GraphRunner(target, drafter, max_len=max_len, block_sizes=(size,))

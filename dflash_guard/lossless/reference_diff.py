@@ -43,8 +43,9 @@ from dflash_guard.lossless.result import ClassifiedResults, PromptResult
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.trust.comparison import comparison_statement, read_conversion, write_comparison
 from kernels_ref.checkpoint import eos_token_ids
-from kernels_ref.loop import generate
-from kernels_ref.model import Target, load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_target
+from kernels_ref.model import Target
 from kernels_ref.prompts import PromptSpec
 from kernels_ref.tokenizer import load_tokenizer
 
@@ -127,7 +128,7 @@ class ReferenceDiffReport(ClassifiedResults):
 @torch.no_grad()
 def _top_logprobs(target: Target, ids: list[int]) -> tuple[tuple[int, float], ...]:
     """The target's best `TOP_K` next tokens after `ids`, with their logprobs (one forward)."""
-    cache = target.new_cache()
+    cache = target.new_cache(len(ids))
     device = target.model.embed_tokens.weight.device
     logits, _ = target(torch.tensor([ids], device=device),
                        torch.arange(len(ids), device=device), cache)

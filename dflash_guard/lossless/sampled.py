@@ -30,10 +30,12 @@ from dflash_guard.lossless.defaults import (
 from dflash_guard.lossless.options import SampledOptions
 from dflash_guard.lossless.prompts import load_prompts
 from dflash_guard.lossless.reference import runner_errors
-from kernels_ref.drafter import load_drafter
 from kernels_ref.faults import Fault
-from kernels_ref.loop import generate
-from kernels_ref.model import Target, load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
+from kernels_ref.loop import DraftModel
+from kernels_ref.model import Target
+from kernels_ref.plant import sampler_hooks
 from kernels_ref.sampling import (
     SamplingParams,
     draft_block,
@@ -42,7 +44,6 @@ from kernels_ref.sampling import (
     seeded,
     verify_block,
 )
-from kernels_ref.step import DraftModel
 from kernels_ref.tokenizer import load_tokenizer
 
 DEFAULT_MIN_CELL = 10
@@ -205,6 +206,7 @@ def sample_speculative(
     rows = torch.arange(samples).unsqueeze(1)
     offsets = torch.arange(k + 1)
     accepted_total, steps = 0.0, 0
+    hooks = sampler_hooks(inject)
     while int(lengths.min()) < start + tokens:
         draft, q, draft_uniforms = draft_block(
             model.draft_logits(seqs, lengths), params, draft_generator, greedy_draft=greedy_draft
@@ -213,7 +215,7 @@ def sample_speculative(
         logits = model.target_logits(seqs[:, : int(lengths.max()) + k])
         p = probs_from_logits(logits[rows, lengths.unsqueeze(1) - 1 + offsets], params)
         verdict = verify_block(
-            p, draft, q, verify_generator, draft_uniforms=draft_uniforms, inject=inject
+            p, draft, q, verify_generator, draft_uniforms=draft_uniforms, hooks=hooks
         )
         seqs[rows.squeeze(1), lengths + verdict.accepted] = verdict.next_token
         lengths = lengths + verdict.accepted + 1

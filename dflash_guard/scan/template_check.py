@@ -29,7 +29,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
-from dflash_guard.scan.templates import DETECTOR
+
+DETECTOR = "template"
 
 # Methods real chat templates call (str, list and dict methods).
 ALLOWED_METHODS = frozenset(

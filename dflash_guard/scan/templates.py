@@ -1,7 +1,7 @@
 """Where chat templates live: `tokenizer_config.json` (a string, `[{name, template}]` or
 `{name: template}`),
 `chat_template.json` and `*.jinja` files; each is checked by `template_check` (GGUF metadata
-templates by `gguf_check`). jinja2 loads only when a template is found.
+templates by `gguf_check`). jinja2 loads only when a template file is scanned.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 from dflash_guard.scan import jsonfile, rules
 from dflash_guard.scan.interface import Finding, Severity
 
-DETECTOR = "template"
-
 
 def scan_jinja_file(path: Path, display: str) -> list[Finding]:
     """A `chat_template.jinja` (or any `.jinja`) file."""
+    from dflash_guard.scan.template_check import DETECTOR, check_template
+
     try:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -28,8 +28,6 @@ def scan_jinja_file(path: Path, display: str) -> list[Finding]:
                 detector=DETECTOR,
             )
         ]
-    from dflash_guard.scan.template_check import check_template
-
     return check_template(source, display)
 
 
@@ -54,6 +52,8 @@ def templates_in_config(config: object) -> list[tuple[str, str]]:
 
 def scan_config_templates(path: Path, display: str) -> list[Finding]:
     """Chat templates inside `tokenizer_config.json` or `chat_template.json`."""
+    from dflash_guard.scan.template_check import DETECTOR, check_template
+
     try:
         config = jsonfile.read(path)
     except (OSError, UnicodeDecodeError, ValueError) as error:
@@ -68,7 +68,5 @@ def scan_config_templates(path: Path, display: str) -> list[Finding]:
         ]
     findings: list[Finding] = []
     for name, source in templates_in_config(config):
-        from dflash_guard.scan.template_check import check_template
-
         findings.extend(check_template(source, display, member=name))
     return findings

@@ -30,9 +30,8 @@ from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import accepts, read_comparison
 from dflash_guard.trust.policy import load_policy
 from kernels_ref.checkpoint import eos_token_ids
-from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import make_fixture_pair
-from kernels_ref.model import load_target
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.tokenizer import load_tokenizer
 from tests.support.kernels import random_pair
 from tests.support.llamacpp import (

@@ -10,9 +10,8 @@ import pytest
 from dflash_guard.lossless.local import difftest_models
 from dflash_guard.lossless.prompts import load_prompts
 from kernels_ref.checkpoint import eos_token_ids
-from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import make_fixture_pair
-from kernels_ref.model import load_target
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.tokenizer import load_tokenizer
 from tests.engine import test_llamacpp as v1
 from tests.support.llamacpp import convert

@@ -17,7 +17,7 @@ from dflash_guard.lossless import endpoint as endpoint_diff
 from dflash_guard.lossless.endpoint import run_endpoint_diff
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import read_approval
-from kernels_ref.serve import running_server
+from tests.support.reference_server import running_server
 from tests.support.trust import GATE_PROMPTS, one_line, write_lock, write_policy
 
 pytestmark = pytest.mark.slow  # reference-server subprocesses, about 3 s each

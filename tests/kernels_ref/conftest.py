@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels_ref.drafter import load_drafter
-from kernels_ref.model import load_target
+from kernels_ref.load import load_drafter, load_target
 
 
 @pytest.fixture(scope="session")

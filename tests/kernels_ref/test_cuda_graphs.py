@@ -9,11 +9,10 @@ from dflash_guard.errors import InputError
 from dflash_guard.lossless.local import DEFAULT_PROMPTS, difftest_models, load_prompts, run_difftest
 from dflash_guard.lossless.options import LocalOptions
 from kernels_ref.cuda_graphs import ALIGN, GraphRunner, static_len, step_sizes
-from kernels_ref.drafter import load_drafter
 from kernels_ref.faults import Fault
 from kernels_ref.fixtures import EOS_ID
-from kernels_ref.loop import generate
-from kernels_ref.model import load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.oracle import OracleDrafter
 from kernels_ref.tokenizer import load_tokenizer
 from tests.support.cuda import gpu_only, tiny_pair
@@ -125,9 +124,9 @@ def test_runner_refuses_foreign_caches_and_overlong_requests(cpu_fixture_models)
     target, drafter = cpu_fixture_models
     runner = GraphRunner(target, drafter, max_len=32, block_sizes=(4,))
     with pytest.raises(ValueError, match="32 positions"):
-        runner.target.new_cache(True, 40)
+        runner.target.new_cache(40)
     with pytest.raises(ValueError, match="own cache"):
-        runner.target(torch.tensor([[1]]), torch.tensor([0]), target.new_cache(static=True))
+        runner.target(torch.tensor([[1]]), torch.tensor([0]), target.new_cache())
     with pytest.raises(ValueError, match="32 positions"):
         generate(runner.target, None, [1] * 20, max_new_tokens=30, stop_ids=set())
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernels_ref.fixtures import EOS_ID
-from kernels_ref.loop import generate
+from kernels_ref.generate import generate
 from kernels_ref.oracle import OracleDrafter
 
 
@@ -34,6 +34,6 @@ def test_oracle_stops_where_the_target_stops(cpu_fixture_models) -> None:
     stop = free[12]
     args = {"max_new_tokens": 30, "stop_ids": {stop, EOS_ID}}
     ar = generate(target, None, prompt, **args)
-    oracle = OracleDrafter.for_prompt(target, prompt, block_size=16, static_cache=True, **args)
-    spec = generate(target, oracle, prompt, block_size=16, static_cache=True, **args)
+    oracle = OracleDrafter.for_prompt(target, prompt, block_size=16, **args)
+    spec = generate(target, oracle, prompt, block_size=16, **args)
     assert spec.tokens == ar.tokens and spec.stop_reason == "stop"

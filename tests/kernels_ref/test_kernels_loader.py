@@ -11,11 +11,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from kernels_ref.drafter import Drafter, DrafterConfig, load_drafter
+from kernels_ref.drafter import Drafter, DrafterConfig
 from kernels_ref.errors import RunnerError
 from kernels_ref.fixtures import make_fixture_pair
-from kernels_ref.loop import generate
-from kernels_ref.model import ModelConfig, Target, load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
+from kernels_ref.model import ModelConfig, Target
 from tests.support.kernels import random_pair
 
 HF_TARGET_NAMES = {

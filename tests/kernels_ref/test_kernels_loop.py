@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels_ref.drafter import load_drafter
 from kernels_ref.errors import RunnerError
 from kernels_ref.faults import Fault
 from kernels_ref.fixtures import EOS_ID
-from kernels_ref.loop import accepted_prefix, generate
-from kernels_ref.model import load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
+from kernels_ref.plant import accepted_prefix
 from kernels_ref.sampling import SamplingParams
 from tests.support.kernels import random_pair
 

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from kernels_ref.drafter import load_drafter
 from kernels_ref.errors import RunnerError
-from kernels_ref.loop import generate
-from kernels_ref.model import load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.oracle import OracleDrafter
 from kernels_ref.rope import Rope
 from tests.support.hf_models import LLAMA31_ROPE, write_drafter, write_hf_target

@@ -18,8 +18,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from kernels_ref.checkpoint import eos_token_ids
-from kernels_ref.loop import generate
-from kernels_ref.model import load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_target
 from kernels_ref.rope import Rope
 from tests.support.hf_models import LLAMA31_ROPE, write_hf_target
 

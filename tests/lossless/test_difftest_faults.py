@@ -16,10 +16,9 @@ from dflash_guard.lossless.local import (
     run_difftest,
 )
 from dflash_guard.lossless.options import LocalOptions
-from kernels_ref.drafter import DrafterCache, load_drafter
 from kernels_ref.faults import Fault
-from kernels_ref.loop import generate
-from kernels_ref.model import load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.tokenizer import load_tokenizer
 
 # Each fault with the default prompts that catch it: a subset keeps the suite fast, and a
@@ -103,8 +102,8 @@ class OracleDrafter:
         self.continuations = continuations
         self.prompt: tuple[int, ...] = ()
 
-    def new_cache(self) -> DrafterCache:
-        return DrafterCache(0)
+    def new_cache(self, max_len: int | None = None) -> None:
+        return None
 
     def extend_context(self, cache, features, positions) -> None:
         return None

@@ -17,11 +17,10 @@ from dflash_guard.lossless.local import (
     load_prompts,
 )
 from dflash_guard.lossless.result import Divergence
-from kernels_ref.drafter import load_drafter
 from kernels_ref.errors import RunnerError
 from kernels_ref.fixtures import EOS_ID, MASK_ID, TARGET_CONFIG
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.loop import Generation
-from kernels_ref.model import load_target
 from kernels_ref.tokenizer import load_tokenizer
 from tests.support.kernels import random_pair
 

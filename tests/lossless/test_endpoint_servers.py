@@ -14,8 +14,8 @@ import httpx2
 import pytest
 
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
-from kernels_ref.serve import running_server
 from tests.support.endpoint_fakes import Behaviour, make_app, serve
+from tests.support.reference_server import running_server
 
 pytestmark = pytest.mark.slow  # reference-server subprocesses, about 3 s each
 

@@ -11,7 +11,7 @@ import pytest
 from dflash_guard.lossless.isolation import IsolationOptions, tenant_of
 from kernels_ref.faults import Fault
 from kernels_ref.prompts import PromptSpec
-from kernels_ref.serve import running_server
+from tests.support.reference_server import running_server
 
 FAULT = Fault.PREFIX_CACHE_FIRST_BLOCK
 

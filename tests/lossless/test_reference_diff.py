@@ -19,8 +19,8 @@ from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import PREDICATE_TYPE, accepts, read_comparison
-from kernels_ref.serve import running_server
 from tests.support.kernels import random_pair
+from tests.support.reference_server import running_server
 from tests.support.trust import with_artifact, write_lock, write_policy
 
 pytestmark = pytest.mark.slow  # a reference-server subprocess, about 3 s

@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from kernels_ref.drafter import load_drafter
-from kernels_ref.loop import generate
-from kernels_ref.model import load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.sampling import SamplingParams
 
 

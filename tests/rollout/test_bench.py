@@ -16,7 +16,7 @@ from dflash_guard.rollout.bench import (
     parse_tiers,
     percentile,
 )
-from kernels_ref.serve import running_server
+from tests.support.reference_server import running_server
 
 
 def run(tokens_per_s: float) -> TierRun:

@@ -11,7 +11,7 @@ import pytest
 from dflash_guard.errors import InputError
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import read_approval
-from kernels_ref.serve import running_server
+from tests.support.reference_server import running_server
 from tests.support.trust import write_lock, write_policy
 
 DIFFTEST = "  near_tie_allowance: 0.0\n"

@@ -17,9 +17,8 @@ from dflash import model as zlab
 from transformers import Qwen3ForCausalLM
 from transformers.utils import logging as hf_logging
 
-from kernels_ref.drafter import DrafterCache, StaticDrafterCache
-from kernels_ref.model import Target
-from kernels_ref.step import DraftModel
+from kernels_ref.loop import DraftModel
+from kernels_ref.model import KVCache, Target
 
 
 @dataclass(frozen=True)
@@ -104,17 +103,17 @@ class RecordingDrafter:
         self.config = drafter.config
         self.drafts: list[list[int]] = []
 
-    def new_cache(self) -> DrafterCache:
-        return self.drafter.new_cache()
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        return self.drafter.new_cache(max_len)
 
     def extend_context(
-        self, cache: DrafterCache | StaticDrafterCache, features: torch.Tensor, positions: Any
+        self, cache: KVCache, features: torch.Tensor, positions: Any
     ) -> None:
         self.drafter.extend_context(cache, features, positions)
 
     def propose(
         self,
-        cache: DrafterCache | StaticDrafterCache,
+        cache: KVCache,
         target: Target,
         anchor: int,
         start: int,
