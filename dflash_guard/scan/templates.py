@@ -52,11 +52,11 @@ def templates_in_config(config: object) -> list[tuple[str, str]]:
 
 def scan_config_templates(path: Path, display: str) -> list[Finding]:
     """Chat templates inside `tokenizer_config.json` or `chat_template.json`."""
-    from dflash_guard.scan.template_check import DETECTOR, check_template
-
     try:
         config = jsonfile.read(path)
     except (OSError, UnicodeDecodeError, ValueError) as error:
+        from dflash_guard.scan.template_check import DETECTOR
+
         return [
             Finding(
                 rules.CONFIG_INVALID.id,
@@ -66,7 +66,12 @@ def scan_config_templates(path: Path, display: str) -> list[Finding]:
                 detector=DETECTOR,
             )
         ]
+    found = templates_in_config(config)
+    if not found:
+        return []  # no template: jinja2 stays unloaded
+    from dflash_guard.scan.template_check import check_template
+
     findings: list[Finding] = []
-    for name, source in templates_in_config(config):
+    for name, source in found:
         findings.extend(check_template(source, display, member=name))
     return findings
