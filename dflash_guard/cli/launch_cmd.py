@@ -61,10 +61,9 @@ def launch(
     commits (--revision, --tokenizer-revision, the drafter's revision in the speculative
     config); binds 127.0.0.1 unless --host; the policy's `launch` caps become engine flags.
 
-    Example: dflash-guard launch vllm --lock dflash.lock --root target=T --root drafter=D
-    --num-speculative-tokens 7 -- --enforce-eager
+    --check ENGINE -- COMMAND... lints an existing serve command instead (scan findings).
 
-    Example: dflash-guard launch --check vllm --lock dflash.lock -- vllm serve Qwen/Qwen3-8B
+    Example: dflash-guard launch vllm --lock dflash.lock --root target=T --root drafter=D
     """
     from dflash_guard.launch.check import check_command
     from dflash_guard.launch.engines import build_command
