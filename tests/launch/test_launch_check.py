@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from dflash_guard.pins.resolve import build_lock
 from tests.support.launch import COMMIT_D, COMMIT_T, LAUNCH, hub_lock
-from tests.support.trust import write_policy
+from tests.support.trust import write_lock, write_policy
 
 DRAFT = json.dumps({"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16",
                     "revision": COMMIT_D, "num_speculative_tokens": 7})
@@ -120,3 +121,21 @@ def test_sarif_and_text(cli, tmp_path, policy) -> None:
     text = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--", *command)
     assert text.exit_code == 1 and "DG-LAUNCH-UNPINNED" in text.stdout
     assert "launch check: refused" in text.stdout
+
+
+def test_llama_cpp_gguf_files_are_checked_by_sha256(cli, tmp_path, policy) -> None:
+    for role in ("target", "drafter"):
+        (tmp_path / role).mkdir()
+        (tmp_path / role / f"{role}.gguf").write_bytes(b"GGUF" + role.encode())
+    lock = write_lock(build_lock({r: str(tmp_path / r) for r in ("target", "drafter")}).lock,
+                      tmp_path / "gguf.lock")
+    stray = tmp_path / "stray.gguf"
+    stray.write_bytes(b"GGUF other")
+    command = ["llama-server", "-m", str(tmp_path / "target" / "target.gguf"), "-md", str(stray),
+               "--spec-type", "draft-dflash", "--spec-draft-n-max", "7", "-c", "512", "-np", "2"]
+    result = cli("launch", "--check", "llama.cpp", "--lock", lock, "--policy", policy,
+                 "--format", "json", "--", *command)
+    assert findings(result) == [("DG-LAUNCH-NOT-LOCKED", "--model-draft")]
+    command[command.index("-md") + 1] = str(tmp_path / "drafter" / "drafter.gguf")
+    assert cli("launch", "--check", "llama.cpp", "--lock", lock, "--policy", policy,
+               "--", *command).exit_code == 0
