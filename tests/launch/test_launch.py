@@ -4,8 +4,11 @@ launch is refused (exit 1) with the reason; engine arguments after `--` cannot o
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +164,21 @@ def test_a_bad_launch_section_is_an_input_error(cli, tmp_path, section) -> None:
 
 def test_an_unknown_engine_is_an_input_error(cli, pair) -> None:
     assert "vllm, llama.cpp, sglang" in one_line_error(launch(cli, pair[2], "tgi"))
+
+
+def test_exec_runs_the_command_with_the_key_in_the_engine_variable(pair, policy, tmp_path) -> None:
+    target, _, lock = pair
+    program = tmp_path / "engine.sh"
+    program.write_text('#!/bin/sh\necho "argv: $*"\necho "key: $VLLM_API_KEY"\n')
+    program.chmod(0o755)
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_guard", "launch", "vllm", "--lock", str(lock),
+         "--policy", str(policy), "--root", f"target={target}", "--baseline", "--host",
+         "0.0.0.0", "--api-key-env", "ENGINE_KEY", "--program", str(program), "--exec"],
+        capture_output=True, text=True, check=False, timeout=120,
+        cwd=Path(__file__).resolve().parents[2], env={**os.environ, "ENGINE_KEY": "k-123"})
+    assert done.returncode == 0, done.stderr
+    argv_line, key_line = done.stdout.splitlines()
+    assert argv_line.startswith("argv: -m vllm.entrypoints.openai.api_server --model ")
+    assert "--host 0.0.0.0" in argv_line and "k-123" not in argv_line
+    assert key_line == "key: k-123"
