@@ -12,7 +12,6 @@ missing or exceeded, a speculative method or token count unlike the policy's.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from dflash_guard.launch.plan import (
     verify_folder,
 )
 from dflash_guard.patterns import COMMIT_RE
+from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding
@@ -63,14 +63,6 @@ def _finding(rule: rules.Rule, flag: str, message: str) -> Finding:
     return Finding.of(rule, flag, message, detector=DETECTOR)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _compare(lock: Lockfile, artifact: Artifact, location: str | None, revision: str | None,
              flag: str, revision_flag: str | None) -> list[Finding]:
     """Whether `location` (at `revision`) is the locked `artifact`."""
@@ -79,7 +71,7 @@ def _compare(lock: Lockfile, artifact: Artifact, location: str | None, revision:
                          f"no {flag}: the {artifact.role} is not named")]
     path = Path(location).expanduser()
     if path.is_file():  # a GGUF file: its sha256 must be a locked file's
-        if _sha256(path) in {f.sha256 for f in artifact.files}:
+        if sha256_file(path) in {f.sha256 for f in artifact.files}:
             return []
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag, f"{location}: its sha256 is none of the "
                          f"locked {artifact.role} {artifact.label}'s files")]

@@ -19,7 +19,6 @@ from collections.abc import Mapping
 
 from dflash_guard.errors import InputError
 from dflash_guard.launch.plan import LaunchPlan, Load
-from dflash_guard.trust.policy import LAUNCH_CAPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +45,8 @@ class EngineFlags:
     key_env: str | None  # the engine's own variable for the API key, if it reads one
     booleans: frozenset[str]  # flags that take no value
     aliases: Mapping[str, str]  # short flag -> normalized name
-    controlled: frozenset[str]  # what `--` extras may not set (launch sets or forbids it)
+    controlled: frozenset[str]  # what `--` extras may not set (launch sets or forbids it; the
+    # policy's caps for the engine are refused there too)
 
 
 FLAGS = {
@@ -155,7 +155,7 @@ class LaunchCommand:
 
 def _check_extras(engine: str, plan: LaunchPlan) -> None:
     flags, _ = parse_args(engine, list(plan.options.extra))
-    taken = sorted(set(flags) & (FLAGS[engine].controlled | set(LAUNCH_CAPS[engine])))
+    taken = sorted(set(flags) & (FLAGS[engine].controlled | set(plan.caps)))
     if taken:
         raise InputError(f"engine argument --{taken[0].replace('_', '-')} after `--`: launch "
                          "sets it from the lock and policy (or refuses it)")
