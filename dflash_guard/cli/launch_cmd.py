@@ -72,6 +72,11 @@ def launch(
     lock = load_lockfile(lock_path)
     loaded_policy = load_policy(policy)
     if check:
+        given = {"--exec": execute, "--root": root, "--baseline": baseline,
+                 "--trust-remote-code": trust_remote_code, "--num-speculative-tokens": tokens,
+                 "--program": program, "--api-key-env": api_key_env}
+        if mixed := [flag for flag, value in given.items() if value]:
+            raise InputError(f"{mixed[0]}: not with --check (it lints the command after `--`)")
         report = check_command(lock, loaded_policy, engine, list(command or []))
         typer.echo(formats.render(report, fmt), nl=False)
         if not report.passed:

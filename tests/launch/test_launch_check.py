@@ -139,3 +139,9 @@ def test_llama_cpp_gguf_files_are_checked_by_sha256(cli, tmp_path, policy) -> No
     command[command.index("-md") + 1] = str(tmp_path / "drafter" / "drafter.gguf")
     assert cli("launch", "--check", "llama.cpp", "--lock", lock, "--policy", policy,
                "--", *command).exit_code == 0
+
+
+def test_launch_options_are_refused_with_check(cli, tmp_path, policy) -> None:
+    result = cli("launch", "--check", "vllm", "--exec", "--lock", hub_lock(tmp_path / "h.lock"),
+                 "--policy", policy, "--", *PINNED)
+    assert result.exit_code == 2 and "--exec" in result.stderr
