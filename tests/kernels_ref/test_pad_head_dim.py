@@ -1,0 +1,90 @@
+"""`fixtures make --head-dim 64`: the built-in pair zero-padded to head_dim 64 computes the same
+function (issue 22): every logit within 4e-5 of the head_dim-16 pair's, the same greedy tokens
+and the same acceptance, with kernels_ref on both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels_ref.checkpoint import eos_token_ids
+from kernels_ref.drafter import load_drafter
+from kernels_ref.fixtures import make_fixture_pair
+from kernels_ref.loop import generate
+from kernels_ref.model import load_target
+from kernels_ref.pad import padding_problem
+from tests.support.hostile import one_line_error
+
+MAX_NEW_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> dict[int, tuple[Path, Path]]:
+    root = tmp_path_factory.mktemp("pad")
+    return {16: make_fixture_pair(root / "p16"), 64: make_fixture_pair(root / "p64", head_dim=64)}
+
+
+def prompts() -> list[list[int]]:
+    """Byte-level token ids (the fixture's tokenizer maps byte b to id b), BOS first."""
+    texts = [b"def f(x):", b"The quick brown", b"for i in range(", b"total = 0\n",
+             b"import numpy as np", b"Once upon a time"]
+    return [[256, *text] for text in texts]
+
+
+def test_configs_differ_only_in_head_dim(pairs) -> None:
+    for role in (0, 1):
+        small = json.loads((pairs[16][role] / "config.json").read_text())
+        padded = json.loads((pairs[64][role] / "config.json").read_text())
+        assert padded.pop("head_dim") == 64 and small.pop("head_dim") == 16
+        assert padded == small
+
+
+def test_every_logit_within_4e5(pairs) -> None:
+    small, padded = load_target(pairs[16][0]), load_target(pairs[64][0])
+    worst = 0.0
+    with torch.inference_mode():
+        for ids in prompts():
+            batch, positions = torch.tensor([ids]), torch.arange(len(ids))
+            a, _ = small(batch, positions, small.new_cache())
+            b, _ = padded(batch, positions, padded.new_cache())
+            assert a.abs().max() > 1.0  # real logits, not zeros on both sides
+            worst = max(worst, float((a - b).abs().max()))
+    assert worst < 4e-5
+
+
+def test_greedy_tokens_and_acceptance_equal(pairs) -> None:
+    runs = {}
+    for dim, (target_dir, drafter_dir) in pairs.items():
+        target = load_target(target_dir)
+        drafter = load_drafter(drafter_dir, target)
+        stops = eos_token_ids(target_dir)
+        runs[dim] = [generate(target, drafter, ids, max_new_tokens=MAX_NEW_TOKENS, stop_ids=stops)
+                     for ids in prompts()]
+    for small, padded in zip(runs[16], runs[64], strict=True):
+        assert padded.tokens == small.tokens
+        assert padded.acceptance == small.acceptance
+    assert sum(sum(g.acceptance) for g in runs[64]) > len(runs[64])  # drafts were accepted
+
+
+def test_padding_is_exact_in_bf16(pairs) -> None:
+    from safetensors.torch import load_file
+
+    small = load_file(pairs[16][0] / "model.safetensors")
+    padded = load_file(pairs[64][0] / "model.safetensors")
+    name = "model.layers.0.self_attn."
+    assert padded[name + "q_proj.weight"].shape == (4 * 64, 64)
+    assert torch.equal(padded[name + "q_proj.weight"][0], small[name + "q_proj.weight"][0] * 2)
+    assert torch.equal(padded[name + "v_proj.weight"][32], small[name + "v_proj.weight"][8])
+    assert torch.equal(padded[name + "k_norm.weight"][0] * 2, small[name + "k_norm.weight"][0])
+    assert padded[name + "q_proj.weight"][1].abs().sum() == 0  # a new, zero dim
+
+
+@pytest.mark.parametrize("head_dim", [8, 16, 32, 48, 128])
+def test_head_dims_that_cannot_be_exact_are_refused(cli, tmp_path: Path, head_dim: int) -> None:
+    assert padding_problem(16, head_dim) is not None
+    message = one_line_error(cli("fixtures", "make", tmp_path / "p", "--head-dim", str(head_dim)))
+    assert "--head-dim" in message
+    assert not (tmp_path / "p").exists()

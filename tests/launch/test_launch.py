@@ -1,0 +1,184 @@
+"""`dflash-guard launch ENGINE`: the serve command loads exactly what the lock pins, or the
+launch is refused (exit 1) with the reason; engine arguments after `--` cannot override it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_guard.pins.resolve import build_lock
+from tests.support.hostile import one_line_error
+from tests.support.launch import COMMIT_D, COMMIT_T, LAUNCH, hub_lock
+from tests.support.trust import write_lock, write_policy
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> Path:
+    path = write_policy(tmp_path / "policy")
+    path.write_text(path.read_text() + LAUNCH)
+    return path
+
+
+def launch(cli, lock: Path, *args: str):
+    return cli("launch", *args[:1], "--lock", lock, *args[1:])
+
+
+def test_vllm_local_pair_command(cli, pair, policy) -> None:
+    target, drafter, lock = pair
+    result = launch(cli, lock, "vllm", "--root", f"target={target}", "--root",
+                    f"drafter={drafter}", "--policy", policy, "--", "--enforce-eager")
+    assert result.exit_code == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert argv[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--model") + 1] == str(target.resolve())
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config == {"method": "dflash", "model": str(drafter.resolve()),
+                      "num_speculative_tokens": 7}
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--max-num-seqs") + 1] == "8"
+    assert argv[argv.index("--max-model-len") + 1] == "256"
+    assert argv[-1] == "--enforce-eager"
+    assert "--trust-remote-code" not in argv
+
+
+def test_a_folder_that_differs_from_the_lock_is_refused(cli, pair, policy, tmp_path) -> None:
+    target, drafter, lock = pair
+    changed = shutil.copytree(target, tmp_path / "changed")
+    (changed / "config.json").write_text((target / "config.json").read_text() + " ")
+    result = launch(cli, lock, "vllm", "--root", f"target={changed}", "--root",
+                    f"drafter={drafter}", "--policy", policy)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "does not match the lock" in result.stderr and "config.json" in result.stderr
+
+
+def test_hub_artifacts_are_pinned_to_their_locked_commits(cli, tmp_path, policy) -> None:
+    result = launch(cli, hub_lock(tmp_path / "hub.lock"), "vllm", "--policy", policy,
+                    "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    argv = json.loads(result.stdout)["argv"]
+    assert argv[argv.index("--model") + 1] == "Qwen/Qwen3-8B"
+    assert argv[argv.index("--revision") + 1] == COMMIT_T
+    assert argv[argv.index("--tokenizer-revision") + 1] == COMMIT_T
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config["model"] == "z-lab/Qwen3-8B-DFlash-b16" and config["revision"] == COMMIT_D
+
+
+def test_a_local_artifact_needs_its_folder(cli, pair, policy) -> None:
+    message = one_line_error(launch(cli, pair[2], "vllm", "--policy", policy))
+    assert "--root target=DIR" in message
+
+
+def test_a_public_bind_needs_a_key_from_a_variable(cli, pair, policy, monkeypatch) -> None:
+    target, _, lock = pair
+    args = ("vllm", "--baseline", "--root", f"target={target}", "--policy", policy,
+            "--host", "0.0.0.0")
+    refused = launch(cli, lock, *args)
+    assert refused.exit_code == 1 and "--api-key-env" in refused.stderr
+    unset = launch(cli, lock, *args, "--api-key-env", "ENGINE_KEY")
+    assert unset.exit_code == 1 and "unset or empty" in unset.stderr
+    monkeypatch.setenv("ENGINE_KEY", "s3cret-value")
+    result = launch(cli, lock, *args, "--api-key-env", "ENGINE_KEY")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith('VLLM_API_KEY="${ENGINE_KEY}" ')
+    assert "s3cret-value" not in result.stdout
+    assert "--speculative-config" not in result.stdout  # --baseline: the target alone
+
+
+def test_trust_remote_code_only_over_reviewed_code(cli, pair, policy) -> None:
+    target, drafter, lock = pair
+    args = ("vllm", "--root", f"target={target}", "--root", f"drafter={drafter}",
+            "--trust-remote-code")
+    refused = launch(cli, lock, *args, "--policy", "default", "--num-speculative-tokens", "7")
+    assert refused.exit_code == 1
+    assert "drafter/dflash.py" in refused.stderr and "reviewed_code" in refused.stderr
+    allowed = launch(cli, lock, *args, "--policy", policy)  # write_policy reviews dflash.py
+    assert allowed.exit_code == 0, allowed.stderr
+    assert "--trust-remote-code" in shlex.split(allowed.stdout)
+
+
+def test_engine_arguments_cannot_override_what_launch_sets(cli, pair, policy) -> None:
+    target, drafter, lock = pair
+    for extra in (["--revision", "main"], ["--trust-remote-code"], ["--host=0.0.0.0"],
+                  ["--max-num-seqs", "512"]):
+        message = one_line_error(launch(cli, lock, "vllm", "--root", f"target={target}",
+                                        "--root", f"drafter={drafter}", "--policy", policy,
+                                        "--", *extra))
+        assert "launch sets it" in message
+
+
+def test_the_policy_sets_the_token_count(cli, pair, policy) -> None:
+    target, drafter, lock = pair
+    args = ("vllm", "--root", f"target={target}", "--root", f"drafter={drafter}")
+    other = launch(cli, lock, *args, "--policy", policy, "--num-speculative-tokens", "3")
+    assert other.exit_code == 1 and "sets 7" in other.stderr
+    assert "--num-speculative-tokens" in one_line_error(launch(cli, lock, *args))
+
+
+def test_llama_cpp_loads_the_locked_gguf_files(cli, tmp_path, policy) -> None:
+    for role in ("target", "drafter"):
+        (tmp_path / role).mkdir()
+        (tmp_path / role / f"{role}.gguf").write_bytes(b"GGUF" + role.encode())
+    lock = write_lock(build_lock({r: str(tmp_path / r) for r in ("target", "drafter")}).lock,
+                      tmp_path / "gguf.lock")
+    roots = ("--root", f"target={tmp_path / 'target'}", "--root", f"drafter={tmp_path / 'drafter'}")
+    result = launch(cli, lock, "llama.cpp", *roots, "--policy", policy)
+    assert result.exit_code == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert argv[0] == "llama-server"
+    assert argv[argv.index("--model") + 1] == str((tmp_path / "target" / "target.gguf").resolve())
+    assert argv[argv.index("--model-draft") + 1].endswith("drafter.gguf")
+    assert argv[argv.index("--spec-type") + 1] == "draft-dflash"
+    assert argv[argv.index("--ctx-size") + 1] == "512"
+    (tmp_path / "drafter" / "drafter.gguf").write_bytes(b"GGUF" + b"other!!")
+    refused = launch(cli, lock, "llama.cpp", *roots, "--policy", policy)
+    assert refused.exit_code == 1 and "drafter.gguf" in refused.stderr
+
+
+def test_sglang_command(cli, tmp_path, policy) -> None:
+    result = launch(cli, hub_lock(tmp_path / "hub.lock"), "sglang", "--policy", policy)
+    assert result.exit_code == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
+    assert argv[argv.index("--speculative-draft-model-revision") + 1] == COMMIT_D
+    assert argv[argv.index("--revision") + 1] == COMMIT_T
+
+
+@pytest.mark.parametrize("section", [
+    "launch:\n  vllm: {max_num_seqs: -1}\n",
+    "launch:\n  vllm: {trust_remote_code: 1}\n",
+    "launch:\n  num_speculative_tokens: zero\n",
+])
+def test_a_bad_launch_section_is_an_input_error(cli, tmp_path, section) -> None:
+    path = write_policy(tmp_path / "policy")
+    path.write_text(path.read_text() + section)
+    assert "launch" in one_line_error(cli("policy", "check", path))
+
+
+def test_an_unknown_engine_is_an_input_error(cli, pair) -> None:
+    assert "vllm, llama.cpp, sglang" in one_line_error(launch(cli, pair[2], "tgi"))
+
+
+def test_exec_runs_the_command_with_the_key_in_the_engine_variable(pair, policy, tmp_path) -> None:
+    target, _, lock = pair
+    program = tmp_path / "engine.sh"
+    program.write_text('#!/bin/sh\necho "argv: $*"\necho "key: $VLLM_API_KEY"\n')
+    program.chmod(0o755)
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_guard", "launch", "vllm", "--lock", str(lock),
+         "--policy", str(policy), "--root", f"target={target}", "--baseline", "--host",
+         "0.0.0.0", "--api-key-env", "ENGINE_KEY", "--program", str(program), "--exec"],
+        capture_output=True, text=True, check=False, timeout=120,
+        cwd=Path(__file__).resolve().parents[2], env={**os.environ, "ENGINE_KEY": "k-123"})
+    assert done.returncode == 0, done.stderr
+    argv_line, key_line = done.stdout.splitlines()
+    assert argv_line.startswith("argv: -m vllm.entrypoints.openai.api_server --model ")
+    assert "--host 0.0.0.0" in argv_line and "k-123" not in argv_line
+    assert key_line == "key: k-123"

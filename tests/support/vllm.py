@@ -1,0 +1,105 @@
+"""vLLM in the tests: the pinned install (scripts/install-vllm.sh) and servers started from the
+command `dflash-guard launch vllm` prints, on free 127.0.0.1 ports, always stopped.
+
+The install cache is the real one (`~/.cache/dflash-guard/vllm/<lock digest>`, or
+`DFLASH_GUARD_CACHE_DIR` as the session started with), like llama.cpp's build: minutes the
+first time, nothing afterwards. A failed install fails the tests that need it (never a skip).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+
+from tests.support.llamacpp import SESSION_CACHE_DIR, EngineUnavailable, Server
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "install-vllm.sh"
+STARTUP_TIMEOUT_S = 900.0  # about 45 s each on an idle 2-core machine; far more under load
+# CPU serving of the tiny pair: a 1 GiB KV cache, nothing fetched or reported
+SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+# what the tiny pair needs beyond what launch sets (the policy caps max_model_len at 256)
+SERVE_ARGS = ("--enforce-eager", "--dtype", "float32")
+
+
+def install(timeout: float = 3600.0) -> Path:
+    """The pinned vLLM venv's python (installed once, then cached; waits for an install in
+    progress); `EngineUnavailable` when the install fails."""
+    env = {**os.environ, "PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("DFLASH_GUARD_CACHE_DIR", None)
+    if SESSION_CACHE_DIR:
+        env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
+    done = subprocess.run(["bash", str(SCRIPT), "install"], env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise EngineUnavailable(f"install-vllm.sh failed ({done.returncode}):\n"
+                                f"{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def launch_argv(*args: str) -> list[str]:
+    """The argv `dflash-guard launch vllm ARGS... --format json` prints (the real CLI)."""
+    done = subprocess.run([sys.executable, "-m", "dflash_guard", "launch", "vllm", "--format",
+                           "json", *args], capture_output=True, text=True, check=False, cwd=ROOT,
+                          timeout=300)
+    if done.returncode != 0:
+        raise AssertionError(f"launch vllm exited {done.returncode}: {done.stderr}")
+    return json.loads(done.stdout)["argv"]
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a server and its engine processes (its own process group)."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextlib.contextmanager
+def vllm_servers(*commands: list[str]) -> Iterator[list[Server]]:
+    """Each argv started at once (its `--port` must be free), ready when `/v1/models` answers;
+    all stopped on exit."""
+    started: list[tuple[subprocess.Popen[bytes], Server]] = []
+    try:
+        for argv in commands:
+            port = argv[argv.index("--port") + 1]
+            with tempfile.NamedTemporaryFile("w+", prefix="vllm-", suffix=".log",
+                                             delete=False) as log:
+                process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                           env={**os.environ, **SERVE_ENV},
+                                           start_new_session=True)
+            started.append((process, Server(f"http://127.0.0.1:{port}", Path(log.name))))
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        waiting = list(started)
+        while waiting:
+            for process, server in list(waiting):
+                if process.poll() is not None:
+                    raise EngineUnavailable(f"vLLM exited {process.returncode}:\n"
+                                            f"{server.log.read_text()[-3000:]}")
+                with contextlib.suppress(httpx2.TransportError):
+                    if httpx2.get(server.url + "/v1/models", timeout=2.0).status_code == 200:
+                        waiting.remove((process, server))
+            if time.monotonic() > deadline:
+                raise EngineUnavailable(f"vLLM not ready in {STARTUP_TIMEOUT_S:g} s")
+            time.sleep(0.5)
+        yield [server for _, server in started]
+    finally:
+        for process, server in started:
+            _stop(process)
+            server.log.unlink(missing_ok=True)
