@@ -31,6 +31,7 @@ COMMAND_MODULES = {
     "advisory": "advisory_cmd",
     "monitor": "monitor_cmd",
     "bench": "bench_cmd",
+    "verify-approval": "approval_cmd",
 }
 
 

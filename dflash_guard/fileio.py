@@ -1,4 +1,11 @@
-"""Safe file access for inputs and outputs.
+"""Safe file access for inputs and outputs: the one reader for every file the tool is handed.
+
+Inputs (policies, records, signatures, prompts, feeds, lockfiles, configs) go through
+`read_input` / `read_input_text` / `read_input_json`: a regular file (a FIFO, device or socket is
+refused, never opened blocking), at most a byte cap, JSON no deeper than the parser's limit,
+and every failure is one `InputError` line naming what the file was for. `open_binary` is the
+same check for streaming readers (the scanner). Partial files are created with `create_exclusive`
+(`O_EXCL | O_NOFOLLOW`: never through a planted link, never over an existing file).
 
 Outputs (a lockfile, report, approval) are written whole or not at all, only over a regular file
 (never through a symlink, onto a device or a FIFO), with the mode a plain `open()` would give.
@@ -8,10 +15,12 @@ FIFO or a device swapped in for a file is refused, never read forever.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from dflash_guard.errors import InputError, WriteError
 
@@ -55,6 +64,63 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, nofollow: bool = F
     if len(data) > limit:
         raise InputError(f"{path}: larger than {limit:,} bytes")
     return data
+
+
+def open_binary(path: str | os.PathLike[str]) -> BinaryIO:
+    """`path` opened for binary reading as a file object; `NotRegularFileError` (an `OSError`)
+    when it is not a regular file."""
+    return os.fdopen(open_regular(path), "rb")
+
+
+SMALL_INPUT_BYTES = 16 * 1024 * 1024  # policies, records, signatures, keys
+
+
+def read_input(path: str | os.PathLike[str], what: str, limit: int = SMALL_INPUT_BYTES) -> bytes:
+    """The bytes of an input file, or one readable `InputError` naming `what` (`policy`,
+    `approval record`...): missing, unreadable, not a regular file, or over `limit` bytes."""
+    try:
+        return read_regular(path, limit)
+    except InputError as error:
+        raise InputError(f"cannot read {what} {error}") from None
+    except OSError as error:
+        raise InputError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
+def read_input_text(path: str | os.PathLike[str], what: str,
+                    limit: int = SMALL_INPUT_BYTES) -> str:
+    """`read_input` decoded as UTF-8 (anything else is an `InputError`)."""
+    try:
+        return read_input(path, what, limit).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"cannot read {what} {path}: not UTF-8 text") from None
+
+
+def loads_json(text: str | bytes, what: str) -> object:
+    """JSON from untrusted text: bad JSON, nesting past the parser's recursion limit (about a
+    thousand levels: the depth cap) or an integer past Python's digit limit is one `InputError`
+    naming `what`."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{what}: not UTF-8 JSON") from None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, huge ints
+        raise InputError(f"{what}: not valid JSON ({str(error).splitlines()[0]})") from None
+
+
+def read_input_json(path: str | os.PathLike[str], what: str,
+                    limit: int = SMALL_INPUT_BYTES) -> object:
+    """The JSON document in an input file (`read_input`, then `loads_json`)."""
+    return loads_json(read_input(path, what, limit), f"{what} {path}")
+
+
+def create_exclusive(path: str | os.PathLike[str]) -> int:
+    """A new file for writing, created with `O_EXCL | O_NOFOLLOW` and mode 0600: an existing
+    file or a planted symlink at `path` is an `OSError` (`FileExistsError`), never written."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(path, flags, 0o600)
 
 
 def _creation_mode() -> int:

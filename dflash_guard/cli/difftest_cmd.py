@@ -147,7 +147,10 @@ def render_isolation(report: IsolationReport) -> None:
                      f"at generated token {d.position}: alone {_token(d.reference_token)}, "
                      f"among tenants {_token(d.candidate_token)}{margin}", highlight=False)
     hard, ties = len(report.hard_divergences), len(report.near_ties)
-    if report.identical:
+    if report.cannot_tell:
+        verdict = ("[yellow]cannot tell[/]: no prompt was long enough to share a prefix with "
+                   "another tenant, so nothing was tested")
+    elif report.identical:
         verdict = "[green]identical[/]: no output depends on another request"
     elif report.passed:
         verdict = f"[yellow]{ties} near-tie(s)[/], no hard divergence"
@@ -217,6 +220,10 @@ def render_sampled(report: SampledReport) -> None:
                       f"{r.p_value:.3g}", accepted,
                       "[red]biased[/]" if r.rejected else "ok")
     stdout.print(table)
+    if report.cannot_tell:
+        stdout.print("verdict: [yellow]cannot tell[/]: every test had 0 degrees of freedom (no "
+                     "power); draw more samples or longer continuations")
+        return
     stdout.print("verdict: " + ("[green]consistent with exact sampling[/]" if report.passed
                                 else "[red]speculative sampling is biased[/]"))
 

@@ -22,6 +22,7 @@ import httpx2
 
 from dflash_guard.errors import Error, InputError
 from dflash_guard.lossless.result import Token
+from dflash_guard.urls import http_endpoint
 from kernels_ref.prompts import PromptSpec
 
 DEFAULT_TOP_LOGPROBS = 5  # the most the OpenAI completions API allows
@@ -58,14 +59,11 @@ def read_api_key(env_var: str | None) -> str | None:
 
 
 def http_url_parts(url: str) -> SplitResult:
-    """`url` split, raising `InputError` unless it is a well-formed http(s) URL."""
+    """`url` split and normalised by `urls.http_endpoint`, the one check of endpoint URLs."""
     try:
-        parts = urlsplit(url)
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InputError(f"not an http(s) URL: {redact_url(url)}")
-    return parts
+        return http_endpoint(url, redact_url(url))
+    except InputError as error:
+        raise InputError(f"not an http(s) URL without credentials: {error}") from None
 
 
 def completions_url(base: str) -> str:
