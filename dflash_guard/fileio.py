@@ -15,10 +15,12 @@ FIFO or a device swapped in for a file is refused, never read forever.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -44,15 +46,34 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
+# The files (device, inode) a command has read through this module, while `guard_inputs` is
+# active (the CLI runs every command inside it): `write_atomic` never replaces one of them, so
+# no output of a command can replace one of its inputs, whichever option named it.
+_read_files: set[tuple[int, int]] | None = None
+
+
+@contextlib.contextmanager
+def guard_inputs() -> Iterator[None]:
+    """Within the block, refuse to write over any file read through this module."""
+    global _read_files
+    outer, _read_files = _read_files, set()
+    try:
+        yield
+    finally:
+        _read_files = outer
+
+
 def open_regular(path: str | os.PathLike[str], *, nofollow: bool = False) -> int:
     """A read-only descriptor on `path`, opened without blocking (a FIFO cannot hang us) and
     checked with `fstat` to be a regular file; `nofollow` also refuses a symlink."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
     fd = os.open(path, flags)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise NotRegularFileError(f"{path}: {_kind(mode)}, not a regular file")
+        raise NotRegularFileError(f"{path}: {_kind(info.st_mode)}, not a regular file")
+    if _read_files is not None:
+        _read_files.add((info.st_dev, info.st_ino))
     return fd
 
 
@@ -130,11 +151,13 @@ def _creation_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, *,
+                 own_state: bool = False) -> None:
     """Write `data` to `path` through a temporary file in the same folder and `os.replace`.
 
     Only a regular file (or nothing) is replaced; it keeps its mode, a new file gets the umask's.
-    A failure leaves `path` as it was and raises `WriteError` naming it."""
+    A failure leaves `path` as it was and raises `WriteError` naming it. Within `guard_inputs`,
+    a file the command read is never replaced, unless it is the tool's `own_state` (its cache)."""
     target = Path(path)
     payload = data.encode() if isinstance(data, str) else data
     try:
@@ -145,6 +168,11 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
         if existing is not None and not stat.S_ISREG(existing):
             raise WriteError(f"cannot write {target}: it is {_kind(existing)}; refusing to "
                              "replace anything but a regular file")
+        if existing is not None and _read_files is not None and not own_state:
+            info = os.stat(target)
+            if (info.st_dev, info.st_ino) in _read_files:
+                raise WriteError(f"cannot write {target}: this command read it as an input; "
+                                 "refusing to overwrite an input")
         mode = stat.S_IMODE(existing) if existing is not None else _creation_mode()
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:

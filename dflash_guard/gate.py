@@ -665,8 +665,9 @@ def _check_outputs(options: GateOptions, policy: Policy) -> None:
     if options.signing.wanted:
         outputs.append(("signature", out.with_name(out.name + suffix)))
     lock_path = Path(options.lock_path)
-    inputs = [("--lock", lock_path), ("--policy", Path(policy.source)),
+    inputs = [("--lock", lock_path), *policy.files(),
               ("--key", options.signing.key), ("--trust-root", options.trust_root),
+              *((f"--engine-repo {name}", path) for name, path in options.engine_repos.items()),
               *(("lockfile signature", p) for p in lock_signature_paths(lock_path)),
               *((f"--root {role}", folder) for role, folder in options.roots.items())]
     refuse_outputs_over_inputs(outputs, inputs)

@@ -194,6 +194,11 @@ def run_reference_mode(options: ReferenceOptions, record: Path | None,
 
     if record is not None and not record.parent.is_dir():
         raise InputError(f"--record {record}: folder {record.parent} does not exist")
+    from dflash_guard.outputs import refuse_outputs_over_inputs
+
+    refuse_outputs_over_inputs([("--record", record)], [
+        ("--reference", options.target), ("--gguf", options.gguf),
+        ("--conversion", options.conversion), ("--prompts", options.prompts)])
     if output_format is OutputFormat.text:
         stderr.print(f"decoding with kernels_ref from {options.target} and with the engine ...")
     report = run_reference_diff(options)

@@ -245,6 +245,25 @@ class Policy:
         confirmed = artifact.hub_confirmed and provenance_trusted
         return self.tier_of("hub" if confirmed else "local", artifact.repo)
 
+    def files(self) -> list[tuple[str, Path]]:
+        """Every file the policy names (keys, feeds, records, prompt sets), as (field, path):
+        what a command's outputs must never replace."""
+        named: list[tuple[str, Path]] = [("--policy", Path(self.source))]
+        signers = {"lockfile": self.lockfile_signers, "models": self.model_signers,
+                   "approvals": self.approval_signers}
+        if self.advisories is not None:
+            signers["advisories"] = self.advisories.signers
+            named += [("advisories.feeds", Path(f)) for f in self.advisories.feeds
+                      if not has_scheme(f)]
+        named += [(f"{kind} public key", key) for kind, s in signers.items()
+                  for key in s.public_keys]
+        named += [("gguf_comparisons.record", p) for p in self.gguf_comparison_records]
+        endpoints = self.difftest.endpoints
+        for prompts in (self.difftest.prompts, endpoints.prompts if endpoints else None):
+            if prompts:
+                named.append(("difftest.prompts", Path(prompts)))
+        return named
+
     def rule(self, tier: str) -> TierRule:
         return self.tiers[tier]
 
