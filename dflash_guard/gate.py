@@ -42,6 +42,7 @@ from dflash_guard.trust.evidence import (
     provenance_note,
     signed_by_policy,
 )
+from dflash_guard.trust.model_card import card_problems
 from dflash_guard.trust.policy import (
     EndpointRules,
     Policy,
@@ -278,6 +279,7 @@ def _problem(kind: str) -> str:
 
 def check_scan(inputs: GateInputs) -> Checked:
     from dflash_guard.scan import Severity, scan_paths
+    from dflash_guard.scan.rules import RC_REMOTE_REPO
 
     assert inputs.lock is not None
     policy, used = inputs.policy, []
@@ -298,11 +300,26 @@ def check_scan(inputs: GateInputs) -> Checked:
             reviewed_sha256=policy.reviewed_sha256,
             param_budget=policy.drafter_max_params if is_drafter else None,
         )
+        # Code another repo serves (`auto_map` `ORG/REPO--module.Class`) is locked with its
+        # commit and digests, and verified byte for byte before this step: a reviewer can cover
+        # it in `reviewed_code` by the locked sha256, which then answers "the scan cannot see it".
+        locked_code = {f"{ref.repo}--{f.path}": f.sha256
+                       for ref in artifact.code_refs for f in ref.files}
+        reviewed_repos = {entry.split("--", 1)[0] for entry, sha in locked_code.items()
+                          if sha in policy.reviewed_sha256}
+        reviewed_repos -= {entry.split("--", 1)[0] for entry, sha in locked_code.items()
+                           if sha not in policy.reviewed_sha256}
         failing = [f for f in report.findings
-                   if f.severity >= fail_on and not inputs.waived("scan", f.rule_id, used)]
+                   if f.severity >= fail_on and not inputs.waived("scan", f.rule_id, used)
+                   and not (f.rule_id == RC_REMOTE_REPO.id
+                            and any(f"repository {r!r}" in f.message for r in reviewed_repos))]
         problems += [f"{artifact.role}/{f.file}: {f.rule_id} ({f.severity.name}): {f.message}"
                      for f in failing]
         for code in report.remote_code:
+            if not code.sha256 and code.path in locked_code:
+                sha = locked_code[code.path]
+                code = dataclasses.replace(code, sha256=sha,
+                                           reviewed=sha in policy.reviewed_sha256)
             if rule.remote_code is RemoteCode.allow or inputs.waived(
                     "remote-code", code.sha256, used):
                 continue
@@ -362,6 +379,13 @@ def check_policy(inputs: GateInputs) -> Checked:
                 because = f" ({'; '.join(why_not)})" if why_not else ""
                 problems.append(f"gguf {artifact.label} has no recorded comparison against the "
                                 f"safetensors path{because}")
+    drafter_folder = inputs.locations.get("drafter")
+    if drafter_folder is not None:
+        target = inputs.lock.artifact("target")
+        target_repo = (target.repo if target is not None and target.hub_confirmed
+                       and inputs.provenance_trusted else None)
+        problems += [f"drafter {p}" for p in
+                     card_problems(drafter_folder, policy.model_card, target_repo)]
     for engine in inputs.lock.engines:
         build = engine_build(engine, inputs.engine_repos.get(engine.name))
         if build.pr_head:

@@ -38,6 +38,7 @@ from dflash_guard.fileio import read_input_text
 from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 from dflash_guard.schema import Field, Fields, read_document
 from dflash_guard.severity import Severity
+from dflash_guard.trust.model_card import ModelCardRules
 from dflash_guard.urls import has_scheme, http_endpoint, is_http_endpoint
 
 POLICY_VERSION = 1
@@ -225,6 +226,7 @@ class Policy:
     # policy; a built-in one is like that until a policy that `extends` it names signers.
     unsatisfiable: tuple[str, ...] = ()
     extends: str | None = None  # the built-in policy this one extends
+    model_card: ModelCardRules = ModelCardRules()  # the drafter's card; every rule off by default
 
     def tier_of(self, source: str, repo: str | None) -> str:
         """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
@@ -484,10 +486,23 @@ def _rollout_rules(field: Field) -> RolloutRules:
     )
 
 
+def _model_card_rules(field: Field) -> ModelCardRules:
+    """`model_card`: `base_model: target` (the card must name the locked target), `licenses`
+    (the allowed ones), `datasets: required`."""
+    f = field.mapping(("base_model", "licenses", "datasets"), ())
+    return ModelCardRules(
+        base_model_is_target=("base_model" in f
+                              and f["base_model"].choice(("target", "any")) == "target"),
+        licenses=tuple(i.text() for i in f["licenses"].items()) if "licenses" in f else (),
+        datasets_required=("datasets" in f
+                           and f["datasets"].choice(("required", "optional")) == "required"),
+    )
+
+
 TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "tiers", "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
-    "gguf_comparisons", "waivers", "advisories", "rollout",
+    "gguf_comparisons", "waivers", "advisories", "rollout", "model_card",
 )
 OPTIONAL_LISTS = ("reviewed_code", "staging_approvals", "gguf_comparisons", "waivers")
 REQUIRED = (
@@ -625,6 +640,8 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         rollout=_rollout_rules(f["rollout"]) if "rollout" in f else None,
         unsatisfiable=tuple(unsatisfiable),
         extends=extends,
+        model_card=(_model_card_rules(f["model_card"]) if "model_card" in f
+                    else ModelCardRules()),
     )
 
 
