@@ -10,7 +10,13 @@ import json
 import pytest
 
 from dflash_guard.errors import InputError
-from dflash_guard.gate import EndpointOverrides, GateOptions, resolve_api_key, run_gate
+from dflash_guard.gate import (
+    ApprovalSigning,
+    EndpointOverrides,
+    GateOptions,
+    resolve_api_key,
+    run_gate,
+)
 from dflash_guard.rollout.bench import _Endpoint
 from dflash_guard.trust.policy import load_policy
 from tests.support.trust import (
@@ -210,3 +216,65 @@ def test_policy_show_prints_a_file_policy_check_accepts(cli, tmp_path):
             return {k: v for k, v in policy.to_json().items() if k not in ("source", "digest")}
 
         assert effective(load_policy(path)) == effective(load_policy(name))
+
+
+# --- vacuous verdicts beyond the gate: isolation (N29), sampled (0 dof) ----------------------
+
+
+def test_an_isolation_diff_without_tenants_cannot_pass():
+    from dflash_guard.lossless.isolation import IsolationReport
+    from dflash_guard.lossless.result import PromptResult
+
+    identical = (PromptResult("a", None), PromptResult("b", None))
+    vacuous = IsolationReport("http://127.0.0.1:1", 0.05, 4, 0, identical)
+    assert vacuous.cannot_tell and not vacuous.passed and not vacuous.identical
+    assert vacuous.to_json()["cannot_tell"] is True
+    tested = IsolationReport("http://127.0.0.1:1", 0.05, 4, 2, identical)
+    assert tested.passed and tested.identical and not tested.cannot_tell
+    assert not IsolationReport("http://127.0.0.1:1", 0.05, 4, 2, ()).passed
+
+
+def test_a_sampled_test_with_no_degrees_of_freedom_cannot_pass():
+    from dflash_guard.lossless.sampled import HomogeneityTest, SampledPromptResult, SampledReport
+    from kernels_ref.sampling import SamplingParams
+
+    flat = HomogeneityTest(0.0, 0, 1.0, 1, 0.0)
+    some = HomogeneityTest(1.2, 3, 0.75, 4, 0.1)
+
+    def report(*tests):
+        result = SampledPromptResult("p", tests[0], tests[1:], False, None)
+        return SampledReport(0.05, 0.01, 50, 2, SamplingParams(), False, (result,))
+
+    assert report(flat, flat, flat).cannot_tell and not report(flat, flat, flat).passed
+    assert report(flat, some).passed and not report(flat, some).cannot_tell
+
+
+def test_verify_approval_refuses_an_edited_file_and_says_what_it_did_not_check(cli, pair,
+                                                                                tmp_path):
+    private, public = make_key_pair(tmp_path)
+    keyed = f"{{identities: [], public_keys: [{public}]}}"
+    policy = write_policy(tmp_path / "p", ("  approvals: {identities: [], public_keys: []}",
+                                           f"  approvals: {keyed}"))
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    for path in pair.drafter.iterdir():
+        (drafter / path.name).write_bytes(path.read_bytes())
+    roots = {"target": pair.target, "drafter": drafter}
+    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    record = tmp_path / "approval.json"
+    result = run_gate(GateOptions(lock, policy, roots, out=record,
+                                  signing=ApprovalSigning(key=private)))
+    assert result.approved, result.reason
+    args = ("verify-approval", record, "--policy", policy, "--lock", lock,
+            "--root", f"target={pair.target}", "--root", f"drafter={drafter}")
+    assert cli(*args).exit_code == 0
+    partial = cli(*args[:6])
+    assert partial.exit_code == 1 and "not checked (pass --root target=DIR)" in partial.stdout
+    assert cli(*args[:6], "--signature-only").exit_code == 0
+    assert cli("verify-approval", record, "--policy", "default",
+               "--signature-only").exit_code == 1  # the default policy accepts no signer
+    (drafter / "config.json").write_text((drafter / "config.json").read_text() + " ")
+    edited = cli(*args, "--format", "json")
+    assert edited.exit_code == 1
+    assert json.loads(edited.stdout)["problems"] == [
+        "drafter/config.json: differs from the approved bytes"]
