@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from dflash_guard.audit.osv import Advisory, Affected, Range
 from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
+from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.severity import Severity
 from dflash_guard.trust.gitclone import GitClone
 from dflash_guard.urls import repo_key
@@ -67,7 +68,7 @@ class AuditFinding:
 normalise_repo_url = repo_key  # an advisory's `repo` and a lock's engine URL, compared
 
 
-def lock_subjects(lock: Any) -> list[Subject]:
+def lock_subjects(lock: Lockfile) -> list[Subject]:
     """Every engine, Hub artifact (and remote-code repo) and package of a `Lockfile`."""
     subjects = [
         Subject("engine", e.name, f"engine {e.name}@{e.commit[:12]}", e.commit,

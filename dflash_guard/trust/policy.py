@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -39,12 +39,36 @@ from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 from dflash_guard.schema import Field, Fields, read_document
 from dflash_guard.severity import Severity
 from dflash_guard.trust.model_card import ModelCardRules
+
+if TYPE_CHECKING:
+    from dflash_guard.pins.lockfile import Artifact
 from dflash_guard.urls import has_scheme, http_endpoint, is_http_endpoint
 
 POLICY_VERSION = 1
-TIERS = ("official", "community", "unknown")
 BUILTIN_POLICIES = ("default", "strict", "dev")
-WAIVER_KINDS = ("engine", "remote-code", "staging", "scan", "pickle", "gguf-comparison")
+
+
+class TrustTier(StrEnum):
+    """How much an artifact is trusted: by its Hub organisation, or `local_tier`."""
+
+    official = "official"
+    community = "community"
+    unknown = "unknown"
+
+
+class WaiverKind(StrEnum):
+    """What a waiver may cover (`KIND:TARGET`)."""
+
+    engine = "engine"
+    remote_code = "remote-code"
+    staging = "staging"
+    scan = "scan"
+    pickle = "pickle"
+    gguf_comparison = "gguf-comparison"
+
+
+TIERS = tuple(t.value for t in TrustTier)
+WAIVER_KINDS = tuple(k.value for k in WaiverKind)
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -123,7 +147,7 @@ class Waiver:
     """A recorded, owned and dated exception to one rule (`covers` = `KIND:TARGET`)."""
 
     id: str
-    kind: str
+    kind: WaiverKind
     target: str
     reason: str
     owner: str
@@ -228,18 +252,18 @@ class Policy:
     extends: str | None = None  # the built-in policy this one extends
     model_card: ModelCardRules = ModelCardRules()  # the drafter's card; every rule off by default
 
-    def tier_of(self, source: str, repo: str | None) -> str:
+    def tier_of(self, source: str, repo: str | None) -> TrustTier:
         """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
         if source != "hub" or not repo:
-            return self.local_tier
+            return TrustTier(self.local_tier)
         org = repo.split("/", 1)[0].casefold()
         if org in {o.casefold() for o in self.official_orgs}:
-            return "official"
+            return TrustTier.official
         if org in {o.casefold() for o in self.community_orgs}:
-            return "community"
-        return "unknown"
+            return TrustTier.community
+        return TrustTier.unknown
 
-    def artifact_tier(self, artifact: Any, provenance_trusted: bool = True) -> str:
+    def artifact_tier(self, artifact: Artifact, provenance_trusted: bool = True) -> TrustTier:
         """The tier of a locked artifact (`dflash_guard.pins.lockfile.Artifact`): its Hub
         organisation's only when its Hub provenance was confirmed and the claim is trusted (a
         signed lockfile, see `trust.evidence`); a `cache-unconfirmed` snapshot (a path proves
@@ -604,7 +628,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
             f"KIND:TARGET with KIND one of {', '.join(WAIVER_KINDS)}",
         )
         kind, target = covers.split(":", 1)
-        waivers.append(Waiver(w["id"].text(), kind, target, w["reason"].text(),
+        waivers.append(Waiver(w["id"].text(), WaiverKind(kind), target, w["reason"].text(),
                               w["owner"].text(), w["expires"].date()))
     ids = [w.id for w in waivers]
     if len(set(ids)) != len(ids):

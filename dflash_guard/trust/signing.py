@@ -30,7 +30,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import create_exclusive, loads_json, read_input, read_regular, write_atomic
@@ -38,6 +38,9 @@ from dflash_guard.outcome import Outcome
 from dflash_guard.schema import MAX_DOCUMENT_CHARS
 from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
+
+if TYPE_CHECKING:
+    from dflash_guard.pins.lockfile import Lockfile
 
 SIGSTORE_SUFFIX = ".sigstore.json"
 KEY_SIG_SUFFIX = ".sig"
@@ -564,7 +567,7 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
 # --- every signature of a deploy -------------------------------------------------------------
 
 
-def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Policy,
+def verify_model_signatures(lock: Lockfile, locations: Mapping[str, Path], policy: Policy,
                             *, trust_root: Path | None = None,
                             provenance_trusted: bool = True) -> list[SignatureCheck]:
     """Check the `model.sig` of every verified folder; a missing one where the tier requires it
@@ -588,8 +591,9 @@ def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Po
     return checks
 
 
-def verify_signatures(lock_path: Path, lock: Any, locations: Mapping[str, Path], policy: Policy,
-                      *, trust_root: Path | None = None) -> list[SignatureCheck]:
+def verify_signatures(lock_path: Path, lock: Lockfile, locations: Mapping[str, Path],
+                      policy: Policy, *, trust_root: Path | None = None
+                      ) -> list[SignatureCheck]:
     """Every signature check of `dflash-guard verify`: the lockfile's (when one exists or the
     policy requires it) and each verified folder's `model.sig` (when present or required)."""
     checks = verify_lockfile_signature(lock_path, policy.lockfile_signers,
