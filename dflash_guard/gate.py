@@ -521,6 +521,9 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     if total == 0:
         return Outcome.refused("cannot tell: no prompt was compared on the live endpoints"
                                ), NOTHING
+    if rules.metrics and any("cannot tell" in w for w in report.warnings):
+        return Outcome.refused("cannot tell: the candidate's acceptance counters are not finite "
+                               "numbers"), NOTHING
     if hard:
         first = hard[0].divergence
         return Outcome.refused(

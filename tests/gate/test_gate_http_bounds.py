@@ -97,3 +97,14 @@ def test_a_plain_metrics_page_still_reads(hostile):
     with serve(Starlette(routes=[Route("/metrics", metrics)])) as base, \
             CompletionClient("metrics", base) as client:
         assert "spec_decode" in client.get_text(base + "/metrics")
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf"])
+def test_non_finite_counters_warn_instead_of_silencing_every_warning(value):
+    from dflash_guard.lossless.endpoint.metrics import acceptance_warnings
+
+    page = (f"vllm:spec_decode_num_drafts_total {value}\n"
+            "vllm:spec_decode_num_accepted_tokens_total 5\n"
+            "vllm:spec_decode_num_draft_tokens_total 70\n")
+    figures = acceptance_from_metrics(parse_prometheus(""), parse_prometheus(page))
+    assert any("cannot tell" in w for w in acceptance_warnings(figures))

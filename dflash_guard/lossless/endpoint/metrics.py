@@ -11,6 +11,7 @@ llama.cpp also reports each response's `timings.draft_n` / `draft_n_accepted`
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -151,6 +152,11 @@ def acceptance_warnings(figures: AcceptanceFigures | None) -> list[str]:
     """Red flags in the acceptance figures: everything accepted, or acceptance collapsed."""
     if figures is None:
         return ["the metrics endpoint publishes no speculative-decoding counters"]
+    numbers = (figures.mean_acceptance_length, figures.acceptance_rate, figures.drafts,
+               figures.draft_tokens, figures.accepted_tokens, *(figures.acceptance_curve or ()))
+    if any(n is not None and not math.isfinite(n) for n in numbers):
+        return ["the acceptance figures are not finite numbers (NaN or infinite counters): "
+                "cannot tell"]
     warnings = []
     if figures.source in COUNTER_PREFIXES and not figures.drafts:
         warnings.append("no drafts were counted during the run: is speculation enabled?")
