@@ -278,3 +278,21 @@ def test_verify_approval_refuses_an_edited_file_and_says_what_it_did_not_check(c
     assert edited.exit_code == 1
     assert json.loads(edited.stdout)["problems"] == [
         "drafter/config.json: differs from the approved bytes"]
+
+
+# --- N28: cross-repo remote code is judged by its locked commit ------------------------------
+
+
+def test_a_code_ref_without_a_revision_is_judged_by_its_commit(pair, tmp_path):
+    """The doc's N28: `lock` records no revision for a cross-repo `auto_map` (no flag pins it)
+    but always its full commit (the lockfile schema requires it), which is what the gate
+    judges; the code's locked sha256 is what `reviewed_code` covers."""
+    from dflash_guard.pins.lockfile import CodeRef, LockedFile
+
+    ref = CodeRef("z-lab/code", None, "7" * 40, (LockedFile("modeling.py", 10, "a" * 64),))
+    drafter = dataclasses.replace(pair.lock.artifact("drafter"), code_refs=(ref,))
+    lock = dataclasses.replace(pair.lock, artifacts=tuple(
+        drafter if a.role == "drafter" else a for a in pair.lock.artifacts))
+    result = run_gate(GateOptions(write_lock(lock, tmp_path / "dflash.lock"),
+                                  write_policy(tmp_path / "p"), pair.roots))
+    assert result.checks[0].name == "lockfile" and result.checks[0].ok, result.reason
