@@ -72,6 +72,9 @@ def lock(
            if Path(spec).expanduser().is_file())],
     )
     earlier = None
+    if confirmed_by is None and (policy is not None or trust_root is not None):
+        raise InputError("--policy and --trust-root apply with --confirmed-by (whose signature "
+                         "they check)")
     if confirmed_by is not None:
         from dflash_guard.trust.evidence import load_confirming_lock
         from dflash_guard.trust.policy import load_policy
