@@ -599,4 +599,6 @@ def verify_signatures(lock_path: Path, lock: Lockfile, locations: Mapping[str, P
     checks = verify_lockfile_signature(lock_path, policy.lockfile_signers,
                                        required=policy.lockfile_signature_required,
                                        trust_root=trust_root)
-    return checks + verify_model_signatures(lock, locations, policy, trust_root=trust_root)
+    trusted = bool(checks) and all(c.ok for c in checks)  # hub-confirmed counts when signed
+    return checks + verify_model_signatures(lock, locations, policy, trust_root=trust_root,
+                                            provenance_trusted=trusted)
