@@ -35,8 +35,7 @@ def verify_approval(
 ) -> None:
     """Check an approval record's signature and its subjects; exit 0 verified, 1 not.
 
-    Example: dflash-guard verify-approval approval.json --policy ./prod.yaml --lock dflash.lock
-    --root target=models/target --root drafter=models/drafter
+    Example: dflash-guard verify-approval approval.json --policy ./prod.yaml --signature-only
     """
     verdict = check_approval(
         record, load_policy(policy),
