@@ -44,7 +44,7 @@ async def _huge_int(request):
 
 @pytest.fixture(scope="module")
 def hostile():
-    app = Starlette(routes=[Route("/drip/v1/models", _drip),
+    app = Starlette(routes=[Route("/drip/v1/models", _drip, methods=["GET", "POST"]),
                             Route("/huge/v1/models", _huge),
                             Route("/hugeint/v1/models", _huge_int),
                             Route("/line/v1/completions", _huge_line, methods=["POST"])])
@@ -108,3 +108,9 @@ def test_non_finite_counters_warn_instead_of_silencing_every_warning(value):
             "vllm:spec_decode_num_draft_tokens_total 70\n")
     figures = acceptance_from_metrics(parse_prometheus(""), parse_prometheus(page))
     assert any("cannot tell" in w for w in acceptance_warnings(figures))
+
+
+def test_a_dripping_stream_is_cut_at_the_overall_deadline(hostile):
+    with CompletionClient("candidate", hostile + "/drip", timeout=1, retries=0) as client, \
+            pytest.raises(EndpointError, match="stream not done within 1 s"):
+        list(client.stream_events(hostile + "/drip/v1/models", {"prompt": "x"}))

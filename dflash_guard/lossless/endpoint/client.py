@@ -243,15 +243,16 @@ class CompletionClient:
 
     def stream_events(self, url: str, body: dict[str, Any]) -> Iterator[Any]:
         """POST `body` with `stream: true` and yield the JSON of each server-sent `data:` event
-        until `[DONE]` (no retries: a stream is timed from its first byte); a line over
-        `MAX_LINE_BYTES` or a stream over `MAX_BODY_BYTES` is an `EndpointError`."""
+        until `[DONE]` (no retries); a stream not done within `timeout` seconds overall, a line
+        over `MAX_LINE_BYTES` or a stream over `MAX_BODY_BYTES` is an `EndpointError`."""
+        deadline = time.monotonic() + self.timeout
         try:
             with self._http.stream("POST", url, json={**body, "stream": True}) as response:
                 if response.status_code != 200:
                     text = self._bounded_body(response, url, time.monotonic() + self.timeout)
                     snippet = text[:200].decode("utf-8", "replace").replace("\n", " ")
                     raise self._fail(f"HTTP {response.status_code}: {snippet}", url)
-                for line in self._lines(response, url):
+                for line in self._lines(response, url, deadline):
                     data = line.removeprefix("data:").strip() if line.startswith("data:") else ""
                     if data == "[DONE]":
                         return
@@ -267,11 +268,13 @@ class CompletionClient:
             raise self._fail(f"unreachable ({type(error).__name__}: {error})", url) from None
 
 
-    def _lines(self, response: httpx2.Response, url: str) -> Iterator[str]:
+    def _lines(self, response: httpx2.Response, url: str, deadline: float) -> Iterator[str]:
         """The text lines of a stream, each at most `MAX_LINE_BYTES`, the whole at most
-        `MAX_BODY_BYTES`."""
+        `MAX_BODY_BYTES` and done by `deadline`."""
         pending, total = b"", 0
         for chunk in response.iter_bytes():
+            if time.monotonic() > deadline:
+                raise self._fail(f"stream not done within {self.timeout:g} s", url)
             total += len(chunk)
             if total > MAX_BODY_BYTES:
                 raise self._fail(f"streamed more than {MAX_BODY_BYTES:,} bytes", url)
