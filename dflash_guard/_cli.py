@@ -15,6 +15,7 @@ import typer
 
 from dflash_guard import __version__
 from dflash_guard.errors import EXIT_ERROR, Error
+from dflash_guard.fileio import guard_inputs
 
 # Top-level command name -> the module in dflash_guard/cli/ that registers it (help order).
 COMMAND_MODULES = {
@@ -32,6 +33,7 @@ COMMAND_MODULES = {
     "monitor": "monitor_cmd",
     "bench": "bench_cmd",
     "launch": "launch_cmd",
+    "verify-approval": "approval_cmd",
 }
 
 
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     command = next((arg for arg in args if not arg.startswith("-")), None)
     try:
-        build_app(command)(args=args, standalone_mode=True)
+        with guard_inputs():  # no output of the command replaces a file it read
+            build_app(command)(args=args, standalone_mode=True)
     except Error as error:
         _print_error("error:", error.diagnostics())
         sys.exit(error.exit_code)

@@ -1,4 +1,11 @@
-"""Safe file access for inputs and outputs.
+"""Safe file access for inputs and outputs: the one reader for every file the tool is handed.
+
+Inputs (policies, records, signatures, prompts, feeds, lockfiles, configs) go through
+`read_input` / `read_input_text` / `read_input_json`: a regular file (a FIFO, device or socket is
+refused, never opened blocking), at most a byte cap, JSON no deeper than the parser's limit,
+and every failure is one `InputError` line naming what the file was for. `open_binary` is the
+same check for streaming readers (the scanner). Partial files are created with `create_exclusive`
+(`O_EXCL | O_NOFOLLOW`: never through a planted link, never over an existing file).
 
 Outputs (a lockfile, report, approval) are written whole or not at all, only over a regular file
 (never through a symlink, onto a device or a FIFO), with the mode a plain `open()` would give.
@@ -8,10 +15,14 @@ FIFO or a device swapped in for a file is refused, never read forever.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from dflash_guard.errors import InputError, WriteError
 
@@ -35,15 +46,34 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
+# The files (device, inode) a command has read through this module, while `guard_inputs` is
+# active (the CLI runs every command inside it): `write_atomic` never replaces one of them, so
+# no output of a command can replace one of its inputs, whichever option named it.
+_read_files: set[tuple[int, int]] | None = None
+
+
+@contextlib.contextmanager
+def guard_inputs() -> Iterator[None]:
+    """Within the block, refuse to write over any file read through this module."""
+    global _read_files
+    outer, _read_files = _read_files, set()
+    try:
+        yield
+    finally:
+        _read_files = outer
+
+
 def open_regular(path: str | os.PathLike[str], *, nofollow: bool = False) -> int:
     """A read-only descriptor on `path`, opened without blocking (a FIFO cannot hang us) and
     checked with `fstat` to be a regular file; `nofollow` also refuses a symlink."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
     fd = os.open(path, flags)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise NotRegularFileError(f"{path}: {_kind(mode)}, not a regular file")
+        raise NotRegularFileError(f"{path}: {_kind(info.st_mode)}, not a regular file")
+    if _read_files is not None:
+        _read_files.add((info.st_dev, info.st_ino))
     return fd
 
 
@@ -57,6 +87,63 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, nofollow: bool = F
     return data
 
 
+def open_binary(path: str | os.PathLike[str]) -> BinaryIO:
+    """`path` opened for binary reading as a file object; `NotRegularFileError` (an `OSError`)
+    when it is not a regular file."""
+    return os.fdopen(open_regular(path), "rb")
+
+
+SMALL_INPUT_BYTES = 16 * 1024 * 1024  # policies, records, signatures, keys
+
+
+def read_input(path: str | os.PathLike[str], what: str, limit: int = SMALL_INPUT_BYTES) -> bytes:
+    """The bytes of an input file, or one readable `InputError` naming `what` (`policy`,
+    `approval record`...): missing, unreadable, not a regular file, or over `limit` bytes."""
+    try:
+        return read_regular(path, limit)
+    except InputError as error:
+        raise InputError(f"cannot read {what} {error}") from None
+    except OSError as error:
+        raise InputError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
+def read_input_text(path: str | os.PathLike[str], what: str,
+                    limit: int = SMALL_INPUT_BYTES) -> str:
+    """`read_input` decoded as UTF-8 (anything else is an `InputError`)."""
+    try:
+        return read_input(path, what, limit).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"cannot read {what} {path}: not UTF-8 text") from None
+
+
+def loads_json(text: str | bytes, what: str) -> object:
+    """JSON from untrusted text: bad JSON, nesting past the parser's recursion limit (about a
+    thousand levels: the depth cap) or an integer past Python's digit limit is one `InputError`
+    naming `what`."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{what}: not UTF-8 JSON") from None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, huge ints
+        raise InputError(f"{what}: not valid JSON ({str(error).splitlines()[0]})") from None
+
+
+def read_input_json(path: str | os.PathLike[str], what: str,
+                    limit: int = SMALL_INPUT_BYTES) -> object:
+    """The JSON document in an input file (`read_input`, then `loads_json`)."""
+    return loads_json(read_input(path, what, limit), f"{what} {path}")
+
+
+def create_exclusive(path: str | os.PathLike[str]) -> int:
+    """A new file for writing, created with `O_EXCL | O_NOFOLLOW` and mode 0600: an existing
+    file or a planted symlink at `path` is an `OSError` (`FileExistsError`), never written."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(path, flags, 0o600)
+
+
 def _creation_mode() -> int:
     """The mode `open(path, "w")` gives a new file: 0o666 less the umask."""
     mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
@@ -64,11 +151,13 @@ def _creation_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, *,
+                 own_state: bool = False) -> None:
     """Write `data` to `path` through a temporary file in the same folder and `os.replace`.
 
     Only a regular file (or nothing) is replaced; it keeps its mode, a new file gets the umask's.
-    A failure leaves `path` as it was and raises `WriteError` naming it."""
+    A failure leaves `path` as it was and raises `WriteError` naming it. Within `guard_inputs`,
+    a file the command read is never replaced, unless it is the tool's `own_state` (its cache)."""
     target = Path(path)
     payload = data.encode() if isinstance(data, str) else data
     try:
@@ -79,6 +168,11 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
         if existing is not None and not stat.S_ISREG(existing):
             raise WriteError(f"cannot write {target}: it is {_kind(existing)}; refusing to "
                              "replace anything but a regular file")
+        if existing is not None and _read_files is not None and not own_state:
+            info = os.stat(target)
+            if (info.st_dev, info.st_ino) in _read_files:
+                raise WriteError(f"cannot write {target}: this command read it as an input; "
+                                 "refusing to overwrite an input")
         mode = stat.S_IMODE(existing) if existing is not None else _creation_mode()
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:

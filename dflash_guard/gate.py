@@ -23,24 +23,30 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlunsplit
 
 from dflash_guard.errors import InputError
 from dflash_guard.outcome import Outcome
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.lockfile import Artifact, Lockfile, load_lockfile
-from dflash_guard.trust.comparison import accepts, read_comparison
+from dflash_guard.trust.evidence import (
+    artifact_key,
+    comparison_records,
+    engine_build,
+    provenance_note,
+    signed_by_policy,
+)
+from dflash_guard.trust.model_card import card_problems
 from dflash_guard.trust.policy import (
     EndpointRules,
     Policy,
     RemoteCode,
-    endpoint_url,
     load_policy,
 )
 from dflash_guard.trust.provenance import (
@@ -57,12 +63,9 @@ from dflash_guard.trust.signing import (
     verify_lockfile_signature,
     verify_model_signatures,
 )
+from dflash_guard.urls import http_endpoint
 from kernels_ref.faults import Fault  # torch-free
 
-PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)|^(pr|#)[-/#]?\d+$",
-                        re.IGNORECASE)
-# Semantic-version tags, and llama.cpp's build tags (`b4567`).
-RELEASE_RE = re.compile(r"^(refs/tags/)?(v?\d+(\.\d+)+([.\-+]?[0-9A-Za-z.]+)?|b\d+)$")
 MAX_LISTED = 3
 
 
@@ -86,6 +89,7 @@ class EndpointOverrides:
 
     baseline: str | None = None
     candidate: str | None = None
+    api_key_env: str | None = None  # the operator's `--api-key-env`: the only key ever sent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +143,7 @@ class Learned:
     tiers: Mapping[str, str] | None = None
     waivers: tuple[str, ...] = ()
     record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    provenance_trusted: bool | None = None  # the lockfile signature check's finding
 
 
 NOTHING = Learned()
@@ -163,6 +168,8 @@ class GateInputs:
     waivers_used: tuple[str, ...] = ()
     record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    api_key: str | None = None  # sent only to endpoints named on the command line
+    provenance_trusted: bool = False  # the lock's hub-confirmed claims count (signed lock)
 
     def learn(self, learned: Learned) -> GateInputs:
         """These inputs with what a check learned added."""
@@ -174,7 +181,14 @@ class GateInputs:
             waivers_used=self.waivers_used + tuple(
                 w for w in dict.fromkeys(learned.waivers) if w not in self.waivers_used),
             record={**self.record, **learned.record},
+            provenance_trusted=(learned.provenance_trusted
+                                if learned.provenance_trusted is not None
+                                else self.provenance_trusted),
         )
+
+    def tier(self, artifact: Artifact) -> str:
+        """The artifact's trust tier under the policy, given what the signature check found."""
+        return self.policy.artifact_tier(artifact, self.provenance_trusted)
 
     def waived(self, kind: str, target: str, used: list[str]) -> bool:
         """Whether an unexpired waiver covers `kind:target` (its id is added to `used`)."""
@@ -190,21 +204,6 @@ Checked = tuple[Outcome, Learned]
 def _listed(problems: list[str]) -> str:
     more = f" (and {len(problems) - MAX_LISTED} more)" if len(problems) > MAX_LISTED else ""
     return "; ".join(problems[:MAX_LISTED]) + more
-
-
-def is_pr_head(ref: str | None) -> bool:
-    """A ref naming a pull/merge request (`refs/pull/52816/head`, `pr-52816`, `#52816`)."""
-    return bool(ref and PR_HEAD_RE.search(ref))
-
-
-def is_release(ref: str | None) -> bool:
-    """A ref naming a release tag (`v0.11.0`, `refs/tags/v0.5.3`, `0.5.3rc1`, `b4567`)."""
-    return bool(ref and RELEASE_RE.match(ref))
-
-
-def artifact_key(artifact: Artifact) -> str:
-    """How waivers and records name an artifact: its Hub repo, or `local:NAME`."""
-    return artifact.repo if artifact.source == "hub" and artifact.repo else f"local:{artifact.name}"
 
 
 # --- the checks ------------------------------------------------------------------------------
@@ -224,9 +223,9 @@ def check_lockfile(inputs: GateInputs) -> Checked:
                 problems.append(f"{artifact.role} {artifact.repo}: revision "
                                 f"{artifact.revision or '(default branch)'!r} is not a full SHA")
             for ref in artifact.code_refs:
-                if not COMMIT_RE.match(ref.revision or ""):
-                    problems.append(f"{artifact.role} code {ref.repo}: revision "
-                                    f"{ref.revision or '(default branch)'!r} is not a full SHA")
+                if not COMMIT_RE.match(ref.commit or ""):
+                    problems.append(f"{artifact.role} code {ref.repo}: commit "
+                                    f"{ref.commit or '(none recorded)'!r} is not a full SHA")
     if problems:
         return Outcome.refused(_listed(problems) + " (policy: artifacts.require_full_sha)"), NOTHING
     return Outcome.passed(f"{len(lock.artifacts)} artifacts and {len(lock.engines)} engine(s) "
@@ -234,6 +233,11 @@ def check_lockfile(inputs: GateInputs) -> Checked:
 
 
 def check_lockfile_signature(inputs: GateInputs) -> Checked:
+    """The lockfile's signatures against the policy's signers; whether its claims count."""
+    if inputs.policy.unsatisfiable:
+        return Outcome.refused(
+            f"policy {inputs.policy.name}: {inputs.policy.unsatisfiable[0]}; name your signers "
+            f"in a policy that extends it (extends: {inputs.policy.name})"), NOTHING
     checks = verify_lockfile_signature(
         inputs.lock_path, inputs.policy.lockfile_signers,
         required=inputs.policy.lockfile_signature_required, trust_root=inputs.trust_root,
@@ -242,9 +246,13 @@ def check_lockfile_signature(inputs: GateInputs) -> Checked:
     if failed:
         return Outcome.refused(
             _listed([f"{Path(c.signature).name}: {c.reason}" for c in failed])), NOTHING
+    trusted = signed_by_policy(checks)
+    assert inputs.lock is not None
+    note = provenance_note(inputs.lock, trusted)
+    learned = Learned(provenance_trusted=trusted)
     if not checks:
-        return Outcome.passed("not signed (the policy does not require it)"), NOTHING
-    return Outcome.passed("; ".join(f"signed by {c.signer}" for c in checks)), NOTHING
+        return Outcome.passed(f"not signed (the policy does not require it){note}"), learned
+    return Outcome.passed("; ".join(f"signed by {c.signer}" for c in checks)), learned
 
 
 def check_verify(inputs: GateInputs) -> Checked:
@@ -271,6 +279,7 @@ def _problem(kind: str) -> str:
 
 def check_scan(inputs: GateInputs) -> Checked:
     from dflash_guard.scan import Severity, scan_paths
+    from dflash_guard.scan.rules import RC_REMOTE_REPO
 
     assert inputs.lock is not None
     policy, used = inputs.policy, []
@@ -282,7 +291,7 @@ def check_scan(inputs: GateInputs) -> Checked:
         folder = inputs.locations.get(artifact.role)
         if folder is None:
             continue
-        tier = policy.artifact_tier(artifact)
+        tier = inputs.tier(artifact)
         rule = policy.rule(tier)
         is_drafter = artifact.role == "drafter"
         report = scan_paths(
@@ -291,11 +300,26 @@ def check_scan(inputs: GateInputs) -> Checked:
             reviewed_sha256=policy.reviewed_sha256,
             param_budget=policy.drafter_max_params if is_drafter else None,
         )
+        # Code another repo serves (`auto_map` `ORG/REPO--module.Class`) is locked with its
+        # commit and digests, and verified byte for byte before this step: a reviewer can cover
+        # it in `reviewed_code` by the locked sha256, which then answers "the scan cannot see it".
+        locked_code = {f"{ref.repo}--{f.path}": f.sha256
+                       for ref in artifact.code_refs for f in ref.files}
+        reviewed_repos = {entry.split("--", 1)[0] for entry, sha in locked_code.items()
+                          if sha in policy.reviewed_sha256}
+        reviewed_repos -= {entry.split("--", 1)[0] for entry, sha in locked_code.items()
+                           if sha not in policy.reviewed_sha256}
         failing = [f for f in report.findings
-                   if f.severity >= fail_on and not inputs.waived("scan", f.rule_id, used)]
+                   if f.severity >= fail_on and not inputs.waived("scan", f.rule_id, used)
+                   and not (f.rule_id == RC_REMOTE_REPO.id
+                            and any(f"repository {r!r}" in f.message for r in reviewed_repos))]
         problems += [f"{artifact.role}/{f.file}: {f.rule_id} ({f.severity.name}): {f.message}"
                      for f in failing]
         for code in report.remote_code:
+            if not code.sha256 and code.path in locked_code:
+                sha = locked_code[code.path]
+                code = dataclasses.replace(code, sha256=sha,
+                                           reviewed=sha in policy.reviewed_sha256)
             if rule.remote_code is RemoteCode.allow or inputs.waived(
                     "remote-code", code.sha256, used):
                 continue
@@ -336,52 +360,50 @@ def check_policy(inputs: GateInputs) -> Checked:
         problems.append(f"waiver {waiver.id} ({waiver.covers}) expired on "
                         f"{waiver.expires.isoformat()}")
     for artifact in inputs.lock.artifacts:
-        tier = tiers[artifact.role] = policy.artifact_tier(artifact)
+        tier = tiers[artifact.role] = inputs.tier(artifact)
         key = artifact_key(artifact)
+        # A record keyed on `repo@commit` is about the Hub's bytes: it counts only for an
+        # artifact whose Hub provenance is trusted (confirmed, in a signed lock).
+        proven = artifact.hub_confirmed and inputs.provenance_trusted
         if policy.rule(tier).staging_required and not (
-            policy.staging_approved(artifact.repo, artifact.commit)
+            (proven and policy.staging_approved(artifact.repo, artifact.commit))
             or inputs.waived("staging", key, used)
         ):
             problems.append(f"{artifact.role} {artifact.label} ({tier} tier) has no recorded "
                             "staging approval for this commit")
         if artifact.role == "gguf" and policy.gguf_requires_comparison:
-            recorded, why_not = comparison_records(policy, inputs.lock)
-            if not (policy.gguf_compared(artifact.repo, artifact.commit) or recorded
-                    or inputs.waived("gguf-comparison", key, used)):
+            recorded, why_not = comparison_records(policy, inputs.lock,
+                                                   trust_root=inputs.trust_root)
+            if not ((proven and policy.gguf_compared(artifact.repo, artifact.commit))
+                    or recorded or inputs.waived("gguf-comparison", key, used)):
                 because = f" ({'; '.join(why_not)})" if why_not else ""
                 problems.append(f"gguf {artifact.label} has no recorded comparison against the "
                                 f"safetensors path{because}")
+    drafter_folder = inputs.locations.get("drafter")
+    if drafter_folder is not None:
+        target = inputs.lock.artifact("target")
+        target_repo = (target.repo if target is not None and target.hub_confirmed
+                       and inputs.provenance_trusted else None)
+        problems += [f"drafter {p}" for p in
+                     card_problems(drafter_folder, policy.model_card, target_repo)]
     for engine in inputs.lock.engines:
-        ref = engine.ref or ""
-        if is_pr_head(ref):
+        build = engine_build(engine, inputs.engine_repos.get(engine.name))
+        if build.pr_head:
             if not policy.allow_pr_head:
-                problems.append(f"engine {engine.name} is a PR-head build ({ref}): the policy "
-                                "allows none")
+                problems.append(f"engine {engine.name} is a PR-head build ({build.how}): the "
+                                "policy allows none")
             elif not inputs.waived("engine", engine.name, used):
-                problems.append(f"engine {engine.name} is a PR-head build ({ref}) without a "
-                                f"waiver (engine:{engine.name})")
-        elif policy.require_release and not is_release(ref):
-            problems.append(f"engine {engine.name} is not a release build "
-                            f"(ref {ref or 'not recorded'!r})")
+                problems.append(f"engine {engine.name} is a PR-head build ({build.how}) without "
+                                f"a waiver (engine:{engine.name})")
+        elif policy.require_release and not build.release:
+            problems.append(f"engine {engine.name} is not a proven release build "
+                            f"({build.how})")
     if problems:
         return Outcome.refused(_listed(problems)), NOTHING
     named = ", ".join(f"{role}: {tier}" for role, tier in sorted(tiers.items()))
     waivers = tuple(dict.fromkeys((*inputs.waivers_used, *used)))
     listed = f"; waivers used: {', '.join(waivers)}" if waivers else ""
     return Outcome.passed(f"tiers {named}{listed}"), Learned(tiers=tiers, waivers=tuple(used))
-
-
-def comparison_records(policy: Policy, lock: Lockfile) -> tuple[list[str], list[str]]:
-    """The policy's GGUF comparison records that cover the lock's GGUF, and why the others
-    do not (`trust.comparison.accepts`: digests against the lock, a passed verdict)."""
-    accepted, why_not = [], []
-    for path in policy.gguf_comparison_records:
-        outcome = accepts(read_comparison(path), lock)
-        if outcome.ok:
-            accepted.append(path.name)
-        else:
-            why_not.append(f"record {path.name}: {outcome.reason}")
-    return accepted, why_not
 
 
 def check_advisories(inputs: GateInputs) -> Checked:
@@ -417,7 +439,8 @@ def check_advisories(inputs: GateInputs) -> Checked:
 def check_model_signatures(inputs: GateInputs) -> Checked:
     assert inputs.lock is not None
     checks = verify_model_signatures(inputs.lock, inputs.locations, inputs.policy,
-                                     trust_root=inputs.trust_root)
+                                     trust_root=inputs.trust_root,
+                                     provenance_trusted=inputs.provenance_trusted)
     failed = [f"{c.subject}/model.sig: {c.reason}" for c in checks if not c.ok]
     if failed:
         return Outcome.refused(_listed(failed)), NOTHING
@@ -436,6 +459,10 @@ def check_difftest(inputs: GateInputs) -> Checked:
         max_new_tokens=rules.max_new_tokens, device=inputs.device,
         inject=inputs.inject,
     ))
+    if not report.results or not math.isfinite(report.tau):
+        return Outcome.refused(f"cannot tell: {len(report.results)} prompts compared, tau "
+                               f"{report.tau} (a diff with nothing compared proves nothing)"
+                               ), NOTHING
     near_ties = [d for d in report.divergences
                  if d.divergence.margin is not None
                  and d.divergence.margin < rules.near_tie_allowance]
@@ -475,13 +502,12 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     rules = inputs.endpoints
     if rules is None:
         return Outcome.skipped("not configured (the policy has no difftest.endpoints)"), NOTHING
-    api_key = os.environ[rules.api_key_env].strip() if rules.api_key_env else None
     try:
         report = run_endpoint_diff(
             EndpointOptions(
                 rules.baseline, rules.candidate,
                 model=rules.model, max_new_tokens=rules.max_new_tokens,
-                concurrency=rules.concurrency, api_key=api_key, timeout=rules.timeout_s,
+                concurrency=rules.concurrency, api_key=inputs.api_key, timeout=rules.timeout_s,
                 near_tie_margin=rules.near_tie_margin,
                 metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
             ),
@@ -492,6 +518,12 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     hard, ties = report.hard_divergences, report.near_ties
     acceptance = report.acceptance
     total = len(report.results)
+    if total == 0:
+        return Outcome.refused("cannot tell: no prompt was compared on the live endpoints"
+                               ), NOTHING
+    if rules.metrics and any("cannot tell" in w for w in report.warnings):
+        return Outcome.refused("cannot tell: the candidate's acceptance counters are not finite "
+                               "numbers"), NOTHING
     if hard:
         first = hard[0].divergence
         return Outcome.refused(
@@ -546,11 +578,14 @@ def check_rollout(inputs: GateInputs) -> Checked:
             tiers=(tier,), requests=rules.requests, max_tokens=endpoints.max_new_tokens,
             model=endpoints.model, timeout=endpoints.timeout_s,
             metrics_url=metrics_url(endpoints.candidate) if endpoints.metrics else None,
-            api_key=os.environ[endpoints.api_key_env].strip() if endpoints.api_key_env else None,
+            api_key=inputs.api_key,
         ))
     except EndpointError as error:
         return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), NOTHING
     result = report.tiers[0]
+    if not (math.isfinite(result.speedup) and result.speedup > 0):
+        return Outcome.refused(f"cannot tell: speedup {result.speedup} at concurrency {tier} "
+                               "(no tokens measured)"), NOTHING
     figures = (f"speedup {result.speedup:.2f}x at concurrency {tier} (baseline "
                f"{result.baseline.tokens_per_s:.1f} tok/s, candidate "
                f"{result.candidate.tokens_per_s:.1f} tok/s)")
@@ -566,16 +601,36 @@ def check_rollout(inputs: GateInputs) -> Checked:
 
 def metrics_url(candidate: str) -> str:
     """The candidate server's Prometheus endpoint: `/metrics` at its origin (vLLM, SGLang)."""
-    parts = urlsplit(candidate)
+    parts = http_endpoint(candidate, "candidate")
     return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
+
+
+def resolve_api_key(policy: Policy, overrides: EndpointOverrides) -> str | None:
+    """The API key the endpoint checks send, if any. Only a variable the operator names
+    (`--api-key-env`) is read, and only for endpoints named on the command line: a policy file
+    sits next to the URLs it names, so it can neither pick a variable nor a host for a key."""
+    rules = policy.difftest.endpoints
+    asked = rules.api_key_env if rules is not None else None
+    name = overrides.api_key_env
+    if asked is not None and asked != name:
+        raise InputError(f"difftest.endpoints.api_key_env asks to send the variable {asked} as "
+                         f"an API key; a key is sent only when the operator names it: pass "
+                         f"--api-key-env {asked} with --baseline and --candidate")
+    if name is None:
+        return None
+    if not (overrides.baseline and overrides.candidate):
+        raise InputError("--api-key-env: the key goes only to hosts named on the command line; "
+                         "pass --baseline and --candidate")
+    key = os.environ.get(name, "").strip()
+    if not key:
+        raise InputError(f"--api-key-env names {name}, but that variable is unset or empty")
+    return key
 
 
 def resolve_endpoints(policy: Policy, baseline: str | None = None,
                       candidate: str | None = None) -> EndpointRules | None:
     """The endpoint diff to run: the policy's, with URLs overridden at gate time; the policy's
     settings with both URLs when it names none; None when neither configures one."""
-    from dflash_guard.lossless.endpoint import redact_url
-
     rules = policy.difftest.endpoints
     if rules is None and (baseline or candidate):
         if not (baseline and candidate):
@@ -587,12 +642,7 @@ def resolve_endpoints(policy: Policy, baseline: str | None = None,
     rules = dataclasses.replace(rules, baseline=baseline or rules.baseline,
                                 candidate=candidate or rules.candidate)
     for flag, url in (("--baseline", rules.baseline), ("--candidate", rules.candidate)):
-        if not endpoint_url(url):
-            raise InputError(f"{flag}: not an http(s) URL without credentials: "
-                             f"{redact_url(url)}")
-    if rules.api_key_env and not os.environ.get(rules.api_key_env, "").strip():
-        raise InputError(f"difftest.endpoints.api_key_env names {rules.api_key_env}, but that "
-                         "variable is unset or empty")
+        http_endpoint(url, flag)
     return rules
 
 
@@ -642,8 +692,9 @@ def _check_outputs(options: GateOptions, policy: Policy) -> None:
     if options.signing.wanted:
         outputs.append(("signature", out.with_name(out.name + suffix)))
     lock_path = Path(options.lock_path)
-    inputs = [("--lock", lock_path), ("--policy", Path(policy.source)),
+    inputs = [("--lock", lock_path), *policy.files(),
               ("--key", options.signing.key), ("--trust-root", options.trust_root),
+              *((f"--engine-repo {name}", path) for name, path in options.engine_repos.items()),
               *(("lockfile signature", p) for p in lock_signature_paths(lock_path)),
               *((f"--root {role}", folder) for role, folder in options.roots.items())]
     refuse_outputs_over_inputs(outputs, inputs)
@@ -658,6 +709,7 @@ def run_gate(options: GateOptions, *,
     _check_outputs(options, policy)
     endpoints = resolve_endpoints(policy, options.endpoints.baseline,
                                   options.endpoints.candidate)
+    api_key = resolve_api_key(policy, options.endpoints)
     # Ask for the Sigstore credential before any work, so a missing one fails at once.
     token = identity_token(options.signing.interactive) if options.signing.sigstore else None
     inputs = GateInputs(
@@ -666,6 +718,7 @@ def run_gate(options: GateOptions, *,
         download=options.download, device=options.device, inject=options.inject,
         endpoints=endpoints,
         engine_repos=dict(options.engine_repos),
+        api_key=api_key,
     )
     results: list[CheckResult] = []
     for check in CHECKS:

@@ -18,6 +18,8 @@ field is refused. Every per-line error names `file:line`.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,10 +62,26 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+MAX_PROMPT_FILE_BYTES = 64 * 1024 * 1024
+
+
+def _read_regular_text(path: Path) -> str:
+    """The text of a regular file of at most `MAX_PROMPT_FILE_BYTES`: a FIFO or device is
+    refused (opened without blocking, checked with `fstat`), never read forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError("not a regular file (a FIFO or device is not read)")
+        data = handle.read(MAX_PROMPT_FILE_BYTES + 1)
+    if len(data) > MAX_PROMPT_FILE_BYTES:
+        raise OSError(f"larger than {MAX_PROMPT_FILE_BYTES:,} bytes")
+    return data.decode("utf-8")
+
+
 def read_prompt_set(path: Path) -> list[PromptSpec]:
     """Read and check a JSONL prompt set; raise `PromptSetError` on the first problem."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = _read_regular_text(Path(path)).splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptSetError(f"{path}: cannot read the prompt file ({exc})") from None
     prompts = [

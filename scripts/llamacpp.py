@@ -184,9 +184,11 @@ def convert(args: argparse.Namespace) -> int:
         "output": {"name": out.name, "sha256": sha256_file(out)},
     }
     record_path = out.with_name(out.name + RECORD_SUFFIX)
-    staged_record = record_path.with_name(record_path.name + ".tmp")
-    staged_record.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(staged_record, record_path)
+    # A private temporary name (never a fixed `.tmp` a planted link could redirect), then rename.
+    fd, staged = tempfile.mkstemp(prefix=f".{record_path.name}.", dir=record_path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    os.replace(staged, record_path)
     print(out)
     return 0
 

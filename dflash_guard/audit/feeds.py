@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import io
 import ipaddress
-import json
+import time
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -27,7 +28,7 @@ from urllib.parse import urlsplit
 
 from dflash_guard.audit.osv import Advisory, format_time, parse_advisories
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import write_atomic
+from dflash_guard.fileio import loads_json, read_input, write_atomic
 from dflash_guard.trust.policy import Signers
 from dflash_guard.trust.signing import (
     KEY_SIG_SUFFIX,
@@ -36,9 +37,11 @@ from dflash_guard.trust.signing import (
     verify_blob_bundle,
     verify_key_signature,
 )
+from dflash_guard.urls import has_scheme, http_endpoint
 
 MAX_FEED_BYTES = 64 * 1024 * 1024
 MAX_ZIP_BYTES = 1024 * 1024 * 1024  # uncompressed, for a zip feed
+MAX_RECORD_BYTES = 4 * 1024 * 1024  # one record of a zip feed (osv.dev's are a few KB)
 TIMEOUT_S = 30.0
 BUNDLE_SUFFIXES = (SIGSTORE_SUFFIX, ".sigstore")
 SIGNATURE_SUFFIXES = (*BUNDLE_SUFFIXES, KEY_SIG_SUFFIX)
@@ -92,8 +95,9 @@ class Feed:
 
 
 def is_url(source: str) -> bool:
-    """Whether a feed source is a URL rather than a path."""
-    return source.startswith(("https://", "http://"))
+    """Whether a feed source is written as a URL (any scheme, any case) rather than a path: a
+    URL is never read from the working folder, and one that is not https is refused."""
+    return has_scheme(source)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -117,46 +121,46 @@ def _signature_checks(path: Path, data: bytes, rules: FeedRules, label: str
     if keysig.is_file():
         checks.append(verify_key_signature(path, keysig, rules.signers.public_keys,
                                            subject=label))
-    if checks and hashlib.sha256(path.read_bytes()).digest() != hashlib.sha256(data).digest():
+    again = read_input(path, "advisory feed", MAX_FEED_BYTES) if checks else data
+    if hashlib.sha256(again).digest() != hashlib.sha256(data).digest():
         raise InputError(f"advisory feed {label}: changed while it was being read")
     return tuple(checks)
 
 
 def _parse_json(data: bytes, label: str) -> list[Advisory]:
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise InputError(f"{label}: not valid JSON: {error}") from None
-    return parse_advisories(document, label)
+    return parse_advisories(loads_json(data, label), label)
 
 
-def _read_zip(path: Path, label: str) -> list[Advisory]:
+def _read_zip(data: bytes, label: str) -> list[Advisory]:
     """osv.dev's per-ecosystem `all.zip`: one record per `*.json` member, read in memory (never
-    extracted), with the uncompressed total capped against zip bombs."""
+    extracted), each member and the uncompressed total capped against zip bombs."""
     advisories, total = [], 0
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
             for member in sorted(archive.infolist(), key=lambda m: m.filename):
                 if member.is_dir() or not member.filename.endswith(".json"):
                     continue
                 total += member.file_size
                 if total > MAX_ZIP_BYTES:
                     raise InputError(f"{label}: more than {MAX_ZIP_BYTES} bytes uncompressed")
-                data = archive.read(member)
-                advisories += _parse_json(data, f"{label}:{member.filename}")
+                if member.file_size > MAX_RECORD_BYTES:
+                    raise InputError(f"{label}:{member.filename}: over the {MAX_RECORD_BYTES}"
+                                     "-byte limit of one record")
+                with archive.open(member) as handle:  # the size in the header may lie
+                    record = handle.read(MAX_RECORD_BYTES + 1)
+                if len(record) > MAX_RECORD_BYTES:
+                    raise InputError(f"{label}:{member.filename}: over the {MAX_RECORD_BYTES}"
+                                     "-byte limit of one record")
+                advisories += _parse_json(record, f"{label}:{member.filename}")
     except (OSError, zipfile.BadZipFile, EOFError) as error:
         raise InputError(f"cannot read advisory feed {label}: {error}") from None
     return advisories
 
 
 def _read_file(path: Path, label: str) -> tuple[bytes, list[Advisory]]:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise InputError(f"cannot read advisory feed {label}: {error.strerror or error}"
-                         ) from None
-    if zipfile.is_zipfile(path):
-        return data, _read_zip(path, label)
+    data = read_input(path, "advisory feed", MAX_FEED_BYTES)
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        return data, _read_zip(data, label)
     return data, _parse_json(data, label)
 
 
@@ -179,9 +183,10 @@ def read_feed(path: Path, rules: FeedRules, source: str | None = None) -> Feed:
         name = member.relative_to(path).as_posix() if path.is_dir() else member.name
         label = source if member == path else f"{source}/{name}"
         data, records = _read_file(member, label)
-        advisories += records
-        files.append(FeedFile(name, hashlib.sha256(data).hexdigest(),
-                              _signature_checks(member, data, rules, label)))
+        checks = _signature_checks(member, data, rules, label)
+        signed = bool(checks) and all(c.ok for c in checks)
+        advisories += [dataclasses.replace(r, signed=signed) for r in records]
+        files.append(FeedFile(name, hashlib.sha256(data).hexdigest(), checks))
     if path.is_dir():
         listing = "".join(f"{f.sha256}  {f.name}\n" for f in files).encode()
         digest = hashlib.sha256(listing).hexdigest()
@@ -194,10 +199,8 @@ def read_feed(path: Path, rules: FeedRules, source: str | None = None) -> Feed:
 
 
 def _check_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        raise InputError(f"advisory feed URL {parts.hostname}: credentials in a URL are refused")
-    if parts.scheme == "https" and parts.hostname:
+    parts = http_endpoint(url, "advisory feed URL")
+    if parts.scheme == "https":
         return
     if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):
         return
@@ -221,6 +224,7 @@ def download(url: str, dest: Path, *, max_bytes: int = MAX_FEED_BYTES,
 
     _check_url(url)
     chunks, size = [], 0
+    deadline = time.monotonic() + timeout  # overall: a server dripping bytes cannot hold us
     try:
         with httpx2.Client(timeout=httpx2.Timeout(timeout), follow_redirects=True) as client, \
                 client.stream("GET", url) as response:
@@ -234,6 +238,8 @@ def download(url: str, dest: Path, *, max_bytes: int = MAX_FEED_BYTES,
                 raise InputError(f"advisory feed {url}: {declared} bytes is over the "
                                  f"{max_bytes}-byte limit")
             for chunk in response.iter_bytes():
+                if time.monotonic() > deadline:
+                    raise httpx2.TimeoutException("overall deadline")
                 size += len(chunk)
                 if size > max_bytes:
                     raise InputError(f"advisory feed {url}: over the {max_bytes}-byte limit")
@@ -260,6 +266,7 @@ def load_feed(source: str, rules: FeedRules, folder: Path) -> Feed:
     """A feed from a path or URL (`folder`: where downloads go, one sub-folder per feed)."""
     if not is_url(source):
         return read_feed(Path(source), rules)
+    _check_url(source)
     target = folder / hashlib.sha256(source.encode()).hexdigest()[:16]
     target.mkdir(parents=True, exist_ok=True)
     return fetch_feed(source, target, rules)

@@ -13,19 +13,18 @@ Three kinds of subject, each compared the way OSV defines it:
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from dflash_guard.audit.osv import Advisory, Affected, Range
 from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
-from dflash_guard.errors import InputError
+from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.severity import Severity
+from dflash_guard.trust.gitclone import GitClone
+from dflash_guard.urls import repo_key
 
 HF_URL = "https://huggingface.co/"
 
@@ -66,20 +65,10 @@ class AuditFinding:
         }
 
 
-def normalise_repo_url(url: str) -> str:
-    """`https://GitHub.com/Org/Repo.git/`, `git+https://...` and `git@github.com:Org/Repo` all
-    become `github.com/org/repo`, so an advisory's `repo` matches the lock's engine URL."""
-    text = url.strip().removeprefix("git+")
-    if "://" not in text and "@" in text and ":" in text:  # scp-like `git@host:path`
-        host, path = text.split("@", 1)[1].split(":", 1)
-        text = f"ssh://{host}/{path}"
-    parts = urlsplit(text)
-    host = (parts.hostname or "").casefold().removeprefix("www.")
-    path = parts.path.strip("/").removesuffix(".git").casefold()
-    return f"{host}/{path}"
+normalise_repo_url = repo_key  # an advisory's `repo` and a lock's engine URL, compared
 
 
-def lock_subjects(lock: Any) -> list[Subject]:
+def lock_subjects(lock: Lockfile) -> list[Subject]:
     """Every engine, Hub artifact (and remote-code repo) and package of a `Lockfile`."""
     subjects = [
         Subject("engine", e.name, f"engine {e.name}@{e.commit[:12]}", e.commit,
@@ -100,36 +89,6 @@ def lock_subjects(lock: Any) -> list[Subject]:
 
 
 # --- git ancestry ----------------------------------------------------------------------------
-
-
-class GitClone:
-    """A local clone, asked about ancestry with `git merge-base --is-ancestor` (git itself)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        if self._git("rev-parse", "--git-dir").returncode != 0:
-            raise InputError(f"--engine-repo: {path} is not a git repository")
-
-    def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
-        # fsmonitor and hooks are the clone's config that could run programs: switch them off.
-        command = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-                   "-C", str(self.path), *args]
-        try:
-            return subprocess.run(command, capture_output=True, text=True, check=False,
-                                  timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise InputError(f"cannot run git in {self.path}: {error}") from None
-
-    def has(self, commit: str) -> bool:
-        """Whether the clone holds `commit` (a full hash)."""
-        return self._git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
-
-    def is_ancestor(self, older: str, newer: str) -> bool:
-        """`older` is `newer` or one of its ancestors."""
-        result = self._git("merge-base", "--is-ancestor", older, newer)
-        if result.returncode not in (0, 1):
-            raise InputError(f"git merge-base in {self.path}: {result.stderr.strip()}")
-        return result.returncode == 0
 
 
 def _git_range(commit: str, rng: Range, clone: GitClone | None) -> tuple[bool | None, str]:
@@ -176,7 +135,8 @@ def _on_graph(commit: str, introduced: Sequence[str], fixed: Sequence[str],
 
 
 def _version_range(version: Version, rng: Range) -> bool:
-    """OSV's `IncludedInRanges` for one range, with PEP 440 ordering."""
+    """OSV's `IncludedInRanges` for one range, with PEP 440 ordering (local labels dropped)."""
+    version = Version(version.public)
     limits = rng.values("limit")
     if limits and not any("*" in m or version < Version(m) for m in limits):
         return False
@@ -193,11 +153,14 @@ def _version_range(version: Version, rng: Range) -> bool:
     return vulnerable
 
 
-def _same_version(a: str, b: str) -> bool:
+def _same_version(listed: str, pinned: str) -> bool:
+    """A listed version matches the pin as PEP 440 `==` does: `2.5.0` matches `2.5.0+cpu`; a
+    listed version with a local label matches only that build."""
     try:
-        return Version(a) == Version(b)
+        want, have = Version(listed), Version(pinned)
     except InvalidVersion:
-        return a == b
+        return listed == pinned
+    return want == have if want.local else want == Version(have.public)
 
 
 # --- one advisory against one subject --------------------------------------------------------

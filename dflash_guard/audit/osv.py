@@ -89,6 +89,7 @@ class Advisory:
     affected: tuple[Affected, ...]
     references: tuple[str, ...]
     withdrawn: bool
+    signed: bool = False  # its feed file carries a signature that verified (and none failed)
 
     def to_json(self) -> dict[str, Any]:
         """What a report shows of the advisory."""

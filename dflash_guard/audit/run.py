@@ -44,6 +44,7 @@ class AuditReport:
     fail_on: Severity
     subjects: int
     advisories: int
+    overrides_refused: tuple[str, ...] = ()  # unsigned records that tried to replace signed ones
 
     @property
     def failing(self) -> list[AuditFinding]:
@@ -73,19 +74,30 @@ class AuditReport:
             },
             "feeds": [f.to_json() for f in self.feeds],
             "feed_problems": list(self.feed_problems),
+            "overrides_refused": list(self.overrides_refused),
             "findings": [f.to_json() for f in self.findings],
         }
 
 
-def _latest(feeds: Sequence[Feed]) -> list[Advisory]:
-    """Every record once: an id in two feeds counts in its most recently modified version."""
+def _latest(feeds: Sequence[Feed]) -> tuple[list[Advisory], list[str]]:
+    """Every record once, and the overrides refused. An id in two feeds counts in its most
+    recently modified version among the signed records when any is signed: an unsigned record
+    never replaces (narrows, withdraws) a signed one, whatever its `modified` says."""
     by_id: dict[str, Advisory] = {}
+    refused: list[str] = []
     for feed in feeds:
         for advisory in feed.advisories:
             known = by_id.get(advisory.id)
+            if known is not None and known.signed != advisory.signed:
+                unsigned = known if advisory.signed else advisory
+                refused.append(f"{unsigned.id}: the unsigned record in {unsigned.source} is "
+                               "ignored; a signed record of the same id wins")
+                if advisory.signed:
+                    by_id[advisory.id] = advisory
+                continue
             if known is None or advisory.modified > known.modified:
                 by_id[advisory.id] = advisory
-    return [by_id[key] for key in sorted(by_id)]
+    return [by_id[key] for key in sorted(by_id)], refused
 
 
 def run_audit(
@@ -118,10 +130,10 @@ def run_audit(
         feeds = tuple(load_feed(source, rules, Path(tmp)) for source in sources)
     when = now or dt.datetime.now(dt.UTC)
     problems = tuple(p for feed in feeds for p in feed_problems(feed, rules, when))
-    advisories = _latest(feeds)
+    advisories, overrides = _latest(feeds)
     findings = match_lock(advisories, subjects, repos)
     return AuditReport(str(lock_path), lock.digest(), feeds, problems, tuple(findings),
-                       fail_on, len(subjects), len(advisories))
+                       fail_on, len(subjects), len(advisories), tuple(overrides))
 
 
 def run_policy_audit(

@@ -147,7 +147,10 @@ def render_isolation(report: IsolationReport) -> None:
                      f"at generated token {d.position}: alone {_token(d.reference_token)}, "
                      f"among tenants {_token(d.candidate_token)}{margin}", highlight=False)
     hard, ties = len(report.hard_divergences), len(report.near_ties)
-    if report.identical:
+    if report.cannot_tell:
+        verdict = ("[yellow]cannot tell[/]: no prompt was long enough to share a prefix with "
+                   "another tenant, so nothing was tested")
+    elif report.identical:
         verdict = "[green]identical[/]: no output depends on another request"
     elif report.passed:
         verdict = f"[yellow]{ties} near-tie(s)[/], no hard divergence"
@@ -191,6 +194,11 @@ def run_reference_mode(options: ReferenceOptions, record: Path | None,
 
     if record is not None and not record.parent.is_dir():
         raise InputError(f"--record {record}: folder {record.parent} does not exist")
+    from dflash_guard.outputs import refuse_outputs_over_inputs
+
+    refuse_outputs_over_inputs([("--record", record)], [
+        ("--reference", options.target), ("--gguf", options.gguf),
+        ("--conversion", options.conversion), ("--prompts", options.prompts)])
     if output_format is OutputFormat.text:
         stderr.print(f"decoding with kernels_ref from {options.target} and with the engine ...")
     report = run_reference_diff(options)
@@ -217,6 +225,10 @@ def render_sampled(report: SampledReport) -> None:
                       f"{r.p_value:.3g}", accepted,
                       "[red]biased[/]" if r.rejected else "ok")
     stdout.print(table)
+    if report.cannot_tell:
+        stdout.print("verdict: [yellow]cannot tell[/]: every test had 0 degrees of freedom (no "
+                     "power); draw more samples or longer continuations")
+        return
     stdout.print("verdict: " + ("[green]consistent with exact sampling[/]" if report.passed
                                 else "[red]speculative sampling is biased[/]"))
 

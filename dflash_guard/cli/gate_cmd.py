@@ -81,6 +81,9 @@ def gate(
     candidate: Annotated[str | None, typer.Option(
         "--candidate", help="Endpoint diff: the candidate engine's URL (overrides the policy's).")
     ] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", help="Endpoint diff and rollout: the environment variable holding the "
+                              "API key, sent only to --baseline and --candidate.")] = None,
     engine_repo: Annotated[list[str] | None, typer.Option(
         "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo), "
                               "for the advisory audit's GIT ranges (repeatable).")] = None,
@@ -95,7 +98,7 @@ def gate(
         lock_path, policy, parse_roots(root or []), out=out,
         signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),
         trust_root=trust_root, download=download, device=device, inject=parse_fault(inject),
-        endpoints=EndpointOverrides(baseline, candidate),
+        endpoints=EndpointOverrides(baseline, candidate, api_key_env),
         engine_repos=parse_clones(engine_repo or []),
     ))
     if fmt is OutputFormat.json:

@@ -42,8 +42,14 @@ def lock(
     ),
     confirmed_by: Annotated[Path | None, typer.Option(
         "--confirmed-by", metavar="LOCK",
-        help="An earlier lock made online: HF-cache snapshots it lists (same repo, commit and "
-             "files) are recorded hub-confirmed instead of cache-unconfirmed.")] = None,
+        help="An earlier lock made online and signed by a lockfile signer of --policy: "
+             "HF-cache snapshots it lists (same repo, commit and exactly its files) are "
+             "recorded hub-confirmed instead of cache-unconfirmed.")] = None,
+    policy: Annotated[str | None, typer.Option(
+        "--policy", help="With --confirmed-by: the policy whose lockfile signers the earlier "
+                         "lock's signature must verify against.")] = None,
+    trust_root: Annotated[Path | None, typer.Option(
+        "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
     fmt: Annotated[
         OutputFormat, typer.Option("--format", help="text or json.")
     ] = OutputFormat.text,
@@ -65,7 +71,16 @@ def lock(
          *(("--package", Path(spec).expanduser()) for spec in package or []
            if Path(spec).expanduser().is_file())],
     )
-    earlier = load_lockfile(confirmed_by) if confirmed_by is not None else None
+    earlier = None
+    if confirmed_by is None and (policy is not None or trust_root is not None):
+        raise InputError("--policy and --trust-root apply with --confirmed-by (whose signature "
+                         "they check)")
+    if confirmed_by is not None:
+        from dflash_guard.trust.evidence import load_confirming_lock
+        from dflash_guard.trust.policy import load_policy
+
+        earlier = load_confirming_lock(confirmed_by, load_policy(policy).lockfile_signers,
+                                       trust_root=trust_root)
     result = build_lock(sources, engine or [], package or [], confirmed_by=earlier)
     if result.lock is None:
         stderr.print(f"[bold red]refused:[/] {markup_safe(result.outcome.reason)}", highlight=False)

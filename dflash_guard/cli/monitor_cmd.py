@@ -30,6 +30,20 @@ def _text_line(reading: IntervalReading) -> str:
     return f"{reading.source} over {reading.seconds:g} s: tau {tau}{rate}{reset} - {verdict}"
 
 
+def verified_baseline(record: Path, policy: str | None) -> float:
+    """The tau of an approval record whose signature verifies (`verify-approval`); an
+    unsigned or edited record is an input error, never a baseline."""
+    from dflash_guard.trust.policy import load_policy
+    from dflash_guard.trust.provenance import check_approval
+
+    verdict = check_approval(record, load_policy(policy), roots=None)
+    if not verdict.passed:
+        reasons = "; ".join(c.reason for c in verdict.signatures if not c.ok)
+        raise InputError(f"--record {record}: not signed by an approval signer of the policy "
+                         f"({reasons}); check it with `dflash-guard verify-approval`")
+    return baseline_from_approval(record)
+
+
 def monitor(
     metrics: Annotated[str, typer.Option(
         "--metrics", help="The engine's Prometheus endpoint, e.g. http://host:8000/metrics.")],
@@ -46,7 +60,11 @@ def monitor(
     baseline_tau: Annotated[float | None, typer.Option(
         "--baseline-tau", min=1.0, help="The expected tau (instead of --record).")] = None,
     record: Annotated[Path | None, typer.Option(
-        "--record", help="An approval record from `gate`: its difftest tau is the baseline.")
+        "--record", help="An approval record from `gate`, signed by an approval signer of "
+                         "--policy: its difftest tau is the baseline.")
+    ] = None,
+    policy: Annotated[str | None, typer.Option(
+        "--policy", help="With --record: the policy whose approval signers signed it.")
     ] = None,
     once: Annotated[bool, typer.Option(
         "--once", help="Watch one interval, then exit (1 on an alarm): for cron or CI.")
@@ -69,7 +87,7 @@ def monitor(
     if baseline_tau is not None and record is not None:
         raise InputError("give either --baseline-tau or --record, not both")
     if record is not None:
-        baseline_tau = baseline_from_approval(record)
+        baseline_tau = verified_baseline(record, policy)
     options = MonitorOptions(metrics, interval, min_tau, max_drop, baseline_tau)
     alarmed = False
     with CompletionClient("metrics", metrics, timeout=timeout) as client:

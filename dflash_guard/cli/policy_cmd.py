@@ -6,7 +6,6 @@ import datetime as dt
 from typing import Annotated
 
 import typer
-import yaml
 
 from dflash_guard.cli.common import OutputFormat, print_json, stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
@@ -37,6 +36,7 @@ def check(
             "name": policy.name,
             "digest": policy.digest,
             "valid": True,
+            "unsatisfiable": list(policy.unsatisfiable),
             "expired_waivers": [
                 {"id": w.id, "covers": w.covers, "expires": w.expires.isoformat()}
                 for w in expired
@@ -45,6 +45,10 @@ def check(
     else:
         stdout.print(f"{policy.source}: valid (policy {policy.name!r}, {policy.digest})",
                      highlight=False, soft_wrap=True, markup=False)
+        for why in policy.unsatisfiable:
+            stdout.print(f"  the gate refuses it as it stands: {why}; write a policy with "
+                         f"extends: {policy.name} that names your signers",
+                         highlight=False, soft_wrap=True, markup=False)
         for waiver in expired:
             stdout.print(f"  waiver {waiver.id} ({waiver.covers}) expired on "
                          f"{waiver.expires.isoformat()}: the gate will refuse",
@@ -58,16 +62,16 @@ def show(
                                                "the built-in default policy.")] = None,
     output: FormatOption = OutputFormat.text,
 ) -> None:
-    """Print the effective policy (every section, with its source and digest).
+    """Print the effective policy as a file `policy check` accepts (source and digest as
+    comments); save it as a start for your own (or write `extends: NAME` and your changes).
 
     Example: dflash-guard policy show strict --format json
     """
-    effective = load_policy(file).to_json()
+    policy = load_policy(file)
     if output is OutputFormat.json:
-        print_json(effective)
+        print_json(policy.to_json())
     else:
-        stdout.out(yaml.safe_dump(effective, sort_keys=False, width=100), end="",
-                   highlight=False)
+        stdout.out(policy.to_yaml(), end="", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

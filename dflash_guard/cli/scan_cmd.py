@@ -12,6 +12,7 @@ from dflash_guard import formats
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat
+from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.scan import scan_paths
 from dflash_guard.severity import Severity
 
@@ -58,6 +59,8 @@ def register(app: typer.Typer) -> None:
 
         Example: dflash-guard scan models/drafter --target models/target --format sarif
         """
+        refuse_outputs_over_inputs([("--output", output)],
+                                   [*(("PATH", Path(p)) for p in paths), ("--target", target)])
         report = scan_paths(
             paths,
             target=target,

@@ -75,13 +75,18 @@ class IsolationReport(ClassifiedResults):
     results: tuple[PromptResult, ...]
 
     @property
+    def cannot_tell(self) -> bool:
+        """Nothing was tested: no prompt ran among a prefix-sharing tenant."""
+        return self.tenants == 0 or not self.results
+
+    @property
     def identical(self) -> bool:
-        return all(r.status is Status.identical for r in self.results)
+        return not self.cannot_tell and all(r.status is Status.identical for r in self.results)
 
     @property
     def passed(self) -> bool:
-        """No hard divergence (near-ties are left to the policy)."""
-        return not self.hard_divergences
+        """Something was tested, and no hard divergence (near-ties are left to the policy)."""
+        return not self.cannot_tell and not self.hard_divergences
 
     def to_json(self) -> dict[str, Any]:
         results = []
@@ -97,6 +102,7 @@ class IsolationReport(ClassifiedResults):
             "candidate": self.candidate,
             "identical": self.identical,
             "passed": self.passed,
+            "cannot_tell": self.cannot_tell,
             "prompts": len(self.results),
             "tenants": self.tenants,
             "concurrency": self.concurrency,

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from dflash_guard.fileio import read_input
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.endpoint.client import (
     Completion,
@@ -46,7 +47,7 @@ from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.generate import generate
 from kernels_ref.load import load_target
 from kernels_ref.model import Target
-from kernels_ref.prompts import PromptSpec
+from kernels_ref.prompts import MAX_PROMPT_FILE_BYTES, PromptSpec
 from kernels_ref.tokenizer import load_tokenizer
 
 TOP_K = 2  # the reference's alternatives kept per position: what a near-tie needs
@@ -172,7 +173,8 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     that cannot be used; a divergence or a tokenizer mismatch is a result."""
     o = options
     prompts_path = o.prompts or DEFAULT_PROMPTS
-    prompt_digest = hashlib.sha256(Path(prompts_path).read_bytes()).hexdigest()
+    prompt_digest = hashlib.sha256(read_input(Path(prompts_path), "prompt set",
+                                              MAX_PROMPT_FILE_BYTES)).hexdigest()
     tokenizer = load_tokenizer(o.target)
     target = load_target(o.target, "cpu", o.dtype)
     prompts = load_prompts(prompts_path, tokenizer, target.config.vocab_size, o.target)

@@ -112,13 +112,20 @@ class SampledReport:
     results: tuple[SampledPromptResult, ...]
 
     @property
+    def cannot_tell(self) -> bool:
+        """No test had a degree of freedom: every draw was the same, so nothing could reject
+        (a test with no power is no evidence of exactness)."""
+        return not any(t.dof > 0 for r in self.results for t in (r.test, *r.positions))
+
+    @property
     def passed(self) -> bool:
-        return not any(r.rejected for r in self.results)
+        return not self.cannot_tell and not any(r.rejected for r in self.results)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "mode": "sampled",
             "passed": self.passed,
+            "cannot_tell": self.cannot_tell,
             "alpha": self.alpha,
             "per_test_alpha": self.per_test_alpha,
             "samples": self.samples,

@@ -183,7 +183,8 @@ class StatCache:
             entries = dict(list(entries.items())[-STAT_CACHE_MAX_ENTRIES:])
         body = json.dumps(entries, separators=(",", ":")).encode()
         try:
-            write_atomic(self.path, f"{CACHE_MAGIC} {self._mac(body)}\n".encode() + body)
+            write_atomic(self.path, f"{CACHE_MAGIC} {self._mac(body)}\n".encode() + body,
+                         own_state=True)
             os.chmod(self.path, 0o600)
             self._dirty = False
         except OSError:  # WriteError is one

@@ -159,15 +159,17 @@ def _lock_hub(role: str, repo: str, revision: str | None) -> Artifact:
 
 def _snapshot_provenance(role: str, repo: str, commit: str, locked: tuple[LockedFile, ...],
                          confirmed_by: Lockfile | None) -> str:
-    """`hub-confirmed` when `confirmed_by` has a confirmed artifact of `repo` at `commit` listing
-    every locked file with the same size and sha256; a confirmed lock that disagrees is a
-    refusal (the snapshot is not what the Hub served); otherwise `cache-unconfirmed`."""
+    """`hub-confirmed` when `confirmed_by` (a lock whose signature the caller verified) has a
+    confirmed artifact of `repo` at `commit` listing exactly the locked files (the same paths,
+    none missing and none extra, each with the same size and sha256); a confirmed lock that
+    disagrees is a refusal (the snapshot is not what the Hub served); else `cache-unconfirmed`."""
     known = next((a for a in (confirmed_by.artifacts if confirmed_by else ())
                   if a.hub_confirmed and a.repo == repo and a.commit == commit), None)
     if known is None:
         return CACHE_UNCONFIRMED
     expected = {f.path: (f.size, f.sha256) for f in known.files}
     differ = [f.path for f in locked if expected.get(f.path) != (f.size, f.sha256)]
+    differ += sorted(set(expected) - {f.path for f in locked})  # missing from the snapshot
     if differ:
         raise _Refused(f"--{role}: {repo}@{commit[:12]}: {', '.join(differ[:3])} differ from "
                        "the confirmed lock given with --confirmed-by (the snapshot is not what "

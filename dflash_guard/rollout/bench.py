@@ -148,7 +148,7 @@ class _Endpoint:
             return self._streamed(body, started)
         payload = self.client.request_json("POST", self.client.url, body)
         seconds = time.perf_counter() - started
-        return seconds, self._usage_tokens(payload), None
+        return seconds, self._received_tokens(payload, body["max_tokens"]), None
 
     def _streamed(self, body: dict[str, Any], started: float) -> tuple[float, int, float | None]:
         """A streamed request: the first chunk with text is the first token; the output tokens
@@ -161,15 +161,38 @@ class _Endpoint:
                 first = time.perf_counter() - started if first is None else first
                 chunks += 1
             if isinstance(event, dict) and event.get("usage"):
-                usage = self._usage_tokens(event)
+                usage = self._usage_tokens(event, body["max_tokens"])
         return time.perf_counter() - started, chunks if usage is None else usage, first
 
-    def _usage_tokens(self, payload: Any) -> int:
+    def _received_tokens(self, payload: Any, asked: int) -> int:
+        """The tokens the answer carries (`choices[0].token_ids`, else its logprob tokens);
+        only an answer with neither falls back to its usage count, bounded by `asked`."""
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if isinstance(choice, dict):
+            ids = choice.get("token_ids")
+            logprobs = choice.get("logprobs")
+            tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+            for received in (ids, tokens):
+                if isinstance(received, list):
+                    if len(received) > asked:
+                        raise EndpointError(f"{self.client.name} endpoint "
+                                            f"{self.client.shown_url}: {len(received)} tokens "
+                                            f"answered, {asked} asked for")
+                    return len(received)
+        return self._usage_tokens(payload, asked)
+
+    def _usage_tokens(self, payload: Any, asked: int) -> int:
+        """The server's `usage.completion_tokens`, refused past the `asked` budget (a claim is
+        no count: a server cannot buy a speedup by reporting tokens it never sent)."""
         tokens = (payload.get("usage") or {}).get("completion_tokens") \
             if isinstance(payload, dict) else None
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise EndpointError(f"{self.client.name} endpoint {self.client.shown_url}: the answer "
                                 "reports no usage.completion_tokens")
+        if tokens > asked:
+            raise EndpointError(f"{self.client.name} endpoint {self.client.shown_url}: it claims "
+                                f"{tokens} completion tokens, {asked} asked for")
         return tokens
 
     def run_tier(self, concurrency: int, options: BenchOptions) -> TierRun:

@@ -6,12 +6,14 @@ Each interval compares two scrapes of the engine's `/metrics` (vLLM's or llama.c
 was reset (the engine restarted): its delta is its new value. Three alarms, the silent failures
 of a rollout: tau collapsed to about 1 (a wrong block size, a mismatched drafter, a runtime bug),
 tau dropped beyond a threshold against the baseline (the approval record's difftest tau, or a
-given value), and every drafted token accepted (the drafter sees the future).
+given value), and every drafted token accepted (the drafter sees the future). An interval with no
+figure (nothing drafted, a NaN gauge) is `cannot-tell`, an alarm too: never "ok".
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -37,6 +39,7 @@ LEAKAGE_RATE = 0.999  # every drafted token accepted: the drafter sees the targe
 COLLAPSE = "collapse"
 DROP = "drop"
 LEAKAGE = "leakage"
+CANNOT_TELL = "cannot-tell"  # no figure to judge: never "ok"
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,8 @@ def interval_reading(before: Samples, after: Samples, seconds: float) -> Interva
                          f"({', '.join(p + ':' + DRAFTS for p in COUNTER_PREFIXES)} or "
                          f"{SGLANG_ACCEPT_LENGTH})")
     if source == "sglang":
-        tau = _mean(list(after[SGLANG_ACCEPT_LENGTH].values()))
-        rate = _mean(list(after.get(SGLANG_ACCEPT_RATE, {}).values()))
+        tau = _finite(_mean(list(after[SGLANG_ACCEPT_LENGTH].values())))
+        rate = _finite(_mean(list(after.get(SGLANG_ACCEPT_RATE, {}).values())))
         return IntervalReading(source, seconds, None, None, None, tau, rate)
     reset = False
 
@@ -116,16 +119,26 @@ def interval_reading(before: Samples, after: Samples, seconds: float) -> Interva
     drafts, drafted, accepted = delta(DRAFTS), delta(DRAFT_TOKENS), delta(ACCEPTED)
     return IntervalReading(
         source, seconds, drafts, drafted, accepted,
-        1.0 + accepted / drafts if drafts > 0 else None,
-        accepted / drafted if drafted > 0 else None,
+        _finite(1.0 + accepted / drafts) if drafts > 0 else None,
+        _finite(accepted / drafted) if drafted > 0 else None,
         reset,
     )
 
 
+def _finite(value: float | None) -> float | None:
+    """A figure, or None when it is NaN or infinite (a gauge that says nothing)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def alarms_for(reading: IntervalReading, options: MonitorOptions) -> tuple[Alarm, ...]:
-    """The alarms one interval raises under `options` (none when nothing was drafted)."""
+    """The alarms one interval raises under `options`; an interval without a tau (nothing
+    drafted, or a NaN gauge) cannot be told from a stalled engine: `cannot-tell`."""
     alarms = []
     tau, rate = reading.tau, reading.acceptance_rate
+    if tau is None:
+        alarms.append(Alarm(CANNOT_TELL, "no acceptance figure in the interval (nothing drafted, "
+                                         "or a NaN gauge): an idle or stalled engine cannot be "
+                                         "told from a healthy one"))
     if tau is not None and tau < options.min_tau:
         alarms.append(Alarm(COLLAPSE, f"tau {tau:.2f} is below {options.min_tau:g}: speculation "
                                       "collapsed (wrong block size, mismatched drafter?)"))

@@ -29,18 +29,46 @@ import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from dflash_guard.errors import InputError
+from dflash_guard.fileio import read_input_text
 from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
-from dflash_guard.schema import Field, read_document
+from dflash_guard.schema import Field, Fields, read_document
 from dflash_guard.severity import Severity
+from dflash_guard.trust.model_card import ModelCardRules
+
+if TYPE_CHECKING:
+    from dflash_guard.pins.lockfile import Artifact
+from dflash_guard.urls import has_scheme, http_endpoint, is_http_endpoint
 
 POLICY_VERSION = 1
-TIERS = ("official", "community", "unknown")
 BUILTIN_POLICIES = ("default", "strict", "dev")
-WAIVER_KINDS = ("engine", "remote-code", "staging", "scan", "pickle", "gguf-comparison")
+
+
+class TrustTier(StrEnum):
+    """How much an artifact is trusted: by its Hub organisation, or `local_tier`."""
+
+    official = "official"
+    community = "community"
+    unknown = "unknown"
+
+
+class WaiverKind(StrEnum):
+    """What a waiver may cover (`KIND:TARGET`)."""
+
+    engine = "engine"
+    remote_code = "remote-code"
+    staging = "staging"
+    scan = "scan"
+    pickle = "pickle"
+    gguf_comparison = "gguf-comparison"
+
+
+TIERS = tuple(t.value for t in TrustTier)
+WAIVER_KINDS = tuple(k.value for k in WaiverKind)
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -119,7 +147,7 @@ class Waiver:
     """A recorded, owned and dated exception to one rule (`covers` = `KIND:TARGET`)."""
 
     id: str
-    kind: str
+    kind: WaiverKind
     target: str
     reason: str
     owner: str
@@ -219,23 +247,49 @@ class Policy:
     advisories: AdvisoryRules | None = None  # None: the gate runs no advisory audit
     rollout: RolloutRules | None = None  # None: the gate runs no concurrency benchmark
     launch: LaunchRules | None = None  # None: `launch` adds no caps and expects no method
+    # Why nothing could pass (a signature required from nobody): the gate refuses such a
+    # policy; a built-in one is like that until a policy that `extends` it names signers.
+    unsatisfiable: tuple[str, ...] = ()
+    extends: str | None = None  # the built-in policy this one extends
+    model_card: ModelCardRules = ModelCardRules()  # the drafter's card; every rule off by default
 
-    def tier_of(self, source: str, repo: str | None) -> str:
+    def tier_of(self, source: str, repo: str | None) -> TrustTier:
         """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
         if source != "hub" or not repo:
-            return self.local_tier
+            return TrustTier(self.local_tier)
         org = repo.split("/", 1)[0].casefold()
         if org in {o.casefold() for o in self.official_orgs}:
-            return "official"
+            return TrustTier.official
         if org in {o.casefold() for o in self.community_orgs}:
-            return "community"
-        return "unknown"
+            return TrustTier.community
+        return TrustTier.unknown
 
-    def artifact_tier(self, artifact: Any) -> str:
+    def artifact_tier(self, artifact: Artifact, provenance_trusted: bool = True) -> TrustTier:
         """The tier of a locked artifact (`dflash_guard.pins.lockfile.Artifact`): its Hub
-        organisation's only when its Hub provenance was confirmed; a `cache-unconfirmed`
-        snapshot (a path proves nothing) is trusted as a local folder."""
-        return self.tier_of("hub" if artifact.hub_confirmed else "local", artifact.repo)
+        organisation's only when its Hub provenance was confirmed and the claim is trusted (a
+        signed lockfile, see `trust.evidence`); a `cache-unconfirmed` snapshot (a path proves
+        nothing) is trusted as a local folder."""
+        confirmed = artifact.hub_confirmed and provenance_trusted
+        return self.tier_of("hub" if confirmed else "local", artifact.repo)
+
+    def files(self) -> list[tuple[str, Path]]:
+        """Every file the policy names (keys, feeds, records, prompt sets), as (field, path):
+        what a command's outputs must never replace."""
+        named: list[tuple[str, Path]] = [("--policy", Path(self.source))]
+        signers = {"lockfile": self.lockfile_signers, "models": self.model_signers,
+                   "approvals": self.approval_signers}
+        if self.advisories is not None:
+            signers["advisories"] = self.advisories.signers
+            named += [("advisories.feeds", Path(f)) for f in self.advisories.feeds
+                      if not has_scheme(f)]
+        named += [(f"{kind} public key", key) for kind, s in signers.items()
+                  for key in s.public_keys]
+        named += [("gguf_comparisons.record", p) for p in self.gguf_comparison_records]
+        endpoints = self.difftest.endpoints
+        for prompts in (self.difftest.prompts, endpoints.prompts if endpoints else None):
+            if prompts:
+                named.append(("difftest.prompts", Path(prompts)))
+        return named
 
     def rule(self, tier: str) -> TierRule:
         return self.tiers[tier]
@@ -274,6 +328,15 @@ class Policy:
         for key in OPTIONAL_LISTS:
             effective.setdefault(key, [])
         return effective
+
+    def to_yaml(self) -> str:
+        """The effective policy as a policy file that `policy check` accepts unchanged (and the
+        gate loads): source and digest as comments, dates unquoted, `extends` resolved."""
+        document = {k: v for k, v in self.document.items() if k != "extends"}
+        for key in OPTIONAL_LISTS:
+            document.setdefault(key, [])
+        header = f"# source: {self.source}\n# digest: {self.digest}\n"
+        return header + yaml.safe_dump(document, sort_keys=False, width=100)
 
 
 # --- locating --------------------------------------------------------------------------------
@@ -362,19 +425,6 @@ def _prompt_file(field: Field, base: Path) -> str | None:
     return str(path)
 
 
-def endpoint_url(value: str) -> bool:
-    """An http(s) URL with a host, a valid port if any, and no credentials in it (a key belongs
-    in `api_key_env`). The one check of endpoint URLs: the policy's at load, the gate's
-    `--baseline`/`--candidate` before any work."""
-    try:
-        parts = urlsplit(value)
-        port_ok = parts.port is None or parts.port > 0  # `port` raises past 65535
-    except ValueError:  # `http://[::1`, `http://h:99999`, `http://h:x`
-        return False
-    return (parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok
-            and "@" not in parts.netloc)
-
-
 ENDPOINT_FIELDS = ("baseline", "candidate", "model", "api_key_env", "prompts", "max_new_tokens",
                    "max_near_ties", "near_tie_margin", "metrics", "concurrency", "timeout_s")
 
@@ -390,8 +440,8 @@ def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRu
         return f[name].typed(kind, check, expect) if name in f else getattr(defaults, name)
 
     return EndpointRules(
-        baseline=f["baseline"].text(endpoint_url, url),
-        candidate=f["candidate"].text(endpoint_url, url),
+        baseline=f["baseline"].text(is_http_endpoint, url),
+        candidate=f["candidate"].text(is_http_endpoint, url),
         model=f["model"].text() if "model" in f else None,
         api_key_env=(f["api_key_env"].text(ENV_NAME_RE.match, "an environment variable name")
                      if "api_key_env" in f else None),
@@ -410,13 +460,17 @@ ADVISORY_FIELDS = ("feeds", "signers", "allow_unsigned", "fail_on", "max_age_day
 
 
 def _advisory_feed(field: Field, base: Path) -> str:
-    """An https:// URL without credentials, or a file or folder relative to the policy."""
+    """An https:// URL without credentials (normalised), or a file or folder relative to the
+    policy. Anything written as a URL is a URL: another scheme is an error, never a path."""
     value = field.text()
-    if "://" in value:
-        parts = urlsplit(value)
-        if parts.scheme != "https" or not parts.hostname or "@" in parts.netloc:
+    if has_scheme(value):
+        try:
+            parts = http_endpoint(value, "feed")
+        except InputError as error:
+            raise field.fail(str(error)) from None
+        if parts.scheme != "https":
             raise field.fail("expected an https:// URL without credentials, or a path")
-        return value
+        return parts.geturl()
     path = base / value
     if not path.exists():
         raise field.fail(f"advisory feed {path} not found")
@@ -497,10 +551,23 @@ def launch_rules(field: Field) -> LaunchRules:
     )
 
 
+def _model_card_rules(field: Field) -> ModelCardRules:
+    """`model_card`: `base_model: target` (the card must name the locked target), `licenses`
+    (the allowed ones), `datasets: required`."""
+    f = field.mapping(("base_model", "licenses", "datasets"), ())
+    return ModelCardRules(
+        base_model_is_target=("base_model" in f
+                              and f["base_model"].choice(("target", "any")) == "target"),
+        licenses=tuple(i.text() for i in f["licenses"].items()) if "licenses" in f else (),
+        datasets_required=("datasets" in f
+                           and f["datasets"].choice(("required", "optional")) == "required"),
+    )
+
+
 TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "tiers", "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
-    "gguf_comparisons", "waivers", "advisories", "rollout", "launch",
+    "gguf_comparisons", "waivers", "advisories", "rollout", "launch", "model_card",
 )
 OPTIONAL_LISTS = ("reviewed_code", "staging_approvals", "gguf_comparisons", "waivers")
 REQUIRED = (
@@ -515,6 +582,10 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
     if top is None:
         raise InputError(f"{source}: the policy is empty (an empty policy never means allow)")
     base = base if base is not None else Path(".")
+    own = top.mapping((*TOP_LEVEL, "extends"), ())
+    extends = own["extends"].choice(BUILTIN_POLICIES) if "extends" in own else None
+    if extends is not None:
+        top = _extended(own, extends, source)
     f = top.mapping(TOP_LEVEL, REQUIRED)
 
     name = f["name"].text()
@@ -555,16 +626,14 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
     model_signers = _signers(sigs["models"], base)
     approval_signers = _signers(sigs["approvals"], base)
     lockfile_required = sigs["lockfile_required"].flag()
-    if lockfile_required and lockfile_signers.empty:
-        raise sigs["lockfile"].fail(
-            "lockfile_required is true but no identity or key is accepted: nothing could pass"
-        )
     needs_models = [t for t, r in tiers.items() if r.signature_required]
+    unsatisfiable = []
+    if lockfile_required and lockfile_signers.empty:
+        unsatisfiable.append("signatures.lockfile_required is true but it names no lockfile "
+                             "signer (identities or public_keys): nothing could pass")
     if needs_models and model_signers.empty:
-        raise sigs["models"].fail(
-            f"tier {needs_models[0]} requires model signatures but no identity or key is "
-            "accepted: nothing could pass"
-        )
+        unsatisfiable.append(f"tier {needs_models[0]} requires model signatures but "
+                             "signatures.models names no signer: nothing could pass")
 
     reviewed = []
     for item in f["reviewed_code"].items() if "reviewed_code" in f else []:
@@ -600,7 +669,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
             f"KIND:TARGET with KIND one of {', '.join(WAIVER_KINDS)}",
         )
         kind, target = covers.split(":", 1)
-        waivers.append(Waiver(w["id"].text(), kind, target, w["reason"].text(),
+        waivers.append(Waiver(w["id"].text(), WaiverKind(kind), target, w["reason"].text(),
                               w["owner"].text(), w["expires"].date()))
     ids = [w.id for w in waivers]
     if len(set(ids)) != len(ids):
@@ -635,16 +704,41 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         advisories=_advisory_rules(f["advisories"], base) if "advisories" in f else None,
         rollout=_rollout_rules(f["rollout"]) if "rollout" in f else None,
         launch=launch_rules(f["launch"]) if "launch" in f else None,
+        unsatisfiable=tuple(unsatisfiable),
+        extends=extends,
+        model_card=(_model_card_rules(f["model_card"]) if "model_card" in f
+                    else ModelCardRules()),
     )
+
+
+def _merged(base: Any, child: Any) -> Any:
+    """`child` over `base`: mappings merge key by key, anything else (lists too) is replaced."""
+    if isinstance(base, dict) and isinstance(child, dict):
+        return {**base, **{k: _merged(base.get(k), v) for k, v in child.items()}}
+    return child
+
+
+def _extended(fields: Fields, name: str, source: str) -> Field:
+    """The document of a policy that `extends` a built-in one: the built-in's, with the file's
+    sections merged over it (mappings key by key, lists replaced). A built-in policy file
+    extends nothing, so this never recurses."""
+    own = {k: fields[k].value() for k in fields if k != "extends"}
+    builtin = read_document(read_input_text(builtin_policy_path(name), "policy",
+                                            POLICY_MAX_BYTES), name)
+    assert builtin is not None
+    merged = yaml.safe_dump(_merged(builtin.value(), own), sort_keys=False)
+    document = read_document(merged, f"{source} (extends {name})")
+    assert document is not None
+    return document
+
+
+POLICY_MAX_BYTES = 4 * 1024 * 1024  # a policy is a few KB; long review lists stay far below
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
     """Read and validate a policy file (None: the built-in default); `InputError` when bad."""
     resolved = resolve_policy(path)
-    try:
-        text = resolved.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"cannot read policy {resolved}: {error}") from None
+    text = read_input_text(resolved, "policy", POLICY_MAX_BYTES)
     return parse_policy(text, str(resolved), base=resolved.parent)
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import write_atomic
+from dflash_guard.fileio import read_input, read_input_text, write_atomic
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.trust.intoto import Statement, Subject, dumps_json
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from dflash_guard.trust.policy import Policy
 
 PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/approval/v1"
+APPROVAL_MAX_BYTES = 256 * 1024 * 1024  # one subject per locked file: large for a huge lock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,10 +168,7 @@ def sign_approval(out: Path, *, key: Path | None = None, token: Any = None,
 
 def read_approval(path: Path) -> dict[str, Any]:
     """Read an approval record and check it is an in-toto Statement v1 from dflash-guard."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as error:
-        raise InputError(f"cannot read approval record {path}: {error}") from None
+    text = read_input_text(path, "approval record", APPROVAL_MAX_BYTES)
     try:
         return Statement.loads(text, PREDICATE_TYPE, "a dflash-guard approval").to_json()
     except ValueError as error:
@@ -187,11 +185,65 @@ def verify_approval(path: Path, signers: Signers, *, trust_root: Path | None = N
     keyed = path.with_name(path.name + KEY_SIG_SUFFIX)
     bundle = path.with_name(path.name + SIGSTORE_SUFFIX)
     checks = []
-    if keyed.exists():
+    if keyed.exists() or keyed.is_symlink():
         checks.append(verify_key_signature(path, keyed, signers.public_keys, subject=path.name))
-    if bundle.exists():
-        checks.append(verify_dsse_bundle(path.read_bytes(), bundle, signers.identities,
+    if bundle.exists() or bundle.is_symlink():
+        data = read_input(path, "approval record", APPROVAL_MAX_BYTES)
+        checks.append(verify_dsse_bundle(data, bundle, signers.identities,
                                          trust_root=trust_root, subject=path.name))
     if not checks:
         checks.append(SignatureCheck.bad(path.name, str(bundle), "not signed"))
     return checks
+
+
+@dataclasses.dataclass(frozen=True)
+class ApprovalVerdict:
+    """`verify-approval`: the record's signatures, and its subjects checked against disk."""
+
+    record: str
+    policy: str
+    signatures: tuple[SignatureCheck, ...]
+    problems: tuple[str, ...]  # subjects that differ from (or are missing on) disk
+    checked: int  # subjects hashed and equal
+    acceptance_length: float | None
+
+    @property
+    def passed(self) -> bool:
+        return (bool(self.signatures) and all(c.ok for c in self.signatures)
+                and not self.problems)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"record": self.record, "policy": self.policy, "passed": self.passed,
+                "signatures": [c.to_json() for c in self.signatures],
+                "problems": list(self.problems), "subjects_checked": self.checked,
+                "acceptance_length": self.acceptance_length}
+
+
+def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | None = None,
+                   lock_path: Path | None = None, trust_root: Path | None = None
+                   ) -> ApprovalVerdict:
+    """Verify an approval record: its signature against the policy's approval signers and,
+    unless `roots` is None (the signature only, as `monitor --record` needs), every subject
+    against the bytes on disk: `ROLE/PATH` under `roots[ROLE]`, the lockfile at `lock_path`.
+    A subject whose file was not given is a problem (it was not checked)."""
+    statement = read_approval(path)
+    signatures = tuple(verify_approval(path, policy.approval_signers, trust_root=trust_root))
+    problems, checked = [], 0
+    for subject in statement["subject"] if roots is not None else ():
+        name, digest = subject["name"], subject["digest"].get("sha256")
+        role, _, rel = name.partition("/")
+        file = (lock_path if not rel else roots[role] / rel if role in roots else None)
+        if file is None:
+            flag = "--lock LOCKFILE" if not rel else f"--root {role}=DIR"
+            problems.append(f"{name}: not checked (pass {flag})")
+            continue
+        if not file.is_file():
+            problems.append(f"{name}: missing on disk ({file})")
+        elif sha256_file(file) != digest:
+            problems.append(f"{name}: differs from the approved bytes")
+        else:
+            checked += 1
+    tau = statement["predicate"].get("acceptanceLength")
+    return ApprovalVerdict(str(path), policy.name, signatures, tuple(problems), checked,
+                           float(tau) if isinstance(tau, int | float) and
+                           not isinstance(tau, bool) else None)

@@ -23,23 +23,31 @@ policies, trust root, key loading, the outcome), and keeping them together keeps
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import hashlib
-import json
-from collections.abc import Mapping, Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import read_regular, write_atomic
+from dflash_guard.fileio import create_exclusive, loads_json, read_input, read_regular, write_atomic
 from dflash_guard.outcome import Outcome
+from dflash_guard.schema import MAX_DOCUMENT_CHARS
 from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
+
+if TYPE_CHECKING:
+    from dflash_guard.pins.lockfile import Lockfile
 
 SIGSTORE_SUFFIX = ".sigstore.json"
 KEY_SIG_SUFFIX = ".sig"
 MODEL_SIG = "model.sig"
 MODEL_SIGNING_PREDICATE = "https://model_signing/signature/v1.0"
+# A Sigstore bundle or an OpenSSF signature is a few KB; a model signature lists every file.
+SIGNATURE_MAX_BYTES = 64 * 1024 * 1024
 # Files a model signature need not cover: git metadata model_signing ignores by default.
 UNSIGNED_METADATA = (".gitattributes", ".gitignore")
 UNSIGNED_METADATA_DIRS = (".git/", ".github/")
@@ -133,9 +141,9 @@ def _load_bundle(path: Path):
     from sigstore.models import Bundle
 
     try:
-        return Bundle.from_json(path.read_bytes()), ""
-    except OSError as error:
-        return None, f"cannot read {path}: {error}"
+        return Bundle.from_json(read_input(path, "signature", SIGNATURE_MAX_BYTES)), ""
+    except InputError as error:
+        return None, str(error)
     except Exception as error:  # noqa: BLE001 - InvalidBundle, pydantic and JSON errors alike
         return None, f"not a valid Sigstore bundle: {_first_line(error)}"
 
@@ -220,14 +228,17 @@ def sign_with_key(path: Path, key: Path, *, out: Path | None = None) -> Path:
     if not path.is_file():
         raise InputError(f"cannot sign {path}: no such file")
     check_ec_private_key(key)
-    tmp = out.with_name(f".{out.name}.partial")
+    # model_signing writes to a path it is given: a private folder of our own, never a fixed
+    # name beside the output where a planted link could redirect the write.
+    private = Path(tempfile.mkdtemp(prefix="dflash-guard-sign-"))
     try:
+        tmp = private / "signature"
         signing.Config().use_elliptic_key_signer(private_key=key).sign(path, tmp)
-        write_atomic(out, tmp.read_bytes())
+        write_atomic(out, read_regular(tmp, SIGNATURE_MAX_BYTES, nofollow=True))
     except (OSError, ValueError, TypeError) as error:
         raise InputError(f"cannot sign {path} with key {key}: {_first_line(error)}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        shutil.rmtree(private, ignore_errors=True)
     return out
 
 
@@ -258,12 +269,35 @@ def check_ec_private_key(key: Path) -> None:
                          "P-256) private key is needed")
 
 
+@contextlib.contextmanager
+def bounded_copy(sig: Path) -> Iterator[Path]:
+    """A private copy of a signature file, read once through the bounded reader (a link to
+    `/dev/zero`, a FIFO or a huge file is an `InputError`), for a library that reads a path."""
+    data = read_input(sig, "signature", SIGNATURE_MAX_BYTES)
+    private = Path(tempfile.mkdtemp(prefix="dflash-guard-sig-"))
+    try:
+        copy = private / sig.name
+        with open(create_exclusive(copy), "wb") as handle:
+            handle.write(data)
+        yield copy
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
 def _verify_with_keys(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | None, str]:
     """Verify an OpenSSF key signature over `target` (file or folder): (key that verified, why)."""
+    if not keys:
+        return None, "the policy accepts no public key for it (signatures: ... public_keys)"
+    try:
+        with bounded_copy(sig) as copy:
+            return _verify_copy(target, copy, keys)
+    except InputError as error:
+        return None, str(error)
+
+
+def _verify_copy(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | None, str]:
     from model_signing import verifying
 
-    if not keys:
-        return None, "the policy accepts no public key for it"
     reasons = []
     for key in keys:
         try:
@@ -309,15 +343,33 @@ def verify_lockfile_signature(
     """Check every signature next to the lockfile; none present is a refusal when `required`."""
     bundle, keysig = lock_signature_paths(lock_path)
     checks = []
-    if bundle.exists():
-        checks.append(verify_blob_bundle(lock_path.read_bytes(), bundle, signers.identities,
+    if bundle.exists() or bundle.is_symlink():
+        data = read_input(lock_path, "lockfile", MAX_DOCUMENT_CHARS)
+        checks.append(verify_blob_bundle(data, bundle, signers.identities,
                                          trust_root=trust_root, subject=lock_path.name))
-    if keysig.exists():
+    if keysig.exists() or keysig.is_symlink():
         checks.append(verify_key_signature(lock_path, keysig, signers.public_keys,
                                            subject=lock_path.name))
     if not checks and required:
         checks.append(SignatureCheck.bad(lock_path.name, str(bundle),
                                          "the policy requires a signed lockfile; none found"))
+    return checks
+
+
+def verify_file_signatures(path: Path, signers: Signers, *, trust_root: Path | None = None
+                           ) -> list[SignatureCheck]:
+    """Every signature beside a file (`FILE.sig`, `FILE.sigstore.json` over its bytes) checked
+    against `signers`; none at all is one refusal ("not signed")."""
+    bundle, keysig = lock_signature_paths(path)
+    checks = []
+    if bundle.exists() or bundle.is_symlink():
+        data = read_input(path, "signed file", MAX_DOCUMENT_CHARS)
+        checks.append(verify_blob_bundle(data, bundle, signers.identities,
+                                         trust_root=trust_root, subject=path.name))
+    if keysig.exists() or keysig.is_symlink():
+        checks.append(verify_key_signature(path, keysig, signers.public_keys, subject=path.name))
+    if not checks:
+        checks.append(SignatureCheck.bad(path.name, str(keysig), "not signed"))
     return checks
 
 
@@ -327,9 +379,10 @@ def verify_lockfile_signature(
 def signed_file_digests(sig: Path) -> dict[str, str]:
     """The per-file sha256 digests of a model signature's in-toto payload (not yet verified)."""
     try:
-        bundle = json.loads(sig.read_text(encoding="utf-8"))
+        bundle: Any = loads_json(read_input(sig, "model signature", SIGNATURE_MAX_BYTES),
+                                 str(sig))
         payload = base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (InputError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"no DSSE payload: {_first_line(error)}") from None
     return _statement_digests(payload)
 
@@ -384,9 +437,9 @@ def verify_model_signature(
     sig = model_dir / sig_name
     name = str(sig)
     try:
-        raw = json.loads(sig.read_text(encoding="utf-8"))
+        raw: Any = loads_json(read_input(sig, "model signature", SIGNATURE_MAX_BYTES), str(sig))
         material = raw["verificationMaterial"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (InputError, KeyError, TypeError) as error:
         return SignatureCheck.bad(subject, name,
                                   f"not a model signature: {_first_line(error)}")
     if "publicKey" in material:
@@ -514,16 +567,18 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
 # --- every signature of a deploy -------------------------------------------------------------
 
 
-def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Policy,
-                            *, trust_root: Path | None = None) -> list[SignatureCheck]:
+def verify_model_signatures(lock: Lockfile, locations: Mapping[str, Path], policy: Policy,
+                            *, trust_root: Path | None = None,
+                            provenance_trusted: bool = True) -> list[SignatureCheck]:
     """Check the `model.sig` of every verified folder; a missing one where the tier requires it
-    is a refusal. `lock` is a `dflash_guard.pins.lockfile.Lockfile`."""
+    is a refusal. `lock` is a `dflash_guard.pins.lockfile.Lockfile`; `provenance_trusted`: whether
+    its `hub-confirmed` claims count (see `trust.evidence`)."""
     checks = []
     for artifact in lock.artifacts:
         folder = locations.get(artifact.role)
         if folder is None:
             continue
-        tier = policy.artifact_tier(artifact)
+        tier = policy.artifact_tier(artifact, provenance_trusted)
         if not (folder / MODEL_SIG).is_file():
             if policy.rule(tier).signature_required:
                 checks.append(SignatureCheck.bad(artifact.role, str(folder / MODEL_SIG),
@@ -536,11 +591,14 @@ def verify_model_signatures(lock: Any, locations: Mapping[str, Path], policy: Po
     return checks
 
 
-def verify_signatures(lock_path: Path, lock: Any, locations: Mapping[str, Path], policy: Policy,
-                      *, trust_root: Path | None = None) -> list[SignatureCheck]:
+def verify_signatures(lock_path: Path, lock: Lockfile, locations: Mapping[str, Path],
+                      policy: Policy, *, trust_root: Path | None = None
+                      ) -> list[SignatureCheck]:
     """Every signature check of `dflash-guard verify`: the lockfile's (when one exists or the
     policy requires it) and each verified folder's `model.sig` (when present or required)."""
     checks = verify_lockfile_signature(lock_path, policy.lockfile_signers,
                                        required=policy.lockfile_signature_required,
                                        trust_root=trust_root)
-    return checks + verify_model_signatures(lock, locations, policy, trust_root=trust_root)
+    trusted = bool(checks) and all(c.ok for c in checks)  # hub-confirmed counts when signed
+    return checks + verify_model_signatures(lock, locations, policy, trust_root=trust_root,
+                                            provenance_trusted=trusted)

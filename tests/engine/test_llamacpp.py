@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.gate import comparison_records
 from dflash_guard.lossless.local import difftest_models
 from dflash_guard.lossless.prompts import load_prompts
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import accepts, read_comparison
+from dflash_guard.trust.evidence import comparison_records
 from dflash_guard.trust.policy import load_policy
+from dflash_guard.trust.signing import sign_with_key
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.load import load_drafter, load_target
@@ -41,7 +42,7 @@ from tests.support.llamacpp import (
     swap_vocab_entries,
     tamper_one_weight,
 )
-from tests.support.trust import write_policy
+from tests.support.trust import make_key_pair, write_policy
 
 # `make test` builds the engine first; run alone, the first test may wait for that build
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -166,8 +167,15 @@ def test_reference_diff_of_the_gguf_and_its_record(cli, pair, servers, prompt_fi
                        "gguf": str(target_gguf.parent)}).lock
     assert accepts(statement, lock).ok
     entry = f"gguf_comparisons:\n  - record: {record}\n"
-    policy = load_policy(write_policy(tmp_path / "policy", ("gguf_comparisons: []\n", entry)))
+    private, public = make_key_pair(tmp_path, "approvals")
+    signers = ("  approvals: {identities: [], public_keys: []}",
+               f"  approvals: {{identities: [], public_keys: [{public}]}}")
+    prompts = ("  prompts: prompts.jsonl\n", f"  prompts: {prompt_file}\n")
+    policy = load_policy(write_policy(tmp_path / "policy", ("gguf_comparisons: []\n", entry),
+                                      signers, prompts))
     assert policy.gguf_requires_comparison
+    assert "not signed" in comparison_records(policy, lock)[1][0]  # issue 25: evidence is signed
+    sign_with_key(record, private)
     assert comparison_records(policy, lock) == ([record.name], [])
 
 

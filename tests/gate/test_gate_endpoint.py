@@ -69,8 +69,11 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
         baseline, candidate, f"api_key_env: {KEY_ENV}", "metrics: true")))
     out = tmp_path / "approval.json"
+    # The key goes only where the operator sends it: the variable and both hosts on the
+    # command line (issue 25: a policy names neither).
     result = cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={pair.target}",
-                 "--root", f"drafter={pair.drafter}", "--out", out, "--format", "json")
+                 "--root", f"drafter={pair.drafter}", "--out", out, "--format", "json",
+                 "--api-key-env", KEY_ENV, "--baseline", baseline, "--candidate", candidate)
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     step = next(c for c in report["checks"] if c["name"] == "endpoint diff")
@@ -178,7 +181,7 @@ def test_gate_endpoint_settings_load_with_defaults(tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (("--baseline", "http://127.0.0.1:1"), "give both --baseline and --candidate"),
     (("--baseline", "file:///etc/passwd", "--candidate", "http://127.0.0.1:1"),
-     "--baseline: not an http(s) URL"),
+     "--baseline: scheme 'file' is not one of http, https"),
 ])
 def test_gate_endpoint_input_errors_exit_2(cli, lock, tmp_path, args, message):
     result = cli("gate", "--lock", lock, "--policy", write_policy(tmp_path), *args)
@@ -191,6 +194,7 @@ def test_gate_endpoint_unset_api_key_variable_is_an_input_error(cli, lock, tmp_p
     monkeypatch.delenv(KEY_ENV, raising=False)
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
         "http://127.0.0.1:1", "http://127.0.0.1:2", f"api_key_env: {KEY_ENV}")))
-    result = cli("gate", "--lock", lock, "--policy", policy)
+    result = cli("gate", "--lock", lock, "--policy", policy, "--api-key-env", KEY_ENV,
+                 "--baseline", "http://127.0.0.1:1", "--candidate", "http://127.0.0.1:2")
     assert result.exit_code == 2
     assert f"names {KEY_ENV}, but that variable is unset" in one_line(result.stderr)

@@ -20,7 +20,7 @@ from dflash_guard.pins.lockfile import (
 )
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import read_approval
-from tests.support.trust import REPO, as_hub, write_lock, write_policy
+from tests.support.trust import REPO, as_hub, signed_lock, write_policy
 
 COMMITS = {"target": "1" * 40, "drafter": "2" * 40}
 LOCAL_IS_UNKNOWN = ("local_tier: official", "local_tier: unknown")
@@ -68,15 +68,21 @@ def test_gate_refuses_a_fake_snapshot_it_would_refuse_as_a_plain_folder(cli, sna
 def test_confirmed_by_an_earlier_hub_lock(cli, pair, snapshots, tmp_path):
     confirmed = dataclasses.replace(pair.lock, artifacts=tuple(
         as_hub(a, f"z-lab/{a.role}", COMMITS[a.role]) for a in pair.lock.artifacts))
-    earlier = write_lock(confirmed, tmp_path / "online.lock")
+    earlier, signers = signed_lock(confirmed, tmp_path / "online")
+    policy = write_policy(tmp_path / "p", LOCAL_IS_UNKNOWN, signers)
     out = tmp_path / "dflash.lock"
     args = ("lock", "--target", snapshots["target"], "--drafter", snapshots["drafter"],
-            "--confirmed-by", earlier, "-o", out)
+            "--confirmed-by", earlier, "--policy", policy, "-o", out)
     r = cli(*args)
     assert r.exit_code == 0, r.stderr
     lock = load_lockfile(out)
     assert {a.provenance for a in lock.artifacts} == {HUB_CONFIRMED}
-    policy = write_policy(tmp_path / "p", LOCAL_IS_UNKNOWN)
+    # The new lock's own claims count only once it is signed by a policy signer too.
+    unsigned = run_gate(GateOptions(out, policy, snapshots))
+    assert not unsigned.approved and "hub-confirmed not trusted" in unsigned.checks[1].detail
+    private = earlier.parent / "lock.pem"
+    from dflash_guard.trust.signing import sign_with_key
+    sign_with_key(out, private)
     result = run_gate(GateOptions(out, policy, snapshots, out=tmp_path / "approval.json"))
     assert result.approved, result.reason
     recorded = read_approval(tmp_path / "approval.json")["predicate"]["artifacts"]

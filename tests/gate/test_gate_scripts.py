@@ -24,7 +24,7 @@ def test_gate_script_refuses_unsigned_lock_under_strict(pair, tmp_path):
                   cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert "pre-deploy gate: REFUSED" in result.stderr
-    assert "requires a signed lockfile" in " ".join(result.stdout.split())
+    assert "names no lockfile signer" in " ".join(result.stdout.split())
     assert not (tmp_path / "approval.json").exists()
 
 
@@ -42,5 +42,5 @@ def test_gate_script_strict_is_the_builtin_even_with_a_file_named_strict(pair, t
     result = _run("--root", f"target={pair.target}", "--root", f"drafter={pair.drafter}",
                   cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    assert "requires a signed lockfile" in " ".join(result.stdout.split())
+    assert "names no lockfile signer" in " ".join(result.stdout.split())
     assert not (tmp_path / "approval.json").exists()

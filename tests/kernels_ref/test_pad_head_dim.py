@@ -11,10 +11,9 @@ import pytest
 import torch
 
 from kernels_ref.checkpoint import eos_token_ids
-from kernels_ref.drafter import load_drafter
 from kernels_ref.fixtures import make_fixture_pair
-from kernels_ref.loop import generate
-from kernels_ref.model import load_target
+from kernels_ref.generate import generate
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.pad import padding_problem
 from tests.support.hostile import one_line_error
 

@@ -19,9 +19,10 @@ from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import PREDICATE_TYPE, accepts, read_comparison
+from dflash_guard.trust.signing import sign_with_key
 from tests.support.kernels import random_pair
 from tests.support.reference_server import running_server
-from tests.support.trust import with_artifact, write_lock, write_policy
+from tests.support.trust import make_key_pair, with_artifact, write_lock, write_policy
 
 pytestmark = pytest.mark.slow  # a reference-server subprocess, about 3 s
 
@@ -137,19 +138,27 @@ def gated(fixture_pair, engines, prompt_file, gguf_folder, tmp_path_factory):
         lock = build_lock({"target": str(target), "drafter": str(drafter),
                            "gguf": str(gguf_folder)}).lock
     records = {}
+    private, _ = make_key_pair(folder, "approvals")  # records count only signed (issue 25)
+    (folder / "prompt-set.jsonl").write_bytes(prompt_file.read_bytes())  # the policy's set
     for name, url in (("good", engines[0].url), ("bad", engines[1].url)):
         options = ReferenceOptions(target, url, gguf=gguf_folder / "target.gguf",
                                    prompts=prompt_file, max_new_tokens=12)
         write_reference_record(options, run_reference_diff(options), folder / f"{name}.json")
         records[name] = folder / f"{name}.json"
+        sign_with_key(records[name], private)
     return folder, write_lock(lock, folder / "dflash.lock"), lock, records
 
 
 def gate_with(gated, fixture_pair, gguf_folder, entries: str):
     folder, lock_path, _, _ = gated
     target, drafter = fixture_pair
+    prompts = folder / "prompt-set.jsonl"  # the set the records compared (the gated fixture)
     policy = write_policy(folder / f"policy-{abs(hash(entries))}",
-                          ("gguf_comparisons: []\n", f"gguf_comparisons:{entries}\n"))
+                          ("gguf_comparisons: []\n", f"gguf_comparisons:{entries}\n"),
+                          ("  approvals: {identities: [], public_keys: []}",
+                           f"  approvals: {{identities: [], public_keys: "
+                           f"[{folder / 'approvals.pub'}]}}"),
+                          ("  prompts: prompts.jsonl\n", f"  prompts: {prompts}\n"))
     roots = {"target": target, "drafter": drafter, "gguf": gguf_folder}
     return run_gate(GateOptions(lock_path, policy, roots))
 

@@ -15,7 +15,9 @@ from starlette.routing import Route
 
 from dflash_guard.trust.intoto import Statement, Subject
 from dflash_guard.trust.provenance import PREDICATE_TYPE
+from dflash_guard.trust.signing import sign_with_key
 from tests.support.endpoint_fakes import serve
+from tests.support.trust import make_key_pair
 
 
 def counters(drafts: int, drafted: int, accepted: int, prefix: str = "llamacpp") -> str:
@@ -30,7 +32,9 @@ def counters(drafts: int, drafted: int, accepted: int, prefix: str = "llamacpp")
 SERIES = {
     "healthy": [counters(0, 0, 0), counters(100, 1500, 400)],  # tau 5.0
     "reset": [counters(1000, 15000, 4000), counters(100, 1500, 400)],  # restarted: tau 5.0
-    "idle": [counters(10, 150, 40), counters(10, 150, 40)],  # nothing drafted: no verdict
+    "idle": [counters(10, 150, 40), counters(10, 150, 40)],  # nothing drafted: cannot tell
+    "sglang-nan": ["sglang:spec_accept_length NaN\n"] * 2,  # a gauge that says nothing
+    "vllm-inf": [counters(0, 0, 0), counters(1e308, 1e308, float("inf"))],
     "collapse": [counters(0, 0, 0), counters(100, 1500, 2)],  # tau 1.02
     "drop": [counters(0, 0, 0), counters(100, 1500, 200)],  # tau 3.0 against 5.0
     "leakage": [counters(0, 0, 0), counters(100, 1500, 1500)],  # every token accepted
@@ -60,20 +64,21 @@ def monitor(cli, series: str, *extra: str):
                    "--baseline-tau", "5", "--format", "json", *extra)
 
 
-@pytest.mark.parametrize("series", ["healthy", "reset", "idle", "vllm-healthy"])
+@pytest.mark.parametrize("series", ["healthy", "reset", "vllm-healthy"])
 def test_quiet_on_healthy_series(cli, series):
     result = monitor(cli, series)
     assert result.exit_code == 0, result.stdout + result.stderr
     reading = json.loads(result.stdout)
     assert reading["alarm"] is False and reading["alarms"] == []
     assert reading["reset"] is (series == "reset")
-    if series != "idle":
-        assert reading["tau"] == pytest.approx(5.0)
+    assert reading["tau"] == pytest.approx(5.0)
 
 
 @pytest.mark.parametrize(("series", "kind"), [
     ("collapse", "collapse"), ("drop", "drop"), ("leakage", "leakage"),
     ("sglang-collapse", "collapse"),
+    # Issue 25 class 6: no figure is "cannot tell", an alarm, never "ok" (N19: a NaN gauge).
+    ("idle", "cannot-tell"), ("sglang-nan", "cannot-tell"), ("vllm-inf", "cannot-tell"),
 ])
 def test_alarms_on_each_failure_series(cli, series, kind):
     result = monitor(cli, series)
@@ -110,13 +115,28 @@ def test_baseline_from_the_approval_record(cli, tmp_path):
     statement = Statement((Subject("target", {"sha256": "0" * 64}),), PREDICATE_TYPE,
                           {"acceptanceLength": 6.0})
     record.write_bytes(statement.dumps())
+    private, public = make_key_pair(tmp_path)
+    sign_with_key(record, private)
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"extends: default\nname: mine\nsignatures:\n  approvals: "
+                      f"{{identities: [], public_keys: [{public}]}}\n")
+    signed = ("--record", record, "--policy", policy)
     with replaying(SERIES["healthy"]) as url:  # tau 5.0 is 17% below 6.0
-        loose = cli("monitor", "--metrics", url, "--interval", "0", "--once", "--record", record)
+        loose = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed)
     with replaying(SERIES["healthy"]) as url:
-        strict = cli("monitor", "--metrics", url, "--interval", "0", "--once", "--record", record,
+        strict = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed,
                      "--max-drop", "10")
     assert loose.exit_code == 0, loose.stderr
     assert strict.exit_code == 1 and "ALARM drop" in strict.stdout
+    # An edited record is no baseline (issue 25: monitor --record uses verify-approval).
+    record.write_bytes(record.read_bytes().replace(b"6.0", b"1.5"))
+    with replaying(SERIES["healthy"]) as url:
+        edited = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed)
+    assert edited.exit_code == 2 and "not signed by an approval signer" in edited.stderr
+    with replaying(SERIES["healthy"]) as url:  # the built-in default policy accepts nobody
+        unsigned = cli("monitor", "--metrics", url, "--interval", "0", "--once", "--record",
+                       record)
+    assert unsigned.exit_code == 2
 
 
 @pytest.mark.parametrize("case", ["no-counters", "unreachable", "both-baselines"])

@@ -163,3 +163,18 @@ def sign_model_folder(folder: Path, private_key: Path) -> Path:
     signing.Config().set_hashing_config(config).use_elliptic_key_signer(
         private_key=private_key).sign(folder, sig)
     return sig
+
+
+LOCK_SIGNERS = "  lockfile: {identities: [], public_keys: []}"
+
+
+def signed_lock(lock: Any, folder: Path) -> tuple[Path, tuple[str, str]]:
+    """`lock` written to `folder/dflash.lock` and signed with a fresh key, and the policy
+    replacement that accepts that key for lockfiles (so its hub-confirmed claims count)."""
+    from dflash_guard.trust.signing import sign_with_key
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = write_lock(lock, folder / "dflash.lock")
+    private, public = make_key_pair(folder, "lock")
+    sign_with_key(path, private)
+    return path, (LOCK_SIGNERS, f"  lockfile: {{identities: [], public_keys: [{public}]}}")

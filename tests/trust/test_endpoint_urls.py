@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_guard.trust.policy import endpoint_url
+from dflash_guard.urls import is_http_endpoint as endpoint_url
 from tests.support.trust import policy_text
 
 DIFFTEST = "  near_tie_allowance: 0.0\n"

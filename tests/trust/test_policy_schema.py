@@ -106,13 +106,16 @@ def test_policy_python_tags_are_an_input_error_not_executed():
     assert error.startswith(f"p.yaml:{_line_of(text, '!!python')}: name: could not determine")
 
 
-def test_policy_required_signature_with_no_signer_is_rejected():
-    """Fails closed: a signature nobody is accepted to make would be an empty policy."""
-    error = _error(policy_text(("lockfile_required: false", "lockfile_required: true")))
-    assert "signatures.lockfile: lockfile_required is true but no identity or key" in error
-    error = _error(policy_text(("    signature_required: false\n    remote_code: deny",
-                                "    signature_required: true\n    remote_code: deny")))
-    assert "signatures.models: tier unknown requires model signatures" in error
+def test_policy_required_signature_with_no_signer_cannot_pass():
+    """Fails closed: a signature nobody is accepted to make is read (a base to extend), and
+    marked unsatisfiable, which the gate refuses (tests/gate/test_gate_evidence.py)."""
+    policy = parse_policy(policy_text(("lockfile_required: false", "lockfile_required: true")),
+                          "p.yaml")
+    assert "lockfile_required is true but it names no lockfile signer" in policy.unsatisfiable[0]
+    policy = parse_policy(policy_text(("    signature_required: false\n    remote_code: deny",
+                                       "    signature_required: true\n    remote_code: deny")),
+                          "p.yaml")
+    assert "tier unknown requires model signatures" in policy.unsatisfiable[0]
 
 
 def test_policy_public_key_must_exist(tmp_path):

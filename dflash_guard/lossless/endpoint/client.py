@@ -22,6 +22,7 @@ import httpx2
 
 from dflash_guard.errors import Error, InputError
 from dflash_guard.lossless.result import Token
+from dflash_guard.urls import http_endpoint
 from kernels_ref.prompts import PromptSpec
 
 DEFAULT_TOP_LOGPROBS = 5  # the most the OpenAI completions API allows
@@ -58,14 +59,11 @@ def read_api_key(env_var: str | None) -> str | None:
 
 
 def http_url_parts(url: str) -> SplitResult:
-    """`url` split, raising `InputError` unless it is a well-formed http(s) URL."""
+    """`url` split and normalised by `urls.http_endpoint`, the one check of endpoint URLs."""
     try:
-        parts = urlsplit(url)
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InputError(f"not an http(s) URL: {redact_url(url)}")
-    return parts
+        return http_endpoint(url, redact_url(url))
+    except InputError as error:
+        raise InputError(f"not an http(s) URL without credentials: {error}") from None
 
 
 def completions_url(base: str) -> str:
@@ -146,21 +144,37 @@ class CompletionClient:
         shown = redact_url(url) if url else self.shown_url
         return EndpointError(f"{self.name} endpoint {shown}: {message}")
 
-    def _send(self, method: str, url: str, body: dict[str, Any] | None) -> httpx2.Response:
-        """Send one request, retrying 429/503 with exponential backoff (or `Retry-After`)."""
+    def _send(self, method: str, url: str, body: dict[str, Any] | None) -> Answer:
+        """Send one request, retrying 429/503 with exponential backoff (or `Retry-After`); the
+        answer is read whole within `timeout` seconds overall and `MAX_BODY_BYTES` (a server
+        dripping a byte at a time, or sending gigabytes, is an `EndpointError`)."""
         delay = self.backoff
         for attempt in range(self.retries + 1):
+            deadline = time.monotonic() + self.timeout
             try:
-                response = self._http.request(method, url, json=body)
+                with self._http.stream(method, url, json=body) as response:
+                    answer = Answer(response.status_code, dict(response.headers),
+                                    self._bounded_body(response, url, deadline))
             except httpx2.TimeoutException:
                 raise self._fail(f"no answer within {self.timeout:g} s", url) from None
             except httpx2.TransportError as error:
                 raise self._fail(f"unreachable ({type(error).__name__}: {error})", url) from None
-            if response.status_code not in RETRY_STATUSES or attempt == self.retries:
-                return response
-            time.sleep(min(self.max_backoff, _retry_after(response) or delay))
+            if answer.status_code not in RETRY_STATUSES or attempt == self.retries:
+                return answer
+            time.sleep(min(self.max_backoff, _retry_after(answer.headers) or delay))
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover - the loop always returns
+
+    def _bounded_body(self, response: httpx2.Response, url: str, deadline: float) -> bytes:
+        chunks, size = [], 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise self._fail(f"answered more than {MAX_BODY_BYTES:,} bytes", url)
+            if time.monotonic() > deadline:
+                raise self._fail(f"no complete answer within {self.timeout:g} s", url)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def request_json(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
         """Send a request and return its JSON body; any failure is an `EndpointError`."""
@@ -175,10 +189,10 @@ class CompletionClient:
             snippet = response.text[:200].replace("\n", " ")
             raise self._fail(f"HTTP {status}: {snippet}{hint}", url)
         try:
-            return response.json()
+            return json.loads(response.body)
         except RecursionError:  # parse depth is bounded by the interpreter's recursion limit
             raise self._fail("answered JSON nested too deeply to parse", url) from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except ValueError:  # malformed JSON, not UTF-8, an integer past the digit limit
             raise self._fail(f"answered malformed JSON: {response.text[:80]!r}", url) from None
 
     def get_text(self, url: str) -> str:
@@ -229,21 +243,23 @@ class CompletionClient:
 
     def stream_events(self, url: str, body: dict[str, Any]) -> Iterator[Any]:
         """POST `body` with `stream: true` and yield the JSON of each server-sent `data:` event
-        until `[DONE]` (no retries: a stream is timed from its first byte)."""
+        until `[DONE]` (no retries); a stream not done within `timeout` seconds overall, a line
+        over `MAX_LINE_BYTES` or a stream over `MAX_BODY_BYTES` is an `EndpointError`."""
+        deadline = time.monotonic() + self.timeout
         try:
             with self._http.stream("POST", url, json={**body, "stream": True}) as response:
                 if response.status_code != 200:
-                    response.read()
-                    snippet = response.text[:200].replace("\n", " ")
+                    text = self._bounded_body(response, url, time.monotonic() + self.timeout)
+                    snippet = text[:200].decode("utf-8", "replace").replace("\n", " ")
                     raise self._fail(f"HTTP {response.status_code}: {snippet}", url)
-                for line in response.iter_lines():
+                for line in self._lines(response, url, deadline):
                     data = line.removeprefix("data:").strip() if line.startswith("data:") else ""
                     if data == "[DONE]":
                         return
                     if data:
                         try:
                             yield json.loads(data)
-                        except json.JSONDecodeError:
+                        except (ValueError, RecursionError):
                             raise self._fail(f"streamed malformed JSON: {data[:80]!r}",
                                              url) from None
         except httpx2.TimeoutException:
@@ -252,9 +268,45 @@ class CompletionClient:
             raise self._fail(f"unreachable ({type(error).__name__}: {error})", url) from None
 
 
-def _retry_after(response: httpx2.Response) -> float | None:
+    def _lines(self, response: httpx2.Response, url: str, deadline: float) -> Iterator[str]:
+        """The text lines of a stream, each at most `MAX_LINE_BYTES`, the whole at most
+        `MAX_BODY_BYTES` and done by `deadline`."""
+        pending, total = b"", 0
+        for chunk in response.iter_bytes():
+            if time.monotonic() > deadline:
+                raise self._fail(f"stream not done within {self.timeout:g} s", url)
+            total += len(chunk)
+            if total > MAX_BODY_BYTES:
+                raise self._fail(f"streamed more than {MAX_BODY_BYTES:,} bytes", url)
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > MAX_LINE_BYTES:
+                raise self._fail(f"streamed a line over {MAX_LINE_BYTES:,} bytes", url)
+            for line in lines:
+                yield line.decode("utf-8", "replace").rstrip("\r")
+        if pending:
+            yield pending.decode("utf-8", "replace").rstrip("\r")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An endpoint's whole answer, read within the client's bounds."""
+
+    status_code: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a completion with logprobs is kilobytes; /metrics too
+MAX_LINE_BYTES = 4 * 1024 * 1024  # one server-sent event
+
+
+def _retry_after(headers: dict[str, str]) -> float | None:
     try:
-        value = float(response.headers.get("retry-after", ""))
+        value = float(headers.get("retry-after", ""))
     except ValueError:
         return None
     return value if math.isfinite(value) and value >= 0 else None

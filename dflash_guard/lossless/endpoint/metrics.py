@@ -11,6 +11,7 @@ llama.cpp also reports each response's `timings.draft_n` / `draft_n_accepted`
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -64,6 +65,9 @@ class ResponseDrafts:
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?$")
 _POSITION = re.compile(r'position="(\d+)"')
+# Draft positions a server may report (a DFlash block is 16 or fewer; llama.cpp's 64 at most):
+# a larger position is hostile, and would size an allocation (`range(max(position) + 1)`).
+MAX_DRAFT_POSITIONS = 1024
 
 
 def parse_prometheus(text: str) -> Samples:
@@ -90,7 +94,10 @@ def _per_position(samples: Samples, name: str) -> dict[int, float]:
     counts: dict[int, float] = {}
     for labels, value in samples.get(name, {}).items():
         if match := _POSITION.search(labels):
-            position = int(match.group(1))
+            digits = match.group(1)
+            if len(digits) > 6 or int(digits) >= MAX_DRAFT_POSITIONS:
+                raise ValueError(f"draft position {digits[:12]} is past {MAX_DRAFT_POSITIONS}")
+            position = int(digits)
             counts[position] = counts.get(position, 0.0) + value
     return counts
 
@@ -105,7 +112,10 @@ def _counter_figures(prefix: str, before: Samples, after: Samples) -> Acceptance
     per_pos_name = f"{prefix}:{ACCEPTED_PER_POSITION}"
     per_position = curve = None
     if per_pos_name in after:
-        old, new = _per_position(before, per_pos_name), _per_position(after, per_pos_name)
+        try:
+            old, new = _per_position(before, per_pos_name), _per_position(after, per_pos_name)
+        except ValueError:  # a hostile position: no curve, never a huge allocation
+            old, new = {}, {}
         per_position = tuple(new.get(i, 0.0) - old.get(i, 0.0) for i in range(max(new) + 1)) \
             if new else ()
         curve = tuple(n / drafts for n in per_position) if drafts > 0 else None
@@ -142,6 +152,11 @@ def acceptance_warnings(figures: AcceptanceFigures | None) -> list[str]:
     """Red flags in the acceptance figures: everything accepted, or acceptance collapsed."""
     if figures is None:
         return ["the metrics endpoint publishes no speculative-decoding counters"]
+    numbers = (figures.mean_acceptance_length, figures.acceptance_rate, figures.drafts,
+               figures.draft_tokens, figures.accepted_tokens, *(figures.acceptance_curve or ()))
+    if any(n is not None and not math.isfinite(n) for n in numbers):
+        return ["the acceptance figures are not finite numbers (NaN or infinite counters): "
+                "cannot tell"]
     warnings = []
     if figures.source in COUNTER_PREFIXES and not figures.drafts:
         warnings.append("no drafts were counted during the run: is speculation enabled?")

@@ -1,0 +1,267 @@
+"""Issue 25: evidence, not assertions. What a file the attacker can edit claims counts only with
+evidence the tool checks: a signature by a policy signer, git itself, the bytes on disk."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dflash_guard.errors import InputError
+from dflash_guard.pins.lockfile import Engine
+from dflash_guard.pins.resolve import build_lock
+from dflash_guard.trust.comparison import comparison_statement, write_comparison
+from dflash_guard.trust.evidence import (
+    accepts_record,
+    engine_build,
+    load_confirming_lock,
+    prompt_set_digest,
+)
+from dflash_guard.trust.policy import load_policy
+from dflash_guard.trust.signing import sign_with_key, verify_lockfile_signature
+from dflash_guard.urls import check_recorded_url, has_scheme, http_endpoint
+from tests.support.audit import git, make_history
+from tests.support.trust import as_hub, make_key_pair, signed_lock, write_lock
+
+URL = "https://github.com/vllm-project/vllm"
+
+
+# --- engine builds: from git, not from the label (N12) ---------------------------------------
+
+
+@pytest.mark.parametrize("ref", ["refs/pull/52816/head", "pull-52816", "refs/heads/pr-52816",
+                                 "pr-27342", "#52816", "my-feature", "v0.11.0-but-a-branch/x"])
+def test_without_a_clone_a_label_that_is_no_release_or_mainline_is_a_pr_head(ref):
+    build = engine_build(Engine("vllm", URL, "a" * 40, ref), None)
+    assert build.pr_head and not build.release and "unverified" in build.how
+
+
+@pytest.mark.parametrize("ref", ["v0.11.0", "refs/tags/v0.5.3", "b4567", "main",
+                                 "refs/heads/main", None])
+def test_without_a_clone_no_label_proves_a_release(ref):
+    build = engine_build(Engine("vllm", URL, "a" * 40, ref), None)
+    assert not build.pr_head and not build.release
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    history = make_history(tmp_path_factory.mktemp("engine") / "repo")
+    git(history.path, "tag", "v1.0.0", history.fix)
+    git(history.path, "tag", "-a", "-m", "r", "v1.1.0", history.after)
+    git(history.path, "tag", "not-a-release", history.inside)
+    return history
+
+
+@pytest.mark.parametrize(("commit", "label", "release", "pr_head"), [
+    ("fix", "pr-1", True, False),  # the tag decides, not the label
+    ("after", None, True, False),  # an annotated tag
+    ("inside", "v9.9.9", False, False),  # a lying label on a mainline commit
+    ("side", "v1.0.0", False, True),  # a lying label on a commit main never reached
+    ("side", "main", False, True),
+])
+def test_with_a_clone_git_decides(history, commit, label, release, pr_head):
+    build = engine_build(Engine("vllm", URL, getattr(history, commit), label), history.path)
+    assert (build.release, build.pr_head) == (release, pr_head), build.how
+
+
+def test_a_commit_missing_from_the_clone_is_an_input_error(history):
+    with pytest.raises(InputError, match="not in the clone"):
+        engine_build(Engine("vllm", URL, "f" * 40, "v1.0.0"), history.path)
+
+
+# --- URLs: parsed once (N10, N14) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("url", "normal"), [
+    ("HTTP://Host.Example:8000//v1//", "http://host.example:8000/v1/"),
+    ("https://[::1]:65535/v1", "https://[::1]:65535/v1"),
+])
+def test_endpoints_are_normalised(url, normal):
+    assert http_endpoint(url, "--candidate").geturl() == normal
+
+
+@pytest.mark.parametrize("url", [
+    "https://u:p@h", "https://u@h", "http://h/v1?api_key=x", "http://h/v1?X-Amz-Signature=1",
+    "ftp://h", "h:8000", "http://h:0", "http://h:99999", "http://[::1", "http://h/\nx",
+])
+def test_bad_endpoints_are_one_readable_error(url):
+    with pytest.raises(InputError) as info:
+        http_endpoint(url, "--candidate")
+    assert str(info.value).startswith("--candidate") and "\n" not in str(info.value)
+    assert "p@" not in str(info.value) and "api_key=x" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", [
+    "ssh://ghp_SECRETTOKEN@github.com/vllm-project/vllm.git",  # the doc's three cases
+    "ghp_SECRETTOKEN@github.com:vllm-project/vllm.git",
+    "https://github.com/vllm-project/vllm.git?access_token=ghp_SECRETTOKEN",
+    "https://github.com/vllm-project/vllm.git#ghp_SECRETTOKEN",
+    "https://ghp_SECRETTOKEN@github.com/vllm-project/vllm",
+    "git://ghp_SECRETTOKEN:x@github.com/vllm-project/vllm",
+    "oauth2:ghp_SECRETTOKEN@gitlab.com:g/r.git",
+])
+def test_a_credential_in_any_part_of_an_engine_url_is_refused_never_echoed(url):
+    with pytest.raises(InputError) as info:
+        check_recorded_url(url, "--engine vllm")
+    assert "SECRETTOKEN" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["https://github.com/vllm-project/vllm.git",
+                                 "git@github.com:vllm-project/vllm.git",
+                                 "ssh://git@github.com/vllm-project/vllm", "file:///srv/vllm"])
+def test_plain_engine_urls_are_recorded_unchanged(url):
+    assert check_recorded_url(url, "--engine vllm") == url
+
+
+@pytest.mark.parametrize(("value", "url"), [("HTTPS://h/f", True), ("hTtP://h", True),
+                                            ("ftp://h", True), ("./feeds/a.json", False),
+                                            ("HTTPS:/h/f", False)])
+def test_a_scheme_in_any_case_makes_a_url(value, url):
+    assert has_scheme(value) is url
+
+
+def test_a_policy_feed_url_in_upper_case_is_a_url_and_other_schemes_are_errors(tmp_path):
+    base = "extends: default\nname: p\nadvisories:\n  feeds: [{feed}]\n  signers: " \
+           "{{identities: [], public_keys: []}}\n  allow_unsigned: true\n  fail_on: low\n" \
+           "  max_age_days: 7\n"
+    policy = tmp_path / "p.yaml"
+    policy.write_text(base.format(feed="HTTPS://Advisories.Example.org/feed.json"))
+    assert load_policy(policy).advisories.feeds == ("https://advisories.example.org/feed.json",)
+    policy.write_text(base.format(feed="ftp://advisories.example.org/feed.json"))
+    with pytest.raises(InputError, match="scheme 'ftp'"):
+        load_policy(policy)
+
+
+# --- lock --confirmed-by (N6) ----------------------------------------------------------------
+
+
+def test_confirmed_by_needs_a_lock_signed_by_a_policy_signer(pair, tmp_path):
+    hub = dataclasses.replace(pair.lock, artifacts=tuple(
+        as_hub(a, f"z-lab/{a.role}") for a in pair.lock.artifacts))
+    signed, (old, new) = signed_lock(hub, tmp_path / "online")
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"extends: default\nname: p\nsignatures:\n{new}\n")
+    signers = load_policy(policy).lockfile_signers
+    assert load_confirming_lock(signed, signers).artifacts
+    forged = write_lock(hub, tmp_path / "forged.lock")  # the doc's forged lock: no signature
+    with pytest.raises(InputError, match="does not verify"):
+        load_confirming_lock(forged, signers)
+    other, _ = make_key_pair(tmp_path, "other")
+    sign_with_key(forged, other)  # signed, by someone the policy does not name
+    with pytest.raises(InputError, match="does not verify"):
+        load_confirming_lock(forged, signers)
+    with pytest.raises(InputError, match="names no lockfile signer"):
+        load_confirming_lock(signed, load_policy("default").lockfile_signers)
+
+
+# --- bounded signature reads (N22) and no write through a planted link (N15) ------------------
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge"])
+@pytest.mark.parametrize("suffix", [".sig", ".sigstore.json"])
+def test_a_hostile_signature_file_is_a_refusal_not_a_hang(pair, tmp_path, kind, suffix,
+                                                          key_pair):
+    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    sig = lock.with_name(lock.name + suffix)
+    if kind == "dev-zero":
+        sig.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(sig)
+    else:
+        with sig.open("wb") as handle:
+            handle.truncate(65 * 1024 * 1024)
+    policy = load_policy("default")
+    signers = dataclasses.replace(policy.lockfile_signers, public_keys=(key_pair[1],))
+    checks = verify_lockfile_signature(lock, signers, required=True)
+    assert checks and not any(c.ok for c in checks)
+
+
+def test_signing_never_writes_through_a_planted_partial_link(pair, tmp_path, key_pair):
+    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious user data")
+    (tmp_path / ".dflash.lock.sig.partial").symlink_to(victim)
+    (tmp_path / ".dflash.lock.sig.tmp").symlink_to(victim)
+    sign_with_key(lock, key_pair[0])
+    assert victim.read_text() == "precious user data"
+    assert (tmp_path / ".dflash.lock.sig.partial").is_symlink()
+
+
+# --- GGUF comparison records (N7) ------------------------------------------------------------
+
+
+@pytest.fixture
+def gguf_lock(pair, tmp_path):
+    gguf = tmp_path / "gguf"
+    gguf.mkdir()
+    (gguf / "model.gguf").write_bytes(b"GGUF" + bytes(60))
+    lock = build_lock({"target": str(pair.target), "drafter": str(pair.drafter),
+                       "gguf": str(gguf)}).lock
+    return lock, gguf / "model.gguf"
+
+
+def _record(pair, gguf: Path, out: Path, **summary) -> Path:
+    base = {"passed": True, "verdict": "identical", "prompts": 12,
+            "promptSet": {"name": "builtin", "digest": {
+                "sha256": prompt_set_digest(load_policy("default"))}}}
+    statement = comparison_statement(target_dir=pair.target, gguf=gguf,
+                                     summary={**base, **summary}, conversion=None)
+    write_comparison(statement, out)
+    return out
+
+
+def _approvals_policy(tmp_path: Path, public: Path) -> Path:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"extends: default\nname: p\nsignatures:\n  approvals: "
+                      f"{{identities: [], public_keys: [{public}]}}\n")
+    return policy
+
+
+def test_a_signed_complete_record_is_evidence(pair, gguf_lock, tmp_path, key_pair):
+    lock, gguf = gguf_lock
+    record = _record(pair, gguf, tmp_path / "rec.json")
+    policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))
+    assert "not signed" in accepts_record(record, policy, lock).reason
+    sign_with_key(record, key_pair[0])
+    assert accepts_record(record, policy, lock).ok
+    record.write_text(record.read_text().replace('"prompts": 12', '"prompts": 13'))
+    assert not accepts_record(record, policy, lock).ok  # edited after signing
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"prompts": 0}, "nothing was tested"),
+    ({"prompts": True}, "nothing was tested"),
+    ({"promptSet": {"name": "x", "digest": {"sha256": "0" * 64}}}, "prompt set"),
+    ({"passed": "yes"}, "verdict"),
+])
+def test_a_signed_record_that_tested_nothing_or_other_prompts_is_not(pair, gguf_lock, tmp_path,
+                                                                     key_pair, change, reason):
+    lock, gguf = gguf_lock
+    record = _record(pair, gguf, tmp_path / "rec.json", **change)
+    sign_with_key(record, key_pair[0])
+    policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))
+    assert reason in accepts_record(record, policy, lock).reason
+
+
+def test_a_signed_one_subject_record_is_not_evidence(pair, gguf_lock, tmp_path, key_pair):
+    """The doc's forged record: the GGUF and one target file, signed this time."""
+    lock, gguf = gguf_lock
+    record = _record(pair, gguf, tmp_path / "rec.json")
+    document = json.loads(record.read_text())
+    document["subject"] = document["subject"][:2]
+    record.write_text(json.dumps(document))
+    sign_with_key(record, key_pair[0])
+    policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))
+    assert "does not cover the locked target" in accepts_record(record, policy, lock).reason
+
+
+def test_a_record_signed_by_another_key_is_not_evidence(pair, gguf_lock, tmp_path, key_pair):
+    lock, gguf = gguf_lock
+    record = _record(pair, gguf, tmp_path / "rec.json")
+    other, _ = make_key_pair(tmp_path, "other")
+    sign_with_key(record, other)
+    policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))
+    assert not accepts_record(record, policy, lock).ok
