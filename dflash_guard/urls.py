@@ -1,4 +1,5 @@
-"""URLs the tool records (engine git URLs in a lockfile and so in an approval record).
+"""URLs the tool records (engine git URLs in a lockfile and so in an approval record), and an
+engine's metrics URL (`metrics_url`).
 
 A recorded URL is read by everyone who reads the lock: it must never carry a credential. An
 http(s) URL with `user@` or `user:token@`, or an SSH/scp URL with `user:token@`, is refused, so
@@ -8,7 +9,7 @@ is a URL Python cannot parse (`http://[::1`) or whose port is out of range. `git
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from dflash_guard.errors import InputError, shorten
 
@@ -36,3 +37,9 @@ def check_recorded_url(url: str, what: str) -> str:
     if not parts.netloc and parts.scheme != "file":
         raise InputError(f"{what}: not a URL with a host: {shorten(url)}")
     return url
+
+
+def metrics_url(engine_url: str) -> str:
+    """An engine's Prometheus endpoint: `/metrics` at its origin (vLLM, SGLang, llama.cpp)."""
+    parts = urlsplit(engine_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))

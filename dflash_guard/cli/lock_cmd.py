@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
+from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.json import print_json
 from dflash_guard.formats.terminal import markup_safe, terminal_safe
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
@@ -45,8 +47,8 @@ def lock(
         help="An earlier lock made online: HF-cache snapshots it lists (same repo, commit and "
              "files) are recorded hub-confirmed instead of cache-unconfirmed.")] = None,
     fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="text or json.")
-    ] = OutputFormat.text,
+        PlainFormat, typer.Option("--format", help="text or json.")
+    ] = PlainFormat.text,
 ) -> None:
     """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile.
 
@@ -72,9 +74,10 @@ def lock(
         raise typer.Exit(EXIT_FINDING)
     lockfile = result.lock
     write_lockfile(lockfile, output)
-    if fmt is OutputFormat.json:
+    if fmt is PlainFormat.json:
         print_json(
             {
+                "passed": True,
                 "lockfile": str(output),
                 "digest": lockfile.digest(),
                 "artifacts": {a.role: a.label for a in lockfile.artifacts},

@@ -8,22 +8,24 @@ from typing import Annotated
 import typer
 import yaml
 
-from dflash_guard.cli.common import OutputFormat, print_json, stdout
+from dflash_guard.cli.common import stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.json import print_json
 from dflash_guard.trust.policy import load_policy
 
 policy_app = typer.Typer(
     help="Validate or show a deploy policy.", no_args_is_help=True, add_completion=False
 )
 
-FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Report format.")]
+FormatOption = Annotated[PlainFormat, typer.Option("--format", help="Report format.")]
 
 
 @policy_app.command("check")
 def check(
     file: Annotated[str, typer.Argument(help="A built-in name (default, strict, dev), or a "
                                         "policy file given as a path (./p.yaml).")],
-    output: FormatOption = OutputFormat.text,
+    output: FormatOption = PlainFormat.text,
 ) -> None:
     """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid.
 
@@ -31,12 +33,12 @@ def check(
     """
     policy = load_policy(file)
     expired = policy.expired_waivers(dt.datetime.now(dt.UTC).date())
-    if output is OutputFormat.json:
+    if output is PlainFormat.json:
         print_json({
             "source": policy.source,
             "name": policy.name,
             "digest": policy.digest,
-            "valid": True,
+            "passed": not expired,
             "expired_waivers": [
                 {"id": w.id, "covers": w.covers, "expires": w.expires.isoformat()}
                 for w in expired
@@ -56,14 +58,14 @@ def check(
 def show(
     file: Annotated[str | None, typer.Argument(help="Policy file or built-in name; default: "
                                                "the built-in default policy.")] = None,
-    output: FormatOption = OutputFormat.text,
+    output: FormatOption = PlainFormat.text,
 ) -> None:
     """Print the effective policy (every section, with its source and digest).
 
     Example: dflash-guard policy show strict --format json
     """
     effective = load_policy(file).to_json()
-    if output is OutputFormat.json:
+    if output is PlainFormat.json:
         print_json(effective)
     else:
         stdout.out(yaml.safe_dump(effective, sort_keys=False, width=100), end="",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import assert_never
 
-from dflash_guard.formats.interface import Renderer, Report
+from dflash_guard.formats.interface import FindingsReport, Renderer, Report, exit_code
 
 
 class OutputFormat(StrEnum):
@@ -18,6 +18,13 @@ class OutputFormat(StrEnum):
     text = "text"
     json = "json"
     sarif = "sarif"
+
+
+class PlainFormat(StrEnum):
+    """`--format` of the reports without findings to put in SARIF: text or JSON."""
+
+    text = OutputFormat.text.value
+    json = OutputFormat.json.value
 
 
 def renderer(output_format: OutputFormat) -> Renderer:
@@ -34,9 +41,10 @@ def renderer(output_format: OutputFormat) -> Renderer:
     return render
 
 
-def render(report: Report, output_format: OutputFormat) -> str:
+def render(report: FindingsReport, output_format: OutputFormat) -> str:
     """`report` in `output_format`."""
     return renderer(output_format)(report)
 
 
-__all__ = ["OutputFormat", "Renderer", "Report", "render", "renderer"]
+__all__ = ["FindingsReport", "OutputFormat", "PlainFormat", "Renderer", "Report", "exit_code",
+           "render", "renderer"]

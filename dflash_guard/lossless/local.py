@@ -64,10 +64,17 @@ class DifftestReport:
     warnings: list[str]
     inject: Fault | None = None
     tau_reference: float | None = None
+    fail_on_warning: bool = False  # an acceptance warning fails the diff too
 
     @property
     def identical(self) -> bool:
+        """Every prompt's speculative output equals its autoregressive one (a fact)."""
         return all(result.identical for result in self.results)
+
+    @property
+    def passed(self) -> bool:
+        """Identical, and no warning when `fail_on_warning`."""
+        return self.identical and not (self.fail_on_warning and self.warnings)
 
     @property
     def divergences(self) -> list[PromptResult]:
@@ -83,6 +90,8 @@ class DifftestReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "mode": "local",
+            "passed": self.passed,
             "overall": {
                 "identical": self.identical,
                 "tau_mean": round(self.tau, 4),

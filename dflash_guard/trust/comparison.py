@@ -28,7 +28,8 @@ from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.trust.intoto import Statement, Subject
 
-PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/gguf-comparison/v1"
+# v2: snake_case predicate keys (v1 had camelCase ones).
+PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/gguf-comparison/v2"
 GGUF_PREFIX, TARGET_PREFIX = "gguf/", "target/"
 
 
@@ -72,7 +73,7 @@ def comparison_statement(
     when = (time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
     predicate = {
         **summary,
-        "comparedAt": when.isoformat().replace("+00:00", "Z"),
+        "compared_at": when.isoformat().replace("+00:00", "Z"),
         "tool": {"name": "dflash-guard", "version": __version__},
         "conversion": dict(conversion) if conversion is not None else None,
     }

@@ -74,11 +74,11 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     step = next(c for c in report["checks"] if c["name"] == "endpoint diff")
-    assert step["ok"] and not step["skipped"]
-    summary = read_approval(out)["predicate"]["endpointDiff"]
+    assert step["passed"] and not step["skipped"]
+    summary = read_approval(out)["predicate"]["endpoint_diff"]
     assert summary["baseline"] == baseline and summary["candidate"] == candidate
     assert summary["prompts"] == summary["identical"] == 2
-    assert summary["hard"] == 0 and summary["nearTies"] == 0
+    assert summary["hard"] == 0 and summary["near_ties"] == 0
     assert summary["acceptance"]["source"] == "vllm" and summary["acceptance"]["drafts"] > 0
     assert sent_keys == [SECRET]
     for text in (result.stdout, result.stderr, out.read_text(), policy.read_text()):
@@ -112,8 +112,8 @@ def test_gate_endpoint_near_tie_allowance(pair, servers, lock, tmp_path, max_nea
     if approved:
         step = next(c for c in result.checks if c.name == "endpoint diff")
         assert "1 near-ties tolerated" in step.detail
-        summary = read_approval(tmp_path / "approval.json")["predicate"]["endpointDiff"]
-        assert (summary["nearTies"], summary["hard"], summary["identical"]) == (1, 0, 0)
+        summary = read_approval(tmp_path / "approval.json")["predicate"]["endpoint_diff"]
+        assert (summary["near_ties"], summary["hard"], summary["identical"]) == (1, 0, 0)
     else:
         assert result.reason == ("endpoint diff: 1 near-tie divergences (code), more than the "
                                  "policy's max_near_ties 0")
@@ -141,7 +141,7 @@ def test_gate_endpoint_not_configured_says_so(cli, pair, lock, tmp_path):
     assert result.exit_code == 0, result.stdout + result.stderr
     row = next(line for line in result.stdout.splitlines() if "endpoint diff" in line)
     assert "not configured" in row and "pass" not in row
-    assert read_approval(out)["predicate"]["endpointDiff"] is None
+    assert read_approval(out)["predicate"]["endpoint_diff"] is None
 
 
 @pytest.mark.parametrize(("section", "message"), [
