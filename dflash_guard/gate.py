@@ -3,7 +3,7 @@
 In order: the lockfile (schema, pins), its signature, byte-exact verification of every locked
 folder, the scan of exactly the verified folders (then the tier rules on remote code and pickle
 formats), the policy (expired waivers, staging, GGUF comparisons: hand-written, or records of
-`difftest --reference` checked against the lock; engine builds), the advisory audit of the lock
+`difftest reference` checked against the lock; engine builds), the advisory audit of the lock
 against the policy's OSV feeds (when it names any), model signatures, the greedy lossless diff
 test of the locked pair, and, when the policy names endpoints (`difftest.endpoints`), the diff of
 the live baseline and candidate engines; an endpoint the gate cannot reach refuses (a gate that

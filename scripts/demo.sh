@@ -46,7 +46,7 @@ print("policy:       ", predicate["policy"]["name"], predicate["policy"]["digest
 print("engines:      ", [e["uri"] for e in predicate["engines"]])
 print("difftest:     ", "identical" if predicate["difftest"]["identical"] else "DIVERGED",
       f"over {predicate['difftest']['prompts']} prompts, tau {predicate['acceptance_length']}")
-print("approvedAt:   ", predicate["approved_at"])
+print("approved_at:  ", predicate["approved_at"])
 PY
 
 step "4. the same gate, after one byte of the drafter's weights changed"

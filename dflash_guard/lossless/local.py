@@ -250,7 +250,7 @@ def difftest_models(
     over the same static buffers elsewhere).
     """
     if inject is not None and not inject.greedy:
-        raise InputError(f"{inject} plants a sampler bug: use it with --sampled")
+        raise InputError(f"{inject} plants a sampler bug: use it with `difftest sampled`")
     size = block_size or drafter.config.block_size
     if size < 1:
         raise InputError("block size must be at least 1")

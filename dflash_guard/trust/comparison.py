@@ -1,5 +1,5 @@
 """The GGUF comparison record: an in-toto Statement that an engine serving a GGUF decoded like the
-safetensors target it was converted from (`difftest --reference ... --record FILE`).
+safetensors target it was converted from (`difftest reference ... --record FILE`).
 
 Subjects are the GGUF (`gguf/NAME`) and every file of the safetensors target (`target/PATH`),
 each with its sha256. The predicate holds the verdict (hard divergences, near-ties), the prompt

@@ -49,6 +49,7 @@ def test_json_schema(cli, tmp_path: Path) -> None:
         "tool",
         "version",
         "fail_on",
+        "passed",
         "findings",
         "summary",
         "remote_code",
