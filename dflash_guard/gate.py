@@ -124,12 +124,17 @@ class GateResult:
         """Approved (exit 0); refused is exit 1."""
         return self.approved
 
+    @property
+    def not_run(self) -> list[str]:
+        """The checks a refusal stopped before (in order)."""
+        return [s for s in STEPS if s not in {c.name for c in self.checks}]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
             "reason": self.reason,
             "checks": [c.to_json() for c in self.checks],
-            "not_run": [s for s in STEPS if s not in {c.name for c in self.checks}],
+            "not_run": self.not_run,
             "record": str(self.record) if self.record else None,
             "signature": str(self.signature) if self.signature else None,
         }

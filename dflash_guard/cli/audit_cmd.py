@@ -127,9 +127,9 @@ def audit(
         render_audit(report, console)
         text = console.export_text() if output else ""
     else:
-        from dflash_guard import formats
+        from dflash_guard.formats import json, sarif
 
-        text = formats.renderer(fmt)(report)  # type: ignore[arg-type]
+        text = json.render(report) if fmt is OutputFormat.json else sarif.render_audit(report)
         if output is None:
             typer.echo(text, nl=False)
     if output is not None:

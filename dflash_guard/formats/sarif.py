@@ -34,12 +34,13 @@ _SECURITY_SEVERITY = {
 
 
 def render(report: FindingsReport) -> str:
-    """`report` as a SARIF 2.1.0 log (indented JSON, keys sorted): an audit's findings, or a
-    scan's."""
-    from dflash_guard.audit.run import AuditReport
+    """`report`'s findings (a scan's) as a SARIF 2.1.0 log (indented JSON, keys sorted)."""
+    return json.dumps(sarif_log(report.findings), indent=2, sort_keys=True) + "\n"
 
-    log = audit_log(report) if isinstance(report, AuditReport) else sarif_log(report.findings)
-    return json.dumps(log, indent=2, sort_keys=True) + "\n"
+
+def render_audit(report: AuditReport) -> str:
+    """An advisory audit as a SARIF 2.1.0 log (indented JSON, keys sorted)."""
+    return json.dumps(audit_log(report), indent=2, sort_keys=True) + "\n"
 
 
 def _log(rules: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, object]:

@@ -16,22 +16,18 @@ if TYPE_CHECKING:
 
 def render_gate(result: GateResult, console: Console) -> None:
     """The verdict table, then APPROVED (with the record) or REFUSED (with the reason)."""
-    from dflash_guard.gate import STEPS
-
     table = Table(title="dflash-guard gate", title_justify="left")
     table.add_column("check")
     table.add_column("result")
     table.add_column("detail", overflow="fold")
-    ran = {c.name for c in result.checks}
     for check in result.checks:
         if check.skipped:
             verdict = "[dim]not configured[/]"
         else:
             verdict = "[green]pass[/]" if check.ok else "[bold red]FAIL[/]"
         table.add_row(check.name, verdict, markup_safe(check.detail))
-    for step in STEPS:
-        if step not in ran:
-            table.add_row(step, "[dim]not run[/]", "")
+    for step in result.not_run:
+        table.add_row(step, "[dim]not run[/]", "")
     console.print(table)
     if result.passed:
         where = f": record {markup_safe(str(result.record))}" if result.record else ""
