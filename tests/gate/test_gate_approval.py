@@ -81,7 +81,7 @@ def test_gate_approval_record_is_signed_with_the_key(approved):
     assert result.signature == out.with_name("approval.json.sig")
     assert verify_key_signature(out, result.signature, [public]).ok
     tampered = out.with_name("tampered.json")
-    tampered.write_bytes(out.read_bytes().replace(b'"approved"', b'"APPROVED"'))
+    tampered.write_bytes(out.read_bytes().replace(b'"passed"', b'"PASSED"'))
     assert not verify_key_signature(tampered, result.signature, [public]).ok
     forged = out.with_name("forged.sig")
     forged.write_bytes(flip_signature_byte(result.signature.read_bytes()))

@@ -104,5 +104,5 @@ def test_provenance_key_signed_record_verifies_against_approval_signers(statemen
     assert check.ok
     _, other = make_key_pair(tmp_path, "other")
     assert not verify_approval(out, Signers((), (other,)))[0].ok
-    out.write_bytes(out.read_bytes().replace(b"approved", b"APPROVED"))
+    out.write_bytes(out.read_bytes().replace(b"\"passed\"", b"\"PASSED\""))
     assert not verify_approval(out, Signers((), (public,)))[0].ok
