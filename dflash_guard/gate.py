@@ -461,16 +461,8 @@ def check_difftest(inputs: GateInputs) -> Checked:
     if report.tau < rules.min_tau:
         return Outcome.refused(f"mean acceptance length {report.tau:.2f} is below the policy's "
                                f"minimum {rules.min_tau}"), NOTHING
-    summary = {
-        "prompts": len(report.results),
-        "max_new_tokens": rules.max_new_tokens,
-        "identical": report.identical,
-        "divergences": [d.prompt_id for d in report.divergences],
-        "near_ties": [d.prompt_id for d in near_ties],
-        "tau": round(report.tau, 4),
-        "min_tau": rules.min_tau,
-        "warnings": list(report.warnings),
-    }
+    summary = {**report.record_section(), "max_new_tokens": rules.max_new_tokens,
+               "near_ties": [d.prompt_id for d in near_ties], "min_tau": rules.min_tau}
     ties = f", {len(near_ties)} near-tie divergences tolerated" if near_ties else ""
     return (Outcome.passed(f"{len(report.results)} prompts identical{ties}; "
                            f"tau {report.tau:.2f} >= {rules.min_tau}"),
@@ -511,21 +503,9 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
         names = ", ".join(r.prompt_id for r in ties)
         return Outcome.refused(f"{len(ties)} near-tie divergences ({names}), more than the "
                                f"policy's max_near_ties {rules.max_near_ties}"), NOTHING
-    summary = {
-        "baseline": report.baseline,
-        "candidate": report.candidate,
-        "model": rules.model,
-        "prompts": total,
-        "max_new_tokens": rules.max_new_tokens,
-        "identical": sum(r.identical for r in report.results),
-        "near_ties": len(ties),
-        "max_near_ties": rules.max_near_ties,
-        "near_tie_margin": rules.near_tie_margin,
-        "hard": len(hard),
-        "divergences": [r.prompt_id for r in (*hard, *ties)],
-        "acceptance": dataclasses.asdict(acceptance) if acceptance else None,
-        "warnings": list(report.warnings),
-    }
+    summary = {**report.record_section(), "model": rules.model,
+               "max_new_tokens": rules.max_new_tokens, "max_near_ties": rules.max_near_ties,
+               "near_tie_margin": rules.near_tie_margin}
     tau = acceptance.mean_acceptance_length if acceptance else None
     figures = f"; candidate tau {tau:.2f}" if tau is not None else ""
     ties_note = f", {len(ties)} near-ties tolerated" if ties else ""

@@ -1,7 +1,9 @@
-"""Report formats, chosen in one place: `OutputFormat` -> a renderer from report to string.
+"""Every command's report goes out through here: `interface` says what a report is (`Report`:
+`passed` and `to_json()`; `exit_code`), `json` is the one JSON writer, `sarif` the one SARIF
+writer (scan findings and the advisory audit), and `text/` holds one text view per report.
 
-One module per format (`text`, `json`, `sarif`); each renderer takes a report (see `interface`)
-and returns the text to print or write. Commands that report pick a format here.
+`OutputFormat` (text, json, sarif) is what findings reports offer; `PlainFormat` (text, json)
+the others. `renderer(format)` picks a findings report's renderer.
 """
 
 from __future__ import annotations

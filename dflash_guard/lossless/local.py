@@ -88,6 +88,16 @@ class DifftestReport:
     def target_forwards_spec(self) -> int:
         return sum(_stats(result).target_forwards_spec for result in self.results)
 
+    def record_section(self) -> dict[str, Any]:
+        """This diff's section of the approval record (the gate adds the policy's bounds)."""
+        return {
+            "prompts": len(self.results),
+            "identical": self.identical,
+            "divergences": [result.prompt_id for result in self.divergences],
+            "tau": round(self.tau, 4),
+            "warnings": list(self.warnings),
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "mode": "local",

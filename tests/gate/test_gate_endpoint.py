@@ -113,7 +113,7 @@ def test_gate_endpoint_near_tie_allowance(pair, servers, lock, tmp_path, max_nea
         step = next(c for c in result.checks if c.name == "endpoint diff")
         assert "1 near-ties tolerated" in step.detail
         summary = read_approval(tmp_path / "approval.json")["predicate"]["endpoint_diff"]
-        assert (summary["near_ties"], summary["hard"], summary["identical"]) == (1, 0, 0)
+        assert (summary["near_ties"], summary["hard"], summary["identical"]) == (1, 0, False)
     else:
         assert result.reason == ("endpoint diff: 1 near-tie divergences (code), more than the "
                                  "policy's max_near_ties 0")

@@ -61,6 +61,21 @@ class EndpointDiffReport(ClassifiedResults):
         `fail_on_warning`."""
         return not self.hard_divergences and not (self.fail_on_warning and self.warnings)
 
+    def record_section(self) -> dict[str, Any]:
+        """This diff's section of the approval record (URLs without credentials; the gate adds
+        the policy's bounds)."""
+        return {
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "prompts": len(self.results),
+            "identical": self.identical,
+            "hard": len(self.hard_divergences),
+            "near_ties": len(self.near_ties),
+            "divergences": [r.prompt_id for r in (*self.hard_divergences, *self.near_ties)],
+            "acceptance": asdict(self.acceptance) if self.acceptance else None,
+            "warnings": list(self.warnings),
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "mode": "endpoint",
