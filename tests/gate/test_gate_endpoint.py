@@ -62,7 +62,7 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     sent_keys = []
 
     def spy(*args, **kwargs):  # the key reaches the client (tests/endpoint: as a header only)
-        sent_keys.append(args[0].api_key)
+        sent_keys.append(args[0].candidate.api_key)
         return run_endpoint_diff(*args, **kwargs)
 
     monkeypatch.setattr(endpoint_diff, "run_endpoint_diff", spy)
@@ -77,7 +77,7 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     assert step["passed"] and not step["skipped"]
     summary = read_approval(out)["predicate"]["endpoint_diff"]
     assert summary["baseline"] == baseline and summary["candidate"] == candidate
-    assert summary["prompts"] == summary["identical"] == 2
+    assert summary["prompts"] == 2 and summary["identical"] is True
     assert summary["hard"] == 0 and summary["near_ties"] == 0
     assert summary["acceptance"]["source"] == "vllm" and summary["acceptance"]["drafts"] > 0
     assert sent_keys == [SECRET]

@@ -193,6 +193,19 @@ def test_endpoint_api_key_sent_but_never_reported(fake_pair, monkeypatch):
     assert "refused the credentials" in str(refused.value) and secret not in str(refused.value)
 
 
+def test_the_engine_type_never_shows_its_key(monkeypatch):
+    """One `EngineEndpoint` holds the key for every command, bench included (whose options used
+    to show it in their repr); it names the variable the key came from instead."""
+    from dflash_guard.rollout.bench import BenchOptions
+
+    monkeypatch.setenv("DG_TEST_KEY", "sk-test-7f3a9c1d")
+    engine = EngineEndpoint.from_env("http://127.0.0.1:9", api_key_env="DG_TEST_KEY")
+    assert engine.api_key == "sk-test-7f3a9c1d" and engine.key_source == "DG_TEST_KEY"
+    options = BenchOptions(engine, engine, PROMPTS)
+    assert "sk-test" not in repr(engine) and "sk-test" not in repr(options)
+    assert "DG_TEST_KEY" in repr(engine)
+
+
 def test_endpoint_api_key_env_must_be_set(monkeypatch):
     monkeypatch.delenv("DG_MISSING_KEY", raising=False)
     with pytest.raises(InputError, match="DG_MISSING_KEY"):
