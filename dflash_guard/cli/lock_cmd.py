@@ -12,7 +12,8 @@ from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.json import print_json
-from dflash_guard.formats.terminal import markup_safe, terminal_safe
+from dflash_guard.formats.terminal import markup_safe
+from dflash_guard.formats.text.lock import render_lock
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
 from dflash_guard.pins.resolve import build_lock, requirements_text
@@ -85,15 +86,7 @@ def lock(
             }
         )
         return
-    for a in lockfile.artifacts:
-        note = ""
-        if a.source == "hub" and not a.hub_confirmed:
-            note = ("; cache-unconfirmed: trusted as a local folder until confirmed "
-                    "(lock it online, or --confirmed-by an earlier online lock)")
-        stdout.print(f"{a.role:8} {terminal_safe(a.label)}  ({len(a.files)} files{note})",
-                     highlight=False, markup=False)
-    stdout.print(f"wrote {terminal_safe(str(output))} ({lockfile.digest()})", highlight=False,
-                 markup=False)
+    render_lock(lockfile, output, stdout)
 
 
 @export_app.command("requirements")

@@ -12,6 +12,7 @@ from dflash_guard.cli.common import stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.json import print_json
+from dflash_guard.formats.text.policy import render_policy_check
 from dflash_guard.trust.policy import load_policy
 
 policy_app = typer.Typer(
@@ -45,12 +46,7 @@ def check(
             ],
         })
     else:
-        stdout.print(f"{policy.source}: valid (policy {policy.name!r}, {policy.digest})",
-                     highlight=False, soft_wrap=True, markup=False)
-        for waiver in expired:
-            stdout.print(f"  waiver {waiver.id} ({waiver.covers}) expired on "
-                         f"{waiver.expires.isoformat()}: the gate will refuse",
-                         highlight=False, soft_wrap=True, markup=False)
+        render_policy_check(policy, expired, stdout)
     raise typer.Exit(EXIT_FINDING if expired else EXIT_OK)
 
 
