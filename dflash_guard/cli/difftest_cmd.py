@@ -43,6 +43,7 @@ app = typer.Typer(
          "Exit 0 passed, 1 a divergence (or a refused GGUF, or a warning with "
          "--fail-on-warning), 2 an input or endpoint error.",
 )
+difftest_engines.register(app)
 
 
 @app.command("local")
@@ -116,6 +117,7 @@ def upgrade_args(args: list[str]) -> list[str]:
     rest = args[at + 1:]
     if at < 0 or not rest or not rest[0].startswith("-") or rest[0] in ("--help", "-h"):
         return args
+    rest = [arg for arg in rest if arg != "--token-ids"]  # the default; the flag is gone
     names = {arg.split("=", 1)[0] for arg in rest}
     if "--isolation" in names:
         mode, rest = "isolation", [a for a in rest if a != "--isolation"]
@@ -136,5 +138,4 @@ def upgrade_args(args: list[str]) -> list[str]:
 
 def register(root: typer.Typer) -> None:
     """Add `difftest` and its five modes to `root`."""
-    difftest_engines.register(app)
     root.add_typer(app, name="difftest")

@@ -213,6 +213,7 @@ def test_flags_of_the_chosen_mode_reach_the_library(cli, tmp_path: Path) -> None
                                                     "--candidate", "c"]),
         (["--reference=t", "--candidate", "c"], ["reference", "--target=t", "--candidate", "c"]),
         (["--isolation", "--candidate", "c"], ["isolation", "--candidate", "c"]),
+        (["--baseline", "b", "--token-ids"], ["endpoint", "--baseline", "b"]),
     ],
 )
 def test_the_old_spelling_becomes_the_mode(old, new, capsys) -> None:
