@@ -51,7 +51,7 @@ def test_divergence_line_names_both_sides_and_the_margin():
     line = divergence_line(TIE, "baseline", "candidate")
     assert line.startswith("[yellow]near-tie[/] tie: first at generated token 3: ")
     assert "baseline 7, candidate 8, baseline top-2 margin 0.001" in line
-    hard = divergence_line(HARD, "alone", "among tenants")
+    hard = divergence_line(HARD, "alone", "among tenants", "solo")
     assert hard.startswith("[red]hard[/]") and "among tenants <end of output>" in hard
     assert "\x1b" not in hard and "\\x1b[2J" in hard  # the prompt id cannot drive the terminal
 
@@ -73,7 +73,7 @@ def test_the_engine_views_share_the_lines():
     assert "near-tie tie: first at generated token 3: baseline 7, candidate 8" in endpoint
     assert endpoint.rstrip().endswith("verdict: DIVERGED: 1 hard, 1 near-tie(s)")
     isolation = text(render_isolation, IsolationReport("http://c", 0.05, 4, 2, (SAME, TIE)))
-    assert "alone 7, among tenants 8" in isolation
+    assert "alone 7, among tenants 8, solo top-2 margin 0.001" in isolation
     assert isolation.rstrip().endswith("verdict: 1 near-tie(s), no hard divergence")
     reference = ReferenceDiffReport("t", "http://c", None, 0.05, "p.jsonl", "0" * 64, 8,
                                     results=(SAME,))

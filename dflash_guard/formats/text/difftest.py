@@ -29,15 +29,16 @@ def _token(token: Token | None) -> str:
         token, str) else token)
 
 
-def divergence_line(result: PromptResult, reference: str, candidate: str) -> str:
-    """`STATUS PROMPT: first at generated token N: REFERENCE x, CANDIDATE y, top-2 margin m`
-    (yellow for a near-tie, red for a hard divergence)."""
+def divergence_line(result: PromptResult, reference: str, candidate: str,
+                    margin_of: str | None = None) -> str:
+    """`STATUS PROMPT: first at generated token N: REFERENCE x, CANDIDATE y, R top-2 margin m`
+    (yellow for a near-tie, red for a hard divergence; R is `margin_of`, else `reference`)."""
     d = result.divergence
     assert d is not None
     colour = "yellow" if d.near_tie else "red"
     where = "the same tokens, different text" if d.position is None else (
         f"first at generated token {d.position}")
-    margin = "" if d.margin is None else f", {reference} top-2 margin {d.margin:.4g}"
+    margin = "" if d.margin is None else f", {margin_of or reference} top-2 margin {d.margin:.4g}"
     return (f"[{colour}]{result.status}[/] {markup_safe(result.prompt_id)}: {where}: "
             f"{reference} {_token(d.reference_token)}, {candidate} "
             f"{_token(d.candidate_token)}{margin}")
@@ -79,7 +80,8 @@ def render_local(report: DifftestReport, console: Console) -> None:
                       f"{stats.target_forwards_ar}/{stats.target_forwards_spec}")
     console.print(table)
     for r in report.divergences:
-        console.print(divergence_line(r, "autoregressive", "speculative"), highlight=False)
+        console.print(divergence_line(r, "autoregressive", "speculative", "target"),
+                      highlight=False)
     histogram = " ".join(f"{k}:{v}" for k, v in report.histogram.items())
     console.print(f"tau {report.tau:.2f}   histogram {histogram}", highlight=False)
     saved = report.target_forwards_ar - report.target_forwards_spec
@@ -160,7 +162,7 @@ def render_isolation(report: IsolationReport, console: Console) -> None:
                   f"{report.concurrency}", highlight=False)
     for r in report.results:
         if r.divergence is not None:
-            console.print(divergence_line(r, "alone", "among tenants"), highlight=False)
+            console.print(divergence_line(r, "alone", "among tenants", "solo"), highlight=False)
     console.print(verdict_line(report, passed=report.passed,
                                identical="identical: no output depends on another request",
                                failed="NOT ISOLATED"), highlight=False)
