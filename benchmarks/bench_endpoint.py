@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS  # noqa: E402
 from dflash_guard.lossless.endpoint import EndpointOptions, run_endpoint_diff  # noqa: E402
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint  # noqa: E402
 from dflash_guard.lossless.prompts import read_prompts  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
 from tests.support.reference_server import running_server  # noqa: E402
@@ -35,12 +36,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         target, drafter = make_fixture_pair(Path(tmp))
         with running_server(target) as base, running_server(target, drafter) as cand:
-            warm_up = EndpointOptions(base.url, cand.url, max_new_tokens=4)
+            engines = EngineEndpoint(base.url), EngineEndpoint(cand.url)
+            warm_up = EndpointOptions(*engines, max_new_tokens=4)
             run_endpoint_diff(warm_up, prompts[:2])
             rates = {}
             for concurrency in args.concurrency:
                 began = time.perf_counter()
-                options = EndpointOptions(base.url, cand.url, concurrency=concurrency,
+                options = EndpointOptions(*engines, concurrency=concurrency,
                                           max_new_tokens=args.max_new_tokens)
                 report = run_endpoint_diff(options, prompts)
                 elapsed = time.perf_counter() - began

@@ -3,7 +3,7 @@
 In order: the lockfile (schema, pins), its signature, byte-exact verification of every locked
 folder, the scan of exactly the verified folders (then the tier rules on remote code and pickle
 formats), the policy (expired waivers, staging, GGUF comparisons: hand-written, or records of
-`difftest --reference` checked against the lock; engine builds), the advisory audit of the lock
+`difftest reference` checked against the lock; engine builds), the advisory audit of the lock
 against the policy's OSV feeds (when it names any), model signatures, the greedy lossless diff
 test of the locked pair, and, when the policy names endpoints (`difftest.endpoints`), the diff of
 the live baseline and candidate engines; an endpoint the gate cannot reach refuses (a gate that
@@ -15,7 +15,7 @@ Each check is a function `(GateInputs) -> (Outcome, Learned)`: it reads the froz
 hands what later checks (and the approval record) need on as a small frozen `Learned` value;
 `STEPS` is the list of the checks' names. `run_gate(GateOptions(...))` is the entry point.
 
-The module is over 450 lines on purpose: the nine checks read in the order they run, next to the
+The module is over 450 lines on purpose: the ten checks read in the order they run, next to the
 loop that runs them; split apart, the order a deploy is checked in would be scattered.
 """
 
@@ -28,9 +28,9 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlunsplit
 
 from dflash_guard.errors import InputError
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.outcome import Outcome
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.patterns import COMMIT_RE
@@ -63,7 +63,7 @@ from dflash_guard.trust.signing import (
     verify_lockfile_signature,
     verify_model_signatures,
 )
-from dflash_guard.urls import http_endpoint
+from dflash_guard.urls import http_endpoint, metrics_url
 from kernels_ref.faults import Fault  # torch-free
 
 MAX_LISTED = 3
@@ -122,12 +122,22 @@ class GateResult:
     signature: Path | None = None
     statement: Mapping[str, Any] | None = None
 
+    @property
+    def passed(self) -> bool:
+        """Approved (exit 0); refused is exit 1."""
+        return self.approved
+
+    @property
+    def not_run(self) -> list[str]:
+        """The checks a refusal stopped before (in order)."""
+        return [s for s in STEPS if s not in {c.name for c in self.checks}]
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "decision": "approved" if self.approved else "refused",
+            "passed": self.passed,
             "reason": self.reason,
             "checks": [c.to_json() for c in self.checks],
-            "not_run": [s for s in STEPS if s not in {c.name for c in self.checks}],
+            "not_run": self.not_run,
             "record": str(self.record) if self.record else None,
             "signature": str(self.signature) if self.signature else None,
         }
@@ -162,13 +172,13 @@ class GateInputs:
     device: str
     inject: Fault | None
     endpoints: EndpointRules | None
+    engines: tuple[EngineEndpoint, EngineEndpoint] | None = None  # the endpoints' engines
     lock: Lockfile | None = None
     locations: Mapping[str, Path] = dataclasses.field(default_factory=dict)
     tiers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     waivers_used: tuple[str, ...] = ()
     record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)
-    api_key: str | None = None  # sent only to endpoints named on the command line
     provenance_trusted: bool = False  # the lock's hub-confirmed claims count (signed lock)
 
     def learn(self, learned: Learned) -> GateInputs:
@@ -263,7 +273,7 @@ def check_verify(inputs: GateInputs) -> Checked:
     # every byte, and the record carries the digests computed here.
     report = verify_lock(inputs.lock, dict(inputs.roots), download=inputs.download,
                          use_cache=False)
-    if not report.ok:
+    if not report.passed:
         return Outcome.refused(_listed(
             [f"{p.role}/{p.path}: {_problem(p.kind)}" for p in report.problems])), NOTHING
     return (Outcome.passed(f"{report.files_checked} files match byte for byte"),
@@ -422,7 +432,7 @@ def check_advisories(inputs: GateInputs) -> Checked:
         "feeds": [{"uri": f.source, "digest": {"sha256": f.digest.removeprefix("sha256:")},
                    "newest": f.to_json()["newest"]} for f in report.feeds],
         "signers": signed_by(report.feeds),
-        "failOn": rules.fail_on,
+        "fail_on": rules.fail_on,
         "affected": report.ids(RULE_AFFECTED),
         "unknown": report.ids(RULE_UNKNOWN),
     }
@@ -476,16 +486,8 @@ def check_difftest(inputs: GateInputs) -> Checked:
     if report.tau < rules.min_tau:
         return Outcome.refused(f"mean acceptance length {report.tau:.2f} is below the policy's "
                                f"minimum {rules.min_tau}"), NOTHING
-    summary = {
-        "prompts": len(report.results),
-        "maxNewTokens": rules.max_new_tokens,
-        "identical": report.identical,
-        "divergences": [d.prompt_id for d in report.divergences],
-        "nearTies": [d.prompt_id for d in near_ties],
-        "tau": round(report.tau, 4),
-        "minTau": rules.min_tau,
-        "warnings": list(report.warnings),
-    }
+    summary = {**report.record_section(), "max_new_tokens": rules.max_new_tokens,
+               "near_ties": [d.prompt_id for d in near_ties], "min_tau": rules.min_tau}
     ties = f", {len(near_ties)} near-tie divergences tolerated" if near_ties else ""
     return (Outcome.passed(f"{len(report.results)} prompts identical{ties}; "
                            f"tau {report.tau:.2f} >= {rules.min_tau}"),
@@ -502,14 +504,12 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     rules = inputs.endpoints
     if rules is None:
         return Outcome.skipped("not configured (the policy has no difftest.endpoints)"), NOTHING
+    assert inputs.engines is not None
     try:
         report = run_endpoint_diff(
             EndpointOptions(
-                rules.baseline, rules.candidate,
-                model=rules.model, max_new_tokens=rules.max_new_tokens,
-                concurrency=rules.concurrency, api_key=inputs.api_key, timeout=rules.timeout_s,
-                near_tie_margin=rules.near_tie_margin,
-                metrics_url=metrics_url(rules.candidate) if rules.metrics else None,
+                *inputs.engines, max_new_tokens=rules.max_new_tokens,
+                concurrency=rules.concurrency, near_tie_margin=rules.near_tie_margin,
             ),
             read_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
         )
@@ -534,21 +534,9 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
         names = ", ".join(r.prompt_id for r in ties)
         return Outcome.refused(f"{len(ties)} near-tie divergences ({names}), more than the "
                                f"policy's max_near_ties {rules.max_near_ties}"), NOTHING
-    summary = {
-        "baseline": report.baseline,
-        "candidate": report.candidate,
-        "model": rules.model,
-        "prompts": total,
-        "maxNewTokens": rules.max_new_tokens,
-        "identical": sum(r.identical for r in report.results),
-        "nearTies": len(ties),
-        "maxNearTies": rules.max_near_ties,
-        "nearTieMargin": rules.near_tie_margin,
-        "hard": len(hard),
-        "divergences": [r.prompt_id for r in (*hard, *ties)],
-        "acceptance": dataclasses.asdict(acceptance) if acceptance else None,
-        "warnings": list(report.warnings),
-    }
+    summary = {**report.record_section(), "model": rules.model,
+               "max_new_tokens": rules.max_new_tokens, "max_near_ties": rules.max_near_ties,
+               "near_tie_margin": rules.near_tie_margin}
     tau = acceptance.mean_acceptance_length if acceptance else None
     figures = f"; candidate tau {tau:.2f}" if tau is not None else ""
     ties_note = f", {len(ties)} near-ties tolerated" if ties else ""
@@ -571,14 +559,12 @@ def check_rollout(inputs: GateInputs) -> Checked:
         return Outcome.refused("the rollout section needs two engines to bench: "
                                "difftest.endpoints, or --baseline and --candidate"), NOTHING
     tier = rules.expected_concurrency
+    assert inputs.engines is not None
     try:
         report = run_bench(BenchOptions(
-            endpoints.baseline, endpoints.candidate,
+            *inputs.engines,
             tuple(read_prompts(Path(endpoints.prompts) if endpoints.prompts else DEFAULT_PROMPTS)),
             tiers=(tier,), requests=rules.requests, max_tokens=endpoints.max_new_tokens,
-            model=endpoints.model, timeout=endpoints.timeout_s,
-            metrics_url=metrics_url(endpoints.candidate) if endpoints.metrics else None,
-            api_key=inputs.api_key,
         ))
     except EndpointError as error:
         return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), NOTHING
@@ -593,16 +579,22 @@ def check_rollout(inputs: GateInputs) -> Checked:
         return Outcome.refused(f"{figures} is below the policy's min_speedup "
                                f"{rules.min_speedup:g}: speculation does not pay at the expected "
                                "load"), NOTHING
-    summary = {"expectedConcurrency": tier, "minSpeedup": rules.min_speedup,
+    summary = {"expected_concurrency": tier, "min_speedup": rules.min_speedup,
                **report.to_json()["tiers"][0]}
     return (Outcome.passed(f"{figures} >= {rules.min_speedup:g}"),
             Learned(record={"rollout": summary}))
 
 
-def metrics_url(candidate: str) -> str:
-    """The candidate server's Prometheus endpoint: `/metrics` at its origin (vLLM, SGLang)."""
-    parts = http_endpoint(candidate, "candidate")
-    return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
+def engines_from_policy(rules: EndpointRules, api_key: str | None,
+                        key_source: str | None) -> tuple[EngineEndpoint, EngineEndpoint]:
+    """The baseline and candidate engines the endpoint rules name, built once for the endpoint
+    diff and the rollout bench: the operator's API key (`resolve_api_key`), the candidate's
+    metrics at its origin when `metrics` is on."""
+    settings: dict[str, Any] = dict(model=rules.model, api_key=api_key, key_source=key_source,
+                                    timeout=rules.timeout_s)
+    return (EngineEndpoint(rules.baseline, **settings),
+            EngineEndpoint(rules.candidate, **settings,
+                           metrics_url=metrics_url(rules.candidate) if rules.metrics else None))
 
 
 def resolve_api_key(policy: Policy, overrides: EndpointOverrides) -> str | None:
@@ -717,8 +709,9 @@ def run_gate(options: GateOptions, *,
         today=options.today or dt.datetime.now(dt.UTC).date(), trust_root=options.trust_root,
         download=options.download, device=options.device, inject=options.inject,
         endpoints=endpoints,
+        engines=(engines_from_policy(endpoints, api_key, options.endpoints.api_key_env)
+                 if endpoints is not None else None),
         engine_repos=dict(options.engine_repos),
-        api_key=api_key,
     )
     results: list[CheckResult] = []
     for check in CHECKS:

@@ -140,3 +140,9 @@ def repo_key(url: str) -> str:
     while path.endswith(".git"):
         path = path.removesuffix(".git").rstrip("/")
     return f"{host}/{path}"
+
+
+def metrics_url(engine_url: str) -> str:
+    """An engine's Prometheus endpoint: `/metrics` at its origin (vLLM, SGLang, llama.cpp)."""
+    parts = http_endpoint(engine_url, "engine")
+    return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))

@@ -45,8 +45,8 @@ for subject in statement["subject"][:3]:
 print("policy:       ", predicate["policy"]["name"], predicate["policy"]["digest"]["sha256"][:16] + "...")
 print("engines:      ", [e["uri"] for e in predicate["engines"]])
 print("difftest:     ", "identical" if predicate["difftest"]["identical"] else "DIVERGED",
-      f"over {predicate['difftest']['prompts']} prompts, tau {predicate['acceptanceLength']}")
-print("approvedAt:   ", predicate["approvedAt"])
+      f"over {predicate['difftest']['prompts']} prompts, tau {predicate['acceptance_length']}")
+print("approved_at:  ", predicate["approved_at"])
 PY
 
 step "4. the same gate, after one byte of the drafter's weights changed"

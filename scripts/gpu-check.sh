@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu-check.sh: kernels_ref on a CUDA machine, in one go (meant to take a few minutes on an H200).
-#   1. `dflash-guard difftest` on the built-in fixture pair on cuda: float32 must be identical,
+#   1. `dflash-guard difftest local` on the built-in fixture pair on cuda: float32 must be identical,
 #      eager and with CUDA graphs; bfloat16 (eager and graphs) may diverge only at near-ties.
 #   2-4. benchmarks/bench_cuda.py: decode/verify/draft step times (eager and graph) against the
 #      measured-bandwidth roofline, end-to-end tokens/s (autoregressive, oracle and fixture
@@ -44,7 +44,7 @@ runs=("fp32-eager float32" "fp32-graphs float32 --cuda-graphs" "bf16-eager bfloa
 for run in "${runs[@]}"; do
   read -r name dtype flags <<<"$run"
   # shellcheck disable=SC2086  # $flags is empty or one flag
-  "$python" -m dflash_guard difftest --target "$work/pair/target" --drafter "$work/pair/drafter" \
+  "$python" -m dflash_guard difftest local --target "$work/pair/target" --drafter "$work/pair/drafter" \
     --device cuda --dtype "$dtype" $flags --format json >"$work/$name.json" 2>"$work/$name.err"
   echo "$?" >"$work/$name.rc"
 done

@@ -52,7 +52,7 @@ class AuditReport:
         return [f for f in self.findings if f.severity >= self.fail_on]
 
     @property
-    def ok(self) -> bool:
+    def passed(self) -> bool:
         return not self.feed_problems and not self.failing
 
     def ids(self, rule_id: str) -> list[str]:
@@ -63,7 +63,7 @@ class AuditReport:
         return {
             "lock": self.lock,
             "lock_digest": self.lock_digest,
-            "ok": self.ok,
+            "passed": self.passed,
             "fail_on": self.fail_on.name,
             "summary": {
                 "subjects": self.subjects,

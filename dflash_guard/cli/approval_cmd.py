@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import OutputFormat, print_json, stdout
+from dflash_guard.cli.common import finish
 from dflash_guard.cli.verify_cmd import parse_roots
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.text.approval import render_approval
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import check_approval
 
@@ -30,8 +31,8 @@ def verify_approval(
     signature_only: Annotated[bool, typer.Option(
         "--signature-only", metavar="", help="Check the signature, not the files on disk.")
     ] = False,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="text or json.")
-                   ] = OutputFormat.text,
+    fmt: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
+                   ] = PlainFormat.text,
 ) -> None:
     """Check an approval record's signature and its subjects; exit 0 verified, 1 not.
 
@@ -41,21 +42,7 @@ def verify_approval(
         record, load_policy(policy),
         roots=None if signature_only else parse_roots(root or []),
         lock_path=lock, trust_root=trust_root)
-    if fmt is OutputFormat.json:
-        print_json(verdict.to_json())
-    else:
-        stdout.print(f"approval record {record} under policy {verdict.policy}:", highlight=False,
-                     markup=False)
-        for check in verdict.signatures:
-            line = f"signed by {check.signer}" if check.ok else f"BAD SIGNATURE: {check.reason}"
-            stdout.print(f"  {Path(check.signature).name}: {line}", highlight=False,
-                         markup=False, soft_wrap=True)
-        for problem in verdict.problems:
-            stdout.print(f"  {problem}", highlight=False, markup=False, soft_wrap=True)
-        files = "" if signature_only else f", {verdict.checked} approved files match the disk"
-        stdout.print(("VERIFIED" + files) if verdict.passed else "NOT VERIFIED",
-                     highlight=False, markup=False)
-    raise typer.Exit(EXIT_OK if verdict.passed else EXIT_FINDING)
+    finish(verdict, fmt, render_approval)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,39 +8,23 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import json
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from dflash_guard.cli.common import stderr, stdout
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
+from dflash_guard.formats import OutputFormat, exit_code
 from dflash_guard.formats.terminal import safe_console
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
     from dflash_guard.audit.feeds import FeedRules
-    from dflash_guard.audit.run import AuditReport
-
-
-class AuditFormat(StrEnum):
-    """Report formats of `audit`."""
-
-    text = "text"
-    json = "json"
-    sarif = "sarif"
 
 
 SEVERITY_METAVAR = "[" + "|".join(Severity.names()) + "]"
-
-
-_STYLE = {Severity.critical: "bold red", Severity.high: "red", Severity.medium: "yellow",
-          Severity.low: "dim"}
 
 
 def parse_clones(specs: list[str]) -> dict[str, Path]:
@@ -54,28 +38,6 @@ def parse_clones(specs: list[str]) -> dict[str, Path]:
             raise InputError(f"--engine-repo {name}: given twice")
         clones[name] = Path(folder).expanduser()
     return clones
-
-
-def render_text(report: AuditReport, console: Console) -> None:
-    """One line per feed, two lines per finding, then the verdict."""
-    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
-
-    for feed in report.feeds:
-        newest = feed.newest.date().isoformat() if feed.newest else "no records"
-        console.print(f"feed {escape(feed.source)}: {len(feed.advisories)} advisories, newest "
-                     f"{newest}, {feed.digest[:19]}", highlight=False)
-    for problem in report.feed_problems:
-        console.print(f"[bold red]feed refused[/]: {escape(problem)}", highlight=False)
-    for f in report.findings:
-        console.print(f"[{_STYLE[f.severity]}]{f.severity.name}[/] {f.rule_id} "
-                     f"{escape(f.advisory)}: {escape(f.subject)}", highlight=False)
-        console.print(f"    {escape(f.message)}", highlight=False)
-    verdict = "PASS" if report.ok else "FAIL"
-    console.print(
-        f"{verdict}: {report.subjects} pinned subjects against {report.advisories} advisories: "
-        f"{len(report.ids(RULE_AFFECTED))} affecting, {len(report.ids(RULE_UNKNOWN))} "
-        f"undecided, {len(report.failing)} findings at or above {report.fail_on.name}, "
-        f"{len(report.feed_problems)} feed refusals", highlight=False)
 
 
 def _flag_rules(fail_on: Severity | None, max_age_days: int | None, require_signed: bool,
@@ -128,8 +90,8 @@ def audit(
         "--issuer", help="The OIDC issuer of the --identity signers.")] = None,
     trust_root: Annotated[Path | None, typer.Option(
         "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
-    fmt: Annotated[AuditFormat, typer.Option("--format", help="text, json or sarif.")
-                   ] = AuditFormat.text,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="text, json or sarif.")
+                   ] = OutputFormat.text,
     output: Annotated[Path | None, typer.Option(
         "--output", help="Write the report to FILE (atomically), not stdout.")] = None,
 ) -> None:
@@ -139,7 +101,7 @@ def audit(
     Example: dflash-guard audit --lock dflash.lock --advisories feeds/ --engine-repo vllm=../vllm
     """
     from dflash_guard.audit.run import run_audit, run_policy_audit
-    from dflash_guard.audit.sarif import render_sarif
+    from dflash_guard.formats.text.audit import render_audit
     from dflash_guard.trust.policy import load_policy
 
     clones = parse_clones(engine_repo or [])
@@ -160,19 +122,20 @@ def audit(
         rules, threshold = _flag_rules(fail_on, max_age_days, require_signed, public_key or [],
                                        identity or [], issuer, trust_root)
         report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
-    if fmt is AuditFormat.text:
+    if fmt is OutputFormat.text:
         console = safe_console(record=True, width=120, file=io.StringIO()) if output else stdout
-        render_text(report, console)
+        render_audit(report, console)
         text = console.export_text() if output else ""
     else:
-        payload = report.to_json() if fmt is AuditFormat.json else render_sarif(report)
-        text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
+        from dflash_guard.formats import json, sarif
+
+        text = json.render(report) if fmt is OutputFormat.json else sarif.render_audit(report)
         if output is None:
             typer.echo(text, nl=False)
     if output is not None:
         write_atomic(output, text)
         stderr.print(f"report written to {output}", highlight=False, markup=False)
-    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDING)
+    raise typer.Exit(exit_code(report))
 
 
 def register(app: typer.Typer) -> None:

@@ -7,33 +7,11 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import OutputFormat, print_json, stdout
+from dflash_guard.cli.common import finish
 from dflash_guard.errors import InputError
-from dflash_guard.lossless.endpoint.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, read_api_key
-from dflash_guard.rollout.bench import DEFAULT_MAX_TOKENS, BenchReport
-
-
-def _render(report: BenchReport) -> None:
-    from rich.table import Table
-
-    streamed = any(t.candidate.ttft_p50_s is not None for t in report.tiers)
-    table = Table("tier", "tok/s base", "tok/s spec", "speedup", "p50/p95 s base",
-                  "p50/p95 s spec", *(["TTFT p50 s base/spec"] if streamed else []), "tau",
-                  title="speculation per concurrency tier")
-    for tier in report.tiers:
-        tau = "n/a" if tier.tau is None else f"{tier.tau:.2f}"
-        style = "green" if tier.speedup >= 1 else "red"
-        ttft = [f"{tier.baseline.ttft_p50_s or 0:.3f}/{tier.candidate.ttft_p50_s or 0:.3f}"]
-        table.add_row(str(tier.concurrency), f"{tier.baseline.tokens_per_s:.1f}",
-                      f"{tier.candidate.tokens_per_s:.1f}", f"[{style}]{tier.speedup:.2f}x[/]",
-                      f"{tier.baseline.latency_p50_s:.2f}/{tier.baseline.latency_p95_s:.2f}",
-                      f"{tier.candidate.latency_p50_s:.2f}/{tier.candidate.latency_p95_s:.2f}",
-                      *(ttft if streamed else []), tau)
-    stdout.print(table)
-    crossover = report.crossover
-    stdout.print("speculation pays at every tier" if crossover is None else
-                 f"crossover: speculation is slower from concurrency {crossover}",
-                 highlight=False, markup=False)
+from dflash_guard.formats import PlainFormat
+from dflash_guard.lossless.endpoint.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+from dflash_guard.rollout.bench import DEFAULT_MAX_TOKENS
 
 
 def bench(
@@ -72,26 +50,29 @@ def bench(
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Draw speedup and tau against concurrency (.png or .svg; needs "
                        "matplotlib).")] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text,
+    output_format: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
+                             ] = PlainFormat.text,
 ) -> None:
     """Benchmark an engine with and without speculation at each concurrency tier.
 
     Example: dflash-guard bench --baseline http://h:8000 --candidate http://h:8001 --plot b.svg
     """
-    from dflash_guard.gate import metrics_url
+    from dflash_guard.formats.text.bench import render_bench
     from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+    from dflash_guard.lossless.endpoint.engine import EngineEndpoint
     from dflash_guard.lossless.prompts import read_prompts
     from dflash_guard.rollout.bench import BenchOptions, parse_tiers, run_bench
+    from dflash_guard.urls import metrics_url
 
     if requests is not None and duration is not None:
         raise InputError("give either --requests or --duration, not both")
+    settings = dict(model=model, api_key_env=api_key_env, timeout=timeout, retries=retries)
     options = BenchOptions(
-        baseline, candidate, tuple(read_prompts(prompts or DEFAULT_PROMPTS)),
-        tiers=parse_tiers(concurrency), requests=requests, duration_s=duration,
-        max_tokens=max_tokens, model=model,
-        metrics_url=None if no_metrics else metrics or metrics_url(candidate),
-        timeout=timeout, retries=retries, api_key=read_api_key(api_key_env),
-        stream=stream,
+        EngineEndpoint.from_env(baseline, **settings),
+        EngineEndpoint.from_env(candidate, **settings, metrics_url=None if no_metrics
+                                else metrics or metrics_url(candidate)),
+        tuple(read_prompts(prompts or DEFAULT_PROMPTS)), tiers=parse_tiers(concurrency),
+        requests=requests, duration_s=duration, max_tokens=max_tokens, stream=stream,
     )
     if plot is not None:
         from dflash_guard.rollout.plot import check_plot_target
@@ -102,10 +83,7 @@ def bench(
         from dflash_guard.rollout.plot import plot_report
 
         plot_report(report, plot)
-    if output_format is OutputFormat.json:
-        print_json(report.to_json())
-    else:
-        _render(report)
+    finish(report, output_format, render_bench)
 
 
 def register(app: typer.Typer) -> None:

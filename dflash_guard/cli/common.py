@@ -1,13 +1,13 @@
-"""Pieces every command shares: output formats, JSON printing, the error-to-exit-code contract."""
+"""Pieces every command shares: the two consoles, and "render the report, then exit"."""
 
 from __future__ import annotations
 
-import json
-import sys
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
-from dflash_guard.formats import OutputFormat as ReportFormat
+import typer
+
+from dflash_guard.formats import PlainFormat, Report, exit_code
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 # Both escape control characters in every string they print (formats/terminal.py).
 stdout: Console
 stderr: Console
+
+R = TypeVar("R", bound=Report)
 
 
 def __getattr__(name: str) -> Console:
@@ -29,14 +31,24 @@ def __getattr__(name: str) -> Console:
     return console
 
 
-class OutputFormat(StrEnum):
-    """`--format` of the commands that report as text or JSON (see `formats.OutputFormat`)."""
-
-    text = ReportFormat.text.value
-    json = ReportFormat.json.value
+def _console(name: str) -> Console:
+    made: Console | None = globals().get(name)
+    return made if made is not None else __getattr__(name)
 
 
-def print_json(payload: Any) -> None:
-    """Print `payload` as stable, sorted JSON on stdout."""
-    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    sys.stdout.flush()
+def finish(report: R, output_format: PlainFormat, render_text: Callable[[R, Console], None],
+           ) -> NoReturn:
+    """Print `report` as JSON or with `render_text` on stdout, then exit with its exit code."""
+    if output_format is PlainFormat.json:
+        from dflash_guard.formats.json import print_json
+
+        print_json(report.to_json())
+    else:
+        render_text(report, _console("stdout"))
+    raise typer.Exit(exit_code(report))
+
+
+def progress(message: str, output_format: PlainFormat) -> None:
+    """A progress line on stderr for text output (JSON runs stay quiet)."""
+    if output_format is PlainFormat.text:
+        _console("stderr").print(message, highlight=False, markup=False)

@@ -7,48 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from dflash_guard.cli.audit_cmd import parse_clones
-from dflash_guard.cli.common import OutputFormat, print_json, stdout
+from dflash_guard.cli.common import finish
 from dflash_guard.cli.verify_cmd import parse_roots
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK
-from dflash_guard.formats.terminal import markup_safe
-from dflash_guard.gate import (
-    STEPS,
-    ApprovalSigning,
-    EndpointOverrides,
-    GateOptions,
-    GateResult,
-    run_gate,
-)
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.text.gate import render_gate
+from dflash_guard.gate import ApprovalSigning, EndpointOverrides, GateOptions, run_gate
 from dflash_guard.lossless.reference import parse_fault
-
-
-def render(result: GateResult) -> None:
-    """The verdict table: one row per check, then the decision."""
-    table = Table(title="dflash-guard gate", title_justify="left")
-    table.add_column("check")
-    table.add_column("result")
-    table.add_column("detail", overflow="fold")
-    ran = {c.name for c in result.checks}
-    for check in result.checks:
-        if check.skipped:
-            verdict = "[dim]not configured[/]"
-        else:
-            verdict = "[green]pass[/]" if check.ok else "[bold red]FAIL[/]"
-        table.add_row(check.name, verdict, markup_safe(check.detail))
-    for step in STEPS:
-        if step not in ran:
-            table.add_row(step, "[dim]not run[/]", "")
-    stdout.print(table)
-    if result.approved:
-        where = f": record {markup_safe(str(result.record))}" if result.record else ""
-        signed = f", signed {markup_safe(str(result.signature))}" if result.signature else ""
-        stdout.print(f"[bold green]APPROVED[/]{where}{signed}", highlight=False)
-    else:
-        stdout.print(f"[bold red]REFUSED[/]: {markup_safe(result.reason or '')}", highlight=False,
-                     soft_wrap=True)
 
 
 def gate(
@@ -87,8 +53,8 @@ def gate(
     engine_repo: Annotated[list[str] | None, typer.Option(
         "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo), "
                               "for the advisory audit's GIT ranges (repeatable).")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="text or json.")
-                   ] = OutputFormat.text,
+    fmt: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
+                   ] = PlainFormat.text,
 ) -> None:
     """Run every check of a deploy in order; exit 0 approved, 1 refused, 2 usage/input error.
 
@@ -101,11 +67,7 @@ def gate(
         endpoints=EndpointOverrides(baseline, candidate, api_key_env),
         engine_repos=parse_clones(engine_repo or []),
     ))
-    if fmt is OutputFormat.json:
-        print_json(result.to_json())
-    else:
-        render(result)
-    raise typer.Exit(EXIT_OK if result.approved else EXIT_FINDING)
+    finish(result, fmt, render_gate)
 
 
 def register(app: typer.Typer) -> None:

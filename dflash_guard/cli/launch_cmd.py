@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 
 from dflash_guard import formats
-from dflash_guard.cli.common import print_json, stderr
+from dflash_guard.cli.common import stderr
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.formats import OutputFormat
+from dflash_guard.formats.json import print_json
 from dflash_guard.formats.terminal import markup_safe
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.trust.policy import load_policy

@@ -7,10 +7,13 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
+from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.formats.terminal import markup_safe, terminal_safe
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.json import print_json
+from dflash_guard.formats.terminal import markup_safe
+from dflash_guard.formats.text.lock import render_lock
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
 from dflash_guard.pins.resolve import build_lock, requirements_text
@@ -51,8 +54,8 @@ def lock(
     trust_root: Annotated[Path | None, typer.Option(
         "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
     fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="text or json.")
-    ] = OutputFormat.text,
+        PlainFormat, typer.Option("--format", help="text or json.")
+    ] = PlainFormat.text,
 ) -> None:
     """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile.
 
@@ -87,9 +90,10 @@ def lock(
         raise typer.Exit(EXIT_FINDING)
     lockfile = result.lock
     write_lockfile(lockfile, output)
-    if fmt is OutputFormat.json:
+    if fmt is PlainFormat.json:
         print_json(
             {
+                "passed": True,
                 "lockfile": str(output),
                 "digest": lockfile.digest(),
                 "artifacts": {a.role: a.label for a in lockfile.artifacts},
@@ -97,15 +101,7 @@ def lock(
             }
         )
         return
-    for a in lockfile.artifacts:
-        note = ""
-        if a.source == "hub" and not a.hub_confirmed:
-            note = ("; cache-unconfirmed: trusted as a local folder until confirmed "
-                    "(lock it online, or --confirmed-by an earlier online lock)")
-        stdout.print(f"{a.role:8} {terminal_safe(a.label)}  ({len(a.files)} files{note})",
-                     highlight=False, markup=False)
-    stdout.print(f"wrote {terminal_safe(str(output))} ({lockfile.digest()})", highlight=False,
-                 markup=False)
+    render_lock(lockfile, output, stdout)
 
 
 @export_app.command("requirements")

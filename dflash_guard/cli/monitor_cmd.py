@@ -7,27 +7,21 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import OutputFormat, stdout
+from dflash_guard.cli.common import stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
-from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S, CompletionClient
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.text.monitor import interval_line
+from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.rollout.monitor import (
     DEFAULT_INTERVAL_S,
     DEFAULT_MAX_DROP_PCT,
     DEFAULT_MIN_TAU,
-    IntervalReading,
     MonitorOptions,
     baseline_from_approval,
     json_line,
     watch,
 )
-
-
-def _text_line(reading: IntervalReading) -> str:
-    tau = "n/a (nothing drafted)" if reading.tau is None else f"{reading.tau:.2f}"
-    rate = "" if reading.acceptance_rate is None else f", acceptance {reading.acceptance_rate:.0%}"
-    reset = " (counters reset)" if reading.reset else ""
-    verdict = "; ".join(f"ALARM {a.kind}: {a.message}" for a in reading.alarms) or "ok"
-    return f"{reading.source} over {reading.seconds:g} s: tau {tau}{rate}{reset} - {verdict}"
 
 
 def verified_baseline(record: Path, policy: str | None) -> float:
@@ -74,9 +68,9 @@ def monitor(
     ] = None,
     timeout: Annotated[float, typer.Option(
         "--timeout", min=0.001, help="Per-scrape timeout in seconds.")] = DEFAULT_TIMEOUT_S,
-    output_format: Annotated[OutputFormat, typer.Option(
+    output_format: Annotated[PlainFormat, typer.Option(
         "--format", help="text, or json: one JSON line per interval for log shippers.")
-    ] = OutputFormat.text,
+    ] = PlainFormat.text,
 ) -> None:
     """Scrape an engine's metrics and alarm on collapsed, dropped or 100% acceptance.
 
@@ -88,17 +82,18 @@ def monitor(
         raise InputError("give either --baseline-tau or --record, not both")
     if record is not None:
         baseline_tau = verified_baseline(record, policy)
-    options = MonitorOptions(metrics, interval, min_tau, max_drop, baseline_tau)
-    alarmed = False
-    with CompletionClient("metrics", metrics, timeout=timeout) as client:
+    engine = EngineEndpoint(metrics, metrics_url=metrics, timeout=timeout)
+    options = MonitorOptions(engine, interval, min_tau, max_drop, baseline_tau)
+    passed = True
+    with engine.client("metrics") as client:
         for reading in watch(options, lambda: client.get_text(metrics),
                              intervals=1 if once else intervals):
-            alarmed = alarmed or bool(reading.alarms)
-            if output_format is OutputFormat.json:
+            passed = passed and reading.passed
+            if output_format is PlainFormat.json:
                 print(json_line(reading), flush=True)
             else:
-                stdout.print(_text_line(reading), highlight=False, markup=False)
-    raise typer.Exit(EXIT_FINDING if alarmed else EXIT_OK)
+                stdout.print(interval_line(reading), highlight=False, markup=False)
+    raise typer.Exit(EXIT_OK if passed else EXIT_FINDING)
 
 
 def register(app: typer.Typer) -> None:

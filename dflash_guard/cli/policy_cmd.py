@@ -7,22 +7,25 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import OutputFormat, print_json, stdout
+from dflash_guard.cli.common import stdout
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.json import print_json
+from dflash_guard.formats.text.policy import render_policy_check
 from dflash_guard.trust.policy import load_policy
 
 policy_app = typer.Typer(
     help="Validate or show a deploy policy.", no_args_is_help=True, add_completion=False
 )
 
-FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Report format.")]
+FormatOption = Annotated[PlainFormat, typer.Option("--format", help="Report format.")]
 
 
 @policy_app.command("check")
 def check(
     file: Annotated[str, typer.Argument(help="A built-in name (default, strict, dev), or a "
                                         "policy file given as a path (./p.yaml).")],
-    output: FormatOption = OutputFormat.text,
+    output: FormatOption = PlainFormat.text,
 ) -> None:
     """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid.
 
@@ -30,12 +33,12 @@ def check(
     """
     policy = load_policy(file)
     expired = policy.expired_waivers(dt.datetime.now(dt.UTC).date())
-    if output is OutputFormat.json:
+    if output is PlainFormat.json:
         print_json({
             "source": policy.source,
             "name": policy.name,
             "digest": policy.digest,
-            "valid": True,
+            "passed": not expired,
             "unsatisfiable": list(policy.unsatisfiable),
             "expired_waivers": [
                 {"id": w.id, "covers": w.covers, "expires": w.expires.isoformat()}
@@ -43,16 +46,7 @@ def check(
             ],
         })
     else:
-        stdout.print(f"{policy.source}: valid (policy {policy.name!r}, {policy.digest})",
-                     highlight=False, soft_wrap=True, markup=False)
-        for why in policy.unsatisfiable:
-            stdout.print(f"  the gate refuses it as it stands: {why}; write a policy with "
-                         f"extends: {policy.name} that names your signers",
-                         highlight=False, soft_wrap=True, markup=False)
-        for waiver in expired:
-            stdout.print(f"  waiver {waiver.id} ({waiver.covers}) expired on "
-                         f"{waiver.expires.isoformat()}: the gate will refuse",
-                         highlight=False, soft_wrap=True, markup=False)
+        render_policy_check(policy, expired, stdout)
     raise typer.Exit(EXIT_FINDING if expired else EXIT_OK)
 
 
@@ -60,7 +54,7 @@ def check(
 def show(
     file: Annotated[str | None, typer.Argument(help="Policy file or built-in name; default: "
                                                "the built-in default policy.")] = None,
-    output: FormatOption = OutputFormat.text,
+    output: FormatOption = PlainFormat.text,
 ) -> None:
     """Print the effective policy as a file `policy check` accepts (source and digest as
     comments); save it as a start for your own (or write `extends: NAME` and your changes).
@@ -68,7 +62,7 @@ def show(
     Example: dflash-guard policy show strict --format json
     """
     policy = load_policy(file)
-    if output is OutputFormat.json:
+    if output is PlainFormat.json:
         print_json(policy.to_json())
     else:
         stdout.out(policy.to_yaml(), end="", highlight=False)

@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from dflash_guard import formats
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
+from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.formats import OutputFormat
+from dflash_guard.formats import OutputFormat, exit_code
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.scan import scan_paths
 from dflash_guard.severity import Severity
@@ -84,4 +84,4 @@ def register(app: typer.Typer) -> None:
             from dflash_guard.cli.common import stderr
 
             stderr.print(f"report written to {output}", highlight=False)
-        raise typer.Exit(EXIT_FINDING if report.fails() else EXIT_OK)
+        raise typer.Exit(exit_code(report))

@@ -6,15 +6,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from dflash_guard.cli.common import OutputFormat, print_json, stderr, stdout
-from dflash_guard.errors import EXIT_FINDING, InputError
-from dflash_guard.formats.terminal import markup_safe, terminal_safe
+from dflash_guard.cli.common import finish, stderr
+from dflash_guard.errors import InputError
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.text.verify import render_verify
 from dflash_guard.pins.lockfile import ROLES, load_lockfile
-from dflash_guard.pins.verify import VerifyReport, verify_lock
+from dflash_guard.pins.verify import verify_lock
 from dflash_guard.trust.policy import load_policy
-from dflash_guard.trust.signing import SignatureCheck, verify_signatures
+from dflash_guard.trust.signing import verify_signatures
+from dflash_guard.trust.verified import VerifiedLock
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -64,38 +65,6 @@ def parse_roots(specs: list[str]) -> dict[str, Path]:
     return roots
 
 
-def render(report: VerifyReport) -> None:
-    """The text report: one line per role, then a table of the files that differ."""
-    for role, folder in sorted(report.locations.items()):
-        stdout.print(f"{role:8} {terminal_safe(str(folder))}", highlight=False, markup=False)
-    if report.ok:
-        stdout.print(
-            f"[green]OK[/]: {report.files_checked} files match the lockfile "
-            f"({report.cache_hits} from the stat cache)"
-        )
-        return
-    table = Table(title="files that differ from the lockfile")
-    for column in ("role", "path", "problem", "expected", "actual"):
-        table.add_column(column, overflow="fold")
-    for p in report.problems:
-        cells = (p.role, p.path, p.kind, p.expected, p.actual)
-        table.add_row(*(markup_safe(cell or "") for cell in cells))
-    stdout.print(table)
-    stdout.print(f"[red]MISMATCH[/]: {len(report.problems)} problem(s)")
-
-
-def render_signatures(checks: list[SignatureCheck]) -> None:
-    """One line per signature checked: who signed it, or why it was refused."""
-    for check in checks:
-        what = markup_safe(f"{check.subject} ({Path(check.signature).name})")
-        if check.ok:
-            stdout.print(f"[green]signed[/]: {what} by {markup_safe(str(check.signer))}",
-                         highlight=False, soft_wrap=True)
-        else:
-            stdout.print(f"[red]BAD SIGNATURE[/]: {what}: {markup_safe(str(check.reason))}",
-                         highlight=False, soft_wrap=True)
-
-
 def verify(
     lock_path: Annotated[Path, typer.Option("--lock", help="Lockfile to check against.")] = Path(
         "dflash.lock"
@@ -121,8 +90,8 @@ def verify(
         typer.Option("--trust-root", help="Sigstore trusted root (JSON): verify offline."),
     ] = None,
     fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="text or json.")
-    ] = OutputFormat.text,
+        PlainFormat, typer.Option("--format", help="text or json.")
+    ] = PlainFormat.text,
 ) -> None:
     """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch).
 
@@ -140,14 +109,8 @@ def verify(
     # Signatures: the lockfile's when one exists or the policy requires it; each model.sig.
     signatures = verify_signatures(lock_path, lockfile, report.locations, accepted,
                                    trust_root=trust_root)
-    if fmt is OutputFormat.json:
-        print_json({"lockfile": str(lock_path), "digest": lockfile.digest(), **report.to_json(),
-                    "signatures": [check.to_json() for check in signatures]})
-    else:
-        render(report)
-        render_signatures(signatures)
-    if not report.ok or not all(check.ok for check in signatures):
-        raise typer.Exit(EXIT_FINDING)
+    finish(VerifiedLock(str(lock_path), lockfile.digest(), report, tuple(signatures)), fmt,
+           render_verify)
 
 
 def register(app: typer.Typer) -> None:

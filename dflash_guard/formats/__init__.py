@@ -1,7 +1,9 @@
-"""Report formats, chosen in one place: `OutputFormat` -> a renderer from report to string.
+"""Every command's report goes out through here: `interface` says what a report is (`Report`:
+`passed` and `to_json()`; `exit_code`), `json` is the one JSON writer, `sarif` the one SARIF
+writer (scan findings and the advisory audit), and `text/` holds one text view per report.
 
-One module per format (`text`, `json`, `sarif`); each renderer takes a report (see `interface`)
-and returns the text to print or write. Commands that report pick a format here.
+`OutputFormat` (text, json, sarif) is what findings reports offer; `PlainFormat` (text, json)
+the others. `renderer(format)` picks a findings report's renderer.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import assert_never
 
-from dflash_guard.formats.interface import Renderer, Report
+from dflash_guard.formats.interface import FindingsReport, Renderer, Report, exit_code
 
 
 class OutputFormat(StrEnum):
@@ -18,6 +20,13 @@ class OutputFormat(StrEnum):
     text = "text"
     json = "json"
     sarif = "sarif"
+
+
+class PlainFormat(StrEnum):
+    """`--format` of the reports without findings to put in SARIF: text or JSON."""
+
+    text = OutputFormat.text.value
+    json = OutputFormat.json.value
 
 
 def renderer(output_format: OutputFormat) -> Renderer:
@@ -34,9 +43,10 @@ def renderer(output_format: OutputFormat) -> Renderer:
     return render
 
 
-def render(report: Report, output_format: OutputFormat) -> str:
+def render(report: FindingsReport, output_format: OutputFormat) -> str:
     """`report` in `output_format`."""
     return renderer(output_format)(report)
 
 
-__all__ = ["OutputFormat", "Renderer", "Report", "render", "renderer"]
+__all__ = ["FindingsReport", "OutputFormat", "PlainFormat", "Renderer", "Report", "exit_code",
+           "render", "renderer"]

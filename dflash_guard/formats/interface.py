@@ -1,24 +1,41 @@
-"""What a renderer needs from a report, and what a renderer is."""
+"""What every command's result is to the formats (`Report`), and what a renderer is.
+
+Every reporting command (scan, verify, difftest in each mode, audit, bench, monitor, gate)
+returns a `Report`: whether it `passed` (exit 0, else 1: see `exit_code`), its JSON form (one
+key style: snake_case, the verdict always `"passed"`) and, where it has them, `findings` a SARIF
+log can carry (`FindingsReport`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+
 if TYPE_CHECKING:
     from dflash_guard.scan.interface import Finding
 
 
 class Report(Protocol):
-    """A report any format can render: findings, a JSON form and a one-line summary."""
+    """A command's result: a verdict and a stable JSON form that carries it as `"passed"`."""
+
+    @property
+    def passed(self) -> bool:
+        """The verdict: True is exit 0, False exit 1."""
+        ...
+
+    def to_json(self) -> dict[str, object]:
+        """The stable JSON form: snake_case keys, `"passed"` among them."""
+        ...
+
+
+class FindingsReport(Report, Protocol):
+    """A report made of findings (scan, audit): what the text tables and SARIF render."""
 
     @property
     def findings(self) -> Sequence[Finding]:
         """The findings, in the order to show them."""
-        ...
-
-    def to_json(self) -> dict[str, object]:
-        """The stable JSON form."""
         ...
 
     def summary(self) -> str:
@@ -26,5 +43,19 @@ class Report(Protocol):
         ...
 
 
+class RecordedReport(Report, Protocol):
+    """A report the gate puts into the approval record (the local and endpoint diffs)."""
+
+    def record_section(self) -> dict[str, object]:
+        """Its section of the approval record: snake_case, facts only (the gate adds the
+        policy's bounds beside them)."""
+        ...
+
+
+def exit_code(report: Report) -> int:
+    """The exit code of a finished command: 0 when its report passed, 1 when it did not."""
+    return EXIT_OK if report.passed else EXIT_FINDING
+
+
 # A renderer turns a report into the text to print or write.
-Renderer = Callable[[Report], str]
+Renderer = Callable[[FindingsReport], str]

@@ -1,15 +1,21 @@
-"""SARIF 2.1.0 rendering of a report's findings (as GitHub code scanning accepts it)."""
+"""SARIF 2.1.0 (as GitHub code scanning accepts it): the one SARIF writer, for the scan's
+findings (`sarif_log`) and the advisory audit's (`audit_log`, located at the lockfile).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from dflash_guard import __version__
-from dflash_guard.formats.interface import Report
+from dflash_guard.formats.interface import FindingsReport
 from dflash_guard.scan.interface import Finding
 from dflash_guard.scan.rules import rule
 from dflash_guard.severity import Severity
+
+if TYPE_CHECKING:
+    from dflash_guard.audit.run import AuditReport
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -27,9 +33,29 @@ _SECURITY_SEVERITY = {
 }
 
 
-def render(report: Report) -> str:
-    """`report`'s findings as a SARIF 2.1.0 log (indented JSON, keys sorted)."""
+def render(report: FindingsReport) -> str:
+    """`report`'s findings (a scan's) as a SARIF 2.1.0 log (indented JSON, keys sorted)."""
     return json.dumps(sarif_log(report.findings), indent=2, sort_keys=True) + "\n"
+
+
+def render_audit(report: AuditReport) -> str:
+    """An advisory audit as a SARIF 2.1.0 log (indented JSON, keys sorted)."""
+    return json.dumps(audit_log(report), indent=2, sort_keys=True) + "\n"
+
+
+def _log(rules: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, object]:
+    return {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {"name": "dflash-guard", "version": __version__, "rules": rules}
+                },
+                "results": results,
+            }
+        ],
+    }
 
 
 def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
@@ -76,15 +102,31 @@ def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
                 "properties": {"severity": finding.severity.name, "detector": finding.detector},
             }
         )
-    return {
-        "$schema": SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {"name": "dflash-guard", "version": __version__, "rules": rules}
-                },
-                "results": results,
-            }
-        ],
-    }
+    return _log(rules, results)
+
+
+def audit_log(report: AuditReport) -> dict[str, object]:
+    """A SARIF log with one run: the audit rules and one result per finding or refused feed,
+    each located at the lockfile."""
+    from dflash_guard.audit.rules import RULE_FEED, RULES
+
+    def result(rule_id: str, severity: Severity, text: str,
+               properties: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ruleId": rule_id,
+            "ruleIndex": list(RULES).index(rule_id),
+            "level": _LEVEL[severity],
+            "message": {"text": text},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": report.lock}}}],
+            "properties": {"severity": severity.name,
+                           "security-severity": _SECURITY_SEVERITY[severity], **properties},
+        }
+
+    rules = [{"id": rule_id, "name": rule_id.replace("-", ""), "shortDescription": {"text": text},
+              "properties": {"tags": ["security"]}} for rule_id, text in RULES.items()]
+    results = [result(f.rule_id, f.severity, f"{f.subject}: {f.message}",
+                      {"advisory": f.advisory, "aliases": list(f.aliases)})
+               for f in report.findings]
+    results += [result(RULE_FEED, Severity.critical, problem, {})
+                for problem in report.feed_problems]
+    return _log(rules, results)

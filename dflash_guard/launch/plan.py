@@ -102,7 +102,7 @@ def remote_code_problems(lock: Lockfile, policy: Policy, roles: list[str]) -> li
 def verify_folder(lock: Lockfile, artifact: Artifact, root: Path) -> None:
     """Refuse unless `root` holds exactly the locked files of `artifact`."""
     report = verify_lock(dataclasses.replace(lock, artifacts=(artifact,)), {artifact.role: root})
-    if not report.ok:
+    if not report.passed:
         listed = "; ".join(f"{p.path}: {p.kind}" for p in report.problems[:5])
         more = f" (and {len(report.problems) - 5} more)" if len(report.problems) > 5 else ""
         raise LaunchRefused(f"{artifact.role} folder {root} does not match the lock: "

@@ -13,25 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS
-from dflash_guard.lossless.endpoint.client import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    Completion,
-    CompletionClient,
-    http_url_parts,
-    redact_url,
-)
+from dflash_guard.lossless.endpoint.client import Completion
 from dflash_guard.lossless.endpoint.compare import (
     DEFAULT_NEAR_TIE_MARGIN,
     compare_completions,
     result_json,
 )
-from dflash_guard.lossless.result import ClassifiedResults, PromptResult, Status
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
+from dflash_guard.lossless.result import ClassifiedResults, PromptResult
 from kernels_ref.prompts import PromptSpec
 
 SHARED_SHARE = 0.75  # the share of a prompt a tenant's request repeats before its own tail
@@ -45,23 +39,16 @@ T = TypeVar("T")
 class IsolationOptions:
     """Everything an isolation diff needs besides the prompts; checked when built."""
 
-    candidate: str  # URL of the engine under test (with its drafter)
-    model: str | None = None  # served model name; None: the server's first model
+    candidate: EngineEndpoint  # the engine under test (with its drafter)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     concurrency: int = 4
-    api_key: str | None = field(default=None, repr=False)
-    timeout: float = DEFAULT_TIMEOUT_S
-    retries: int = DEFAULT_RETRIES
-    backoff: float = 0.5
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
     token_ids: bool = True  # ask for vLLM's token-id fields
 
     def __post_init__(self) -> None:
-        if (self.concurrency < 2 or self.max_new_tokens < 1 or self.timeout <= 0
-                or self.near_tie_margin < 0):
-            raise InputError("--isolation needs --concurrency of at least 2 (other tenants in "
-                             "flight), and positive max-new-tokens and timeout")
-        http_url_parts(self.candidate)
+        if self.concurrency < 2 or self.max_new_tokens < 1 or self.near_tie_margin < 0:
+            raise InputError("the isolation diff needs --concurrency of at least 2 (other "
+                             "tenants in flight), and a positive max-new-tokens")
 
 
 @dataclass(frozen=True)
@@ -81,7 +68,7 @@ class IsolationReport(ClassifiedResults):
 
     @property
     def identical(self) -> bool:
-        return not self.cannot_tell and all(r.status is Status.identical for r in self.results)
+        return not self.cannot_tell and super().identical
 
     @property
     def passed(self) -> bool:
@@ -155,10 +142,9 @@ def run_isolation_diff(
         raise InputError("no prompts to send")
     o = options
     tenants = [t for t in map(tenant_of, prompts) if t is not None]
-    with CompletionClient("candidate", o.candidate, api_key=o.api_key, timeout=o.timeout,
-                          retries=o.retries, backoff=o.backoff, token_ids=o.token_ids,
-                          pool_size=o.concurrency) as client:
-        model = o.model or client.first_model()
+    with o.candidate.client("candidate", token_ids=o.token_ids,
+                            pool_size=o.concurrency) as client:
+        model = o.candidate.model or client.first_model()
 
         def complete(prompt: PromptSpec) -> Completion:
             return client.complete(prompt, model=model, max_tokens=o.max_new_tokens)
@@ -177,5 +163,5 @@ def run_isolation_diff(
         compare_completions(p.id, alone, answers[p.id], near_tie_margin=o.near_tie_margin)
         for p, alone in zip(prompts, solo, strict=True)
     )
-    return IsolationReport(redact_url(o.candidate), o.near_tie_margin, o.concurrency,
+    return IsolationReport(o.candidate.shown_url, o.near_tie_margin, o.concurrency,
                            len(tenants), results)

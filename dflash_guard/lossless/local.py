@@ -65,10 +65,17 @@ class DifftestReport:
     warnings: list[str]
     inject: Fault | None = None
     tau_reference: float | None = None
+    fail_on_warning: bool = False  # an acceptance warning fails the diff too
 
     @property
     def identical(self) -> bool:
+        """Every prompt's speculative output equals its autoregressive one (a fact)."""
         return all(result.identical for result in self.results)
+
+    @property
+    def passed(self) -> bool:
+        """Identical, and no warning when `fail_on_warning`."""
+        return self.identical and not (self.fail_on_warning and self.warnings)
 
     @property
     def divergences(self) -> list[PromptResult]:
@@ -82,8 +89,20 @@ class DifftestReport:
     def target_forwards_spec(self) -> int:
         return sum(_stats(result).target_forwards_spec for result in self.results)
 
+    def record_section(self) -> dict[str, Any]:
+        """This diff's section of the approval record (the gate adds the policy's bounds)."""
+        return {
+            "prompts": len(self.results),
+            "identical": self.identical,
+            "divergences": [result.prompt_id for result in self.divergences],
+            "tau": round(self.tau, 4),
+            "warnings": list(self.warnings),
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "mode": "local",
+            "passed": self.passed,
             "overall": {
                 "identical": self.identical,
                 "tau_mean": round(self.tau, 4),
@@ -242,7 +261,7 @@ def difftest_models(
     over the same static buffers elsewhere).
     """
     if inject is not None and not inject.greedy:
-        raise InputError(f"{inject} plants a sampler bug: use it with --sampled")
+        raise InputError(f"{inject} plants a sampler bug: use it with `difftest sampled`")
     size = block_size or drafter.config.block_size
     if size < 1:
         raise InputError("block size must be at least 1")

@@ -8,7 +8,7 @@ runner) are here, beside the local diff's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_guard.errors import InputError
@@ -18,8 +18,8 @@ from dflash_guard.lossless.defaults import (
     DEFAULT_RUNNER_SAMPLES,
     DEFAULT_RUNNER_TOKENS,
 )
-from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S, http_url_parts
 from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from kernels_ref.faults import Fault
 
 
@@ -40,9 +40,9 @@ class LocalOptions:
     def __post_init__(self) -> None:
         if self.inject is not None and self.inject.serve_only:
             raise InputError(f"{self.inject} lives between requests in kernels_ref.serve: start "
-                             "`python -m kernels_ref.serve --inject` and use --isolation")
+                             "`python -m kernels_ref.serve --inject` and use `difftest isolation`")
         if self.inject is not None and not self.inject.greedy:
-            raise InputError(f"{self.inject} plants a sampler bug: use it with --sampled")
+            raise InputError(f"{self.inject} plants a sampler bug: use it with `difftest sampled`")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise InputError("max_new_tokens must be at least 1")
         if self.block_size is not None and self.block_size < 1:
@@ -71,10 +71,10 @@ class SampledOptions:
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
-            raise InputError("--sampled needs --temperature above 0")
+            raise InputError("the sampled diff needs --temperature above 0")
         if self.inject is not None and not self.inject.sampling:
             sampler_faults = ", ".join(fault for fault in Fault if fault.sampling)
-            raise InputError(f"--sampled plants sampler faults only: {sampler_faults}")
+            raise InputError(f"the sampled diff plants sampler faults only: {sampler_faults}")
         if self.inject is not None and not self.inject.runner:
             raise InputError(f"{self.inject} needs a sampled draft; the runner drafts greedily")
         if self.samples < 1 or self.sample_tokens < 1 or not 0 < self.alpha < 1:
@@ -91,25 +91,17 @@ class ReferenceOptions:
     kernels_ref, the engine (any OpenAI-compatible server) sent the same token ids."""
 
     target: Path  # the safetensors target folder (HF layout)
-    candidate: str  # URL of the engine under test
+    candidate: EngineEndpoint  # the engine under test (its metrics URL: acceptance figures)
     gguf: Path | None = None  # the GGUF the engine serves: tokenizer check, record subject
     conversion: Path | None = None  # its conversion record (scripts/llamacpp.py); None: beside it
     prompts: Path | None = None  # JSONL prompt set; None: the shipped set
-    model: str | None = None  # served model name; None: the server's first model
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     concurrency: int = 4
-    api_key: str | None = field(default=None, repr=False)
-    timeout: float = DEFAULT_TIMEOUT_S
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN  # nats (a logit margin is the same number)
-    metrics_url: str | None = None  # the engine's Prometheus endpoint
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if (self.concurrency < 1 or self.max_new_tokens < 1 or self.timeout <= 0
-                or self.near_tie_margin < 0):
-            raise InputError("concurrency, max-new-tokens and timeout must be positive")
-        http_url_parts(self.candidate)
-        if self.metrics_url:
-            http_url_parts(self.metrics_url)
+        if self.concurrency < 1 or self.max_new_tokens < 1 or self.near_tie_margin < 0:
+            raise InputError("concurrency and max-new-tokens must be positive")
         if self.conversion is not None and self.gguf is None:
             raise InputError("--conversion describes a GGUF: give --gguf too")

@@ -22,12 +22,7 @@ import torch
 
 from dflash_guard.fileio import read_input
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
-from dflash_guard.lossless.endpoint.client import (
-    Completion,
-    CompletionClient,
-    EndpointError,
-    redact_url,
-)
+from dflash_guard.lossless.endpoint.client import Completion, EndpointError
 from dflash_guard.lossless.endpoint.compare import compare_completions, result_json
 from dflash_guard.lossless.endpoint.metrics import (
     AcceptanceFigures,
@@ -96,11 +91,11 @@ class ReferenceDiffReport(ClassifiedResults):
             "refused": self.refused,
             "prompts": len(self.results),
             "hard": len(self.hard_divergences),
-            "nearTies": len(self.near_ties),
-            "nearTieMargin": self.near_tie_margin,
+            "near_ties": len(self.near_ties),
+            "near_tie_margin": self.near_tie_margin,
             "divergences": [r.prompt_id for r in self.results if not r.identical],
-            "promptSet": {"name": self.prompt_set, "digest": {"sha256": self.prompt_set_sha256}},
-            "maxNewTokens": self.max_new_tokens,
+            "prompt_set": {"name": self.prompt_set, "digest": {"sha256": self.prompt_set_sha256}},
+            "max_new_tokens": self.max_new_tokens,
             "reference": {"runner": "kernels_ref", "target": self.target},
             "engine": {"url": self.candidate, "model": self.model},
         }
@@ -178,7 +173,8 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     tokenizer = load_tokenizer(o.target)
     target = load_target(o.target, "cpu", o.dtype)
     prompts = load_prompts(prompts_path, tokenizer, target.config.vocab_size, o.target)
-    base = dict(target=str(o.target), candidate=redact_url(o.candidate), model=o.model,
+    metrics_url = o.candidate.metrics_url
+    base = dict(target=str(o.target), candidate=o.candidate.shown_url, model=o.candidate.model,
                 near_tie_margin=o.near_tie_margin, prompt_set=Path(prompts_path).name,
                 prompt_set_sha256=prompt_digest, max_new_tokens=o.max_new_tokens)
     if o.gguf is not None and (why := tokenizer_mismatch(o.gguf, o.target)):
@@ -186,10 +182,9 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     stop_ids = frozenset(eos_token_ids(o.target))
     budgets = [min(p.max_new_tokens or o.max_new_tokens, o.max_new_tokens) for p in prompts]
 
-    with CompletionClient("candidate", o.candidate, api_key=o.api_key, timeout=o.timeout,
-                          token_ids=True, pool_size=o.concurrency) as engine:
-        model = o.model or engine.first_model()
-        before = parse_prometheus(engine.get_text(o.metrics_url)) if o.metrics_url else None
+    with o.candidate.client("candidate", pool_size=o.concurrency) as engine:
+        model = o.candidate.model or engine.first_model()
+        before = parse_prometheus(engine.get_text(metrics_url)) if metrics_url else None
 
         def ask(pair: tuple[Prompt, int]) -> Completion:
             prompt, budget = pair
@@ -202,12 +197,12 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
                                                                              strict=True)]
             answers = list(pending)
         acceptance = None
-        if before is not None and o.metrics_url:
+        if before is not None and metrics_url:
             acceptance = acceptance_from_metrics(before, parse_prometheus(
-                engine.get_text(o.metrics_url)))
+                engine.get_text(metrics_url)))
 
     if any(a.token_ids is None for a in answers):
-        raise EndpointError(f"candidate endpoint {redact_url(o.candidate)} reports no token ids "
+        raise EndpointError(f"candidate endpoint {o.candidate.shown_url} reports no token ids "
                             "(logprobs): the reference diff compares token ids")
     results = []
     for prompt, reference, answer in zip(prompts, references, answers, strict=True):
@@ -226,7 +221,7 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
         results=tuple(results),
         acceptance=acceptance,
         response_drafts=ResponseDrafts.total(a.drafts for a in answers),
-        warnings=tuple(acceptance_warnings(acceptance)) if o.metrics_url else (),
+        warnings=tuple(acceptance_warnings(acceptance)) if metrics_url else (),
     )
 
 

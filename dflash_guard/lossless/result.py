@@ -105,9 +105,14 @@ def token_at(tokens: Sequence[Token], position: int) -> Token | None:
 
 class ClassifiedResults:
     """A report's `results` by status: mixed into the endpoint, reference and isolation reports
-    (frozen dataclasses with a `results` field)."""
+    (frozen dataclasses with a `results` field). `passed` is each report's own."""
 
     results: tuple[PromptResult, ...]
+
+    @property
+    def identical(self) -> bool:
+        """Every prompt gave the same tokens on both sides (a fact beside `passed`)."""
+        return all(r.status is Status.identical for r in self.results)
 
     @property
     def hard_divergences(self) -> tuple[PromptResult, ...]:

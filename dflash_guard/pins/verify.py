@@ -40,7 +40,7 @@ class FileProblem:
 
 @dataclasses.dataclass
 class VerifyReport:
-    """The verdict: `ok` when every locked file matched and nothing extra was found."""
+    """The verdict: `passed` when every locked file matched and nothing extra was found."""
 
     problems: list[FileProblem]
     locations: dict[str, Path]
@@ -51,12 +51,12 @@ class VerifyReport:
     digests: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
-    def ok(self) -> bool:
+    def passed(self) -> bool:
         return not self.problems
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "ok": self.ok,
+            "passed": self.passed,
             "locations": {role: str(path) for role, path in sorted(self.locations.items())},
             "files_checked": self.files_checked,
             "bytes_hashed": self.bytes_hashed,

@@ -21,12 +21,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.lossless.endpoint.client import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    CompletionClient,
-    EndpointError,
-)
+from dflash_guard.lossless.endpoint.client import EndpointError
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.endpoint.metrics import acceptance_from_metrics, parse_prometheus
 from kernels_ref.prompts import Chat, PromptSpec
 
@@ -38,19 +34,21 @@ DEFAULT_MAX_TOKENS = 64
 class BenchOptions:
     """Two endpoints, the tiers, the request mix and the budget of each tier."""
 
-    baseline: str
-    candidate: str
+    baseline: EngineEndpoint  # the engine without speculation
+    candidate: EngineEndpoint  # with it; its metrics URL gives tau per tier
     prompts: tuple[PromptSpec, ...]
     tiers: tuple[int, ...] = DEFAULT_TIERS
     requests: int | None = None  # per tier and endpoint; default: twice the tier, at least 4
     duration_s: float | None = None  # per tier and endpoint, instead of `requests`
     max_tokens: int = DEFAULT_MAX_TOKENS
-    model: str | None = None  # default: the first one each server lists
-    metrics_url: str | None = None  # the candidate's Prometheus endpoint, for tau
-    timeout: float = DEFAULT_TIMEOUT_S
-    retries: int = DEFAULT_RETRIES
-    api_key: str | None = None
     stream: bool = False  # stream the answers, to time the first token (TTFT)
+
+    def __post_init__(self) -> None:
+        if not self.prompts or not self.tiers or min(self.tiers) < 1 or self.max_tokens < 1:
+            raise InputError("bench needs prompts, tiers of at least 1 and a positive budget")
+        if (self.requests is not None and self.requests < 1) or (
+                self.duration_s is not None and self.duration_s <= 0):
+            raise InputError("--requests and --duration must be positive")
 
 
 @dataclass(frozen=True)
@@ -97,8 +95,14 @@ class BenchReport:
         """The speedup at `concurrency` (None when that tier was not run)."""
         return next((t.speedup for t in self.tiers if t.concurrency == concurrency), None)
 
+    @property
+    def passed(self) -> bool:
+        """Always: a benchmark measures (the gate's rollout check judges the speedup)."""
+        return True
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "passed": self.passed,
             "tiers": [{**asdict(t), "speedup": round(t.speedup, 4)} for t in self.tiers],
             "crossover": self.crossover,
         }
@@ -127,10 +131,9 @@ def parse_tiers(text: str) -> tuple[int, ...]:
 class _Endpoint:
     """One server: its client, its model, and one timed request."""
 
-    def __init__(self, name: str, url: str, options: BenchOptions) -> None:
-        self.client = CompletionClient(name, url, api_key=options.api_key, timeout=options.timeout,
-                                       retries=options.retries, pool_size=max(options.tiers))
-        self.model = options.model or self.client.first_model()
+    def __init__(self, name: str, engine: EngineEndpoint, options: BenchOptions) -> None:
+        self.client = engine.client(name, pool_size=max(options.tiers))
+        self.model = engine.model or self.client.first_model()
         self.max_tokens = options.max_tokens
         self.stream = options.stream
 
@@ -239,9 +242,9 @@ def run_bench(options: BenchOptions) -> BenchReport:
     try:
         for tier in options.tiers:
             base_run = baseline.run_tier(tier, options)
-            before = _scrape(candidate, options.metrics_url)
+            before = _scrape(candidate, options.candidate.metrics_url)
             cand_run = candidate.run_tier(tier, options)
-            after = _scrape(candidate, options.metrics_url)
+            after = _scrape(candidate, options.candidate.metrics_url)
             figures = acceptance_from_metrics(before, after) \
                 if before is not None and after is not None else None
             results.append(TierResult(tier, base_run, cand_run,

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from dflash_guard.errors import InputError
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.endpoint.metrics import (
     ACCEPTED,
     COUNTER_PREFIXES,
@@ -46,7 +47,7 @@ CANNOT_TELL = "cannot-tell"  # no figure to judge: never "ok"
 class MonitorOptions:
     """What `monitor` watches and when it raises an alarm."""
 
-    metrics_url: str
+    engine: EngineEndpoint  # its `metrics_url` is scraped
     interval_s: float = DEFAULT_INTERVAL_S
     min_tau: float = DEFAULT_MIN_TAU
     max_drop_pct: float = DEFAULT_MAX_DROP_PCT
@@ -75,11 +76,16 @@ class IntervalReading:
     reset: bool = False  # a counter went down: the engine restarted during the interval
     alarms: tuple[Alarm, ...] = field(default=())
 
+    @property
+    def passed(self) -> bool:
+        """No alarm in this interval."""
+        return not self.alarms
+
     def to_json(self) -> dict[str, object]:
         """One JSON line's fields, for log shippers."""
         record = asdict(self)
         record["alarms"] = [asdict(a) for a in self.alarms]
-        record["alarm"] = bool(self.alarms)
+        record["passed"] = self.passed
         return record
 
 
@@ -156,10 +162,10 @@ def alarms_for(reading: IntervalReading, options: MonitorOptions) -> tuple[Alarm
 
 
 def baseline_from_approval(path: Path) -> float:
-    """The difftest tau an approval record holds (`acceptanceLength`)."""
+    """The difftest tau an approval record holds (`acceptance_length`)."""
     from dflash_guard.trust.provenance import read_approval
 
-    tau = read_approval(path)["predicate"].get("acceptanceLength")
+    tau = read_approval(path)["predicate"].get("acceptance_length")
     if isinstance(tau, bool) or not isinstance(tau, int | float) or tau < 1:
         raise InputError(f"{path}: the approval record holds no acceptance length (tau)")
     return float(tau)

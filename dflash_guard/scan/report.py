@@ -33,6 +33,11 @@ class ScanReport:
         worst = self.max_severity
         return worst is not None and worst >= fail_on
 
+    @property
+    def passed(self) -> bool:
+        """No finding at or above the report's `fail_on` (exit 0)."""
+        return not self.fails()
+
     def to_json(self, fail_on: Severity | None = None) -> dict[str, object]:
         """The stable JSON report (schema in the README, section "Scanning")."""
         fail_on = fail_on or self.fail_on
@@ -42,13 +47,13 @@ class ScanReport:
             "tool": "dflash-guard",
             "version": __version__,
             "fail_on": fail_on.name,
+            "passed": not self.fails(fail_on),
             "findings": [f.to_json() for f in self.findings],
             "summary": {
                 "files_scanned": self.files_scanned,
                 "findings": len(self.findings),
                 "by_severity": {s.name: counts.get(s.name, 0) for s in Severity},
                 "max_severity": worst.name if worst else None,
-                "failed": self.fails(fail_on),
             },
             "remote_code": [dataclasses.asdict(entry) for entry in self.remote_code],
             "pickle_files": list(self.pickle_files),

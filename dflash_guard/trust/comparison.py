@@ -1,5 +1,5 @@
 """The GGUF comparison record: an in-toto Statement that an engine serving a GGUF decoded like the
-safetensors target it was converted from (`difftest --reference ... --record FILE`).
+safetensors target it was converted from (`difftest reference ... --record FILE`).
 
 Subjects are the GGUF (`gguf/NAME`) and every file of the safetensors target (`target/PATH`),
 each with its sha256. The predicate holds the verdict (hard divergences, near-ties), the prompt
@@ -28,7 +28,8 @@ from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.trust.intoto import Statement, Subject
 
-PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/gguf-comparison/v1"
+# v2: snake_case predicate keys (v1 had camelCase ones).
+PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/gguf-comparison/v2"
 GGUF_PREFIX, TARGET_PREFIX = "gguf/", "target/"
 
 
@@ -72,7 +73,7 @@ def comparison_statement(
     when = (time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
     predicate = {
         **summary,
-        "comparedAt": when.isoformat().replace("+00:00", "Z"),
+        "compared_at": when.isoformat().replace("+00:00", "Z"),
         "tool": {"name": "dflash-guard", "version": __version__},
         "conversion": dict(conversion) if conversion is not None else None,
     }

@@ -3,7 +3,7 @@
 A policy (`policy_version: 1`) says which Hub organisations are trusted at which tier, what each
 tier may do (signatures, remote code, pickle formats, staging), which remote code was reviewed,
 which staging approvals and GGUF comparisons were recorded (by hand, or as a comparison record
-written by `difftest --reference --record`), the engine, scan and difftest rules,
+written by `difftest reference --record`), the engine, scan and difftest rules,
 the signer identities and keys accepted, and the waivers in force. Every field is checked on load:
 an unknown or missing field, a wrong type or an impossible combination is an `InputError` naming
 the file, the line and the field. Nothing is optional in a way that could mean "allow": a policy
@@ -242,7 +242,7 @@ class Policy:
     waivers: tuple[Waiver, ...]
     document: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
     # `gguf_comparisons` entries given as `record: PATH`: GGUF comparison records
-    # (`difftest --reference --record`), checked against the lock by the gate
+    # (`difftest reference --record`), checked against the lock by the gate
     gguf_comparison_records: tuple[Path, ...] = ()
     advisories: AdvisoryRules | None = None  # None: the gate runs no advisory audit
     rollout: RolloutRules | None = None  # None: the gate runs no concurrency benchmark

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from dflash_guard.pins.lockfile import Lockfile
     from dflash_guard.trust.policy import Policy
 
-PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/approval/v1"
+# v2: every predicate key in snake_case and the verdict as `"passed": true` (v1 mixed
+# camelCase keys and `"decision": "approved"`).
+PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/approval/v2"
 APPROVAL_MAX_BYTES = 256 * 1024 * 1024  # one subject per locked file: large for a huge lock
 
 
@@ -58,7 +60,8 @@ class CheckResult:
         return cls(name, outcome.ok, outcome.reason, outcome.is_skipped)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"name": self.name, "passed": self.ok, "detail": self.detail,
+                "skipped": self.skipped}
 
 
 def _engine_descriptor(engine: Any) -> dict[str, Any]:
@@ -105,8 +108,8 @@ def approval_statement(
             subjects.append(Subject(name, {"sha256": digests[name]}))
     when = (time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
     predicate = {
-        "decision": "approved",
-        "approvedAt": when.isoformat().replace("+00:00", "Z"),
+        "passed": True,
+        "approved_at": when.isoformat().replace("+00:00", "Z"),
         "tool": {"name": "dflash-guard", "version": __version__},
         "policy": {
             "name": policy.name,
@@ -116,7 +119,7 @@ def approval_statement(
                     else Path(policy.source).name),
             "digest": {"sha256": policy.digest.removeprefix("sha256:")},
         },
-        "lockfile": {"name": lock_path.name, "contentDigest": lock.digest()},
+        "lockfile": {"name": lock_path.name, "content_digest": lock.digest()},
         "artifacts": [
             {
                 "role": a.role,
@@ -134,8 +137,8 @@ def approval_statement(
         "checks": [c.to_json() for c in checks],
         "scan": dict(scan_summary),
         "difftest": dict(difftest),
-        "acceptanceLength": acceptance_length,
-        "endpointDiff": dict(endpoint_diff) if endpoint_diff is not None else None,
+        "acceptance_length": acceptance_length,
+        "endpoint_diff": dict(endpoint_diff) if endpoint_diff is not None else None,
         "waivers": list(waivers_used),
         "advisories": dict(advisories) if advisories is not None else None,
         # the concurrency benchmark's numbers, only under a policy with a `rollout` section

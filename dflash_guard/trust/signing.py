@@ -82,7 +82,7 @@ class SignatureCheck:
         return "" if self.ok else self.outcome.reason
 
     def to_json(self) -> dict[str, Any]:
-        return {"subject": self.subject, "signature": self.signature, "ok": self.ok,
+        return {"subject": self.subject, "signature": self.signature, "passed": self.ok,
                 "signer": self.signer, "reason": self.reason}
 
 

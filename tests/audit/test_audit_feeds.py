@@ -59,7 +59,7 @@ def test_feed_tampered_signed_feed_is_refused(cli, lock, signed_feed, key_pair):
     record["affected"][0]["versions"] = ["c" * 40]  # hide the drafter from the advisory
     signed_feed.write_text(json.dumps(record))
     report = run_audit(lock, [str(signed_feed)], rules=_rules(key_pair), now=NOW)
-    assert report.findings == () and not report.ok
+    assert report.findings == () and not report.passed
     assert "signature feed.json.sig refused" in report.feed_problems[0]
     result = cli("audit", "--lock", lock, "--advisories", signed_feed, "--public-key",
                  key_pair[1], "--format", "json")

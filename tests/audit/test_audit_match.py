@@ -44,7 +44,7 @@ def test_audit_engine_git_range_on_a_real_clone(tmp_path, history, commit, affec
     report = _audit(tmp_path, getattr(history, commit), advisory, clone=history.path)
     assert report.ids(RULE_UNKNOWN) == []
     assert report.ids(RULE_AFFECTED) == (["x_TEST-ENGINE-1"] if affected else [])
-    assert report.ok is (not affected)
+    assert report.passed is (not affected)
 
 
 def test_audit_engine_range_without_clone_is_unknown_not_clean(tmp_path, history):
@@ -53,14 +53,14 @@ def test_audit_engine_range_without_clone_is_unknown_not_clean(tmp_path, history
     [finding] = report.findings
     assert finding.rule_id == RULE_UNKNOWN and finding.severity is Severity.high
     assert "--engine-repo" in finding.message
-    assert not report.ok
+    assert not report.passed
 
 
 def test_audit_engine_exact_event_commits_decide_without_clone(tmp_path, history):
     advisory = _engine_advisory(history, introduced=history.intro, fixed=history.fix)
     assert _audit(tmp_path, history.intro, advisory).ids(RULE_AFFECTED) == ["x_TEST-ENGINE-1"]
     fixed = _audit(tmp_path, history.fix, advisory)
-    assert fixed.findings == () and fixed.ok
+    assert fixed.findings == () and fixed.passed
 
 
 def test_audit_engine_last_affected_and_limit(tmp_path, history):
@@ -171,9 +171,9 @@ def test_audit_fail_on_spares_lower_severities(tmp_path, history):
     lock = write_lock(tmp_path / "dflash.lock", engine_commit=history.root)
     feed = write_feed(tmp_path / "feed.json", osv("x_LOW-1", [{"ranges": [git_range(
         ENGINE_URL, introduced=history.root)]}], severity="LOW"))
-    assert not run_audit(lock, [str(feed)], now=NOW).ok
+    assert not run_audit(lock, [str(feed)], now=NOW).passed
     report = run_audit(lock, [str(feed)], fail_on=Severity.medium, now=NOW)
-    assert report.ok and report.ids(RULE_AFFECTED) == ["x_LOW-1"]
+    assert report.passed and report.ids(RULE_AFFECTED) == ["x_LOW-1"]
 
 
 def test_audit_cli_json_and_sarif(cli, tmp_path, history):

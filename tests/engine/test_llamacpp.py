@@ -5,7 +5,7 @@ layers [1, 2], and the built-in pair itself once its drafter no longer uses the 
 layer), converted to f32 GGUF with llama.cpp's own converter:
 - baseline llama-server vs DFlash llama-server: identical, and llama.cpp's acceptance counters
   (drafts, per-position accepted) agree with kernels_ref's on the same prompts;
-- `difftest --reference` of the GGUF baseline server: identical; the record it writes is accepted
+- `difftest reference` of the GGUF baseline server: identical; the record it writes is accepted
   by a policy that requires a GGUF comparison;
 - a GGUF with one weight changed: a hard divergence (exit 1); a GGUF whose tokenizer differs:
   refused before any prompt is sent;
@@ -105,7 +105,7 @@ def endpoint_report(servers, prompt_file):
 
     baseline, candidate = servers
     done = subprocess.run(
-        [sys.executable, "-m", "dflash_guard", "difftest", "--baseline", baseline.url,
+        [sys.executable, "-m", "dflash_guard", "difftest", "endpoint", "--baseline", baseline.url,
          "--candidate", candidate.url, "--metrics", candidate.metrics, "--prompts",
          str(prompt_file), "--max-new-tokens", str(MAX_NEW_TOKENS), "--concurrency", "1",
          "--format", "json"], capture_output=True, text=True, check=False)
@@ -154,8 +154,9 @@ def test_llamacpp_acceptance_agrees_with_kernels_ref(endpoint_report, pair, prom
 def test_reference_diff_of_the_gguf_and_its_record(cli, pair, servers, prompt_file, tmp_path):
     target, drafter, target_gguf, _, _ = pair
     record = tmp_path / "comparison.json"
-    result = cli("difftest", "--reference", target, "--candidate", servers[0].url, "--gguf",
-                 target_gguf, "--prompts", prompt_file, "--max-new-tokens", MAX_NEW_TOKENS,
+    result = cli("difftest", "reference", "--target", target, "--candidate", servers[0].url,
+                 "--gguf", target_gguf, "--prompts", prompt_file, "--max-new-tokens",
+                 MAX_NEW_TOKENS,
                  "--record", record, "--format", "json")
     assert result.exit_code == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["identical"]
@@ -185,8 +186,9 @@ def test_a_tampered_gguf_is_a_hard_divergence(cli, engine, pair, prompt_file, tm
     shutil.copy(target_gguf, tampered)
     tamper_one_weight(tampered, "output_norm.weight", 0, 1000.0)
     with llama_server(engine, tampered) as server:
-        result = cli("difftest", "--reference", target, "--candidate", server.url, "--gguf",
-                     tampered, "--prompts", prompt_file, "--max-new-tokens", MAX_NEW_TOKENS,
+        result = cli("difftest", "reference", "--target", target, "--candidate", server.url,
+                     "--gguf", tampered, "--prompts", prompt_file, "--max-new-tokens",
+                     MAX_NEW_TOKENS,
                      "--format", "json")
     assert result.exit_code == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -199,7 +201,7 @@ def test_a_gguf_with_another_tokenizer_is_refused_before_any_diff(cli, pair, pro
     swapped_dir = swap_vocab_entries(target, tmp_path / "swapped", 97, 98)
     swapped = convert(swapped_dir, tmp_path / "swapped.gguf")
     # nothing listens on port 9: an engine contacted would be an endpoint error (exit 2)
-    result = cli("difftest", "--reference", target, "--candidate", "http://127.0.0.1:9",
+    result = cli("difftest", "reference", "--target", target, "--candidate", "http://127.0.0.1:9",
                  "--gguf", swapped, "--prompts", prompt_file, "--format", "json")
     assert result.exit_code == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -213,7 +215,8 @@ def test_parallel_slots_with_concurrent_clients_stay_identical(cli, engine, pair
                                        list(b"# Note:")])
     with (llama_server(engine, target_gguf, slots=4) as baseline,
           llama_server(engine, target_gguf, drafter_gguf, slots=4) as candidate):
-        result = cli("difftest", "--baseline", baseline.url, "--candidate", candidate.url,
+        result = cli("difftest", "endpoint", "--baseline", baseline.url, "--candidate",
+                     candidate.url,
                      "--prompts", prompts, "--max-new-tokens", MAX_NEW_TOKENS,
                      "--concurrency", "4", "--format", "json")
     assert result.exit_code == 0, result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""`difftest --isolation` against llama.cpp's DFlash `llama-server` with four parallel slots and
+"""`difftest isolation` against llama.cpp's DFlash `llama-server` with four parallel slots and
 prompt caching on (`--cache-prompt`, `--cache-reuse`, one unified KV buffer shared by the slots):
 each prompt's output among concurrent, prefix-sharing tenants equals its solo run.
 
@@ -44,7 +44,7 @@ def test_llamacpp_parallel_slots_with_prompt_cache_are_isolated(cli, gguf_pair, 
                                for i, p in enumerate(PROMPTS)))
     with llama_server(build_server(), target_gguf, drafter_gguf, slots=4,
                       extra=CACHED) as candidate:
-        result = cli("difftest", "--isolation", "--candidate", candidate.url, "--prompts",
+        result = cli("difftest", "isolation", "--candidate", candidate.url, "--prompts",
                      prompts, "--max-new-tokens", "24", "--concurrency", "4", "--format", "json")
         log = candidate.log.read_text()
     # the prompt cache was used: the slots evaluated fewer prompt tokens than were sent (each

@@ -59,7 +59,7 @@ def test_gate_approval_record_content(approved, pair):
     expected = {f"{a.role}/{f.path}": f.sha256 for a in pair.lock.artifacts for f in a.files}
     assert subjects == expected and len(expected) >= 4
     predicate = statement["predicate"]
-    assert predicate["decision"] == "approved"
+    assert predicate["passed"] is True
     assert predicate["tool"] == {"name": "dflash-guard", "version": __version__}
     assert predicate["policy"]["digest"]["sha256"] == (
         load_policy(policy).digest.removeprefix("sha256:"))
@@ -67,11 +67,11 @@ def test_gate_approval_record_content(approved, pair):
         "name": "vllm", "uri": f"git+{VLLM.url}@{VLLM.commit}",
         "digest": {"gitCommit": VLLM.commit}, "annotations": {"ref": "v0.11.0"}}]
     assert predicate["difftest"]["identical"] is True and predicate["difftest"]["prompts"] == 2
-    assert predicate["acceptanceLength"] == predicate["difftest"]["tau"] >= 1.0
+    assert predicate["acceptance_length"] == predicate["difftest"]["tau"] >= 1.0
     assert predicate["scan"]["failing"] == 0 and set(predicate["scan"]["roles"]) == {
         "target", "drafter"}
     assert [c["name"] for c in predicate["checks"]] == list(STEPS)
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", predicate["approvedAt"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", predicate["approved_at"])
     assert {a["role"]: a["tier"] for a in predicate["artifacts"]} == {
         "target": "official", "drafter": "official"}
 
@@ -81,7 +81,7 @@ def test_gate_approval_record_is_signed_with_the_key(approved):
     assert result.signature == out.with_name("approval.json.sig")
     assert verify_key_signature(out, result.signature, [public]).ok
     tampered = out.with_name("tampered.json")
-    tampered.write_bytes(out.read_bytes().replace(b'"approved"', b'"APPROVED"'))
+    tampered.write_bytes(out.read_bytes().replace(b'"passed"', b'"PASSED"'))
     assert not verify_key_signature(tampered, result.signature, [public]).ok
     forged = out.with_name("forged.sig")
     forged.write_bytes(flip_signature_byte(result.signature.read_bytes()))
@@ -97,7 +97,7 @@ def test_gate_cli_prints_the_table_and_refuses_json(cli, pair, tmp_path):
                  "--out", tmp_path / "approval.json", "--format", "json")
     assert result.exit_code == 1, result.stderr
     report = json.loads(result.stdout)
-    assert report["decision"] == "refused"
+    assert report["passed"] is False
     assert report["checks"][-1]["name"] == "difftest"
     assert "below the policy's minimum 99" in report["reason"]
     assert not (tmp_path / "approval.json").exists()

@@ -62,7 +62,7 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     sent_keys = []
 
     def spy(*args, **kwargs):  # the key reaches the client (tests/endpoint: as a header only)
-        sent_keys.append(args[0].api_key)
+        sent_keys.append(args[0].candidate.api_key)
         return run_endpoint_diff(*args, **kwargs)
 
     monkeypatch.setattr(endpoint_diff, "run_endpoint_diff", spy)
@@ -77,11 +77,11 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     step = next(c for c in report["checks"] if c["name"] == "endpoint diff")
-    assert step["ok"] and not step["skipped"]
-    summary = read_approval(out)["predicate"]["endpointDiff"]
+    assert step["passed"] and not step["skipped"]
+    summary = read_approval(out)["predicate"]["endpoint_diff"]
     assert summary["baseline"] == baseline and summary["candidate"] == candidate
-    assert summary["prompts"] == summary["identical"] == 2
-    assert summary["hard"] == 0 and summary["nearTies"] == 0
+    assert summary["prompts"] == 2 and summary["identical"] is True
+    assert summary["hard"] == 0 and summary["near_ties"] == 0
     assert summary["acceptance"]["source"] == "vllm" and summary["acceptance"]["drafts"] > 0
     assert sent_keys == [SECRET]
     for text in (result.stdout, result.stderr, out.read_text(), policy.read_text()):
@@ -115,8 +115,8 @@ def test_gate_endpoint_near_tie_allowance(pair, servers, lock, tmp_path, max_nea
     if approved:
         step = next(c for c in result.checks if c.name == "endpoint diff")
         assert "1 near-ties tolerated" in step.detail
-        summary = read_approval(tmp_path / "approval.json")["predicate"]["endpointDiff"]
-        assert (summary["nearTies"], summary["hard"], summary["identical"]) == (1, 0, 0)
+        summary = read_approval(tmp_path / "approval.json")["predicate"]["endpoint_diff"]
+        assert (summary["near_ties"], summary["hard"], summary["identical"]) == (1, 0, False)
     else:
         assert result.reason == ("endpoint diff: 1 near-tie divergences (code), more than the "
                                  "policy's max_near_ties 0")
@@ -144,7 +144,7 @@ def test_gate_endpoint_not_configured_says_so(cli, pair, lock, tmp_path):
     assert result.exit_code == 0, result.stdout + result.stderr
     row = next(line for line in result.stdout.splitlines() if "endpoint diff" in line)
     assert "not configured" in row and "pass" not in row
-    assert read_approval(out)["predicate"]["endpointDiff"] is None
+    assert read_approval(out)["predicate"]["endpoint_diff"] is None
 
 
 @pytest.mark.parametrize(("section", "message"), [

@@ -152,7 +152,7 @@ def test_cuda_graphs_flag_needs_a_cuda_device(cli, fixture_pair) -> None:
     target, drafter = fixture_pair
     with pytest.raises(InputError, match="--device cuda"):
         run_difftest(LocalOptions(target, drafter, cuda_graphs=True))
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--cuda-graphs")
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter, "--cuda-graphs")
     assert result.exit_code == 2 and "--device cuda" in result.stderr
 
 

@@ -90,7 +90,7 @@ def test_fixtures_make_dflash2_then_difftest_is_identical_with_a_tau(
     prompts = tmp_path / "fast.jsonl"
     prompts.write_text('{"id": "code", "prompt": "def mean(data):\\n    "}\n')
     result = cli(
-        "difftest", "--target", tmp_path / "v2" / "target", "--drafter", drafter_dir,
+        "difftest", "local", "--target", tmp_path / "v2" / "target", "--drafter", drafter_dir,
         "--prompts", prompts, "--max-new-tokens", "48", "--format", "json",
     )
     assert result.exit_code == 0, result.stderr

@@ -53,7 +53,8 @@ def test_llama_pair_through_difftest(
     prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS), encoding="utf-8")
     target, drafter = llama_pair
     fault = ("--inject", inject) if inject else ()
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--prompts", prompts,
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter, "--prompts",
+                 prompts,
                  "--max-new-tokens", "32", "--format", "json", *fault)
     assert result.exit_code == code, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -155,7 +156,7 @@ def test_unsupported_drafter_is_refused_by_name(
 def test_difftest_exits_2_naming_the_unsupported_target(llama_pair, cli, tmp_path) -> None:
     target = write_hf_target(tmp_path / "target", "qwen3", seed=5)
     _edit(target / "config.json", UNSUPPORTED["qwen3.5-hybrid"][0])
-    result = cli("difftest", "--target", target, "--drafter", llama_pair[1])
+    result = cli("difftest", "local", "--target", target, "--drafter", llama_pair[1])
     assert result.exit_code == 2
     assert "hybrid linear attention" in result.stderr + result.stdout
     assert "Traceback" not in result.stderr + result.stdout

@@ -54,7 +54,8 @@ def test_independent_tokenizer_with_specials_and_bos(
 def test_difftest_runs_default_text_prompts_on_an_independent_pair(cli, tmp_path: Path) -> None:
     target, drafter = random_pair(tmp_path, seed=3)
     write_word_tokenizer(target)
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--max-new-tokens", "8",
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter,
+                 "--max-new-tokens", "8",
                  "--format", "json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
@@ -70,7 +71,8 @@ def test_messages_prompts_render_the_checked_template(cli, tmp_path: Path) -> No
     prompts = tmp_path / "chat.jsonl"
     messages = [{"role": "user", "content": "Hi there"}]
     prompts.write_text(json.dumps({"id": "chat", "messages": messages}) + "\n")
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--prompts", prompts,
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter, "--prompts",
+                 prompts,
                  "--max-new-tokens", "6", "--format", "json")
     assert result.exit_code == 0, result.stderr
     text = render_chat(target, messages)
@@ -92,7 +94,8 @@ def test_a_template_the_scan_flags_is_never_rendered(cli, tmp_path: Path, templa
     write_word_tokenizer(target, chat_template=template)
     prompts = tmp_path / "chat.jsonl"
     prompts.write_text('{"id": "c", "messages": [{"role": "user", "content": "Hi"}]}\n')
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--prompts", prompts)
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter, "--prompts",
+                 prompts)
     assert result.exit_code == 2
     assert "chat.jsonl:1" in result.stderr and "refused by the scan" in result.stderr
 
@@ -104,10 +107,12 @@ def test_messages_are_refused_where_nothing_renders_them(cli, tmp_path: Path) ->
     (target / "tokenizer_config.json").write_text(json.dumps(config))
     prompts = tmp_path / "chat.jsonl"
     prompts.write_text('{"id": "c", "messages": [{"role": "user", "content": "Hi"}]}\n')
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--prompts", prompts)
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter, "--prompts",
+                 prompts)
     assert result.exit_code == 2 and "no chat template" in result.stderr
     prompts.write_text('{"id": "c", "messages": []}\n')
-    result = cli("difftest", "--target", target, "--drafter", drafter, "--prompts", prompts)
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter, "--prompts",
+                 prompts)
     assert result.exit_code == 2 and "non-empty list" in result.stderr
 
 

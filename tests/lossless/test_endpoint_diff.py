@@ -20,6 +20,7 @@ from dflash_guard.lossless.endpoint import (
     redact_url,
     run_endpoint_diff,
 )
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.prompts import read_prompts
 from kernels_ref.prompts import PromptSpec
 from tests.support.endpoint_fakes import text_choice, vllm_choice
@@ -33,8 +34,18 @@ def both(pair, prompt: str, base_choice: dict, cand_choice: dict | None = None) 
     pair.candidate.choices[prompt] = cand_choice or base_choice
 
 
-def run(pair, prompts=PROMPTS, **kwargs):
-    options = EndpointOptions(pair.baseline_url, pair.candidate_url, **{**FAST, **kwargs})
+ENGINE_FIELDS = {"model", "api_key", "timeout", "retries", "backoff"}
+
+
+def run(pair, prompts=PROMPTS, *, metrics_url=None, **kwargs):
+    """The endpoint diff of `pair` with engine settings (`ENGINE_FIELDS`) given to both engines
+    and `metrics_url` to the candidate; the other keywords are the diff's own options."""
+    settings = {**FAST, **kwargs}
+    engine = {k: v for k, v in settings.items() if k in ENGINE_FIELDS}
+    own = {k: v for k, v in settings.items() if k not in ENGINE_FIELDS}
+    options = EndpointOptions(EngineEndpoint(pair.baseline_url, **engine),
+                              EngineEndpoint(pair.candidate_url, **engine,
+                                             metrics_url=metrics_url), **own)
     return run_endpoint_diff(options, prompts)
 
 
@@ -153,7 +164,8 @@ def test_endpoint_unreachable_is_a_clear_error():
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(EndpointError, match="baseline endpoint .* unreachable"):
-        run_endpoint_diff(EndpointOptions(url, url, model="m", **FAST), PROMPTS)
+        engine = EngineEndpoint(url, model="m", **FAST)
+        run_endpoint_diff(EndpointOptions(engine, engine), PROMPTS)
 
 
 def test_endpoint_concurrency_is_bounded(fake_pair):
@@ -179,6 +191,19 @@ def test_endpoint_api_key_sent_but_never_reported(fake_pair, monkeypatch):
     with pytest.raises(EndpointError) as refused:
         run(fake_pair, prompts=PROMPTS[:1], api_key=secret)
     assert "refused the credentials" in str(refused.value) and secret not in str(refused.value)
+
+
+def test_the_engine_type_never_shows_its_key(monkeypatch):
+    """One `EngineEndpoint` holds the key for every command, bench included (whose options used
+    to show it in their repr); it names the variable the key came from instead."""
+    from dflash_guard.rollout.bench import BenchOptions
+
+    monkeypatch.setenv("DG_TEST_KEY", "sk-test-7f3a9c1d")
+    engine = EngineEndpoint.from_env("http://127.0.0.1:9", api_key_env="DG_TEST_KEY")
+    assert engine.api_key == "sk-test-7f3a9c1d" and engine.key_source == "DG_TEST_KEY"
+    options = BenchOptions(engine, engine, PROMPTS)
+    assert "sk-test" not in repr(engine) and "sk-test" not in repr(options)
+    assert "DG_TEST_KEY" in repr(engine)
 
 
 def test_endpoint_api_key_env_must_be_set(monkeypatch):

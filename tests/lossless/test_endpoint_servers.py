@@ -1,4 +1,4 @@
-"""`dflash-guard difftest --baseline --candidate` against `kernels_ref.serve` reference engines.
+"""`dflash-guard difftest endpoint` against `kernels_ref.serve` reference engines.
 
 The baseline decodes autoregressively, the candidate speculatively with the fixture drafter;
 both start once per module as subprocesses on 127.0.0.1 with free ports.
@@ -46,7 +46,7 @@ def servers(pair):
 
 
 def diff(cli, baseline_url, candidate_url, prompt_file, *extra):
-    return cli("difftest", "--baseline", baseline_url, "--candidate", candidate_url,
+    return cli("difftest", "endpoint", "--baseline", baseline_url, "--candidate", candidate_url,
                "--prompts", prompt_file, "--max-new-tokens", "40", "--format", "json", *extra)
 
 
@@ -112,10 +112,10 @@ def test_endpoint_malformed_answer_and_secret_key(cli, servers, prompt_file, mon
 
 
 def test_endpoint_cli_modes_are_exclusive(cli, pair):
-    result = cli("difftest", "--baseline", "http://127.0.0.1:9", "--candidate",
+    result = cli("difftest", "endpoint", "--baseline", "http://127.0.0.1:9", "--candidate",
                  "http://127.0.0.1:9", "--target", pair[0])
-    assert result.exit_code == 2 and "not to endpoint mode" in result.stderr
-    result = cli("difftest", "--baseline", "http://127.0.0.1:9")
+    assert result.exit_code == 2 and "No such option: --target" in result.stderr
+    result = cli("difftest", "endpoint", "--baseline", "http://127.0.0.1:9")
     assert result.exit_code == 2 and "--candidate" in result.stderr
 
 

@@ -1,4 +1,4 @@
-"""`difftest --isolation` against kernels_ref.serve: clean it passes; with the planted
+"""`difftest isolation` against kernels_ref.serve: clean it passes; with the planted
 cross-request fault (`prefix-cache-first-block`) it fails, while the ordinary endpoint diff
 against a clean baseline misses that fault (each prompt there is the only one opening its way)."""
 
@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.isolation import IsolationOptions, tenant_of
 from kernels_ref.faults import Fault
 from kernels_ref.prompts import PromptSpec
@@ -17,7 +18,7 @@ FAULT = Fault.PREFIX_CACHE_FIRST_BLOCK
 
 
 def isolation(cli, url: str, *extra: str):
-    return cli("difftest", "--isolation", "--candidate", url, "--max-new-tokens", "8",
+    return cli("difftest", "isolation", "--candidate", url, "--max-new-tokens", "8",
                "--format", "json", *extra)
 
 
@@ -35,7 +36,7 @@ def test_isolation_catches_the_cross_request_fault_the_plain_diff_misses(cli, fi
     target, drafter = fixture_pair
     with running_server(target) as baseline, running_server(target, drafter,
                                                              inject=str(FAULT)) as faulty:
-        plain = cli("difftest", "--baseline", baseline.url, "--candidate", faulty.url,
+        plain = cli("difftest", "endpoint", "--baseline", baseline.url, "--candidate", faulty.url,
                     "--max-new-tokens", "8", "--format", "json")
         assert plain.exit_code == 0, plain.stderr  # one tenant never sees it
         assert json.loads(plain.stdout)["identical"]
@@ -60,26 +61,27 @@ def test_tenant_shares_a_long_prefix_and_then_differs():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--isolation", "--candidate", "http://127.0.0.1:9", "--concurrency", "1"], "at least 2"),
-    (["--isolation", "--candidate", "http://127.0.0.1:9", "--inject", str(FAULT)],
-     "kernels_ref.serve"),
-    (["--isolation", "--candidate", "http://127.0.0.1:9", "--metrics", "http://127.0.0.1:9/m"],
-     "--metrics applies to"),
-    (["--isolation"], "needs --candidate"),
+    (["--candidate", "http://127.0.0.1:9", "--concurrency", "1"], "--concurrency"),
+    (["--candidate", "http://127.0.0.1:9", "--inject", str(FAULT)], "No such option"),
+    (["--candidate", "http://127.0.0.1:9", "--metrics", "http://127.0.0.1:9/m"],
+     "No such option"),
+    ([], "--candidate"),
 ])
 def test_isolation_flags_of_other_modes_are_refused(cli, flags, message):
-    result = cli("difftest", *flags)
+    result = cli("difftest", "isolation", *flags)
     assert result.exit_code == 2
     assert message in result.stderr
 
 
 def test_serve_fault_is_refused_by_the_local_runner(cli, fixture_pair):
     target, drafter = fixture_pair
-    result = cli("difftest", "--target", str(target), "--drafter", str(drafter),
+    result = cli("difftest", "local", "--target", str(target), "--drafter", str(drafter),
                  "--inject", str(FAULT))
-    assert result.exit_code == 2 and "--isolation" in result.stderr
+    assert result.exit_code == 2 and "difftest isolation" in result.stderr
 
 
-def test_isolation_options_check_the_url():
+def test_isolation_options_check_the_engine():
     with pytest.raises(Exception, match="http"):
-        IsolationOptions("ftp://example")
+        EngineEndpoint("ftp://example")
+    with pytest.raises(Exception, match="at least 2"):
+        IsolationOptions(EngineEndpoint("http://127.0.0.1:9"), concurrency=1)

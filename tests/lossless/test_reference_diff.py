@@ -1,4 +1,4 @@
-"""`difftest --reference` (an engine against kernels_ref on the safetensors target), its GGUF
+"""`difftest reference` (an engine against kernels_ref on the safetensors target), its GGUF
 comparison record, and a gate whose policy requires a GGUF comparison.
 
 The engine here is `kernels_ref.serve` on the same target (identical by construction; the
@@ -76,8 +76,8 @@ def gguf_folder(fixture_pair, tmp_path_factory):
 
 
 def reference(cli, target, url, prompt_file, *extra):
-    return cli("difftest", "--reference", target, "--candidate", url, "--prompts", prompt_file,
-               "--max-new-tokens", "12", "--format", "json", *extra)
+    return cli("difftest", "reference", "--target", target, "--candidate", url,
+               "--prompts", prompt_file, "--max-new-tokens", "12", "--format", "json", *extra)
 
 
 def test_reference_diff_identical_and_record_written(cli, fixture_pair, engines, prompt_file,
@@ -121,13 +121,15 @@ def test_reference_diff_refuses_a_gguf_with_another_tokenizer(cli, fixture_pair,
 
 def test_reference_flags_of_other_modes_are_refused(cli, fixture_pair, engines):
     target, _ = fixture_pair
-    result = cli("difftest", "--reference", target, "--candidate", engines[0].url, "--sampled")
-    assert result.exit_code == 2 and "--sampled" in result.stderr
+    result = cli("difftest", "reference", "--target", target, "--candidate", engines[0].url,
+                 "--samples", "5")
+    assert result.exit_code == 2 and "No such option: --samples" in result.stderr
 
 
 @pytest.fixture(scope="module")
 def gated(fixture_pair, engines, prompt_file, gguf_folder, tmp_path_factory):
     """The fixture pair plus the GGUF folder, locked; a passing and a failing record."""
+    from dflash_guard.lossless.endpoint.engine import EngineEndpoint
     from dflash_guard.lossless.options import ReferenceOptions
     from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
 
@@ -141,7 +143,7 @@ def gated(fixture_pair, engines, prompt_file, gguf_folder, tmp_path_factory):
     private, _ = make_key_pair(folder, "approvals")  # records count only signed (issue 25)
     (folder / "prompt-set.jsonl").write_bytes(prompt_file.read_bytes())  # the policy's set
     for name, url in (("good", engines[0].url), ("bad", engines[1].url)):
-        options = ReferenceOptions(target, url, gguf=gguf_folder / "target.gguf",
+        options = ReferenceOptions(target, EngineEndpoint(url), gguf=gguf_folder / "target.gguf",
                                    prompts=prompt_file, max_new_tokens=12)
         write_reference_record(options, run_reference_diff(options), folder / f"{name}.json")
         records[name] = folder / f"{name}.json"

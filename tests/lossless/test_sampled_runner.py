@@ -1,4 +1,4 @@
-"""`dflash-guard difftest --sampled`: the reference runner's sampled decoding, end to end."""
+"""`dflash-guard difftest sampled`: the reference runner's sampled decoding, end to end."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def one_prompt(tmp_path_factory):
 def test_sampled_runner_cli_exact_passes_biased_fails(cli, pair, one_prompt, inject, exit_code):
     """Top-k 3 keeps each position to a few outcomes, so 400 draws give the test power."""
     target, drafter = pair
-    args = ["difftest", "--sampled", "--target", target, "--drafter", drafter,
+    args = ["difftest", "sampled", "--target", target, "--drafter", drafter,
             "--prompts", one_prompt, "--samples", "400", "--sample-tokens", "3",
             "--temperature", "1.5", "--top-k", "3", "--format", "json"]
     result = cli(*args, *(["--inject", inject] if inject else []))
@@ -55,7 +55,7 @@ def test_sampled_runner_cli_exact_passes_biased_fails(cli, pair, one_prompt, inj
 )
 def test_sampled_runner_cli_refuses_bad_settings(cli, pair, one_prompt, extra, message):
     target, drafter = pair
-    result = cli("difftest", "--sampled", "--target", target, "--drafter", drafter,
+    result = cli("difftest", "sampled", "--target", target, "--drafter", drafter,
                  "--prompts", one_prompt, "--samples", "5", *extra)
     assert result.exit_code == 2 and message in result.stderr
 

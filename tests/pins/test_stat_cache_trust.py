@@ -40,7 +40,7 @@ def test_forged_cache_entry_does_not_make_a_tampered_file_pass(cli, local_pair, 
     plant_entry(tmp_path / "cache" / "statcache.json", weights, locked.sha256, header)
 
     report = verify_lock(load_lockfile(lock_path), {"target": target, "drafter": drafter})
-    assert not report.ok
+    assert not report.passed
     assert [(p.path, p.kind) for p in report.problems] == [("model.safetensors", "sha256")]
     assert report.digests["drafter/model.safetensors"] == sha256_file(weights)
     r = cli("verify", "--lock", lock_path, "--root", f"target={target}",

@@ -66,6 +66,6 @@ def test_verify_reports_hashing_progress_through_the_callback(tmp_path, monkeypa
     calls: list[tuple[int, int]] = []
     report = verify_lock(lock, {"target": folder}, use_cache=False,
                          on_progress=lambda done, total: calls.append((done, total)))
-    assert report.ok
+    assert report.passed
     assert calls[0] == (0, 8000) and calls[-1] == (8000, 8000)
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)

@@ -37,7 +37,8 @@ def _example(command: Any) -> list[str]:
 
 def test_the_command_list_is_complete():
     assert {" ".join(path) for path in LEAVES} >= {
-        "lock", "verify", "scan", "difftest", "sign", "gate", "export requirements",
+        "lock", "verify", "scan", "difftest local", "difftest sampled", "difftest endpoint",
+        "difftest reference", "difftest isolation", "sign", "gate", "export requirements",
         "fixtures make", "policy check", "policy show",
     }
 

@@ -69,7 +69,7 @@ def test_quiet_on_healthy_series(cli, series):
     result = monitor(cli, series)
     assert result.exit_code == 0, result.stdout + result.stderr
     reading = json.loads(result.stdout)
-    assert reading["alarm"] is False and reading["alarms"] == []
+    assert reading["passed"] is True and reading["alarms"] == []
     assert reading["reset"] is (series == "reset")
     assert reading["tau"] == pytest.approx(5.0)
 
@@ -84,7 +84,7 @@ def test_alarms_on_each_failure_series(cli, series, kind):
     result = monitor(cli, series)
     assert result.exit_code == 1, result.stdout + result.stderr
     reading = json.loads(result.stdout)
-    assert reading["alarm"] is True
+    assert reading["passed"] is False
     assert kind in {a["kind"] for a in reading["alarms"]}
 
 
@@ -113,7 +113,7 @@ def test_text_output_names_the_alarm(cli):
 def test_baseline_from_the_approval_record(cli, tmp_path):
     record = tmp_path / "approval.json"
     statement = Statement((Subject("target", {"sha256": "0" * 64}),), PREDICATE_TYPE,
-                          {"acceptanceLength": 6.0})
+                          {"acceptance_length": 6.0})
     record.write_bytes(statement.dumps())
     private, public = make_key_pair(tmp_path)
     sign_with_key(record, private)

@@ -67,10 +67,10 @@ def test_gate_approves_and_records_the_speedup(cli, pair, servers, tmp_path):
     result = gate(cli, pair, rollout_policy(tmp_path, "0.01", servers), out)
     assert result.exit_code == 0, result.stdout + result.stderr
     step = json.loads(result.stdout)["checks"][-1]
-    assert step["name"] == "rollout" and step["ok"] and not step["skipped"]
+    assert step["name"] == "rollout" and step["passed"] and not step["skipped"]
     recorded = read_approval(out)["predicate"]["rollout"]
-    assert recorded["expectedConcurrency"] == recorded["concurrency"] == 2
-    assert recorded["minSpeedup"] == 0.01 and recorded["speedup"] > 0.01
+    assert recorded["expected_concurrency"] == recorded["concurrency"] == 2
+    assert recorded["min_speedup"] == 0.01 and recorded["speedup"] > 0.01
     assert recorded["baseline"]["requests"] == recorded["candidate"]["requests"] == 2
     assert recorded["tau"] > 1
 

@@ -59,15 +59,15 @@ def test_provenance_subjects_are_lockfile_and_every_locked_file(statement, pair,
 
 def test_provenance_predicate_fields(statement):
     predicate = statement["predicate"]
-    assert predicate["approvedAt"] == "2026-09-01T12:30:05Z"
+    assert predicate["approved_at"] == "2026-09-01T12:30:05Z"
     assert predicate["engines"] == [{
         "name": "llama.cpp", "uri": f"git+{ENGINE.url}@{ENGINE.commit}",
         "digest": {"gitCommit": ENGINE.commit}, "annotations": {"ref": ENGINE.ref}}]
     assert predicate["policy"]["name"] == "default"
     assert predicate["policy"]["uri"] == "builtin:default"
     assert predicate["policy"]["digest"]["sha256"] == load_policy("default").digest[7:]
-    assert predicate["acceptanceLength"] == 3.5 and predicate["waivers"] == ["W-1"]
-    assert predicate["checks"] == [{"name": "verify", "ok": True, "detail": "8 files",
+    assert predicate["acceptance_length"] == 3.5 and predicate["waivers"] == ["W-1"]
+    assert predicate["checks"] == [{"name": "verify", "passed": True, "detail": "8 files",
                                    "skipped": False}]
 
 
@@ -104,5 +104,5 @@ def test_provenance_key_signed_record_verifies_against_approval_signers(statemen
     assert check.ok
     _, other = make_key_pair(tmp_path, "other")
     assert not verify_approval(out, Signers((), (other,)))[0].ok
-    out.write_bytes(out.read_bytes().replace(b"approved", b"APPROVED"))
+    out.write_bytes(out.read_bytes().replace(b"\"passed\"", b"\"PASSED\""))
     assert not verify_approval(out, Signers((), (public,)))[0].ok

@@ -5,7 +5,8 @@ Both endpoints get the same prompts through `/v1/completions` at temperature 0 w
 the server offers them (vLLM: `return_token_ids` gives `choices[].token_ids`,
 `return_tokens_as_token_ids` writes logprob tokens as `token_id:N`), otherwise the token strings,
 otherwise the text. Optionally the candidate's Prometheus `/metrics` are read before and after the
-run to report the acceptance it achieved (`metrics`). `run` ties them together.
+run to report the acceptance it achieved (`metrics`). `run` ties them together; `engine` holds
+the one `EngineEndpoint` type every engine-facing command builds.
 """
 
 from dflash_guard.lossless.endpoint.client import (
@@ -21,6 +22,7 @@ from dflash_guard.lossless.endpoint.compare import (
     DEFAULT_NEAR_TIE_MARGIN,
     compare_completions,
 )
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.endpoint.metrics import (
     acceptance_from_metrics,
     acceptance_warnings,
@@ -39,6 +41,7 @@ __all__ = [
     "EndpointDiffReport",
     "EndpointError",
     "EndpointOptions",
+    "EngineEndpoint",
     "acceptance_from_metrics",
     "acceptance_warnings",
     "compare_completions",

@@ -9,18 +9,12 @@ from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS
-from dflash_guard.lossless.endpoint.client import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    CompletionClient,
-    http_url_parts,
-    redact_url,
-)
 from dflash_guard.lossless.endpoint.compare import (
     DEFAULT_NEAR_TIE_MARGIN,
     compare_completions,
     result_json,
 )
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.endpoint.metrics import (
     AcceptanceFigures,
     ResponseDrafts,
@@ -28,7 +22,7 @@ from dflash_guard.lossless.endpoint.metrics import (
     acceptance_warnings,
     parse_prometheus,
 )
-from dflash_guard.lossless.result import ClassifiedResults, PromptResult, Status
+from dflash_guard.lossless.result import ClassifiedResults, PromptResult
 from kernels_ref.prompts import PromptSpec
 
 
@@ -36,29 +30,16 @@ from kernels_ref.prompts import PromptSpec
 class EndpointOptions:
     """Everything an endpoint diff needs besides the prompts; checked when built."""
 
-    baseline: str  # URL of the engine without speculation
-    candidate: str  # URL of the engine with the drafter
-    model: str | None = None  # served model name; None: each server's first model
+    baseline: EngineEndpoint  # the engine without speculation
+    candidate: EngineEndpoint  # the engine with the drafter (its metrics URL: acceptance)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     concurrency: int = 4
-    api_key: str | None = field(default=None, repr=False)
-    timeout: float = DEFAULT_TIMEOUT_S
-    retries: int = DEFAULT_RETRIES
-    backoff: float = 0.5
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
-    metrics_url: str | None = None  # the candidate's Prometheus endpoint
     token_ids: bool = True  # ask for vLLM's token-id fields
 
     def __post_init__(self) -> None:
-        if (
-            self.concurrency < 1
-            or self.max_new_tokens < 1
-            or self.timeout <= 0
-            or self.near_tie_margin < 0
-        ):
-            raise InputError("concurrency, max-new-tokens and timeout must be positive")
-        if self.metrics_url:
-            http_url_parts(self.metrics_url)
+        if self.concurrency < 1 or self.max_new_tokens < 1 or self.near_tie_margin < 0:
+            raise InputError("concurrency and max-new-tokens must be positive")
 
 
 @dataclass(frozen=True)
@@ -72,16 +53,28 @@ class EndpointDiffReport(ClassifiedResults):
     acceptance: AcceptanceFigures | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
     response_drafts: ResponseDrafts | None = None  # the candidate's per-response draft counts
-
-    @property
-    def identical(self) -> bool:
-        """Every prompt gave the same tokens on both endpoints."""
-        return all(r.status is Status.identical for r in self.results)
+    fail_on_warning: bool = False  # an acceptance warning fails the diff too
 
     @property
     def passed(self) -> bool:
-        """No hard divergence (near-ties are left to the policy)."""
-        return not self.hard_divergences
+        """No hard divergence (near-ties are left to the policy), and no warning when
+        `fail_on_warning`."""
+        return not self.hard_divergences and not (self.fail_on_warning and self.warnings)
+
+    def record_section(self) -> dict[str, Any]:
+        """This diff's section of the approval record (URLs without credentials; the gate adds
+        the policy's bounds)."""
+        return {
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "prompts": len(self.results),
+            "identical": self.identical,
+            "hard": len(self.hard_divergences),
+            "near_ties": len(self.near_ties),
+            "divergences": [r.prompt_id for r in (*self.hard_divergences, *self.near_ties)],
+            "acceptance": asdict(self.acceptance) if self.acceptance else None,
+            "warnings": list(self.warnings),
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,15 +106,14 @@ def run_endpoint_diff(
     if not prompts:
         raise InputError("no prompts to send")
     o = options
-    client = dict(api_key=o.api_key, timeout=o.timeout, retries=o.retries, backoff=o.backoff,
-                  token_ids=o.token_ids, pool_size=o.concurrency)
+    metrics_url = o.candidate.metrics_url
     with (
-        CompletionClient("baseline", o.baseline, **client) as base,
-        CompletionClient("candidate", o.candidate, **client) as cand,
+        o.baseline.client("baseline", token_ids=o.token_ids, pool_size=o.concurrency) as base,
+        o.candidate.client("candidate", token_ids=o.token_ids, pool_size=o.concurrency) as cand,
     ):
-        base_model = o.model or base.first_model()
-        cand_model = o.model or cand.first_model()
-        before = parse_prometheus(cand.get_text(o.metrics_url)) if o.metrics_url else None
+        base_model = o.baseline.model or base.first_model()
+        cand_model = o.candidate.model or cand.first_model()
+        before = parse_prometheus(cand.get_text(metrics_url)) if metrics_url else None
 
         def one(prompt: PromptSpec) -> tuple[PromptResult, tuple[int, int] | None]:
             left = base.complete(prompt, model=base_model, max_tokens=o.max_new_tokens)
@@ -142,13 +134,13 @@ def run_endpoint_diff(
             pool.shutdown(wait=True, cancel_futures=True)
 
         acceptance, warnings = None, []
-        if before is not None and o.metrics_url:
-            after = parse_prometheus(cand.get_text(o.metrics_url))
+        if before is not None and metrics_url:
+            after = parse_prometheus(cand.get_text(metrics_url))
             acceptance = acceptance_from_metrics(before, after)
             warnings = acceptance_warnings(acceptance)
     return EndpointDiffReport(
-        redact_url(o.baseline),
-        redact_url(o.candidate),
+        o.baseline.shown_url,
+        o.candidate.shown_url,
         o.near_tie_margin,
         tuple(result for result, _ in answers),
         acceptance,

@@ -1,4 +1,5 @@
-"""`dflash-guard difftest` and `fixtures make`: reports, exit codes 0/1/2, no tracebacks."""
+"""`dflash-guard difftest MODE` and `fixtures make`: reports, exit codes 0/1/2, no tracebacks,
+each mode's own flags only, and the deprecated one-command spelling."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def test_identical_pair_exits_0_with_a_json_report(cli, fixture_pair, fast_promp
     target, drafter = fixture_pair
     result = cli(
         "difftest",
+        "local",
         "--target",
         target,
         "--drafter",
@@ -48,6 +50,7 @@ def test_identical_pair_exits_0_with_a_json_report(cli, fixture_pair, fast_promp
     )
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
+    assert report["passed"] is True and report["mode"] == "local"
     assert report["overall"]["identical"] is True
     assert {"tau_mean", "histogram", "forwards_saved", "warnings"} <= set(report["overall"])
     first = report["prompts"][0]
@@ -65,6 +68,7 @@ def test_identical_pair_exits_0_with_a_json_report(cli, fixture_pair, fast_promp
     } <= set(first)
     text = cli(
         "difftest",
+        "local",
         "--target",
         target,
         "--drafter",
@@ -81,6 +85,7 @@ def test_injected_fault_exits_1(cli, fixture_pair, fast_prompts) -> None:
     target, drafter = fixture_pair
     result = cli(
         "difftest",
+        "local",
         "--target",
         target,
         "--drafter",
@@ -94,6 +99,7 @@ def test_injected_fault_exits_1(cli, fixture_pair, fast_prompts) -> None:
     )
     assert result.exit_code == 1
     report = json.loads(result.stdout)
+    assert report["passed"] is False
     assert report["overall"]["identical"] is False
     assert report["overall"]["divergences"]
 
@@ -110,7 +116,7 @@ def test_input_errors_exit_2(cli, tmp_path: Path, fixture_pair, fast_prompts) ->
     bad.write_text('{"id": "a", "prompt": "x", "colour": "red"}\n')
     cases.append(("--target", target, "--drafter", drafter, "--prompts", bad))
     for args in cases:
-        result = cli("difftest", *args)
+        result = cli("difftest", "local", *args)
         assert result.exit_code == 2, (args, result.stdout, result.stderr)
         assert "error:" in result.stderr and "Traceback" not in result.stderr
 
@@ -120,7 +126,7 @@ def test_mismatched_drafter_exits_2(cli, tmp_path: Path) -> None:
     config = json.loads((drafter / "config.json").read_text())
     config["num_target_layers"] = 7
     (drafter / "config.json").write_text(json.dumps(config))
-    result = cli("difftest", "--target", target, "--drafter", drafter)
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter)
     assert result.exit_code == 2
     assert "does not match its target" in result.stderr
 
@@ -128,53 +134,99 @@ def test_mismatched_drafter_exits_2(cli, tmp_path: Path) -> None:
 def test_block_size_beyond_the_context_exits_2(cli, fixture_pair, fast_prompts) -> None:
     """A huge block size (flag or drafter config) used to hang building 1..N histograms."""
     target, drafter = fixture_pair
-    result = cli("difftest", "--target", target, "--drafter", drafter,
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter,
                  "--prompts", fast_prompts, "--block-size", "1000000000")
     assert result.exit_code == 2
     assert "exceeds the target's context" in result.stderr
 
 
-LOCAL = ("--target", "t", "--drafter", "d")
-ENDPOINT = ("--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9")
-SAMPLED = (*LOCAL, "--sampled")
+LOCAL = ("local", "--target", "t", "--drafter", "d")
+SAMPLED = ("sampled", "--target", "t", "--drafter", "d")
+ENDPOINT = ("endpoint", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9")
+ISOLATION = ("isolation", "--candidate", "http://127.0.0.1:9")
+REFERENCE = ("reference", "--target", "t", "--candidate", "http://127.0.0.1:9")
+RUNNER = (("--block-size", "4"), ("--device", "cpu"), ("--dtype", "float64"))
+ENGINE = (("--model", "m"), ("--concurrency", "2"), ("--api-key-env", "K"),
+          ("--near-tie-margin", "0.1"), ("--timeout", "3"))
+SAMPLING = (("--samples", "5"), ("--sample-tokens", "2"), ("--temperature", "0.5"),
+            ("--top-k", "3"), ("--top-p", "0.5"), ("--alpha", "0.1"), ("--seed", "1"))
 
 
 @pytest.mark.parametrize(
     ("mode", "flag"),
     [
         *((ENDPOINT, flag) for flag in (
-            ("--target", "t"), ("--drafter", "d"), ("--block-size", "4"), ("--device", "cpu"),
-            ("--dtype", "float64"), ("--cuda-graphs",), ("--sampled",), ("--samples", "5"),
-            ("--sample-tokens", "2"), ("--temperature", "0.5"), ("--top-k", "3"),
-            ("--top-p", "0.5"), ("--alpha", "0.1"), ("--seed", "1"))),
+            ("--target", "t"), ("--drafter", "d"), *RUNNER, ("--cuda-graphs",),
+            ("--inject", "stale-kv"), *SAMPLING, ("--gguf", "g"), ("--record", "r"))),
         *((SAMPLED, flag) for flag in (
-            ("--max-new-tokens", "8"), ("--cuda-graphs",), ("--fail-on-warning",),
-            ("--model", "m"), ("--concurrency", "2"), ("--api-key-env", "K"),
-            ("--metrics", "http://127.0.0.1:9/metrics"), ("--near-tie-margin", "0.1"),
-            ("--timeout", "3"), ("--no-token-ids",))),
+            ("--max-new-tokens", "8"), ("--cuda-graphs",), ("--fail-on-warning",), *ENGINE,
+            ("--metrics", "http://127.0.0.1:9/metrics"), ("--no-token-ids",))),
         *((LOCAL, flag) for flag in (
-            ("--samples", "5"), ("--sample-tokens", "2"), ("--temperature", "0.5"),
-            ("--top-k", "3"), ("--top-p", "0.5"), ("--alpha", "0.1"), ("--seed", "1"),
-            ("--model", "m"), ("--concurrency", "2"), ("--api-key-env", "K"),
-            ("--metrics", "http://127.0.0.1:9/metrics"), ("--near-tie-margin", "0.1"),
-            ("--timeout", "3"), ("--token-ids",))),
+            *SAMPLING, *ENGINE, ("--metrics", "http://127.0.0.1:9/metrics"),
+            ("--no-token-ids",), ("--baseline", "http://127.0.0.1:9"))),
+        *((ISOLATION, flag) for flag in (
+            ("--baseline", "http://127.0.0.1:9"), ("--metrics", "http://127.0.0.1:9/metrics"),
+            ("--inject", "stale-kv"), ("--fail-on-warning",), *RUNNER)),
+        *((REFERENCE, flag) for flag in (
+            ("--drafter", "d"), ("--no-token-ids",), ("--inject", "stale-kv"), *SAMPLING)),
     ],
 )
 def test_a_flag_of_another_mode_is_refused(cli, mode, flag) -> None:
-    """Before, a flag that did not apply to the chosen mode was silently ignored."""
+    """Each mode is its own command: a flag of another mode is a usage error, never ignored."""
     result = cli("difftest", *mode, *flag)
     assert result.exit_code == 2, (flag, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "not to" in lines[0] and "Traceback" not in result.stderr
-    assert flag[0].replace("--no-", "--") in lines[0]
+    assert "No such option" in result.stderr and flag[0] in result.stderr
+    assert "Traceback" not in result.stderr
 
 
-def test_flags_of_the_chosen_mode_pass_the_mode_check(cli, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["local", "sampled", "endpoint", "reference", "isolation"])
+def test_each_mode_help_fits_80_columns(cli, monkeypatch, mode) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    result = cli("difftest", mode, "--help")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines and max(len(line) for line in lines) <= 80
+    assert "\u2026" not in result.stdout  # no option name cut short
+    assert f"Example: dflash-guard difftest {mode}" in " ".join(result.stdout.split())
+
+
+def test_flags_of_the_chosen_mode_reach_the_library(cli, tmp_path: Path) -> None:
     """The same flags reach the library in their own mode (here: it fails on the folder)."""
     missing = tmp_path / "missing"
     for args in (
-        ("--target", missing, "--drafter", missing, "--block-size", "4", "--fail-on-warning"),
-        ("--target", missing, "--drafter", missing, "--sampled", "--samples", "5", "--seed", "1"),
+        ("local", "--target", missing, "--drafter", missing, "--block-size", "4",
+         "--fail-on-warning"),
+        ("sampled", "--target", missing, "--drafter", missing, "--samples", "5", "--seed", "1"),
     ):
         result = cli("difftest", *args)
         assert result.exit_code == 2 and "model folder not found" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (["--target", "t", "--drafter", "d"], ["local", "--target", "t", "--drafter", "d"]),
+        (["--sampled", "--target", "t"], ["sampled", "--target", "t"]),
+        (["--baseline", "b", "--candidate", "c"], ["endpoint", "--baseline", "b", "--candidate",
+                                                   "c"]),
+        (["--reference", "t", "--candidate", "c"], ["reference", "--target", "t",
+                                                    "--candidate", "c"]),
+        (["--reference=t", "--candidate", "c"], ["reference", "--target=t", "--candidate", "c"]),
+        (["--isolation", "--candidate", "c"], ["isolation", "--candidate", "c"]),
+        (["--baseline", "b", "--token-ids"], ["endpoint", "--baseline", "b"]),
+    ],
+)
+def test_the_old_spelling_becomes_the_mode(old, new, capsys) -> None:
+    from dflash_guard.cli.difftest_cmd import upgrade_args
+
+    assert upgrade_args(["difftest", *old]) == ["difftest", *new]
+    assert f"dflash-guard difftest {new[0]}" in capsys.readouterr().err
+    for unchanged in (["difftest", *new], ["difftest", "--help"], ["scan", "--target", "t"]):
+        assert upgrade_args(unchanged) == unchanged
+
+
+def test_the_old_spelling_still_runs_with_a_warning(cli, tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    result = cli("difftest", "--sampled", "--target", missing, "--drafter", missing)
+    assert result.exit_code == 2 and "model folder not found" in result.stderr
+    assert "deprecated" in result.stderr and "difftest sampled" in result.stderr

@@ -1,4 +1,5 @@
-"""Text rendering: a table per file, worst findings first, then the report's one-line summary.
+"""Text rendering of a findings report (scan): a table per file, worst findings first, then
+the report's one-line summary.
 Untrusted strings (file names, messages) are escaped for the terminal (`formats.terminal`).
 
 rich is imported only when there is a finding to tabulate: a clean report is one plain line.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
-from dflash_guard.formats.interface import Report
+from dflash_guard.formats.interface import FindingsReport
 from dflash_guard.formats.terminal import markup_safe, safe_console
 from dflash_guard.severity import Severity
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from dflash_guard.scan.interface import Finding
 
-_STYLE = {
+SEVERITY_STYLE = {
     Severity.critical: "bold red",
     Severity.high: "red",
     Severity.medium: "yellow",
@@ -27,7 +28,7 @@ _STYLE = {
 }
 
 
-def print_report(report: Report, console: Console) -> None:
+def print_report(report: FindingsReport, console: Console) -> None:
     """Print `report` on `console` (with colours when the console has them)."""
     for file in sorted({f.file for f in report.findings}):  # rich loads with the first table
         console.print(_file_table(file, [f for f in report.findings if f.file == file]))
@@ -47,7 +48,7 @@ def _file_table(file: str, findings: list[Finding]) -> Table:
         if finding.line:
             where = f"{where} line {finding.line}".strip()
         table.add_row(
-            f"[{_STYLE[finding.severity]}]{finding.severity.name}[/]",
+            f"[{SEVERITY_STYLE[finding.severity]}]{finding.severity.name}[/]",
             finding.rule_id,
             markup_safe(where),
             markup_safe(finding.message),
@@ -55,7 +56,7 @@ def _file_table(file: str, findings: list[Finding]) -> Table:
     return table
 
 
-def render(report: Report) -> str:
+def render(report: FindingsReport) -> str:
     """`report` as plain text, tables 120 columns wide (a clean report is its summary line)."""
     if not report.findings:
         return report.summary() + "\n"

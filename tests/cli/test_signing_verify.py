@@ -44,7 +44,7 @@ def test_signing_verify_checks_a_present_lock_signature(cli, pair, tmp_path):
     good = _verify(cli, lock, pair.roots, "--policy", policy)
     assert good.exit_code == 0
     [check] = json.loads(good.stdout)["signatures"]
-    assert check["ok"] and check["signer"].startswith("key key.pub")
+    assert check["passed"] and check["signer"].startswith("key key.pub")
     # Without a policy naming the key, a present signature cannot be trusted: refused.
     assert _verify(cli, lock, pair.roots).exit_code == 1
     sig.write_bytes(flip_signature_byte(sig.read_bytes()))

@@ -47,7 +47,7 @@ def verify_json(cli, lock, target, drafter, *extra):
 
 def test_untouched_pair_verifies(cli, locked):
     code, report, _ = verify_json(cli, *locked)
-    assert code == 0 and report["ok"] is True and report["problems"] == []
+    assert code == 0 and report["passed"] is True and report["problems"] == []
     assert report["locations"]["drafter"] == str(locked[2])
 
 
@@ -206,7 +206,7 @@ def test_library_api_reports_locations_and_problems(locked):
     lock = load_lockfile(lock_path)
     shutil.copy(target / "config.json", drafter / "extra.json")
     report = verify_lock(lock, {"target": target, "drafter": drafter}, use_cache=False)
-    assert not report.ok and report.locations == {"target": target, "drafter": drafter}
+    assert not report.passed and report.locations == {"target": target, "drafter": drafter}
     (problem,) = report.problems
     assert (problem.role, problem.path, problem.kind) == ("drafter", "extra.json", "extra")
     assert report.to_json()["problems"][0]["kind"] == "extra"

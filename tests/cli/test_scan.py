@@ -49,6 +49,7 @@ def test_json_schema(cli, tmp_path: Path) -> None:
         "tool",
         "version",
         "fail_on",
+        "passed",
         "findings",
         "summary",
         "remote_code",
@@ -57,7 +58,7 @@ def test_json_schema(cli, tmp_path: Path) -> None:
     }
     assert report["tool"] == "dflash-guard" and report["fail_on"] == "medium"
     assert report["pickle_files"] == ["extra.pkl"] and report["param_count"] == 40
-    assert report["summary"]["failed"] is True
+    assert report["passed"] is False
     assert report["summary"]["by_severity"]["critical"] >= 1
     finding = report["findings"][0]
     assert set(finding) == {"rule_id", "severity", "file", "message", "line", "member", "detector"}

@@ -1,0 +1,134 @@
+"""`dflash-guard difftest endpoint|reference|isolation`: the modes that diff live engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dflash_guard.cli.common import finish, progress
+from dflash_guard.cli.options import (
+    ApiKeyEnv,
+    Candidate,
+    Concurrency,
+    Dtype,
+    FailOnWarning,
+    Format,
+    MaxNewTokens,
+    Metrics,
+    Model,
+    NearTieMargin,
+    NoTokenIds,
+    Prompts,
+    Timeout,
+    engine,
+)
+from dflash_guard.errors import InputError
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.text import difftest as views
+from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
+from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S
+from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
+from dflash_guard.lossless.prompts import read_prompts
+
+
+def endpoint(
+    baseline: Annotated[str, typer.Option(
+        "--baseline", help="URL of the engine without speculation.")],
+    candidate: Candidate, prompts: Prompts = None, model: Model = None,
+    max_new_tokens: MaxNewTokens = None, concurrency: Concurrency = 4,
+    api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
+    near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
+    timeout: Timeout = DEFAULT_TIMEOUT_S, no_token_ids: NoTokenIds = False,
+    fail_on_warning: FailOnWarning = False, output_format: Format = PlainFormat.text,
+) -> None:
+    """Two live OpenAI-compatible engines, without and with the drafter.
+
+    Example: dflash-guard difftest endpoint --baseline http://h:8000 --candidate http://h:8001
+    """
+    import dataclasses
+
+    from dflash_guard.lossless.endpoint import EndpointOptions, run_endpoint_diff
+
+    settings = dict(model=model, api_key_env=api_key_env, timeout=timeout)
+    options = EndpointOptions(
+        engine(baseline, **settings), engine(candidate, **settings, metrics=metrics),
+        max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
+        near_tie_margin=near_tie_margin, token_ids=not no_token_ids)
+    report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS))
+    report = dataclasses.replace(report, fail_on_warning=fail_on_warning)
+    finish(report, output_format, views.render_endpoint)
+
+
+def reference(
+    target: Annotated[Path, typer.Option(
+        "--target", help="The safetensors target folder kernels_ref decodes.")],
+    candidate: Annotated[str, typer.Option(
+        "--candidate", help="URL of the engine under test.")],
+    gguf: Annotated[Path | None, typer.Option(
+        "--gguf", help="The GGUF the engine serves (tokenizer check, record).")] = None,
+    conversion: Annotated[Path | None, typer.Option(
+        "--conversion", help="Its conversion record (default: GGUF.conversion.json).")] = None,
+    record: Annotated[Path | None, typer.Option(
+        "--record", help="Write the GGUF comparison record (in-toto) here.")] = None,
+    prompts: Prompts = None, model: Model = None, max_new_tokens: MaxNewTokens = None,
+    concurrency: Concurrency = 4, api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
+    near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
+    timeout: Timeout = DEFAULT_TIMEOUT_S, dtype: Dtype = "float32",
+    output_format: Format = PlainFormat.text,
+) -> None:
+    """An engine against kernels_ref decoding the safetensors target (GGUF serving).
+
+    Example: dflash-guard difftest reference --target t/ --candidate http://h:8080 --gguf t.gguf
+    """
+    from dflash_guard.lossless.options import ReferenceOptions
+    from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
+    from dflash_guard.outputs import refuse_outputs_over_inputs
+
+    if record is not None and not record.parent.is_dir():
+        raise InputError(f"--record {record}: folder {record.parent} does not exist")
+    refuse_outputs_over_inputs([("--record", record)], [
+        ("--target", target), ("--gguf", gguf), ("--conversion", conversion),
+        ("--prompts", prompts)])
+    options = ReferenceOptions(
+        target, engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout,
+                       metrics=metrics), gguf=gguf, conversion=conversion, prompts=prompts,
+        max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
+        near_tie_margin=near_tie_margin, dtype=dtype)
+    progress(f"decoding with kernels_ref from {target} and with the engine ...", output_format)
+    report = run_reference_diff(options)
+    if record is not None:
+        write_reference_record(options, report, record)
+        progress(f"wrote {record}", output_format)
+    finish(report, output_format, views.render_reference)
+
+
+def isolation(
+    candidate: Candidate, prompts: Prompts = None, model: Model = None,
+    max_new_tokens: MaxNewTokens = None,
+    concurrency: Annotated[int, typer.Option(
+        "--concurrency", min=2, help="Requests in flight (other tenants).")] = 4,
+    api_key_env: ApiKeyEnv = None, near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
+    timeout: Timeout = DEFAULT_TIMEOUT_S, no_token_ids: NoTokenIds = False,
+    output_format: Format = PlainFormat.text,
+) -> None:
+    """One engine: each prompt alone, then among prefix-sharing tenants; outputs must match.
+
+    Example: dflash-guard difftest isolation --candidate http://h:8001
+    """
+    from dflash_guard.lossless.isolation import IsolationOptions, run_isolation_diff
+
+    options = IsolationOptions(
+        engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout),
+        max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
+        near_tie_margin=near_tie_margin, token_ids=not no_token_ids)
+    report = run_isolation_diff(options, read_prompts(prompts or DEFAULT_PROMPTS))
+    finish(report, output_format, views.render_isolation)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the three engine modes to the `difftest` app."""
+    app.command("endpoint")(endpoint)
+    app.command("reference")(reference)
+    app.command("isolation")(isolation)

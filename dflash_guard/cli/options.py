@@ -1,0 +1,48 @@
+"""Command-line options several commands share (the difftest modes, above all), and the one
+place an `EngineEndpoint` is built from flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dflash_guard.formats import PlainFormat
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
+
+Target = Annotated[Path, typer.Option("--target", help="Target model folder (HF layout).")]
+Drafter = Annotated[Path, typer.Option("--drafter", help="DFlash drafter folder (HF layout).")]
+Prompts = Annotated[Path | None, typer.Option(
+    "--prompts", help="JSONL prompt set (default: the shipped set).")]
+MaxNewTokens = Annotated[int | None, typer.Option(
+    "--max-new-tokens", min=1, help="Token budget (caps per-prompt budgets).")]
+BlockSize = Annotated[int | None, typer.Option(
+    "--block-size", min=1, help="Draft block size (default: the drafter's).")]
+Device = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
+Dtype = Annotated[str, typer.Option("--dtype", help="float32, float64 or bfloat16.")]
+Format = Annotated[PlainFormat, typer.Option("--format", help="text or json.")]
+FailOnWarning = Annotated[bool, typer.Option(
+    "--fail-on-warning", help="Exit 1 on an acceptance warning too.")]
+Candidate = Annotated[str, typer.Option(
+    "--candidate", help="URL of the engine with the DFlash drafter.")]
+Model = Annotated[str | None, typer.Option(
+    "--model", help="Served model name (default: the server's first).")]
+Concurrency = Annotated[int, typer.Option("--concurrency", min=1, help="Prompts in flight.")]
+ApiKeyEnv = Annotated[str | None, typer.Option(
+    "--api-key-env", help="Environment variable holding the API key.")]
+Metrics = Annotated[str | None, typer.Option(
+    "--metrics", help="The engine's Prometheus /metrics URL (acceptance).")]
+NearTieMargin = Annotated[float, typer.Option(
+    "--near-tie-margin", min=0.0, help="Top-2 logprob margin (nats) of a near-tie.")]
+Timeout = Annotated[float, typer.Option(
+    "--timeout", min=0.001, help="Per-request timeout in seconds.")]
+NoTokenIds = Annotated[bool, typer.Option(
+    "--no-token-ids", help="Plain OpenAI: ask for no vLLM token-id fields.")]
+
+
+def engine(url: str, *, model: str | None, api_key_env: str | None, timeout: float,
+           metrics: str | None = None) -> EngineEndpoint:
+    """The engine at `url` as the flags describe it (its API key read from `api_key_env`)."""
+    return EngineEndpoint.from_env(url, api_key_env=api_key_env, model=model, timeout=timeout,
+                                   metrics_url=metrics)

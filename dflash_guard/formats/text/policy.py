@@ -1,0 +1,26 @@
+"""Text view of `policy check`: the policy is valid; what makes the gate refuse it as it stands
+(nobody to sign, an expired waiver)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dflash_guard.trust.policy import Policy, Waiver
+
+
+def render_policy_check(policy: Policy, expired: Sequence[Waiver], console: Console) -> None:
+    """`SOURCE: valid (policy NAME, DIGEST)`, then one line per expired waiver."""
+    console.print(f"{policy.source}: valid (policy {policy.name!r}, {policy.digest})",
+                  highlight=False, soft_wrap=True, markup=False)
+    for why in policy.unsatisfiable:
+        console.print(f"  the gate refuses it as it stands: {why}; write a policy with "
+                      f"extends: {policy.name} that names your signers",
+                      highlight=False, soft_wrap=True, markup=False)
+    for waiver in expired:
+        console.print(f"  waiver {waiver.id} ({waiver.covers}) expired on "
+                      f"{waiver.expires.isoformat()}: the gate will refuse",
+                      highlight=False, soft_wrap=True, markup=False)

@@ -1,0 +1,42 @@
+"""Text view of `verify`: one line per role, the files that differ, each signature checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+from dflash_guard.formats.terminal import markup_safe, terminal_safe
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dflash_guard.trust.verified import VerifiedLock
+
+
+def render_verify(result: VerifiedLock, console: Console) -> None:
+    """Where each role was found, the verdict on the files, then one line per signature."""
+    report = result.report
+    for role, folder in sorted(report.locations.items()):
+        console.print(f"{role:8} {terminal_safe(str(folder))}", highlight=False, markup=False)
+    if report.passed:
+        console.print(f"[green]OK[/]: {report.files_checked} files match the lockfile "
+                      f"({report.cache_hits} from the stat cache)")
+    else:
+        table = Table(title="files that differ from the lockfile")
+        for column in ("role", "path", "problem", "expected", "actual"):
+            table.add_column(column, overflow="fold")
+        for p in report.problems:
+            cells = (p.role, p.path, p.kind, p.expected, p.actual)
+            table.add_row(*(markup_safe(cell or "") for cell in cells))
+        console.print(table)
+        console.print(f"[red]MISMATCH[/]: {len(report.problems)} problem(s)")
+    for check in result.signatures:
+        what = markup_safe(f"{check.subject} ({Path(check.signature).name})")
+        if check.ok:
+            console.print(f"[green]signed[/]: {what} by {markup_safe(str(check.signer))}",
+                          highlight=False, soft_wrap=True)
+        else:
+            console.print(f"[red]BAD SIGNATURE[/]: {what}: {markup_safe(str(check.reason))}",
+                          highlight=False, soft_wrap=True)
