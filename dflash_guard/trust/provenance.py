@@ -246,7 +246,7 @@ def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | No
             problems.append(f"{name}: differs from the approved bytes")
         else:
             checked += 1
-    tau = statement["predicate"].get("acceptanceLength")
+    tau = statement["predicate"].get("acceptance_length")
     return ApprovalVerdict(str(path), policy.name, signatures, tuple(problems), checked,
                            float(tau) if isinstance(tau, int | float) and
                            not isinstance(tau, bool) else None)

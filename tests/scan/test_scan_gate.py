@@ -11,7 +11,7 @@ import pytest
 
 from dflash_guard.gate import GateOptions, run_gate
 from tests.scan.adaptive import MALICIOUS, Case
-from tests.support.trust import REPO, copy_folder, relock, write_lock, write_policy
+from tests.support.trust import REPO, copy_folder, make_key_pair, relock, write_lock, write_policy
 from tests.trust.conftest import pair  # noqa: F401  (fixture, re-exported)
 
 # strict's scan settings for a local folder treated as official (reviewed code allowed), no
@@ -26,7 +26,12 @@ def _gate(tmp_path: Path, pair, case: Case, policy_name: str):  # noqa: F811
     reviewed = tuple(hashlib.sha256(p.read_bytes()).hexdigest() for p in drafter.rglob("*.py"))
     if policy_name == "strict":
         base = (REPO / "policies" / "strict.yaml").read_text()
-        policy = write_policy(tmp_path / "policy", *_STRICT, base=base.replace(
+        # strict names no signer (a policy extends it and names its own): name a model signer,
+        # so the policy can pass at all and the refusal has to come from the scan.
+        _, public = make_key_pair(tmp_path)
+        signer = ("  models: {identities: [], public_keys: []}",
+                  f"  models: {{identities: [], public_keys: [{public}]}}")
+        policy = write_policy(tmp_path / "policy", *_STRICT, signer, base=base.replace(
             "max_new_tokens: 64", "max_new_tokens: 32"), reviewed=reviewed)
     else:
         policy = write_policy(tmp_path / "policy", reviewed=reviewed)
