@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dflash_guard.errors import InputError
@@ -58,6 +58,9 @@ from dflash_guard.trust.signing import (
     verify_model_signatures,
 )
 from kernels_ref.faults import Fault  # torch-free
+
+if TYPE_CHECKING:  # kernels_ref.threads imports torch; the gate loads it only to diff-test
+    from kernels_ref.threads import ThreadChoice
 
 PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)|^(pr|#)[-/#]?\d+$",
                         re.IGNORECASE)
@@ -101,6 +104,7 @@ class GateOptions:
     download: bool = False  # fetch artifacts missing from the HF cache at the pinned commit
     device: str = "cpu"
     inject: Fault | None = None  # a planted difftest fault (demonstrations)
+    threads: int | None = None  # difftest torch CPU threads; None: kernels_ref's thread policy
     endpoints: EndpointOverrides = EndpointOverrides()
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # advisory audit:
     # a locked engine (or Hub repo) -> a local git clone, so GIT ranges are decided over it
@@ -163,6 +167,7 @@ class GateInputs:
     waivers_used: tuple[str, ...] = ()
     record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    threads: int | None = None
 
     def learn(self, learned: Learned) -> GateInputs:
         """These inputs with what a check learned added."""
@@ -434,7 +439,7 @@ def check_difftest(inputs: GateInputs) -> Checked:
         inputs.locations["target"], inputs.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
         max_new_tokens=rules.max_new_tokens, device=inputs.device,
-        inject=inputs.inject,
+        inject=inputs.inject, threads=inputs.threads,
     ))
     near_ties = [d for d in report.divergences
                  if d.divergence.margin is not None
@@ -461,8 +466,13 @@ def check_difftest(inputs: GateInputs) -> Checked:
     }
     ties = f", {len(near_ties)} near-tie divergences tolerated" if near_ties else ""
     return (Outcome.passed(f"{len(report.results)} prompts identical{ties}; "
-                           f"tau {report.tau:.2f} >= {rules.min_tau}"),
+                           f"tau {report.tau:.2f} >= {rules.min_tau}; "
+                           f"threads {_threads(report.threads)}"),
             Learned(record={"difftest": summary, "acceptance_length": round(report.tau, 4)}))
+
+
+def _threads(choice: ThreadChoice | None) -> str:
+    return "?" if choice is None else f"{choice.threads} ({choice.reason})"
 
 
 def check_endpoint_diff(inputs: GateInputs) -> Checked:
@@ -665,7 +675,7 @@ def run_gate(options: GateOptions, *,
         today=options.today or dt.datetime.now(dt.UTC).date(), trust_root=options.trust_root,
         download=options.download, device=options.device, inject=options.inject,
         endpoints=endpoints,
-        engine_repos=dict(options.engine_repos),
+        engine_repos=dict(options.engine_repos), threads=options.threads,
     )
     results: list[CheckResult] = []
     for check in CHECKS:

@@ -234,16 +234,16 @@ class Mode(StrEnum):
 COMMON_FLAGS = frozenset({"prompts", "output_format"})
 MODE_FLAGS: dict[Mode, frozenset[str]] = {
     Mode.local: COMMON_FLAGS | {"target", "drafter", "max_new_tokens", "block_size", "device",
-                                "dtype", "inject", "cuda_graphs", "fail_on_warning"},
+                                "dtype", "inject", "cuda_graphs", "fail_on_warning", "threads"},
     Mode.sampled: COMMON_FLAGS | {"target", "drafter", "sampled", "samples", "sample_tokens",
                                   "temperature", "top_k", "top_p", "alpha", "seed", "inject",
-                                  "block_size", "device", "dtype"},
+                                  "block_size", "device", "dtype", "threads"},
     Mode.endpoint: COMMON_FLAGS | {"baseline", "candidate", "model", "max_new_tokens",
                                    "concurrency", "api_key_env", "metrics", "near_tie_margin",
                                    "timeout", "token_ids", "fail_on_warning"},
     Mode.reference: COMMON_FLAGS | {"reference", "candidate", "gguf", "conversion", "record",
                                     "model", "max_new_tokens", "concurrency", "api_key_env",
-                                    "metrics", "near_tie_margin", "timeout", "dtype"},
+                                    "metrics", "near_tie_margin", "timeout", "dtype", "threads"},
     Mode.isolation: COMMON_FLAGS | {"isolation", "candidate", "model", "max_new_tokens",
                                     "concurrency", "api_key_env", "near_tie_margin", "timeout",
                                     "token_ids"},
@@ -317,6 +317,10 @@ def register(app: typer.Typer) -> None:
         fail_on_warning: Annotated[
             bool, typer.Option(help="Exit 1 on an acceptance warning too.")
         ] = False,
+        threads: Annotated[
+            int | None, typer.Option(min=1, help="Torch CPU threads for the reference runner "
+                                     "(default: chosen from the model's size and the cores).")
+        ] = None,
         output_format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.text,
         baseline: Annotated[
             str | None,
@@ -451,6 +455,7 @@ def register(app: typer.Typer) -> None:
                 model=model, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
                 concurrency=concurrency, api_key=read_api_key(api_key_env), timeout=timeout,
                 near_tie_margin=near_tie_margin, metrics_url=metrics, dtype=dtype,
+                threads=threads,
             )
             raise typer.Exit(run_reference_mode(reference_options, record, output_format))
         if mode is Mode.endpoint:
@@ -483,6 +488,7 @@ def register(app: typer.Typer) -> None:
                 target, drafter, prompts=prompts, samples=samples, sample_tokens=sample_tokens,
                 temperature=temperature, top_k=top_k, top_p=top_p, alpha=alpha, seed=seed,
                 inject=fault, block_size=block_size, device=device, dtype=dtype,
+                threads=threads,
             )
             from dflash_guard.lossless.sampled import run_sampled_difftest
 
@@ -497,7 +503,7 @@ def register(app: typer.Typer) -> None:
         local_options = LocalOptions(
             target, drafter, prompts=prompts, max_new_tokens=max_new_tokens,
             block_size=block_size, device=device, dtype=dtype, inject=fault,
-            cuda_graphs=cuda_graphs,
+            cuda_graphs=cuda_graphs, threads=threads,
         )
         from dflash_guard.lossless.local import run_difftest
 

@@ -1,0 +1,63 @@
+"""The thread policy: a tiny model decodes on one thread, a large one on the usable cores."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from kernels_ref.threads import (
+    PARAMS_PER_THREAD,
+    SINGLE_THREAD_PARAMS,
+    ThreadChoice,
+    choose_threads,
+    count_parameters,
+    usable_cores,
+    using_threads,
+)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "cores", "threads"),
+    [
+        (100_000, 16, 1),  # the built-in pair: one thread whatever the cores
+        (SINGLE_THREAD_PARAMS - 1, 16, 1),
+        (SINGLE_THREAD_PARAMS, 16, 1),  # one thread's worth of work
+        (3 * PARAMS_PER_THREAD, 16, 3),  # grows with the size ...
+        (8_000_000_000, 16, 16),  # ... up to the usable cores
+        (8_000_000_000, 2, 2),
+        (8_000_000_000, 1, 1),
+    ],
+)
+def test_choice_follows_size_and_cores(parameters: int, cores: int, threads: int) -> None:
+    choice = choose_threads(parameters, cores=cores)
+    assert choice.threads == threads
+    assert choice.reason.startswith("auto: ") and f"{parameters / 1e6:.1f}M" in choice.reason
+
+
+def test_an_explicit_count_wins_and_says_so() -> None:
+    assert choose_threads(100_000, cores=2, requested=4) == ThreadChoice(4, "--threads 4")
+    assert choose_threads(8_000_000_000, cores=16, requested=1).threads == 1
+    with pytest.raises(ValueError):
+        choose_threads(1, requested=0)
+
+
+def test_default_cores_are_the_affinity_mask() -> None:
+    cores = usable_cores()
+    assert cores == len(os.sched_getaffinity(0))
+    assert choose_threads(8_000_000_000).threads == cores
+
+
+def test_using_threads_applies_and_restores() -> None:
+    before = torch.get_num_threads()
+    with using_threads(ThreadChoice(2, "test")):
+        assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), using_threads(ThreadChoice(3, "test")):
+        raise RuntimeError
+    assert torch.get_num_threads() == before
+
+
+def test_count_parameters() -> None:
+    assert count_parameters(torch.nn.Linear(4, 3), torch.nn.Linear(2, 2, bias=False), None) == 19
