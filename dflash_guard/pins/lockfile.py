@@ -174,7 +174,7 @@ FILES_TABLE_FORMAT = "SHA256 SIZE BLOB_ID|- PATH"
 # A path written as it is: printable ASCII, not starting with `"` or ending in a space (a
 # trailing space would make YAML quote the whole block). Anything else is a JSON string.
 _PLAIN_PATH_RE = re.compile(r'[!#-~]([ -~]*[!-~])?')
-_ROW = r'([0-9a-f]{64}) (0|[1-9][0-9]*) ([0-9a-f]{40}|-) ([!#-~](?:[ -~]*[!-~])?|".*)'
+_ROW = r'([0-9a-f]{64}) (0|[1-9][0-9]{0,19}) ([0-9a-f]{40}|-) ([!#-~](?:[ -~]*[!-~])?|".*)'
 _ROW_RE = re.compile(_ROW)
 _ROWS_RE = re.compile(f"^{_ROW}$", re.MULTILINE)  # no part of a row matches a line break
 # The tables a reader has already checked to be exactly what `files_table` writes for a files
