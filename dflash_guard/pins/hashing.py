@@ -79,8 +79,9 @@ def _stat_key(path: Path, st: os.stat_result | None = None) -> str:
     readability (a `realpath` per file would cost more than the rest of a cached verify).
     `st`: the file's `os.stat` when the caller just took it."""
     st = os.stat(path) if st is None else st
-    return (f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0"
-            f"{os.path.abspath(path)}")
+    name = os.fspath(path)  # already absolute when its folder was given so: no normpath each
+    name = name if name.startswith("/") else os.path.abspath(name)
+    return f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{name}"
 
 
 def _read_private(path: Path, limit: int) -> bytes | None:
