@@ -45,19 +45,28 @@ def cache_dir() -> Path:
 
 def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:
     """The sha256 of a regular file, read in chunks into one buffer (memory bounded by
-    CHUNK_BYTES; a small file gets a small buffer: zeroing 8 MiB per file would dominate 100k
-    tiny files); a file that cannot be opened or read, or is not a regular file, is an
-    `InputError`."""
+    CHUNK_BYTES); a file under SMALL_BUFFER_BYTES is read with plain `os.read` calls (no buffer
+    to zero, no file object: those dominate 100k tiny files). A file that cannot be opened or
+    read, or is not a regular file, is an `InputError`."""
     digest = hashlib.sha256()
     try:  # never blocks: a FIFO swapped in for a file is refused after opening (fstat)
-        with os.fdopen(open_regular(path), "rb", buffering=0) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            buffer = bytearray(min(CHUNK_BYTES, max(size, SMALL_BUFFER_BYTES)))
-            view = memoryview(buffer)
-            while n := handle.readinto(buffer):
-                digest.update(view[:n])
-                if on_bytes is not None:
-                    on_bytes(n)
+        fd = open_regular(path)
+        try:
+            size = os.fstat(fd).st_size
+            if size < SMALL_BUFFER_BYTES:  # a file that grew meanwhile is still read to its end
+                while chunk := os.read(fd, SMALL_BUFFER_BYTES):
+                    digest.update(chunk)
+                    if on_bytes is not None:
+                        on_bytes(len(chunk))
+            else:
+                buffer = bytearray(min(CHUNK_BYTES, size))
+                view = memoryview(buffer)
+                while n := os.readv(fd, [buffer]):
+                    digest.update(view[:n])
+                    if on_bytes is not None:
+                        on_bytes(n)
+        finally:
+            os.close(fd)
     except InputError:
         raise
     except OSError as error:
