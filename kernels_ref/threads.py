@@ -3,10 +3,12 @@
 Decoding runs one small forward per step: for a tiny model each forward is microseconds of
 arithmetic, and handing it to several threads costs more than it saves (on a busy machine the
 other threads also wait for cores, which made the built-in pair 13x slower). A large model's
-matrix-vector products are worth splitting. `choose_threads` picks from the model's parameter
-count and the cores this process may run on (`os.sched_getaffinity`, which a container's or
-`taskset`'s limit narrows); an explicit count always wins. `using_threads` applies a choice to
-torch for the length of a block and restores the previous count.
+matrix-vector products are worth splitting, on cores nobody else is using. `choose_threads`
+picks from the model's parameter count and the cores this process may run on
+(`os.sched_getaffinity`, which a container's or `taskset`'s limit narrows) less those the
+machine's load keeps busy (the 1-minute load average; a 47M-parameter pair ran 4x slower on 2
+threads than on 1 on a loaded 2-core machine); an explicit count always wins. `using_threads`
+applies a choice to torch for the length of a block and restores the previous count.
 """
 
 from __future__ import annotations
@@ -43,22 +45,36 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def idle_cores(cores: int, load: float) -> int:
+    """Of `cores` usable CPUs, those the load average `load` leaves free (this process counts
+    as one of the load: it is running), at least 1."""
+    return max(1, min(cores, cores + 1 - round(load)))
+
+
 def choose_threads(
-    parameters: int, *, cores: int | None = None, requested: int | None = None
+    parameters: int,
+    *,
+    cores: int | None = None,
+    load: float | None = None,
+    requested: int | None = None,
 ) -> ThreadChoice:
     """The thread count for decoding a model of `parameters` parameters on `cores` usable CPUs
-    (default: `usable_cores()`); `requested` (`--threads N`, at least 1) overrides the policy."""
+    (default: `usable_cores()`) under the load average `load` (default: the last minute's);
+    `requested` (`--threads N`, at least 1) overrides the policy."""
     if requested is not None:
         if requested < 1:
             raise ValueError("threads must be at least 1")
         return ThreadChoice(requested, f"--threads {requested}")
     cores = usable_cores() if cores is None else max(1, cores)
+    load = os.getloadavg()[0] if load is None else load
     millions = f"{parameters / 1e6:.1f}M parameters"
-    if parameters < SINGLE_THREAD_PARAMS or cores == 1:
-        why = "one usable core" if cores == 1 else f"below {SINGLE_THREAD_PARAMS // 10**6}M"
+    if parameters < SINGLE_THREAD_PARAMS:
+        why = f"below {SINGLE_THREAD_PARAMS // 10**6}M"
         return ThreadChoice(1, f"auto: {millions}, {why}: one thread")
-    threads = min(cores, parameters // PARAMS_PER_THREAD)
-    return ThreadChoice(threads, f"auto: {millions}, {cores} usable cores: {threads} threads")
+    free = idle_cores(cores, load)
+    threads = min(free, parameters // PARAMS_PER_THREAD)
+    return ThreadChoice(threads, f"auto: {millions}, {cores} usable cores, load {load:.1f} "
+                                 f"leaves {free}: {threads} thread{'s' if threads > 1 else ''}")
 
 
 def count_parameters(*models: torch.nn.Module | object) -> int:
