@@ -55,6 +55,7 @@ def main() -> None:
                 device=args.device,
                 dtype=args.dtype,
                 block_size=args.block_size,
+                threads=args.threads,
             )
         )
         whole = time.perf_counter() - began

@@ -27,7 +27,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
@@ -65,6 +65,9 @@ from dflash_guard.trust.signing import (
 )
 from dflash_guard.urls import http_endpoint, metrics_url
 from kernels_ref.faults import Fault  # torch-free
+
+if TYPE_CHECKING:  # kernels_ref.threads imports torch; the gate loads it only to diff-test
+    from kernels_ref.threads import ThreadChoice
 
 MAX_LISTED = 3
 
@@ -105,6 +108,7 @@ class GateOptions:
     download: bool = False  # fetch artifacts missing from the HF cache at the pinned commit
     device: str = "cpu"
     inject: Fault | None = None  # a planted difftest fault (demonstrations)
+    threads: int | None = None  # difftest torch CPU threads; None: kernels_ref's thread policy
     endpoints: EndpointOverrides = EndpointOverrides()
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # advisory audit:
     # a locked engine (or Hub repo) -> a local git clone, so GIT ranges are decided over it
@@ -180,6 +184,7 @@ class GateInputs:
     record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)
     provenance_trusted: bool = False  # the lock's hub-confirmed claims count (signed lock)
+    threads: int | None = None
 
     def learn(self, learned: Learned) -> GateInputs:
         """These inputs with what a check learned added."""
@@ -467,7 +472,7 @@ def check_difftest(inputs: GateInputs) -> Checked:
         inputs.locations["target"], inputs.locations["drafter"],
         prompts=Path(rules.prompts) if rules.prompts else None,
         max_new_tokens=rules.max_new_tokens, device=inputs.device,
-        inject=inputs.inject,
+        inject=inputs.inject, threads=inputs.threads,
     ))
     if not report.results or not math.isfinite(report.tau):
         return Outcome.refused(f"cannot tell: {len(report.results)} prompts compared, tau "
@@ -490,8 +495,13 @@ def check_difftest(inputs: GateInputs) -> Checked:
                "near_ties": [d.prompt_id for d in near_ties], "min_tau": rules.min_tau}
     ties = f", {len(near_ties)} near-tie divergences tolerated" if near_ties else ""
     return (Outcome.passed(f"{len(report.results)} prompts identical{ties}; "
-                           f"tau {report.tau:.2f} >= {rules.min_tau}"),
+                           f"tau {report.tau:.2f} >= {rules.min_tau}; "
+                           f"threads {_threads(report.threads)}"),
             Learned(record={"difftest": summary, "acceptance_length": round(report.tau, 4)}))
+
+
+def _threads(choice: ThreadChoice | None) -> str:
+    return "?" if choice is None else f"{choice.threads} ({choice.reason})"
 
 
 def check_endpoint_diff(inputs: GateInputs) -> Checked:
@@ -712,6 +722,7 @@ def run_gate(options: GateOptions, *,
         engines=(engines_from_policy(endpoints, api_key, options.endpoints.api_key_env)
                  if endpoints is not None else None),
         engine_repos=dict(options.engine_repos),
+        threads=options.threads,
     )
     results: list[CheckResult] = []
     for check in CHECKS:

@@ -26,6 +26,7 @@ from dflash_guard.cli.options import (
     MaxNewTokens,
     Prompts,
     Target,
+    Threads,
 )
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text import difftest as views
@@ -50,7 +51,7 @@ difftest_engines.register(app)
 def local(
     target: Target, drafter: Drafter, prompts: Prompts = None,
     max_new_tokens: MaxNewTokens = None, block_size: BlockSize = None,
-    device: Device = "cpu", dtype: Dtype = "float32",
+    device: Device = "cpu", dtype: Dtype = "float32", threads: Threads = None,
     inject: Annotated[str | None, typer.Option(
         "--inject", help="Plant a known engine bug: "
         + ", ".join(f for f in Fault if f.greedy) + ".")] = None,
@@ -69,7 +70,7 @@ def local(
 
     options = LocalOptions(target, drafter, prompts=prompts, max_new_tokens=max_new_tokens,
                            block_size=block_size, device=device, dtype=dtype,
-                           inject=parse_fault(inject), cuda_graphs=cuda_graphs)
+                           inject=parse_fault(inject), cuda_graphs=cuda_graphs, threads=threads)
     progress(f"diff-testing {drafter} against {target} ...", output_format)
     report = dataclasses.replace(run_difftest(options), fail_on_warning=fail_on_warning)
     finish(report, output_format, views.render_local)
@@ -93,6 +94,7 @@ def sampled(
         "--inject", help="Plant a sampler bug: "
         + ", ".join(f for f in Fault if f.sampling) + ".")] = None,
     block_size: BlockSize = None, device: Device = "cpu", dtype: Dtype = "float32",
+    threads: Threads = None,
     output_format: Format = PlainFormat.text,
 ) -> None:
     """Sampled speculative decoding must draw from the target's law (chi-square tests).
@@ -105,7 +107,8 @@ def sampled(
     options = SampledOptions(
         target, drafter, prompts=prompts, samples=samples, sample_tokens=sample_tokens,
         temperature=temperature, top_k=top_k, top_p=top_p, alpha=alpha, seed=seed,
-        inject=parse_fault(inject), block_size=block_size, device=device, dtype=dtype)
+        inject=parse_fault(inject), block_size=block_size, device=device, dtype=dtype,
+        threads=threads)
     progress(f"sampling {samples} draws per prompt and side ...", output_format)
     finish(run_sampled_difftest(options), output_format, views.render_sampled)
 

@@ -21,6 +21,7 @@ from dflash_guard.cli.options import (
     NearTieMargin,
     NoTokenIds,
     Prompts,
+    Threads,
     Timeout,
     engine,
 )
@@ -75,7 +76,7 @@ def reference(
     prompts: Prompts = None, model: Model = None, max_new_tokens: MaxNewTokens = None,
     concurrency: Concurrency = 4, api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
     near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
-    timeout: Timeout = DEFAULT_TIMEOUT_S, dtype: Dtype = "float32",
+    timeout: Timeout = DEFAULT_TIMEOUT_S, dtype: Dtype = "float32", threads: Threads = None,
     output_format: Format = PlainFormat.text,
 ) -> None:
     """An engine against kernels_ref decoding the safetensors target (GGUF serving).
@@ -95,7 +96,7 @@ def reference(
         target, engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout,
                        metrics=metrics), gguf=gguf, conversion=conversion, prompts=prompts,
         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
-        near_tie_margin=near_tie_margin, dtype=dtype)
+        near_tie_margin=near_tie_margin, dtype=dtype, threads=threads)
     progress(f"decoding with kernels_ref from {target} and with the engine ...", output_format)
     report = run_reference_diff(options)
     if record is not None:

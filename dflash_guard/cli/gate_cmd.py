@@ -41,6 +41,9 @@ def gate(
     inject: Annotated[str | None, typer.Option(
         "--inject", hidden=True, help="Diff-test with a planted fault (demonstrations).")
     ] = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", min=1, help="Diff-test torch CPU threads (default: from the model's size).")
+    ] = None,
     baseline: Annotated[str | None, typer.Option(
         "--baseline", help="Endpoint diff: the baseline engine's URL (overrides the policy's).")
     ] = None,
@@ -64,7 +67,7 @@ def gate(
         lock_path, policy, parse_roots(root or []), out=out,
         signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),
         trust_root=trust_root, download=download, device=device, inject=parse_fault(inject),
-        endpoints=EndpointOverrides(baseline, candidate, api_key_env),
+        threads=threads, endpoints=EndpointOverrides(baseline, candidate, api_key_env),
         engine_repos=parse_clones(engine_repo or []),
     ))
     finish(result, fmt, render_gate)

@@ -21,6 +21,9 @@ BlockSize = Annotated[int | None, typer.Option(
     "--block-size", min=1, help="Draft block size (default: the drafter's).")]
 Device = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
 Dtype = Annotated[str, typer.Option("--dtype", help="float32, float64 or bfloat16.")]
+Threads = Annotated[int | None, typer.Option(
+    "--threads", min=1, help="Torch CPU threads for kernels_ref (default: chosen from the model's "
+    "size and the free cores).")]
 Format = Annotated[PlainFormat, typer.Option("--format", help="text or json.")]
 FailOnWarning = Annotated[bool, typer.Option(
     "--fail-on-warning", help="Exit 1 on an acceptance warning too.")]

@@ -12,7 +12,7 @@ aliasing; tau below the clean reference when a fault is injected).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.loop import DraftModel, Generation
 from kernels_ref.model import Target
+from kernels_ref.threads import ThreadChoice, choose_threads, count_parameters, using_threads
 from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many steps: suspicious
@@ -66,6 +67,7 @@ class DifftestReport:
     inject: Fault | None = None
     tau_reference: float | None = None
     fail_on_warning: bool = False  # an acceptance warning fails the diff too
+    threads: ThreadChoice | None = None  # what decoding ran on (`run_difftest` sets it)
 
     @property
     def identical(self) -> bool:
@@ -119,6 +121,7 @@ class DifftestReport:
                 "divergences": [result.prompt_id for result in self.divergences],
             },
             "prompts": [_prompt_json(result) for result in self.results],
+            "threads": None if self.threads is None else self.threads.to_json(),
         }
 
 
@@ -338,7 +341,9 @@ def _graph_models(
 def run_difftest(options: LocalOptions) -> DifftestReport:
     """Load the pair from HF-style folders and diff-test it on the options' prompts.
 
-    Raises `InputError` for a missing folder, a malformed file, a drafter that does not match
+    Decoding runs on the thread count `kernels_ref.threads.choose_threads` picks for the pair's
+    size, or on `options.threads`; the report says which and why. Raises `InputError` for a
+    missing folder, a malformed file, a drafter that does not match
     its target, an unavailable device, or `cuda_graphs` off CUDA.
     """
     torch_device = parse_device(options.device)
@@ -351,14 +356,17 @@ def run_difftest(options: LocalOptions) -> DifftestReport:
     prompt_set = load_prompts(
         options.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size, target_dir
     )
-    return difftest_models(
-        target,
-        drafter,
-        prompt_set,
-        stop_ids=default_stop_ids(target_dir),
-        tokenizer=tokenizer,
-        max_new_tokens=options.max_new_tokens,
-        block_size=options.block_size,
-        inject=options.inject,
-        cuda_graphs=options.cuda_graphs,
-    )
+    choice = choose_threads(count_parameters(target, drafter), requested=options.threads)
+    with using_threads(choice):
+        report = difftest_models(
+            target,
+            drafter,
+            prompt_set,
+            stop_ids=default_stop_ids(target_dir),
+            tokenizer=tokenizer,
+            max_new_tokens=options.max_new_tokens,
+            block_size=options.block_size,
+            inject=options.inject,
+            cuda_graphs=options.cuda_graphs,
+        )
+    return replace(report, threads=choice)

@@ -36,8 +36,10 @@ class LocalOptions:
     dtype: str = "float32"
     inject: Fault | None = None  # a planted engine bug (parsed once: reference.parse_fault)
     cuda_graphs: bool = False  # replay decode/verify/draft steps as CUDA graphs
+    threads: int | None = None  # torch CPU threads; None: kernels_ref.threads.choose_threads
 
     def __post_init__(self) -> None:
+        _check_threads(self.threads)
         if self.inject is not None and self.inject.serve_only:
             raise InputError(f"{self.inject} lives between requests in kernels_ref.serve: start "
                              "`python -m kernels_ref.serve --inject` and use `difftest isolation`")
@@ -67,7 +69,7 @@ class SampledOptions:
     block_size: int | None = None
     device: str = "cpu"
     dtype: str = "float32"
-    threads: int = 1  # torch CPU threads while decoding (restored afterwards)
+    threads: int | None = None  # torch CPU threads while decoding; None: the policy's choice
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
@@ -81,8 +83,7 @@ class SampledOptions:
             raise InputError("--samples and --sample-tokens must be positive, --alpha in (0, 1)")
         if self.block_size is not None and self.block_size < 1:
             raise InputError("block size must be at least 1")
-        if self.threads < 1:
-            raise InputError("threads must be at least 1")
+        _check_threads(self.threads)
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,17 @@ class ReferenceOptions:
     concurrency: int = 4
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN  # nats (a logit margin is the same number)
     dtype: str = "float32"
+    threads: int | None = None  # torch CPU threads of the reference decode; None: the policy's
 
     def __post_init__(self) -> None:
+        _check_threads(self.threads)
         if self.concurrency < 1 or self.max_new_tokens < 1 or self.near_tie_margin < 0:
             raise InputError("concurrency and max-new-tokens must be positive")
         if self.conversion is not None and self.gguf is None:
             raise InputError("--conversion describes a GGUF: give --gguf too")
+
+
+def _check_threads(threads: int | None) -> None:
+    """`--threads N` must be a positive count (None leaves it to the thread policy)."""
+    if threads is not None and threads < 1:
+        raise InputError("--threads must be at least 1")

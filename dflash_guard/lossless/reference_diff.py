@@ -43,6 +43,7 @@ from kernels_ref.generate import generate
 from kernels_ref.load import load_target
 from kernels_ref.model import Target
 from kernels_ref.prompts import MAX_PROMPT_FILE_BYTES, PromptSpec
+from kernels_ref.threads import ThreadChoice, choose_threads, count_parameters, using_threads
 from kernels_ref.tokenizer import load_tokenizer
 
 TOP_K = 2  # the reference's alternatives kept per position: what a near-tie needs
@@ -65,6 +66,7 @@ class ReferenceDiffReport(ClassifiedResults):
     acceptance: AcceptanceFigures | None = None
     response_drafts: ResponseDrafts | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    threads: ThreadChoice | None = None  # what the reference decode ran on
 
     @property
     def identical(self) -> bool:
@@ -118,6 +120,7 @@ class ReferenceDiffReport(ClassifiedResults):
             "acceptance": asdict(self.acceptance) if self.acceptance else None,
             "response_drafts": asdict(self.response_drafts) if self.response_drafts else None,
             "warnings": list(self.warnings),
+            "threads": None if self.threads is None else self.threads.to_json(),
         }
 
 
@@ -181,6 +184,7 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
         return ReferenceDiffReport(**base, refused=why)
     stop_ids = frozenset(eos_token_ids(o.target))
     budgets = [min(p.max_new_tokens or o.max_new_tokens, o.max_new_tokens) for p in prompts]
+    threads = choose_threads(count_parameters(target), requested=o.threads)
 
     with o.candidate.client("candidate", pool_size=o.concurrency) as engine:
         model = o.candidate.model or engine.first_model()
@@ -193,8 +197,9 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
 
         with ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="reference") as pool:
             pending = pool.map(ask, zip(prompts, budgets, strict=True))
-            references = [_reference(target, p, b, stop_ids) for p, b in zip(prompts, budgets,
-                                                                             strict=True)]
+            with using_threads(threads):
+                references = [_reference(target, p, b, stop_ids)
+                              for p, b in zip(prompts, budgets, strict=True)]
             answers = list(pending)
         acceptance = None
         if before is not None and metrics_url:
@@ -222,6 +227,7 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
         acceptance=acceptance,
         response_drafts=ResponseDrafts.total(a.drafts for a in answers),
         warnings=tuple(acceptance_warnings(acceptance)) if metrics_url else (),
+        threads=threads,
     )
 
 

@@ -16,7 +16,7 @@ chi-square approximation holds; the p-value is the regularised upper incomplete 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,6 +44,7 @@ from kernels_ref.sampling import (
     seeded,
     verify_block,
 )
+from kernels_ref.threads import ThreadChoice, choose_threads, count_parameters, using_threads
 from kernels_ref.tokenizer import load_tokenizer
 
 DEFAULT_MIN_CELL = 10
@@ -110,6 +111,7 @@ class SampledReport:
     params: SamplingParams
     greedy_draft: bool
     results: tuple[SampledPromptResult, ...]
+    threads: ThreadChoice | None = None  # what decoding ran on (`run_sampled_difftest` sets it)
 
     @property
     def cannot_tell(self) -> bool:
@@ -133,6 +135,7 @@ class SampledReport:
             "params": asdict(self.params),
             "greedy_draft": self.greedy_draft,
             "results": [asdict(r) for r in self.results],
+            "threads": None if self.threads is None else self.threads.to_json(),
         }
 
 
@@ -346,8 +349,8 @@ def run_sampled_difftest(options: SampledOptions) -> SampledReport:
     """Load the pair and check the runner's sampled speculative decoding against its own
     autoregressive sampling (default prompts: three of the shipped set).
 
-    Decoding runs on `options.threads` torch CPU threads (restored afterwards): thousands of
-    one-token forwards of a small model run fastest single-threaded.
+    Decoding runs on `options.threads` torch CPU threads, or on what
+    `kernels_ref.threads.choose_threads` picks for the pair's size (restored afterwards).
     """
     o = options
     try:
@@ -362,15 +365,13 @@ def run_sampled_difftest(options: SampledOptions) -> SampledReport:
     )
     if o.prompts is None:
         prompt_set = [p for p in prompt_set if p.id in DEFAULT_RUNNER_PROMPTS]
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(o.threads)
-    try:
-        return compare_samplers(
+    choice = choose_threads(count_parameters(target, drafter), requested=o.threads)
+    with using_threads(choice):
+        report = compare_samplers(
             runner_sampler(target, None, params),
             runner_sampler(target, drafter, params, block_size=o.block_size, inject=o.inject),
             [(p.id, p.ids) for p in prompt_set],
             params=params, greedy_draft=True, samples=o.samples, tokens=o.sample_tokens,
             alpha=o.alpha, seed=o.seed,
         )
-    finally:
-        torch.set_num_threads(previous_threads)
+    return replace(report, threads=choice)

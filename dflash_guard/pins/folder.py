@@ -55,7 +55,7 @@ def list_folder(root: Path, boundary: Path | None = None) -> tuple[dict[str, Pat
     files: dict[str, Path] = {}
     unsafe: list[Unsafe] = []
     fence = os.path.realpath(boundary if boundary is not None else root)
-    stack: list[tuple[str, str]] = [(os.fspath(root), "")]
+    stack: list[tuple[Path, str]] = [(Path(root), "")]  # a child Path costs less than a parse
     while stack:
         folder, rel_dir = stack.pop()
         try:
@@ -78,12 +78,12 @@ def list_folder(root: Path, boundary: Path | None = None) -> tuple[dict[str, Pat
                     if problem := _link_problem(entry.path, fence):
                         unsafe.append(Unsafe(rel, "symlink", problem))
                     else:
-                        files[rel] = Path(entry.path)
+                        files[rel] = folder / entry.name
                 elif entry.is_dir(follow_symlinks=False):
                     if not (rel_dir == "" and entry.name in IGNORED_DIRS):
-                        subfolders.append((entry.path, rel))
+                        subfolders.append((folder / entry.name, rel))
                 elif entry.is_file(follow_symlinks=False):
-                    files[rel] = Path(entry.path)
+                    files[rel] = folder / entry.name
                 else:
                     unsafe.append(Unsafe(rel, "path", "not a regular file"))
             except OSError as error:

@@ -10,7 +10,6 @@ per-user key (see `StatCache` for the trust boundary).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -32,6 +31,7 @@ STAT_CACHE_MAX_ENTRIES = 200_000
 CACHE_MAX_BYTES = 256 * 1024 * 1024
 CACHE_MAGIC = "dflash-guard-statcache-v2 hmac-sha256"
 KEY_FILE = "statcache.key"
+Todo = tuple[Path, str | None, int]  # a file to hash: path, stat key (None: uncached), size
 KEY_BYTES = 32
 
 
@@ -45,19 +45,28 @@ def cache_dir() -> Path:
 
 def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:
     """The sha256 of a regular file, read in chunks into one buffer (memory bounded by
-    CHUNK_BYTES; a small file gets a small buffer: zeroing 8 MiB per file would dominate 100k
-    tiny files); a file that cannot be opened or read, or is not a regular file, is an
-    `InputError`."""
+    CHUNK_BYTES); a file under SMALL_BUFFER_BYTES is read with plain `os.read` calls (no buffer
+    to zero, no file object: those dominate 100k tiny files). A file that cannot be opened or
+    read, or is not a regular file, is an `InputError`."""
     digest = hashlib.sha256()
     try:  # never blocks: a FIFO swapped in for a file is refused after opening (fstat)
-        with os.fdopen(open_regular(path), "rb", buffering=0) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            buffer = bytearray(min(CHUNK_BYTES, max(size, SMALL_BUFFER_BYTES)))
-            view = memoryview(buffer)
-            while n := handle.readinto(buffer):
-                digest.update(view[:n])
-                if on_bytes is not None:
-                    on_bytes(n)
+        fd = open_regular(path)
+        try:
+            size = os.fstat(fd).st_size
+            if size < SMALL_BUFFER_BYTES:  # a file that grew meanwhile is still read to its end
+                while chunk := os.read(fd, SMALL_BUFFER_BYTES):
+                    digest.update(chunk)
+                    if on_bytes is not None:
+                        on_bytes(len(chunk))
+            else:
+                buffer = bytearray(min(CHUNK_BYTES, size))
+                view = memoryview(buffer)
+                while n := os.readv(fd, [buffer]):
+                    digest.update(view[:n])
+                    if on_bytes is not None:
+                        on_bytes(n)
+        finally:
+            os.close(fd)
     except InputError:
         raise
     except OSError as error:
@@ -70,16 +79,18 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
-def _stat_key(path: Path) -> str:
+def _stat_key(path: Path, st: os.stat_result | None = None) -> str:
     """The identity a cached digest is bound to: (dev, inode, size, mtime_ns, ctime_ns, path).
 
     (dev, inode) name the file whatever path leads to it (a link is followed by `stat`), so a
     copy or a swapped link never inherits an entry; `ctime` cannot be set by a user (`touch -d`
     moves it on), so a rewritten file never keeps its key. The absolute path is kept for
-    readability (a `realpath` per file would cost more than the rest of a cached verify)."""
-    st = os.stat(path)
-    return (f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0"
-            f"{os.path.abspath(path)}")
+    readability (a `realpath` per file would cost more than the rest of a cached verify).
+    `st`: the file's `os.stat` when the caller just took it."""
+    st = os.stat(path) if st is None else st
+    name = os.fspath(path)  # already absolute when its folder was given so: no normpath each
+    name = name if name.startswith("/") else os.path.abspath(name)
+    return f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{name}"
 
 
 def _read_private(path: Path, limit: int) -> bytes | None:
@@ -164,6 +175,10 @@ class StatCache:
             return None
         return self._entries.get(key)
 
+    def get_stat(self, path: Path, st: os.stat_result) -> str | None:
+        """`get` for a file whose `os.stat` the caller just took (one stat per file, not two)."""
+        return self._entries.get(_stat_key(path, st))
+
     def lookup(self, key: str) -> str | None:
         """The sha256 stored under an exact stat key."""
         return self._entries.get(key)
@@ -205,20 +220,24 @@ def hash_files(
     hashed is not cached (it may be mid-write).
     """
     results: dict[Path, str] = {}
-    todo: list[tuple[Path, str | None]] = []
+    todo: list[Todo] = []
     for path in paths:
         key: str | None = None
+        try:
+            st = os.stat(path)
+        except OSError:
+            todo.append((path, None, BATCH_BYTES))  # hashing will report it; keep it alone
+            continue
         if cache is not None:
-            with contextlib.suppress(OSError):
-                key = _stat_key(path)
-            if key is not None and (hit := cache.lookup(key)) is not None:
+            key = _stat_key(path, st)
+            if (hit := cache.lookup(key)) is not None:
                 results[path] = hit
                 continue
-        todo.append((path, key))
+        todo.append((path, key, st.st_size))
 
-    def work(batch: list[tuple[Path, str | None]]) -> list[tuple[Path, str, str | None]]:
+    def work(batch: list[Todo]) -> list[tuple[Path, str, str | None]]:
         done = []
-        for path, key in batch:
+        for path, key, _ in batch:
             sha = sha256_file(path, on_bytes)
             if key is not None and _stat_key(path) != key:
                 key = None
@@ -235,15 +254,12 @@ def hash_files(
     return results
 
 
-def _batches(items: list[tuple[Path, str | None]]) -> Iterator[list[tuple[Path, str | None]]]:
-    """Consecutive items grouped up to BATCH_FILES files or BATCH_BYTES bytes."""
-    batch: list[tuple[Path, str | None]] = []
+def _batches(items: list[Todo]) -> Iterator[list[Todo]]:
+    """Consecutive (path, key, size) items grouped up to BATCH_FILES files or BATCH_BYTES."""
+    batch: list[Todo] = []
     size = 0
     for item in items:
-        try:
-            size += os.stat(item[0]).st_size
-        except OSError:
-            size += BATCH_BYTES  # hashing will report it; keep it alone
+        size += item[2]
         batch.append(item)
         if size >= BATCH_BYTES or len(batch) >= BATCH_FILES:
             yield batch

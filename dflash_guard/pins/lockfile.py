@@ -1,8 +1,11 @@
 """The lockfile model: what exactly will be deployed, read and written deterministically.
 
-A lockfile (YAML, `lockfile_version: 2`) pins every artifact (target, drafter, gguf) to a commit
+A lockfile (YAML, `lockfile_version: 3`) pins every artifact (target, drafter, gguf) to a commit
 and lists each file with its size and sha256, pins engines to a full git commit and packages to
-wheel/sdist hashes. Version 2 adds each Hub artifact's `provenance`: `hub-confirmed` when its
+wheel/sdist hashes. Version 3 writes each `files` list as a table in a YAML literal block, one
+line per file (`SHA256 SIZE BLOB_ID|- PATH`), read without building a YAML node per field: a
+100,000-file lock parses in a fraction of a second instead of 12 s (`FILES_TABLE_FORMAT`).
+Version 2 adds each Hub artifact's `provenance`: `hub-confirmed` when its
 files were checked against the Hub's own metadata for that commit (LFS sha256, git blob ids:
 locked online, or matched with an earlier confirmed lock), `cache-unconfirmed` when they were
 only read from an HF-cache snapshot (or a folder laid out like one), whose path proves nothing.
@@ -19,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +37,9 @@ from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.schema import MAX_DOCUMENT_CHARS, Field, Fields, read_document
 from dflash_guard.urls import check_recorded_url
 
-LOCKFILE_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+LOCKFILE_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+TABLE_VERSION = 3  # the first version whose `files` are a table (a block scalar)
 ROLES = ("target", "drafter", "gguf")
 SOURCES = ("hub", "local")
 HUB_CONFIRMED = "hub-confirmed"
@@ -149,8 +154,12 @@ class Lockfile:
 
     def digest(self) -> str:
         """`sha256:<hex>` of the canonical JSON of the content (everything but the digest)."""
-        canonical = json.dumps(_content(self), sort_keys=True, separators=(",", ":"))
-        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        return _digest(_content(self))
+
+
+def _digest(content: dict[str, Any]) -> str:
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -160,16 +169,45 @@ def _file_dict(f: LockedFile) -> dict[str, Any]:
     return {"path": f.path, "size": f.size, "sha256": f.sha256, "blob_id": f.blob_id}
 
 
-def _code_ref_dict(c: CodeRef) -> dict[str, Any]:
+# --- the files table (version 3) ---
+FILES_TABLE_FORMAT = "SHA256 SIZE BLOB_ID|- PATH"
+# A path written as it is: printable ASCII, not starting with `"` or ending in a space (a
+# trailing space would make YAML quote the whole block). Anything else is a JSON string.
+_PLAIN_PATH_RE = re.compile(r'[!#-~]([ -~]*[!-~])?')
+_ROW = r'([0-9a-f]{64}) (0|[1-9][0-9]{0,19}) ([0-9a-f]{40}|-) ([!#-~](?:[ -~]*[!-~])?|".*)'
+_ROW_RE = re.compile(_ROW)
+_ROWS_RE = re.compile(f"^{_ROW}$", re.MULTILINE)  # no part of a row matches a line break
+# The tables a reader has already checked to be exactly what `files_table` writes for a files
+# tuple, by the tuple's id while the lock holding it is being read: the digest reuses the text.
+Tables = dict[int, str]
+
+
+def _path_cell(path: str) -> str:
+    return path if _PLAIN_PATH_RE.fullmatch(path) else json.dumps(path)
+
+
+def files_table(files: tuple[LockedFile, ...]) -> str:
+    """The version 3 `files` value: one `SHA256 SIZE BLOB_ID|- PATH` line per file, by path."""
+    return "".join([f"{f.sha256} {f.size} {f.blob_id or '-'} {_path_cell(f.path)}\n"
+                    for f in sorted(files, key=attrgetter("path"))])
+
+
+def _files_value(files: tuple[LockedFile, ...], version: int, tables: Tables) -> Any:
+    if version >= TABLE_VERSION:
+        return tables.get(id(files)) or files_table(files)
+    return [_file_dict(f) for f in sorted(files, key=lambda f: f.path)]
+
+
+def _code_ref_dict(c: CodeRef, version: int, tables: Tables) -> dict[str, Any]:
     return {
         "repo": c.repo,
         "revision": c.revision,
         "commit": c.commit,
-        "files": [_file_dict(f) for f in sorted(c.files, key=lambda f: f.path)],
+        "files": _files_value(c.files, version, tables),
     }
 
 
-def _artifact_dict(a: Artifact, version: int) -> dict[str, Any]:
+def _artifact_dict(a: Artifact, version: int, tables: Tables) -> dict[str, Any]:
     provenance = {"provenance": a.provenance} if version >= 2 else {}
     return {
         "role": a.role,
@@ -179,18 +217,20 @@ def _artifact_dict(a: Artifact, version: int) -> dict[str, Any]:
         "name": a.name,
         "revision": a.revision,
         "commit": a.commit,
-        "files": [_file_dict(f) for f in sorted(a.files, key=lambda f: f.path)],
-        "code_refs": [_code_ref_dict(c) for c in sorted(a.code_refs, key=lambda c: c.repo)],
+        "files": _files_value(a.files, version, tables),
+        "code_refs": [_code_ref_dict(c, version, tables)
+                      for c in sorted(a.code_refs, key=lambda c: c.repo)],
     }
 
 
-def _content(lock: Lockfile) -> dict[str, Any]:
-    """Everything the digest covers, in the order the YAML shows it, lists sorted."""
+def _content(lock: Lockfile, tables: Tables | None = None) -> dict[str, Any]:
+    """Everything the digest covers, in the order the YAML shows it, lists sorted (`tables`:
+    the files tables already known for some files tuples)."""
     return {
         "lockfile_version": lock.lockfile_version,
         "tool_version": lock.tool_version,
         "artifacts": [
-            _artifact_dict(a, lock.lockfile_version)
+            _artifact_dict(a, lock.lockfile_version, tables or {})
             for a in sorted(lock.artifacts, key=lambda a: ROLES.index(a.role))
         ],
         "engines": [
@@ -207,7 +247,8 @@ def _content(lock: Lockfile) -> dict[str, Any]:
 def dumps_lockfile(lock: Lockfile) -> str:
     """The lockfile as deterministic YAML: same content, same bytes."""
     _validate_lock(lock, "<lockfile>")
-    doc = {**_content(lock), "digest": lock.digest()}
+    content = _content(lock)
+    doc = {**content, "digest": _digest(content)}
     header = "# dflash-guard lockfile: written by `dflash-guard lock`; do not edit by hand.\n"
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when present
     return header + yaml.serialize(_node(doc), Dumper=dumper, width=100)
@@ -230,8 +271,8 @@ def _node(value: Any) -> yaml.Node:
         return yaml.ScalarNode("tag:yaml.org,2002:bool", "true" if value else "false")
     if isinstance(value, int):
         return yaml.ScalarNode("tag:yaml.org,2002:int", str(value))
-    if isinstance(value, str):
-        return yaml.ScalarNode("tag:yaml.org,2002:str", value)
+    if isinstance(value, str):  # a files table is a literal block: one line per file in a diff
+        return yaml.ScalarNode("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
     raise TypeError(f"cannot write {type(value).__name__} in a lockfile")
 
 
@@ -245,16 +286,22 @@ def write_lockfile(lock: Lockfile, path: str | Path) -> None:
 
 def is_safe_relpath(path: str) -> bool:
     """A relative POSIX path with no `..`, `.`, empty or absolute parts and no backslash."""
-    if not path or path.startswith("/") or "\\" in path or "\x00" in path:
+    if not path or "\\" in path or "\x00" in path:
         return False
-    return all(p not in ("", ".", "..") for p in path.split("/"))
+    wrapped = f"/{path}/"  # an empty, `.` or `..` part (or a leading `/`) shows as one of these
+    return "//" not in wrapped and "/./" not in wrapped and "/../" not in wrapped
 
 
 HEX64 = "64 lowercase hex"
 HEX40 = "a 40-hex commit"
 
 
-def _read_files(fields: Fields) -> tuple[LockedFile, ...]:
+def _read_files(fields: Fields, version: int, tables: Tables) -> tuple[LockedFile, ...]:
+    if version >= TABLE_VERSION:
+        table = fields.optional("files")
+        files = () if table is None else _read_table(table)
+        tables[id(files)] = table.typed(str) if table is not None else ""
+        return files
     files = []
     seen: set[str] = set()
     for item in fields.entries("files"):
@@ -276,23 +323,77 @@ def _read_files(fields: Fields) -> tuple[LockedFile, ...]:
     return tuple(files)
 
 
+def _read_table(field: Field) -> tuple[LockedFile, ...]:
+    """The files of a version 3 table. Each row is checked as strictly as a version 2 entry and
+    must be written exactly as `files_table` writes it, rows sorted by path (so the text is the
+    canonical table the digest covers); a bad row is an input error naming its line."""
+    text = field.typed(str)
+    if text and not text.endswith("\n"):
+        raise field.fail("the files table must end with a line break")
+    rows = _ROWS_RE.findall(text)  # one match per line, so all lines match when the counts agree
+    if len(rows) == text.count("\n"):
+        files, previous = [], ""
+        for sha256, size, blob, cell in rows:
+            path = _json_path(cell) if cell.startswith('"') else cell
+            if path is None or path <= previous or not is_safe_relpath(path):
+                break
+            previous = path
+            files.append(LockedFile(path, int(size), sha256, None if blob == "-" else blob))
+        else:
+            return tuple(files)
+    raise _table_problem(field, text.split("\n")[:-1])
+
+
+def _table_problem(field: Field, rows: list[str]) -> InputError:
+    """The error naming the first bad row of a files table (the slow path of `_read_table`)."""
+    first = field.line + 1 if field.node.style == "|" else None  # a block's rows follow its `|`
+    previous = ""
+    for number, row in enumerate(rows):
+        match = _ROW_RE.fullmatch(row)
+        cell = match.group(4) if match else ""
+        path = _json_path(cell) if cell.startswith('"') else cell
+        problem = (f"expected {FILES_TABLE_FORMAT!r}" if match is None
+                   else "a path that is not printable ASCII is written as a JSON string"
+                   if path is None
+                   else "not a safe relative path" if not is_safe_relpath(path)
+                   else f"duplicate path {path!r}" if path == previous
+                   else "rows must be sorted by path" if path < previous else None)
+        if problem is not None:
+            where = (f"{field.document.source}:{first + number}: {field.where}" if first
+                     else f"{field.document.source}:{field.line}: {field.where}: row {number + 1}")
+            return InputError(f"{where}: {problem}: {shorten(row)}")
+        previous = path or ""
+    return field.fail("malformed files table")
+
+
+def _json_path(cell: str) -> str | None:
+    """The path a JSON-string cell names, or None unless `_path_cell` writes it so (only a path
+    that cannot stand plain is quoted)."""
+    try:
+        path = json.loads(cell)
+    except ValueError:
+        return None
+    return path if isinstance(path, str) and _path_cell(path) == cell else None
+
+
 def _optional_str(fields: Fields, key: str) -> str | None:
     field = fields.optional(key)
     return None if field is None else field.typed(str)
 
 
 def _read_provenance(f: Fields, hub: bool, version: int) -> str | None:
-    """Version 2: a Hub artifact's provenance (required), none for a local one; version 1 has
-    none (its Hub artifacts count as unconfirmed)."""
+    """Version 2 and later: a Hub artifact's provenance (required), none for a local one;
+    version 1 has none (its Hub artifacts count as unconfirmed)."""
     field = f.optional("provenance")
     if version < 2 or not hub:
         if field is not None:
-            raise field.fail("only a Hub artifact of a lockfile_version 2 file has a provenance")
+            raise field.fail("only a Hub artifact of a lockfile_version 2 or 3 file has a "
+                             "provenance")
         return None
     return f.required("provenance").choice(PROVENANCES)
 
 
-def _read_artifact(item: Field, version: int) -> Artifact:
+def _read_artifact(item: Field, version: int, tables: Tables) -> Artifact:
     f = item.mapping(("role", "source", "provenance", "repo", "name", "revision", "commit",
                       "files", "code_refs"))
     role = f.required("role").typed(str, lambda v: v in ROLES, f"one of {ROLES}")
@@ -310,10 +411,10 @@ def _read_artifact(item: Field, version: int) -> Artifact:
                 repo=c.required("repo").typed(str, REPO_RE.match, "ORG/NAME"),
                 revision=_optional_str(c, "revision"),
                 commit=c.required("commit").typed(str, COMMIT_RE.match, HEX40),
-                files=_read_files(c),
+                files=_read_files(c, version, tables),
             )
         )
-    files = _read_files(f)
+    files = _read_files(f, version, tables)
     if not files:
         raise (f.optional("files") or item).fail("an artifact must lock at least one file")
     return Artifact(
@@ -381,8 +482,9 @@ def parse_lockfile(text: str, source: str = "<lockfile>") -> Lockfile:
     version_field = f.required("lockfile_version")
     version = version_field.typed(int)
     if version not in READABLE_VERSIONS:
-        raise version_field.fail(f"unsupported version {version} (this tool reads 1 and 2)")
-    artifacts = tuple(_read_artifact(item, version) for item in f.entries("artifacts"))
+        raise version_field.fail(f"unsupported version {version} (this tool reads 1, 2 and 3)")
+    tables: Tables = {}
+    artifacts = tuple(_read_artifact(item, version, tables) for item in f.entries("artifacts"))
     _unique(f.optional("artifacts"), [a.role for a in artifacts], "role")
     engines = tuple(_read_engine(item) for item in f.entries("engines"))
     _unique(f.optional("engines"), [e.name for e in engines], "engine name")
@@ -397,8 +499,9 @@ def parse_lockfile(text: str, source: str = "<lockfile>") -> Lockfile:
     )
     digest_field = f.required("digest")
     digest = digest_field.typed(str)
-    if digest != lock.digest():
-        raise digest_field.fail(f"{digest} does not match the content ({lock.digest()}); "
+    expected = _digest(_content(lock, tables))
+    if digest != expected:
+        raise digest_field.fail(f"{digest} does not match the content ({expected}); "
                                 "the file was edited or damaged: re-run `dflash-guard lock`")
     return lock
 

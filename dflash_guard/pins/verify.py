@@ -9,6 +9,7 @@ size, sha256, unsafe symlink or path. Hashing runs in parallel with a stat cache
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -190,6 +191,8 @@ def _compare(
         report.problems.append(FileProblem(role, entry.path, entry.kind, None, entry.detail))
     unsafe_paths = {u.path for u in unsafe}
     to_hash: dict[Path, LockedFile] = {}
+    found: dict[Path, str] = {}  # the stat cache's answers, from the one stat taken here
+    sizes: dict[Path, int] = {}
     for locked in target.files:
         if not is_safe_relpath(locked.path):
             report.problems.append(FileProblem(role, locked.path, "path", None, "unsafe path"))
@@ -202,22 +205,27 @@ def _compare(
                 )
             continue
         try:
-            size = path.stat().st_size
+            st = os.stat(path)
         except OSError as error:
             report.problems.append(FileProblem(role, locked.path, "path", None,
                                                f"cannot be read ({error.strerror or error})"))
             continue
-        if size != locked.size:
+        if st.st_size != locked.size:
             report.problems.append(
-                FileProblem(role, locked.path, "size", str(locked.size), str(size))
+                FileProblem(role, locked.path, "size", str(locked.size), str(st.st_size))
             )
             continue
         to_hash[path] = locked
+        if cache is not None and (hit := cache.get_stat(path, st)) is not None:
+            found[path] = hit
+        else:
+            sizes[path] = st.st_size
     if not code_only:
         locked_paths = {f.path for f in target.files}
         for rel in sorted(set(on_disk) - locked_paths):
             report.problems.append(FileProblem(role, rel, "extra", None, "not in the lockfile"))
-    hashes = _hash(list(to_hash), cache, on_progress, report)
+    report.cache_hits += len(found)
+    hashes = {**found, **_hash(sizes, cache, on_progress, report)}
     for path, locked in to_hash.items():
         report.digests[f"{role}/{locked.path}"] = hashes[path]
         if hashes[path] != locked.sha256:
@@ -228,16 +236,15 @@ def _compare(
 
 
 def _hash(
-    paths: list[Path], cache: StatCache | None, on_progress: ProgressCallback | None,
+    sizes: dict[Path, int], cache: StatCache | None, on_progress: ProgressCallback | None,
     report: VerifyReport,
 ) -> dict[Path, str]:
-    found = {p: hit for p in paths if cache is not None and (hit := cache.get(p)) is not None}
-    uncached = [p for p in paths if p not in found]
-    total = sum(p.stat().st_size for p in uncached)
-    report.cache_hits += len(found)
+    """Hash the files the cache did not answer for (`sizes`: their sizes when compared)."""
+    uncached = list(sizes)
+    total = sum(sizes.values())
     report.bytes_hashed += total
     if on_progress is None:
-        return {**found, **hash_files(uncached, cache=cache)}
+        return hash_files(uncached, cache=cache)
     done, lock = 0, threading.Lock()  # files are hashed on several threads
     on_progress(done, total)
 
@@ -247,4 +254,4 @@ def _hash(
             done += n
             on_progress(done, total)
 
-    return {**found, **hash_files(uncached, cache=cache, on_bytes=advance)}
+    return hash_files(uncached, cache=cache, on_bytes=advance)

@@ -230,3 +230,33 @@ def test_the_old_spelling_still_runs_with_a_warning(cli, tmp_path: Path) -> None
     result = cli("difftest", "--sampled", "--target", missing, "--drafter", missing)
     assert result.exit_code == 2 and "model folder not found" in result.stderr
     assert "deprecated" in result.stderr and "difftest sampled" in result.stderr
+
+
+def test_threads_are_chosen_honoured_and_reported(cli, fixture_pair, fast_prompts,
+                                                  monkeypatch) -> None:
+    """The tiny pair runs on one thread by default; `--threads N` runs it on N; the JSON says
+    which and why."""
+    import torch
+
+    from dflash_guard.lossless import local
+
+    seen: list[int] = []
+    real = local.difftest_models
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(local, "difftest_models", spy)
+    args = ("difftest", "local", "--target", fixture_pair[0], "--drafter", fixture_pair[1],
+            "--prompts", fast_prompts, "--max-new-tokens", "4", "--format", "json")
+    torch.set_num_threads(3)
+    auto = cli(*args)
+    assert auto.exit_code == 0, auto.stderr
+    threads = json.loads(auto.stdout)["threads"]
+    assert threads["threads"] == 1 and threads["reason"].startswith("auto: ")
+    forced = cli(*args, "--threads", "2")
+    assert forced.exit_code == 0, forced.stderr
+    assert json.loads(forced.stdout)["threads"] == {"threads": 2, "reason": "--threads 2"}
+    assert seen == [1, 2] and torch.get_num_threads() == 3  # restored afterwards
+    assert cli(*args, "--threads", "0").exit_code == 2

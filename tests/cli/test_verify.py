@@ -172,10 +172,10 @@ def test_download_hub_error_leaves_no_partial_cache_entry(cli, hub, hf_env, tmp_
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda t: t.replace("  size:", "  sizes:", 1), ".sizes: unknown field"),
+        (lambda t: t.replace("  source:", "  sources:", 1), ".sources: unknown field"),
         (lambda t: t + "extra_top: 1\n", "extra_top: unknown field"),
-        (lambda t: t.replace("lockfile_version: 2", "lockfile_version: 9"), "unsupported"),
-        (lambda t: t.replace("path: config.json", "path: ../config.json", 1), "safe relative"),
+        (lambda t: t.replace("lockfile_version: 3", "lockfile_version: 9"), "unsupported"),
+        (lambda t: t.replace(" - config.json\n", " - ../config.json\n", 1), "safe relative"),
         (lambda t: "artifacts: [\n", "not valid YAML"),
         (lambda t: t.replace("tiny-drafter", "tiny-drafter2"), "digest"),
     ],
