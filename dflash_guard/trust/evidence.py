@@ -149,7 +149,7 @@ def accepts_record(path: Path, policy: Policy, lock: Lockfile, *,
     prompts = statement.predicate.get("prompts")
     if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
         return Outcome.refused(f"it compared {prompts!r} prompts: nothing was tested")
-    prompt_set = statement.predicate.get("promptSet")
+    prompt_set = statement.predicate.get("prompt_set")
     digest = (prompt_set.get("digest") or {}).get("sha256") if isinstance(prompt_set, dict) \
         else None
     if digest != prompt_set_digest(policy):
