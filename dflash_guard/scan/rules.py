@@ -257,7 +257,8 @@ RC_DYNAMIC_CODE = Rule(
     "DG-RC-DYNAMIC-CODE", Severity.high,
     "Remote code evaluates, compiles or imports code dynamically.",
     "`compile`, `__import__`, `importlib`, `marshal`, `pickle`, `ctypes`, computed `getattr` "
-    "on modules (critical: `eval`/`exec`)",
+    "on modules, `__globals__`/`__code__`/`__subclasses__`/frames, a capability module handed "
+    "on as a value, `sys.path` changes (critical: `eval`/`exec`)",
 )
 RC_ENCODED_BLOB = Rule(
     "DG-RC-ENCODED-BLOB", Severity.high,
@@ -267,7 +268,8 @@ RC_ENCODED_BLOB = Rule(
 RC_CREDENTIALS = Rule(
     "DG-RC-CREDENTIALS", Severity.high,
     "Remote code reads the environment or credential files.",
-    "tokens, `.ssh`, `.netrc`... (medium: `os.environ`)",
+    "tokens, `.ssh`, `.netrc`... also as paths built from pieces; `os.environ` read whole or "
+    "by a computed key",
 )
 RC_FS_WRITE = Rule(
     "DG-RC-FS-WRITE", Severity.high,
@@ -283,13 +285,15 @@ RC_IMPORT_TIME_SIDE_EFFECT = Rule(
 RC_MONKEY_PATCH = Rule(
     "DG-RC-MONKEY-PATCH", Severity.high,
     "Remote code changes modules, builtins or the environment other code relies on.",
-    "`setattr(torch, ...)`, `torch.x = ...`, `sys.modules[...] = ...`, `builtins` writes "
-    "(low: setting a non-credential environment variable)",
+    "`setattr(torch, ...)`, `torch.x = ...`, `sys.modules[...] = ...`, `globals().update`, "
+    "`builtins` writes, `add_safe_globals`, global module hooks (low: a literal into a "
+    "`config`/`backends` setting, a non-credential environment variable)",
 )
 RC_NESTED_REMOTE_CODE = Rule(
     "DG-RC-NESTED-REMOTE-CODE", Severity.high,
     "Remote code loads another repository's remote code.",
-    "`trust_remote_code=True` or `custom_pipelines` passed to a loader",
+    "`trust_remote_code=True` or `custom_pipelines` passed to a loader (also through a dict), "
+    "`dynamic_module_utils`, PEFT `auto_mapping.parent_library`",
 )
 RC_UNUSUAL_IMPORT = Rule(
     "DG-RC-UNUSUAL-IMPORT", Severity.low,

@@ -88,7 +88,7 @@ class _Run:
             return
         if name in _TEMPLATE_CONFIGS:
             self.findings += templates.scan_config_templates(path, display)
-        if name in _AUTO_MAP_CONFIGS:
+        if name in _AUTO_MAP_CONFIGS or name == "adapter_config.json":
             self.auto_map(path, display)
         if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
             self.findings += safetensors_check.check_index(path, display)
@@ -188,9 +188,22 @@ class _Run:
                 )
             )
             return
+        library = remote_code.peft_parent_library(config)
+        if library is not None:
+            self.add(Finding(
+                rules.RC_NESTED_REMOTE_CODE.id, Severity.high, display,
+                f"auto_mapping makes PEFT import {library[:80]!r} by name and load from it",
+                detector=remote_code.DETECTOR))
         for target in remote_code.auto_map_targets(config):
             repo, _, reference = target.rpartition("--")
-            module = reference.rpartition(".")[0].replace(".", "/") + ".py"
+            module_name = reference.rpartition(".")[0]
+            if not repo and not module_name.replace("_", "a").replace(".", "a").isalnum():
+                self.add(Finding(
+                    rules.RC_MISSING.id, Severity.high, display,
+                    f"auto_map {target[:120]!r} names a module outside the folder",
+                    detector=remote_code.DETECTOR))
+                continue
+            module = module_name.replace(".", "/") + ".py"
             if repo:
                 entry = f"{repo}--{module}"
                 self.remote_code.setdefault(entry, RemoteCodeFile(entry, "", False))
