@@ -42,6 +42,8 @@ PAYLOADS: dict[str, str] = {
     "frame-globals": "import sys\nsys._getframe(0).f_globals['x'] = 1\n",
     "inspect-frame": "import inspect\ninspect.currentframe().f_back.f_globals.update(a=1)\n",
     "getattr-globals": "def f():\n    pass\ng = getattr(f, '__globals__')\n",
+    "gc-get-objects": "import gc\nm = [o for o in gc.get_objects() if getattr(o, '__name__', '')"
+                      " == 'os'][0]\nm.system('id')\n",
     # namespace updates
     "globals-update-vars": "import os\nglobals().update(vars(os))\nsystem('id')\n",
     "globals-update-dict": "import os\nglobals().update({'k': os})\nk.system('id')\n",

@@ -168,6 +168,9 @@ def action(name: str) -> Action | None:
         root in DYNAMIC_MODULES and "." in name
     ):
         return rules.RC_DYNAMIC_CODE, Severity.high, f"loads or runs code dynamically: {name}()"
+    if name in ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
+                "inspect.currentframe", "inspect.stack", "inspect.getouterframes"):
+        return rules.RC_DYNAMIC_CODE, Severity.high, f"reaches live objects or frames: {name}()"
     if name.startswith(("sys.settrace", "sys.setprofile", "sys.addaudithook", "sys.path_hooks",
                         "sys.meta_path", "site.", "sysconfig.get_path")):
         return rules.RC_DYNAMIC_CODE, Severity.high, f"changes how Python imports or runs: {name}()"
