@@ -149,7 +149,9 @@ def _hf_local_dir(folder: Path) -> None:
     _write(folder, ".cache/huggingface/download/model.safetensors.metadata",
            "c" * 40 + "\n" + "e" * 64 + "\n1733000000.0\n")
     _write(folder, ".gitattributes", _HF_GITATTRIBUTES)
-    write_safetensors(folder / "model.safetensors")
+    # weights shaped as the config declares (its 5 layers; the norms only, to stay small)
+    write_safetensors(folder / "model.safetensors",
+                      {f"layers.{i}.input_layernorm.weight": (5120,) for i in range(5)})
     _copy(folder, "drafter_configs/qwen3.8-27b-dflash2/config.json")
 
 
