@@ -137,5 +137,6 @@ def test_the_smallest_vocabulary_ggufs_of_the_pinned_llamacpp_tree_are_clean() -
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the gguf reader walks ~2M vocabulary entries in pure Python
 def test_every_vocabulary_gguf_of_the_pinned_llamacpp_tree_is_clean() -> None:
     _clean(_vocab_files())
