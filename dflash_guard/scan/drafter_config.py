@@ -16,6 +16,7 @@ is read there; a target with no layer count anywhere is reported, never silently
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from dflash_guard.scan.interface import Finding, Rule, Severity
 from kernels_ref.compat import compatibility_problems, dflash_field
 
 DETECTOR = "drafter-config"
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 KNOWN_ARCHITECTURES = frozenset({"DFlashDraftModel", "DFlash2DraftModel"})
 KNOWN_MODEL_TYPES = frozenset({"dflash", "dflash2", "qwen3", "llama"})
 DEFAULT_PARAM_BUDGET = 3_000_000_000
@@ -68,8 +70,10 @@ def check_drafter(
     target: Path | None,
     param_count: int | None,
     param_budget: int | None,
+    shapes: dict[str, list[int]] | None = None,
 ) -> list[Finding]:
-    """Findings for the drafter config in `drafter_dir` (reported under `display`)."""
+    """Findings for the drafter config in `drafter_dir` (reported under `display`); `shapes`:
+    the folder's safetensors tensor shapes, against which the declared layers are checked."""
 
     def finding(rule: Rule, severity: Severity, message: str) -> Finding:
         return Finding(rule.id, severity, display, message, detector=DETECTOR)
@@ -108,6 +112,10 @@ def check_drafter(
             finding(rules.DRAFTER_CONV_SELECTOR, severity, message)
             for severity, message in _dflash2_problems(config, dflash, block)
         )
+    findings.extend(
+        finding(rule, severity, message)
+        for rule, severity, message in _weight_problems(config, shapes or {})
+    )
     budget = DEFAULT_PARAM_BUDGET if param_budget is None else param_budget
     if param_count is not None and param_count > budget:
         findings.append(
@@ -166,6 +174,45 @@ def check_drafter(
     return findings
 
 
+def _weight_problems(
+    config: dict, shapes: dict[str, list[int]]
+) -> list[tuple[Rule, Severity, str]]:
+    """The declared layers against the weights: `layers.N.` tensors for exactly N in
+    0..num_hidden_layers-1, and `fc` taking len(target_layer_ids) * hidden_size inputs (how
+    the reference drafter builds it). Nothing to compare without safetensors weights."""
+    if not shapes:
+        return []
+    problems: list[tuple[Rule, Severity, str]] = []
+    declared = config.get("num_hidden_layers")
+    found = sorted({int(m.group(1)) for name in shapes if (m := _LAYER.search(name))})
+    if not isinstance(declared, int) or isinstance(declared, bool):
+        problems.append((rules.DRAFTER_LAYERS, Severity.high,
+                         f"num_hidden_layers {declared!r} is not an integer; the weights hold "
+                         f"{len(found)} layers"))
+    elif found != list(range(declared)):
+        problems.append((rules.DRAFTER_LAYERS, Severity.high,
+                         f"num_hidden_layers is {declared} but the weights hold layers "
+                         f"{_ranges(found)}: loaders build one and load the other"))
+    layer_ids = dflash_field(config, "target_layer_ids")
+    hidden = config.get("hidden_size")
+    fc = next((shape for name, shape in shapes.items()
+               if name == "fc.weight" or name.endswith(".fc.weight")), None)
+    if fc is not None and isinstance(layer_ids, list) and isinstance(hidden, int):
+        expected = [hidden, len(layer_ids) * hidden]
+        if fc != expected:
+            problems.append((rules.DRAFTER_SHAPE, Severity.high,
+                             f"fc.weight is {fc} but {len(layer_ids)} target_layer_ids of "
+                             f"hidden_size {hidden} need {expected}"))
+    return problems
+
+
+def _ranges(values: list[int]) -> str:
+    if not values:
+        return "none"
+    return f"{values[0]}..{values[-1]} ({len(values)})" if values == list(
+        range(values[0], values[-1] + 1)) else str(values[:16])
+
+
 def _shape_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, str]]:
     problems: list[tuple[Rule, Severity, str]] = []
     head_dim = config.get("head_dim")
@@ -183,19 +230,29 @@ def _shape_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, st
                 f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
             )
         )
-    if (
-        head_dim is not None
-        and target.get("head_dim") is not None
-        and (head_dim != target.get("head_dim"))
-    ):
-        problems.append(
-            (
-                rules.DRAFTER_SHAPE,
-                Severity.medium,
-                f"head_dim {head_dim!r} != the target's {target.get('head_dim')!r}",
-            )
-        )
+    if not target:
+        return problems
+    mine, theirs = _head_dim(config), _head_dim(target)
+    if mine is None or theirs is None:  # a field missing on one side is a finding, not a skip
+        side = "the drafter's" if mine is None else "the target's"
+        problems.append((rules.DRAFTER_SHAPE, Severity.medium,
+                         f"{side} head_dim cannot be read (no head_dim, and no hidden_size and "
+                         "num_attention_heads to derive it): the two cannot be compared"))
+    elif mine != theirs:
+        problems.append((rules.DRAFTER_SHAPE, Severity.medium,
+                         f"head_dim {mine} != the target's {theirs}"))
     return problems
+
+
+def _head_dim(config: dict) -> int | None:
+    """`head_dim`, else hidden_size // num_attention_heads (what transformers derives)."""
+    value = config.get("head_dim")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, hidden)):
+        return hidden // heads
+    return None
 
 
 def flat_target(target: dict) -> dict:

@@ -8,12 +8,14 @@ and capping the number of array items, so the reader only ever gets a file whose
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from typing import BinaryIO
 
 MAX_ARRAY_ITEMS = 1 << 23  # far above a real vocabulary (~300k tokens and merges)
 MAX_ARRAY_DEPTH = 2  # an array of arrays at most
 MAX_TENSOR_DIMS = 4  # GGML_MAX_DIMS
+MAX_DIM = (1 << 63) - 1  # llama.cpp keeps dimensions in int64_t
 _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
 
@@ -24,6 +26,26 @@ class LayoutError(ValueError):
 
 class LimitError(LayoutError):
     """A well-formed header that exceeds this pass's limits (too many array items, too deep)."""
+
+
+@dataclasses.dataclass
+class TensorInfo:
+    """One tensor info as the header states it (offset relative to the data section)."""
+
+    name: str
+    dims: list[int]
+    ggml_type: int
+    offset: int
+
+
+@dataclasses.dataclass
+class Layout:
+    """What the header says about the data section: its alignment, where it starts, and the
+    tensor infos in file order."""
+
+    alignment: int
+    data_start: int
+    tensors: list[TensorInfo]
 
 
 class _Cursor:
@@ -54,7 +76,7 @@ class _Cursor:
         return self.take(self.u64(f"{what} length"), what)
 
 
-def check_layout(handle: BinaryIO, size: int) -> None:
+def check_layout(handle: BinaryIO, size: int) -> Layout:
     """Walk the GGUF header of the `size`-byte file open in `handle`; raise `LayoutError`
     (`LimitError` for a limit) on the first count or length the file cannot hold."""
     cursor = _Cursor(handle, size)
@@ -67,17 +89,43 @@ def check_layout(handle: BinaryIO, size: int) -> None:
     n_kv = cursor.u64("key/value count")
     if n_kv * 13 > cursor.left():  # the smallest pair: an empty key, a type and one byte
         raise LayoutError(f"{n_kv} key/value pairs cannot fit in {cursor.left()} bytes")
+    alignment = 32  # GGUF_DEFAULT_ALIGNMENT
     for index in range(n_kv):
         key = cursor.string(f"key #{index}")
-        _value(cursor, cursor.u32(f"type of {key!r}"), repr(key), depth=0)
+        kind = cursor.u32(f"type of {key!r}")
+        if key == b"general.alignment":
+            if kind != 4:  # llama.cpp: a uint32, a non-zero power of two
+                raise LayoutError(f"general.alignment has type {kind}, not uint32")
+            alignment = cursor.u32("general.alignment")
+            if alignment == 0 or alignment & (alignment - 1):
+                raise LayoutError(f"general.alignment {alignment} is not a power of two")
+            continue
+        _value(cursor, kind, repr(key), depth=0)
     if n_tensors * 24 > cursor.left():  # an empty name, no dims, type and offset
         raise LayoutError(f"{n_tensors} tensor infos cannot fit in {cursor.left()} bytes")
+    infos: list[TensorInfo] = []
     for index in range(n_tensors):
         name = cursor.string(f"tensor #{index} name")
         dims = cursor.u32(f"dimension count of tensor {name!r}")
         if dims > MAX_TENSOR_DIMS:
             raise LayoutError(f"tensor {name!r} claims {dims} dimensions (GGML allows 4)")
-        cursor.skip(8 * dims + 4 + 8, f"shape, type and offset of tensor {name!r}")
+        elements, extents = 1, []
+        for axis in range(dims):
+            extent = cursor.u64(f"dimension {axis} of tensor {name!r}")
+            if extent > MAX_DIM:
+                raise LayoutError(f"tensor {name!r} dimension {axis} is {extent} (over int64)")
+            elements *= extent
+            extents.append(extent)
+        # every GGML type stores more than one bit per element: bound the count by the file
+        # before anything (the reader's numpy product, a loader's allocation) is sized by it
+        if elements > 8 * size:
+            raise LayoutError(f"tensor {name!r} claims {elements} elements; the file holds "
+                              f"{size} bytes")
+        ggml_type = cursor.u32(f"type of tensor {name!r}")
+        offset = cursor.u64(f"offset of tensor {name!r}")
+        infos.append(TensorInfo(name.decode("utf-8", "replace"), extents, ggml_type, offset))
+    start = cursor.handle.tell()
+    return Layout(alignment, start + -start % alignment, infos)
 
 
 def _value(cursor: _Cursor, kind: int, what: str, depth: int) -> None:

@@ -120,6 +120,10 @@ CLASS_GLOBALS: frozenset[tuple[str, str]] = frozenset(
         ("transformers.trainer_pt_utils", "AcceleratorConfig"),
         ("transformers.debug_utils", "DebugOption"),
         ("transformers.generation.configuration_utils", "GenerationConfig"),
+        # joblib's wrapper of a numpy array: its BUILD makes joblib read the raw array bytes
+        # that follow (skipped by the stream walker) or, for object arrays, a nested pickle
+        ("joblib.numpy_pickle", "NumpyArrayWrapper"),
+        ("sklearn.externals.joblib.numpy_pickle", "NumpyArrayWrapper"),
         # TRL's trainers save their config (a TrainingArguments subclass) as training_args.bin
         ("trl.trainer.sft_config", "SFTConfig"),
         ("trl.trainer.dpo_config", "DPOConfig"),

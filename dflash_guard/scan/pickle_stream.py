@@ -5,20 +5,28 @@ it refuses what the unpickler accepts hides the rest of the stream: a STRING wit
 (torch unpickles with `encoding="utf-8"`), an INT or LONG written `0x10` (the unpickler parses
 `int(text, 0)`), a GLOBAL whose name is not ASCII. Those readers are replaced here by ones at
 least as lenient as the unpickler's; every other opcode uses `pickletools`' own table. The walk
-keeps a symbolic stack (strings, marks, imported globals) so STACK_GLOBAL names are followed
-through the stack and the memo.
+keeps a symbolic stack (strings, ints, tuples, dicts, marks, imported globals and the objects
+built from them) so STACK_GLOBAL names are followed through the stack and the memo, and so the
+raw array bytes joblib writes after a `NumpyArrayWrapper` (outside any opcode) are skipped by
+the size its state gives, as joblib's unpickler reads them.
 """
 
 from __future__ import annotations
 
 import codecs
 import dataclasses
+import math
 import pickletools
+import re
 import time
 from collections.abc import Iterator
 from typing import IO
 
 MAX_SECONDS = 120.0  # per stream; a hostile file must not hold the scan for ever
+MAX_NESTED = 4  # joblib object arrays: pickle streams inside pickle streams
+_JOBLIB_WRAPPERS = frozenset({"joblib.numpy_pickle.NumpyArrayWrapper",
+                              "sklearn.externals.joblib.numpy_pickle.NumpyArrayWrapper"})
+_DTYPE = re.compile(r"[<>|=]?[biufcmMUSV]\d{0,6}")
 _CHECK_EVERY = 1 << 16  # opcodes between two looks at the clock
 
 
@@ -113,7 +121,16 @@ def genops(stream: IO[bytes]) -> Iterator[tuple[pickletools.OpcodeInfo, object, 
             return
 
 
-def read_stream(stream: IO[bytes]) -> StreamResult:
+@dataclasses.dataclass(frozen=True)
+class _Built:
+    """An object the stream builds by calling an imported global (NEWOBJ, REDUCE...)."""
+
+    source: PickleGlobal
+    args: object
+    state: object = None
+
+
+def read_stream(stream: IO[bytes], _depth: int = 0) -> StreamResult:
     """Walk one pickle stream from the current position, collecting every imported global.
 
     Never raises: a malformed or truncated stream ends with `error` set, keeping what came before
@@ -130,6 +147,10 @@ def read_stream(stream: IO[bytes]) -> StreamResult:
             if result.opcodes % _CHECK_EVERY == 0 and time.monotonic() > deadline:
                 raise _TimeUp(f"stopped after {MAX_SECONDS:g} s ({result.opcodes} opcodes)")
             _step(op, arg, pos, stack, memo, result)
+            if op.name == "BUILD" and stack and isinstance(stack[-1], _Built) and (
+                _qualified(stack[-1].source) in _JOBLIB_WRAPPERS
+            ):
+                _skip_joblib_array(stream, stack[-1], result, _depth)
             if op.name == "STOP":
                 return result
     except _TimeUp as error:
@@ -138,6 +159,47 @@ def read_stream(stream: IO[bytes]) -> StreamResult:
     except Exception as error:  # noqa: BLE001 - every malformed input becomes a finding
         result.error = f"{type(error).__name__}: {error}"
     return result
+
+
+def _qualified(source: PickleGlobal) -> str:
+    return f"{source.module}.{source.name}"
+
+
+def _skip_joblib_array(stream: IO[bytes], wrapper: _Built, result: StreamResult,
+                       depth: int) -> None:
+    """Past the array joblib wrote right after the wrapper's BUILD: an object array is a nested
+    pickle (walked, its globals kept); any other is an optional padding (one length byte, then
+    that many bytes) and exactly shape x itemsize raw bytes, which must be in the file."""
+    state = wrapper.state if isinstance(wrapper.state, dict) else {}
+    dtype, shape = state.get("dtype"), state.get("shape")
+    descr = dtype.args[0] if isinstance(dtype, _Built) and isinstance(dtype.args, tuple) and (
+        dtype.args and isinstance(dtype.args[0], str)) else None
+    if descr is not None and descr.lstrip("<>|=").startswith("O"):
+        if depth >= MAX_NESTED:
+            raise _Malformed("joblib object arrays nested too deeply")
+        inner = read_stream(stream, depth + 1)
+        result.globals.extend(inner.globals)
+        if inner.error:
+            raise _Malformed(f"joblib object array: {inner.error}")
+        return
+    if descr is None or not _DTYPE.fullmatch(descr) or not isinstance(shape, tuple) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise _Malformed("a joblib array whose dtype or shape cannot be read: where its bytes "
+                         "end is unknown")
+    import numpy as np  # only to size the dtype joblib names
+
+    size = math.prod(shape) * np.dtype(descr).itemsize
+    if state.get("numpy_array_alignment_bytes") is not None:
+        padding = stream.read(1)
+        if not padding or padding[0] > 64:
+            raise _Malformed("joblib array padding missing or over 64 bytes")
+        stream.seek(padding[0], 1)
+    here = stream.tell()
+    end = stream.seek(0, 2)
+    if here + size > end:
+        raise _Malformed(f"joblib array of {size} bytes at {here} runs past the end ({end})")
+    stream.seek(here + size)
 
 
 _STRING_OPCODES = frozenset(
@@ -187,10 +249,13 @@ def _step(op, arg, pos, stack: list[object], memo: dict[int, object], result: St
         result.builds_on_globals.append(f"{target.module}.{target.name}")
 
     before = op.stack_before
+    marked: list[object] = []
     if pickletools.markobject in before or (name == "POP" and stack and stack[-1] is _MARK):
         if _MARK not in stack:
             raise _Malformed(f"{name} without a MARK")
-        del stack[len(stack) - 1 - stack[::-1].index(_MARK) :]
+        at = len(stack) - 1 - stack[::-1].index(_MARK)
+        marked = stack[at + 1 :]
+        del stack[at:]
         to_pop = before.index(pickletools.markobject) if pickletools.markobject in before else 0
     else:
         to_pop = len(before)
@@ -200,7 +265,10 @@ def _step(op, arg, pos, stack: list[object], memo: dict[int, object], result: St
     del stack[len(stack) - to_pop :]
 
     after = op.stack_after
-    if name in _STRING_OPCODES:
+    value = _value(name, arg, popped, marked)
+    if value is not _OTHER:
+        stack.append(value)
+    elif name in _STRING_OPCODES:
         stack.append(arg if isinstance(arg, str) else _OTHER)
     elif name in _GET_OPCODES:
         if arg not in memo:
@@ -214,3 +282,36 @@ def _step(op, arg, pos, stack: list[object], memo: dict[int, object], result: St
         stack.append(_MARK)
     else:
         stack.extend([_OTHER] * len(after))
+
+
+_SMALL = 64  # items of a tuple or dict kept as values (a joblib state has 6); more: opaque
+_INT_OPCODES = frozenset({"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"})
+
+
+def _value(name: str, arg: object, popped: list[object], marked: list[object]) -> object:
+    """The value an opcode pushes when it is one the walk follows (small ints, None, bools,
+    tuples, dicts, objects built from a global), else `_OTHER` for the generic push."""
+    if name in _INT_OPCODES and isinstance(arg, int):
+        return arg
+    if name in ("NONE", "NEWTRUE", "NEWFALSE"):
+        return {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}[name]
+    if name in ("EMPTY_TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "TUPLE"):
+        items = marked if name == "TUPLE" else popped
+        return tuple(items) if len(items) <= _SMALL else _OTHER
+    if name in ("EMPTY_DICT", "DICT"):
+        pairs = list(zip(marked[::2], marked[1::2], strict=False))[:_SMALL]
+        return {k: v for k, v in pairs if isinstance(k, (str, int))}
+    if name in ("SETITEM", "SETITEMS") and popped and isinstance(popped[0], dict):
+        target = popped[0]  # the dict stays on the stack, with the new items
+        items = popped[1:] if name == "SETITEM" else marked
+        for key, item in zip(items[::2], items[1::2], strict=False):
+            if isinstance(key, (str, int)) and len(target) < _SMALL:
+                target[key] = item
+        return target
+    if name in ("NEWOBJ", "REDUCE", "NEWOBJ_EX") and popped and isinstance(
+        popped[0], PickleGlobal
+    ):
+        return _Built(popped[0], popped[1] if len(popped) > 1 else None)
+    if name == "BUILD" and popped and isinstance(popped[0], _Built):
+        return dataclasses.replace(popped[0], state=popped[1] if len(popped) > 1 else None)
+    return _OTHER

@@ -155,7 +155,8 @@ ST_POLYGLOT = Rule(
 ST_METADATA_PAYLOAD = Rule(
     "DG-ST-METADATA-PAYLOAD", Severity.high,
     "A safetensors metadata value carries a serialized object.",
-    "`__metadata__` value holding pickle bytes, a YAML `!!python` tag, or base64 of either",
+    "`__metadata__` value holding pickle bytes or a YAML `!!python` tag, also inside base64, "
+    "hex or zlib/gzip/bz2/xz anywhere in the value (up to 3 layers, bounded)",
 )
 ST_INVALID = Rule(
     "DG-ST-INVALID", Severity.high,
@@ -189,8 +190,9 @@ GGUF_MALFORMED = Rule(
 )
 GGUF_TENSORS = Rule(
     "DG-GGUF-TENSORS", Severity.high,
-    "A GGUF tensor table with duplicate names or data past the file.",
-    "GGUF tensor table with duplicate names or data past the end of the file",
+    "A GGUF tensor table llama.cpp would refuse or misread.",
+    "duplicate names; data misaligned, out of order, overlapping, with a gap or past the end "
+    "of the file; `block_count`/`embedding_length`/vocabulary against the tensors (or missing)",
 )
 GGUF_METADATA = Rule(
     "DG-GGUF-METADATA", Severity.high,
@@ -257,7 +259,8 @@ RC_DYNAMIC_CODE = Rule(
     "DG-RC-DYNAMIC-CODE", Severity.high,
     "Remote code evaluates, compiles or imports code dynamically.",
     "`compile`, `__import__`, `importlib`, `marshal`, `pickle`, `ctypes`, computed `getattr` "
-    "on modules (critical: `eval`/`exec`)",
+    "on modules, `__globals__`/`__code__`/`__subclasses__`/frames, a capability module handed "
+    "on as a value, `sys.path` changes (critical: `eval`/`exec`)",
 )
 RC_ENCODED_BLOB = Rule(
     "DG-RC-ENCODED-BLOB", Severity.high,
@@ -267,7 +270,8 @@ RC_ENCODED_BLOB = Rule(
 RC_CREDENTIALS = Rule(
     "DG-RC-CREDENTIALS", Severity.high,
     "Remote code reads the environment or credential files.",
-    "tokens, `.ssh`, `.netrc`... (medium: `os.environ`)",
+    "tokens, `.ssh`, `.netrc`... also as paths built from pieces; `os.environ` read whole or "
+    "by a computed key",
 )
 RC_FS_WRITE = Rule(
     "DG-RC-FS-WRITE", Severity.high,
@@ -283,13 +287,15 @@ RC_IMPORT_TIME_SIDE_EFFECT = Rule(
 RC_MONKEY_PATCH = Rule(
     "DG-RC-MONKEY-PATCH", Severity.high,
     "Remote code changes modules, builtins or the environment other code relies on.",
-    "`setattr(torch, ...)`, `torch.x = ...`, `sys.modules[...] = ...`, `builtins` writes "
-    "(low: setting a non-credential environment variable)",
+    "`setattr(torch, ...)`, `torch.x = ...`, `sys.modules[...] = ...`, `globals().update`, "
+    "`builtins` writes, `add_safe_globals`, global module hooks (low: a literal into a "
+    "`config`/`backends` setting, a non-credential environment variable)",
 )
 RC_NESTED_REMOTE_CODE = Rule(
     "DG-RC-NESTED-REMOTE-CODE", Severity.high,
     "Remote code loads another repository's remote code.",
-    "`trust_remote_code=True` or `custom_pipelines` passed to a loader",
+    "`trust_remote_code=True` or `custom_pipelines` passed to a loader (also through a dict), "
+    "`dynamic_module_utils`, PEFT `auto_mapping.parent_library`",
 )
 RC_UNUSUAL_IMPORT = Rule(
     "DG-RC-UNUSUAL-IMPORT", Severity.low,
@@ -332,7 +338,8 @@ DRAFTER_MASK = Rule(
 DRAFTER_LAYERS = Rule(
     "DG-DRAFTER-LAYERS", Severity.high,
     "target_layer_ids or num_target_layers disagree with the target.",
-    "`target_layer_ids` outside the target's layers or repeated; `num_target_layers` differs "
+    "`target_layer_ids` outside the target's layers or repeated; `num_target_layers` differs; "
+    "`num_hidden_layers` against the `layers.N` weights "
     "(medium: the target has no layer count, also under `text_config`; or the target's last "
     "layer, on which llama.cpp aborts and engines disagree on the features)",
 )
@@ -345,7 +352,8 @@ DRAFTER_CONFLICT = Rule(
 DRAFTER_SHAPE = Rule(
     "DG-DRAFTER-SHAPE", Severity.high,
     "hidden_size, vocab_size or head_dim incompatible with the target.",
-    "`hidden_size`/`vocab_size` incompatible (medium: `head_dim`)",
+    "`hidden_size`/`vocab_size` incompatible; `fc.weight` not `len(target_layer_ids) * "
+    "hidden_size` wide (medium: `head_dim` different, or missing on one side and not derivable)",
 )
 DRAFTER_BLOCK = Rule(
     "DG-DRAFTER-BLOCK", Severity.medium,

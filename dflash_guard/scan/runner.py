@@ -72,6 +72,7 @@ class _Run:
         self.remote_code: dict[str, RemoteCodeFile] = {}
         self.pickle_files: list[str] = []
         self.param_count: int | None = None
+        self.shapes: dict[str, list[int]] = {}  # tensor name -> shape, of the folder in hand
         self.files = 0
 
     def scan_file(self, path: Path, display: str, loaded_as: str | None = None) -> None:
@@ -88,7 +89,7 @@ class _Run:
             return
         if name in _TEMPLATE_CONFIGS:
             self.findings += templates.scan_config_templates(path, display)
-        if name in _AUTO_MAP_CONFIGS:
+        if name in _AUTO_MAP_CONFIGS or name == "adapter_config.json":
             self.auto_map(path, display)
         if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
             self.findings += safetensors_check.check_index(path, display)
@@ -188,9 +189,22 @@ class _Run:
                 )
             )
             return
+        library = remote_code.peft_parent_library(config)
+        if library is not None:
+            self.add(Finding(
+                rules.RC_NESTED_REMOTE_CODE.id, Severity.high, display,
+                f"auto_mapping makes PEFT import {library[:80]!r} by name and load from it",
+                detector=remote_code.DETECTOR))
         for target in remote_code.auto_map_targets(config):
             repo, _, reference = target.rpartition("--")
-            module = reference.rpartition(".")[0].replace(".", "/") + ".py"
+            module_name = reference.rpartition(".")[0]
+            if not repo and not module_name.replace("_", "a").replace(".", "a").isalnum():
+                self.add(Finding(
+                    rules.RC_MISSING.id, Severity.high, display,
+                    f"auto_map {target[:120]!r} names a module outside the folder",
+                    detector=remote_code.DETECTOR))
+                continue
+            module = module_name.replace(".", "/") + ".py"
             if repo:
                 entry = f"{repo}--{module}"
                 self.remote_code.setdefault(entry, RemoteCodeFile(entry, "", False))
@@ -225,6 +239,8 @@ class _Run:
         self.findings += findings
         if header is not None:
             self.param_count = (self.param_count or 0) + header.param_count
+            self.shapes.update({name: list(entry.get("shape") or [])
+                                for name, entry in header.tensors.items()})
         if fmt is Format.pickle and self.probe_pickle(path, display):
             return "safetensors bytes that an unpickler also reads as a pickle"
         if header is None or any(f.rule_id in _ST_BROKEN for f in findings):
@@ -282,7 +298,7 @@ def scan_paths(
     if target is not None and not Path(target).is_dir():
         raise InputError(f"{target}: --target must be a model folder")
     run = _Run(frozenset(reviewed_sha256))
-    folders: list[tuple[Path, str]] = []
+    folders: list[tuple[Path, str, dict[str, list[int]]]] = []
     for raw in paths:
         root = Path(raw)
         prefix = root.name if len(paths) > 1 else ""
@@ -291,14 +307,15 @@ def scan_paths(
             continue
         files, unsafe = _files(root)
         loaded_as = _index_shards(files)
+        run.shapes = {}
         for relative, file in files:
             run.scan_file(file, f"{prefix}/{relative}" if prefix else relative,
                           loaded_as.get(relative))
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")
-        folders.append((root, f"{prefix}/config.json" if prefix else "config.json"))
-    for root, display in folders:
+        folders.append((root, f"{prefix}/config.json" if prefix else "config.json", run.shapes))
+    for root, display, shapes in folders:
         config_path = root / "config.json"
         config = _read_json(config_path)
         if target is not None or drafter_config.is_drafter_config(config):
@@ -309,6 +326,7 @@ def scan_paths(
                 target=target and Path(target),
                 param_count=run.param_count,
                 param_budget=param_budget,
+                shapes=shapes,
             )
     findings = sorted(
         set(run.findings),

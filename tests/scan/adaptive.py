@@ -17,6 +17,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.scan.adaptive_remote_code import AUTO_MAP_CASES, code_cases
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -121,6 +123,8 @@ MALICIOUS: list[Case] = [
         "chat_template.jinja"),
     Case("template-format-field", "templates", _template(
         "tokenizer_config.json", "{{ '{0.mro}'.format(messages) }}"), "tokenizer_config.json"),
+    *(Case(name, "remote code", lay, culprit) for name, lay, culprit in code_cases()),
+    *(Case(name, "remote code", lay, culprit) for name, lay, culprit in AUTO_MAP_CASES),
 ]
 
 
@@ -145,7 +149,9 @@ def _hf_local_dir(folder: Path) -> None:
     _write(folder, ".cache/huggingface/download/model.safetensors.metadata",
            "c" * 40 + "\n" + "e" * 64 + "\n1733000000.0\n")
     _write(folder, ".gitattributes", _HF_GITATTRIBUTES)
-    write_safetensors(folder / "model.safetensors")
+    # weights shaped as the config declares (its 5 layers; the norms only, to stay small)
+    write_safetensors(folder / "model.safetensors",
+                      {f"layers.{i}.input_layernorm.weight": (5120,) for i in range(5)})
     _copy(folder, "drafter_configs/qwen3.8-27b-dflash2/config.json")
 
 
@@ -180,10 +186,31 @@ def _published_templates(folder: Path) -> None:
         _copy(folder, f"templates/{name}", name.replace("/", "-"))
 
 
+def _published_drafter_code(folder: Path) -> None:
+    """z-lab's DFlash drafter code and SpecForge's DFlash drafter (MIT), with a DFlash config."""
+    _copy(folder, "remote_code/zlab-dflash/model.py", "dflash.py")
+    _copy(folder, "remote_code/specforge-dflash/dflash.py", "specforge_dflash.py")
+    _copy(folder, "remote_code/specforge-dflash/dflash_kernels.py")
+    _copy(folder, "drafter_configs/qwen3.8-27b-dflash2/config.json")
+
+
+def _published_modeling_code(folder: Path) -> None:
+    """Remote code of published families: OLMo, InternLM2, Qwen, Baichuan 2, ChatGLM2,
+    InternVL2 (Phi-3 inside), DeepSeek-V3's configuration (licences in the corpus)."""
+    for source in ("olmo-hf/modeling_olmo.py", "olmo-hf/configuration_olmo.py",
+                   "olmo-hf/tokenization_olmo_fast.py", "internlm2/modeling_internlm2.py",
+                   "qwen-7b-chat/modeling_qwen.py", "qwen-7b-chat/tokenization_qwen.py",
+                   "baichuan2-13b-chat/modeling_baichuan.py", "chatglm2-6b/modeling_chatglm.py",
+                   "internvl2-4b/modeling_phi3.py", "deepseek-v3/configuration_deepseek.py"):
+        _copy(folder, f"remote_code/{source}", source.replace("/", "-"))
+
+
 BENIGN: list[Case] = [
     Case("hf-local-dir", "walk", _hf_local_dir, ""),
     Case("numpy-array", "formats", _numpy_array, ""),
     Case("sharded-safetensors", "formats", _sharded_safetensors, ""),
     Case("published-text", "formats", _text_files, ""),
     Case("published-templates", "templates", _published_templates, ""),
+    Case("published-drafter-code", "remote code", _published_drafter_code, ""),
+    Case("published-modeling-code", "remote code", _published_modeling_code, ""),
 ]

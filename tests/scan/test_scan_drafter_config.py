@@ -7,18 +7,21 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.scan import Severity, scan_paths
-from tests.support.scan_builders import make_pair
+from tests.support.scan_builders import make_pair, write_safetensors
 
 
 def _config_findings(report):
     return [f for f in report.findings if f.detector == "drafter-config"]
 
 
+_PARAMS = 64 + 64 * 3 * 64  # make_pair's drafter: one layer norm and the fc projection
+
+
 def test_consistent_pair_is_clean(tmp_path: Path) -> None:
     target, drafter = make_pair(tmp_path)
     report = scan_paths([drafter], target=target)
     assert report.findings == []
-    assert report.param_count == 40
+    assert report.param_count == _PARAMS
 
 
 @pytest.mark.parametrize(
@@ -88,9 +91,9 @@ def test_block_size_out_of_range(tmp_path: Path, block) -> None:
 
 def test_parameter_budget(tmp_path: Path) -> None:
     target, drafter = make_pair(tmp_path)
-    over = scan_paths([drafter], target=target, param_budget=39)
+    over = scan_paths([drafter], target=target, param_budget=_PARAMS - 1)
     assert [f.rule_id for f in over.findings] == ["DG-DRAFTER-PARAMS"]
-    assert scan_paths([drafter], target=target, param_budget=40).findings == []
+    assert scan_paths([drafter], target=target, param_budget=_PARAMS).findings == []
 
 
 def test_unknown_architecture_without_target(tmp_path: Path) -> None:
@@ -170,3 +173,35 @@ def test_dflash2_nested_block_size_wins_and_disagreement_is_a_finding(tmp_path: 
 
 def test_dflash2_fields_are_not_asked_of_a_v1_drafter(tmp_path: Path) -> None:
     assert _dflash2_findings(tmp_path, architectures=["DFlashDraftModel"]) == []
+
+
+def test_declared_layers_against_the_weights(tmp_path: Path) -> None:
+    target, drafter = make_pair(tmp_path)
+    write_safetensors(drafter / "model.safetensors", {
+        "layers.0.input_layernorm.weight": (64,), "layers.1.input_layernorm.weight": (64,),
+        "fc.weight": (64, 3 * 64)})
+    loud = [f for f in scan_paths([drafter], target=target).findings
+            if f.severity >= Severity.high]
+    assert [f.rule_id for f in loud] == ["DG-DRAFTER-LAYERS"]
+    assert "num_hidden_layers is 1" in loud[0].message
+
+
+def test_fc_width_against_target_layer_ids(tmp_path: Path) -> None:
+    target, drafter = make_pair(tmp_path)
+    write_safetensors(drafter / "model.safetensors", {
+        "layers.0.input_layernorm.weight": (64,), "fc.weight": (64, 2 * 64)})
+    loud = [f for f in scan_paths([drafter], target=target).findings
+            if f.severity >= Severity.high]
+    assert [f.rule_id for f in loud] == ["DG-DRAFTER-SHAPE"]
+
+
+def test_head_dim_missing_on_one_side_is_a_finding(tmp_path: Path) -> None:
+    # derivable on the target (64 // 4 = 16): compared, equal, quiet
+    target, drafter = make_pair(tmp_path / "a", target={"head_dim": None})
+    assert scan_paths([drafter], target=target).findings == []
+    # not derivable on the target: a finding, not a skip
+    target, drafter = make_pair(tmp_path / "b", target={"head_dim": None,
+                                                        "num_attention_heads": None})
+    shape = [f for f in scan_paths([drafter], target=target).findings
+             if f.rule_id == "DG-DRAFTER-SHAPE"]
+    assert shape and "target's head_dim cannot be read" in shape[0].message

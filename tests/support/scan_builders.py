@@ -214,5 +214,20 @@ def make_pair(
         else:
             config[key] = value
     write_json(drafter_dir / "config.json", config)
-    write_safetensors(drafter_dir / "model.safetensors")
+    write_safetensors(drafter_dir / "model.safetensors", _drafter_tensors(config))
     return target_dir, drafter_dir
+
+
+def _drafter_tensors(config: dict) -> dict[str, tuple[int, ...]]:
+    """Weights shaped as the config declares (one norm per layer and the fc projection)."""
+    hidden = config.get("hidden_size") if isinstance(config.get("hidden_size"), int) else 64
+    layers = config.get("num_hidden_layers")
+    dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
+    ids = dflash.get("target_layer_ids", config.get("target_layer_ids"))
+    tensors: dict[str, tuple[int, ...]] = {
+        f"layers.{i}.input_layernorm.weight": (max(hidden, 1),)
+        for i in range(layers if isinstance(layers, int) and 0 <= layers <= 64 else 1)
+    }
+    if isinstance(ids, list) and 0 < hidden <= 4096:
+        tensors["fc.weight"] = (hidden, len(ids) * hidden)
+    return tensors

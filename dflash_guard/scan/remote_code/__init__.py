@@ -21,7 +21,7 @@ from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding, Severity
 from dflash_guard.scan.remote_code.visitor import DETECTOR, Visitor
 
-__all__ = ["DETECTOR", "auto_map_targets", "check_source", "unreviewed"]
+__all__ = ["DETECTOR", "auto_map_targets", "check_source", "peft_parent_library", "unreviewed"]
 
 
 def check_source(source: bytes, display: str) -> list[Finding]:
@@ -43,12 +43,27 @@ def check_source(source: bytes, display: str) -> list[Finding]:
         return unparseable("nested too deeply to parse")
     except SystemError as error:  # CPython 3.11's "AST constructor recursion depth mismatch"
         return unparseable(f"the interpreter could not build its syntax tree: {error}")
-    visitor = Visitor(display)
+    first = Visitor(display)  # bindings of the whole file first: a name bound below its use
     try:
+        first.visit(tree)
+        visitor = Visitor(display, names=first.names)
         visitor.visit(tree)
     except RecursionError:
         return unparseable("nested too deeply to check")
-    return visitor.findings
+    unique = {(f.rule_id, f.severity, f.line, f.message): f for f in visitor.findings}
+    return list(unique.values())
+
+
+def peft_parent_library(config: object) -> str | None:
+    """The module PEFT's AutoPeftModel imports by name (`auto_mapping.parent_library` of an
+    `adapter_config.json`) when it is not transformers' own: None when there is none or it is."""
+    mapping = config.get("auto_mapping") if isinstance(config, dict) else None
+    library = mapping.get("parent_library") if isinstance(mapping, dict) else None
+    if library is None or library == "transformers" or (
+        isinstance(library, str) and library.startswith("transformers.")
+    ):
+        return None
+    return str(library)
 
 
 def unreviewed(display: str, sha256: str) -> Finding:
@@ -61,8 +76,11 @@ def unreviewed(display: str, sha256: str) -> Finding:
 
 
 def auto_map_targets(config: object) -> list[str]:
-    """Every class reference in an `auto_map` (`module.Class` or `org/repo--module.Class`)."""
+    """Every class reference in an `auto_map` (`module.Class` or `org/repo--module.Class`), in
+    the dict form and in AutoTokenizer's legacy list form (`[slow, fast]`)."""
     auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    if isinstance(auto_map, list):
+        auto_map = {"AutoTokenizer": auto_map}
     if not isinstance(auto_map, dict):
         return []
     targets: list[str] = []

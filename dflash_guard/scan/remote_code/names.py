@@ -3,20 +3,25 @@
 `import os as _; f = _.popen`, `getattr(os, "popen")`, `sys.modules["os"].popen`,
 `__builtins__["eval"]`, `vars(builtins)["eval"]`, `globals()["eval"]`, `__import__("os").popen`,
 `importlib.import_module("os").popen` and `from os import *` followed by `popen` all resolve to
-`os.popen` / `eval`, so the rules in `catalog` see one name whatever spelling was used. Bindings
-are flat (one table per file, not per scope): a re-binding anywhere counts everywhere, which can
-only add findings.
+`os.popen` / `eval`, so the rules in `catalog` see one name whatever spelling was used. A chain
+through a module another one re-exports (`torch.os.system`, `os.path.os.popen`) is re-rooted at
+that module; `operator.attrgetter("system")(os)` is `os.system`. Bindings are flat (one table per
+file, not per scope) and sticky: the visitor fills the table in a first pass over the whole file
+(so a name bound below its use, or re-bound later, still resolves) and a binding to a module is
+never dropped by a later assignment, which can only add findings.
 """
 
 from __future__ import annotations
 
 import ast
 
-from dflash_guard.scan.remote_code.catalog import BUILTIN_NAMES, action
+from dflash_guard.scan.remote_code.catalog import BUILTIN_NAMES, REROOT, action
 
 GLOBALS = "<globals>"
 # Lookups by key through these resolve to the key itself (a module or a builtin).
 _NAMESPACES = frozenset({"sys.modules", "builtins", "builtins.__dict__", GLOBALS})
+# Other spellings of the process environment.
+_ENVIRON = frozenset({"os.environb", "posix.environ", "nt.environ", "os._Environ"})
 
 
 def constant_str(node: ast.AST | None) -> str | None:
@@ -45,14 +50,12 @@ class Names:
         head = qualified.split(".")[0]
         if head in self.modules or head in ("builtins", "sys", "os"):
             self.modules.add(local)
-        else:
-            self.modules.discard(local)
 
     def is_module_rooted(self, qualified: str) -> bool:
         """Whether a resolved name starts at an imported module or the builtins."""
         head = qualified.split(".")[0]
         return bool(qualified) and (
-            head in {q.split(".")[0] for q in self.bound.values()}
+            head in {q.split(".")[0] for q in self.bound.values()} or head in self.modules
             or head in ("builtins", "sys", "os")
             or qualified in BUILTIN_NAMES
         )
@@ -67,7 +70,7 @@ class Names:
                 return ""
             if node.attr == "__dict__":
                 return base + ".__dict__"
-            return _normalise(f"{base}.{node.attr}")
+            return self.normalise(f"{base}.{node.attr}")
         if isinstance(node, ast.Subscript):
             return self._lookup(self.resolve(node.value), constant_str(node.slice))
         if isinstance(node, ast.Call):
@@ -90,20 +93,31 @@ class Names:
         if key is None or not base:
             return ""
         if base in _NAMESPACES:
-            return self._name(key) if base == GLOBALS else _normalise(key)
+            if base == "sys.modules":  # whatever it names is a module
+                self.modules.add(key.split(".")[0])
+            return self._name(key) if base == GLOBALS else self.normalise(key)
         if base.endswith(".__dict__"):
-            return _normalise(f"{base[: -len('.__dict__')]}.{key}")
+            return self.normalise(f"{base[: -len('.__dict__')]}.{key}")
         return ""
 
     def _call(self, node: ast.Call) -> str:
+        if isinstance(node.func, ast.Call) and node.args:  # operator.attrgetter("a.b")(obj)
+            inner = node.func
+            if self.resolve(inner.func) == "operator.attrgetter" and constant_str(
+                inner.args[0] if inner.args else None
+            ):
+                base = self.resolve(node.args[0])
+                return self.normalise(f"{base}.{constant_str(inner.args[0])}") if base else ""
         func = self.resolve(node.func)
         first = node.args[0] if node.args else None
         second = constant_str(node.args[1]) if len(node.args) > 1 else None
         if func == "getattr" and first is not None and second is not None:
             base = self.resolve(first)
-            return _normalise(f"{base}.{second}") if base else ""
+            return self.normalise(f"{base}.{second}") if base else ""
         if func in ("__import__", "importlib.import_module") and constant_str(first):
-            return constant_str(first) or ""
+            module = constant_str(first) or ""
+            self.modules.add(module.split(".")[0])
+            return module
         if func in ("sys.modules.get", "builtins.__dict__.get", f"{GLOBALS}.get"):
             return self._lookup(func.rsplit(".", 1)[0], constant_str(first))
         if func in ("globals", "locals"):
@@ -116,8 +130,20 @@ class Names:
         return ""
 
 
-def _normalise(name: str) -> str:
-    """`builtins.eval` -> `eval`; everything else unchanged."""
-    if name.startswith("builtins.") and name.count(".") == 1:
-        return name.split(".", 1)[1]
-    return name
+    def normalise(self, name: str) -> str:
+        """`builtins.eval` -> `eval`; `torch.os.system` -> `os.system` (a chain from an imported
+        module through a module it re-exports); `os.environb` -> `os.environ`."""
+        parts = name.split(".")
+        if len(parts) > 1 and self.is_module_rooted(parts[0]):
+            for index in range(len(parts) - 1, 0, -1):
+                if parts[index] in REROOT:
+                    parts = parts[index:]
+                    self.modules.add(parts[0])
+                    break
+        name = ".".join(parts)
+        for environ in _ENVIRON:
+            if name == environ or name.startswith(environ + "."):
+                name = "os.environ" + name[len(environ):]
+        if name.startswith("builtins.") and name.count(".") == 1:
+            return name.split(".", 1)[1]
+        return name

@@ -12,9 +12,11 @@ from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.remote_code import catalog
 from dflash_guard.scan.remote_code.names import GLOBALS, Names, constant_str
+from dflash_guard.scan.remote_code.paths import UNKNOWN, fold, is_outside
 
 DETECTOR = "remote-code"
-IMPORT_TIME = ("module level", "class body", "default argument", "decorator", "class hook")
+IMPORT_TIME = ("module level", "class body", "default argument", "decorator", "class hook",
+               "annotation")
 # Methods Python runs when a class statement executes (at import time for module-level classes).
 _CLASS_HOOKS = frozenset({"__init_subclass__", "__set_name__", "__class_getitem__", "__prepare__"})
 _METACLASS_HOOKS = frozenset({"__new__", "__init__", "__call__", "__prepare__"})
@@ -29,18 +31,29 @@ _USUAL_MODULE_CALLS = frozenset(
 )
 _ENV_READERS = frozenset({"os.environ.get", "os.getenv", "os.getenvb", "os.environ.pop",
                           "os.environ.setdefault"})
+# Functions that take a module as an argument without handing it on (their own rules apply).
+_MODULE_INSPECTORS = frozenset({"getattr", "hasattr", "setattr", "delattr", "vars", "dir",
+                                "isinstance", "id", "repr", "str", "print", "type"})
+# Calls that change a namespace in place (`globals().update(vars(os))`).
+_NAMESPACE_WRITERS = frozenset({"update", "setdefault", "__setitem__", "__delitem__", "pop",
+                                "popitem", "clear", "__ior__"})
+_OPENERS = frozenset({"open", "io.open", "os.fdopen", "codecs.open", "gzip.open", "bz2.open",
+                      "lzma.open", "io.FileIO", "tarfile.open", "zipfile.ZipFile", "shelve.open"})
+_MODE = ("r", "w", "a", "x", "b", "t", "+")
 MAX_LITERAL_DEPTH = 3
 
 
 class Visitor(ast.NodeVisitor):
     """Collects the findings of one file; `depth` counts `eval`/`exec` literals analysed inside."""
 
-    def __init__(self, display: str, depth: int = 0, line_offset: int = 0) -> None:
+    def __init__(self, display: str, depth: int = 0, line_offset: int = 0,
+                 names: Names | None = None) -> None:
         self.display = display
         self.depth = depth
         self.line_offset = line_offset
         self.findings: list[Finding] = []
-        self.names = Names()
+        self.names = names or Names()
+        self.parents: dict[int, ast.AST] = {}
         self.context: list[str] = ["module level"]
         self.functions: list[str] = []
         self.metaclass = False
@@ -80,11 +93,19 @@ class Visitor(ast.NodeVisitor):
             self.visit(node)
         self.context.pop()
 
+    def visit(self, node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            self.parents[id(child)] = node
+        super().visit(node)
+
     # -- scopes --------------------------------------------------------------------------------
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.in_context("decorator", node.decorator_list)
         defaults = [d for d in node.args.defaults + node.args.kw_defaults if d is not None]
         self.in_context("default argument", defaults)
+        arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                     node.args.vararg, node.args.kwarg]
+        self.annotations([a.annotation for a in arguments if a is not None] + [node.returns])
         hook = node.name in _CLASS_HOOKS or (self.metaclass and node.name in _METACLASS_HOOKS)
         self.functions.append(node.name)
         self.in_context("class hook" if hook else "function body", node.body)
@@ -93,7 +114,24 @@ class Visitor(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
+        defaults = [d for d in node.args.defaults + node.args.kw_defaults if d is not None]
+        self.in_context("default argument", defaults)
         self.in_context("function body", [node.body])
+
+    def annotations(self, nodes: list[ast.expr | None]) -> None:
+        """Annotations run when the `def` runs; a string one runs when something resolves type
+        hints (`typing.get_type_hints`): it is parsed and checked like code."""
+        for node in nodes:
+            text = constant_str(node)
+            if text is not None and self.depth < MAX_LITERAL_DEPTH:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        node = ast.parse(text.strip(), mode="eval")
+                except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
+                    continue  # a plain string: nothing would evaluate it
+            if node is not None:
+                self.in_context("annotation", [node])
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.in_context("decorator", node.decorator_list)
@@ -119,6 +157,7 @@ class Visitor(ast.NodeVisitor):
                 continue  # the package's own files: scanned as files of the folder
             if alias.name == "*":
                 self.names.star_modules.append(module)
+                self.names.modules.add(module.split(".")[0])
                 if module.split(".")[0] not in ("torch", "transformers", "typing"):
                     self.add(rules.RC_UNUSUAL_IMPORT, Severity.low, node,
                              f"from {module} import *: hides which names the file uses")
@@ -129,6 +168,8 @@ class Visitor(ast.NodeVisitor):
 
     def check_module(self, name: str, node: ast.AST) -> None:
         root = name.split(".")[0]
+        if name.startswith(catalog.PURE_SUBMODULES):
+            return
         if root in catalog.PROCESS_MODULES:
             self.add(rules.RC_PROCESS, Severity.high, node, f"imports {name} (runs processes)")
         elif root in catalog.NETWORK_MODULES:
@@ -144,15 +185,35 @@ class Visitor(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self.bind(target, node.value)
-            self.check_store(target)
+            self.check_store(target, node.value)
+            self.check_loader_switch(target, node.value)
             self.visit(target)
         self.visit(node.value)
 
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self.check_store(node.target)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for target in node.targets:
+            self.check_store(target)
+        self.generic_visit(node)
+
+    def check_loader_switch(self, target: ast.AST, value: ast.AST) -> None:
+        """`kwargs["trust_remote_code"] = True`, handed to a loader later."""
+        key = constant_str(target.slice) if isinstance(target, ast.Subscript) else None
+        if key in ("trust_remote_code", "custom_pipelines") and not (
+            isinstance(value, ast.Constant) and value.value in (False, None)
+        ):
+            self.add(rules.RC_NESTED_REMOTE_CODE, Severity.high, target,
+                     f"sets {key} for a loader: runs another repository's code")
+
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.annotations([node.annotation])
         if node.value is not None:
             self.bind(node.target, node.value)
             self.visit(node.value)
-        self.check_store(node.target)
+        self.check_store(node.target, node.value)
         self.visit(node.target)
 
     def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
@@ -167,11 +228,9 @@ class Visitor(ast.NodeVisitor):
             resolved = self.names.resolve(value)
             if resolved and self.names.is_module_rooted(resolved):
                 self.names.bind(target.id, resolved)
-            else:
-                self.names.bound.pop(target.id, None)
-                self.names.modules.discard(target.id)
+            # a later non-module value does not unbind: bindings are sticky (see names.py)
 
-    def check_store(self, target: ast.AST) -> None:
+    def check_store(self, target: ast.AST, value: ast.AST | None = None) -> None:
         """Assignments into modules or namespaces (monkey-patching, sys.modules, os.environ)."""
         if isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
@@ -185,8 +244,13 @@ class Visitor(ast.NodeVisitor):
             base = self.names.resolve(node.value)
             if base == "os.environ":
                 self.environment_key(node, writes=True)
+            elif isinstance(node, ast.Attribute) and catalog.SETTINGS.search(base) and _literal(
+                value
+            ):
+                self.add(rules.RC_MONKEY_PATCH, Severity.low, node, f"sets the setting {base}")
             elif base in ("sys.modules", "builtins", "builtins.__dict__", GLOBALS) or (
-                base and base.split(".")[0] in self.names.modules and base != "os.environ"
+                base and base.split(".")[0] in self.names.modules | {"builtins", "sys"}
+                and base != "os.environ"
             ):
                 self.add(rules.RC_MONKEY_PATCH, Severity.high, node,
                          f"assigns into {base} (changes code other modules run)", runs=True)
@@ -211,22 +275,37 @@ class Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def check_call(self, node: ast.Call, name: str) -> None:
+        if not name and isinstance(node.func, ast.Attribute):  # Path(...).write_text(...)
+            name = f"?.{node.func.attr}"
         last = name.rsplit(".", 1)[-1]
+        self.check_paths(node, name)
+        if self.namespace_write(node, name, last):
+            return
         if name in ("eval", "exec", "compile") and node.args and constant_str(node.args[0]):
             self.literal_code(node, name, constant_str(node.args[0]) or "")
         elif name in _ENV_READERS:
             self.environment_key(node, writes=name.endswith(("pop", "setdefault")))
         elif name == "getattr":
             self.check_getattr(node)
-        elif name in ("setattr", "delattr") and node.args:
+        elif (name in ("setattr", "delattr") or last in ("__setattr__", "__delattr__")
+              ) and node.args:
             base = self.names.resolve(node.args[0])
             if base and base.split(".")[0] in self.names.modules | {"builtins", "sys"}:
                 self.add(rules.RC_MONKEY_PATCH, Severity.high, node,
                          f"{name}() on {base} (changes code other modules run)", runs=True)
-        elif name in ("open", "io.open", "os.fdopen") and self.write_mode(node):
+            if len(node.args) > 2:
+                self.check_loader_switch(ast.Subscript(value=node.args[0], slice=node.args[1]),
+                                         node.args[2])
+        elif name in ("operator.attrgetter", "operator.methodcaller") and node.args:
+            attr = constant_str(node.args[0])
+            if attr is None or any(catalog.dangerous_attribute(a) for a in attr.split(".")):
+                self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                         f"{name}({attr or 'a computed name'!s}) reaches attributes by name",
+                         runs=True)
+        elif (name in _OPENERS or last == "open") and self.write_mode(node):
             severity, message = self.write_target(node)
             self.add(rules.RC_FS_WRITE, severity, node, message, runs=True)
-        elif (hit := catalog.action(name)) is not None:
+        elif (hit := self.action(name)) is not None:
             rule, severity, message = hit
             if name in catalog.CODE_SINKS and self.carries_decoded(node):
                 rule, severity = rules.RC_ENCODED_BLOB, Severity.critical
@@ -266,6 +345,8 @@ class Visitor(ast.NodeVisitor):
         )
 
     def check_getattr(self, node: ast.Call) -> None:
+        if len(node.args) >= 2 and constant_str(node.args[1]) in catalog.INTROSPECTION:
+            self.introspection(node, constant_str(node.args[1]) or "")
         if len(node.args) < 2 or constant_str(node.args[1]) is not None:
             return  # a constant name resolves like an attribute (see visit_Call's resolve)
         key = node.args[1]
@@ -316,7 +397,7 @@ class Visitor(ast.NodeVisitor):
         key = constant_str(key_node)
         verb = "sets" if writes else "reads"
         if key is None:
-            self.add(rules.RC_CREDENTIALS, Severity.medium, node,
+            self.add(rules.RC_CREDENTIALS, Severity.high, node,
                      f"{verb} an environment variable named at run time", runs=True)
         elif catalog.CREDENTIAL_ENV.search(key):
             self.add(rules.RC_CREDENTIALS, Severity.high, node,
@@ -325,6 +406,7 @@ class Visitor(ast.NodeVisitor):
             self.add(rules.RC_MONKEY_PATCH, Severity.low, node, f"sets the environment {key}")
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.handled.add(id(node.value))  # the container is read, not handed on
         base = self.names.resolve(node.value)
         if base == "os.environ" and isinstance(node.ctx, ast.Load):
             self.environment_key(node, writes=False)
@@ -347,9 +429,60 @@ class Visitor(ast.NodeVisitor):
             self.check_value(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in catalog.INTROSPECTION:
+            self.introspection(node, node.attr)
         if isinstance(node.ctx, ast.Load):
             self.check_value(node)
+        if self.names.resolve(node.value) != "os.environ":
+            self.handled.add(id(node.value))  # `os.path`: os is used, not handed on
         self.generic_visit(node)
+
+    def introspection(self, node: ast.AST, attr: str) -> None:
+        self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                 f"reads {attr}, which reaches globals, code objects or every class", runs=True)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if not isinstance(self.parents.get(id(node)), ast.BinOp):  # the whole expression once
+            self.check_path(node, fold(node, self.names.resolve))
+        self.generic_visit(node)
+
+    def check_paths(self, node: ast.Call, name: str) -> None:
+        """Credential and start-up files named through pieces, and savers writing outside."""
+        pieces = [*node.args, *(k.value for k in node.keywords)]
+        if isinstance(node.func, ast.Attribute):
+            pieces.append(node.func.value)
+        folded = [fold(piece, self.names.resolve) for piece in pieces]
+        for path in folded:
+            self.check_path(node, path)
+        if name.rsplit(".", 1)[-1] in catalog.SAVERS and not self.in_save_method():
+            for path in folded:
+                if is_outside(path):
+                    self.add(rules.RC_FS_WRITE, Severity.high, node,
+                             f"{name}() writes {path[:80]!r}, outside the working folder",
+                             runs=True)
+
+    def check_path(self, node: ast.AST, path: str) -> None:
+        if (match := catalog.CREDENTIAL_PATHS.search(path)) is not None:
+            self.add(rules.RC_CREDENTIALS, Severity.high, node,
+                     f"names a credential file: {match.group(0)} (in {path[:80]!r})")
+        elif catalog.SITE_PACKAGES.search(path):
+            self.add(rules.RC_FS_WRITE, Severity.high, node,
+                     f"names the interpreter's start-up files: {path[:60]!r}")
+
+    def namespace_write(self, node: ast.Call, name: str, last: str) -> bool:
+        """`globals().update(...)`, `sys.modules.update(...)`, `torch.__dict__.update(...)`."""
+        if last not in _NAMESPACE_WRITERS or not isinstance(node.func, ast.Attribute):
+            return False
+        base = self.names.resolve(node.func.value)
+        namespace = base in ("sys.modules", "builtins", "builtins.__dict__", GLOBALS) or (
+            base.endswith(".__dict__") and (base in (f"{GLOBALS}.__dict__",) or
+                                            base.split(".")[0] in self.names.modules | {"sys"})
+        )
+        if not namespace:
+            return False
+        self.add(rules.RC_MONKEY_PATCH, Severity.high, node,
+                 f"{last}() on {base} (changes names other code resolves)", runs=True)
+        return True
 
     def check_value(self, node: ast.AST) -> None:
         """A dangerous callable referenced without being called: passed on, stored, aliased."""
@@ -357,13 +490,39 @@ class Visitor(ast.NodeVisitor):
             return
         name = self.names.resolve(node)
         if name == "os.environ":
-            self.add(rules.RC_CREDENTIALS, Severity.medium, node, "reads the whole os.environ")
+            self.add(rules.RC_CREDENTIALS, Severity.high, node, "reads the whole os.environ",
+                     runs=True)
             return
-        hit = catalog.action(name)
+        if self.escapes(node, name):
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                     f"hands the {name} namespace on as a value, out of reach of the name rules",
+                     runs=True)
+            return
+        hit = self.action(name)
         if hit is not None and hit[1] >= Severity.high:
             rule, severity, message = hit
             self.add(rule, Severity.high, node, f"refers to {name} as a value ({message})",
                      runs=self.context[-1] == "decorator")  # a decorator is called
+
+    def action(self, name: str) -> catalog.Action | None:
+        """`catalog.action`, where a dotted name that does not start at an imported module (a
+        local such as `code.append`) is judged by its last part only (`x.write_text`)."""
+        if "." in name and not name.startswith("?.") and not self.names.is_module_rooted(name):
+            return catalog.action("?." + name.rsplit(".", 1)[-1])
+        return catalog.action(name)
+
+    def escapes(self, node: ast.AST, name: str) -> bool:
+        """A capability module or namespace used as a value (stored, returned, passed...)."""
+        if not (name in catalog.CAPABILITY_MODULES or name in ("sys.modules", GLOBALS) or (
+            name.endswith(".__dict__") and name.split(".")[0] in self.names.modules
+        )):
+            return False
+        if isinstance(node, ast.Name) and name == node.id and node.id not in self.names.modules:
+            return False  # a local that merely shares a module's name
+        parent = self.parents.get(id(node))
+        if isinstance(parent, ast.Call) and node in parent.args:
+            return self.names.resolve(parent.func) not in _MODULE_INSPECTORS
+        return not isinstance(parent, (ast.Compare, ast.Expr))
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str):
@@ -384,28 +543,43 @@ class Visitor(ast.NodeVisitor):
                      f"{len(value)}-character encoded string constant")
 
     # -- writes --------------------------------------------------------------------------------
-    @staticmethod
-    def write_target(node: ast.Call) -> tuple[Severity, str]:
+    def write_target(self, node: ast.Call) -> tuple[Severity, str]:
         """Writes inside the working folder (a plain relative path) are medium, others high."""
-        value = constant_str(node.args[0] if node.args else None)
-        if value is None:
+        target = node.args[0] if node.args else None
+        if isinstance(node.func, ast.Attribute) and self.names.resolve(node.func) not in _OPENERS:
+            target = node.func.value  # Path(...).open("w")
+        value = fold(target, self.names.resolve) if target is not None else UNKNOWN
+        if value.startswith(UNKNOWN) or not value:
             return Severity.high, "opens a computed path for writing"
-        outside = value.startswith(("/", "~", "\\")) or ".." in value
+        outside = is_outside(value)
         if catalog.SITE_PACKAGES.search(value) or (outside and value.endswith(".pth")):
             return Severity.critical, f"opens {value!r} for writing (runs at interpreter start)"
         if not outside:
             return Severity.medium, f"opens {value!r} for writing (working folder)"
         return Severity.high, f"opens {value!r} for writing, outside the working folder"
 
-    @staticmethod
-    def write_mode(node: ast.Call) -> bool:
+    def write_mode(self, node: ast.Call) -> bool:
         mode = (
             node.args[1]
             if len(node.args) > 1
             else next((k.value for k in node.keywords if k.arg == "mode"), None)
         )
+        method = isinstance(node.func, ast.Attribute) and (
+            self.names.resolve(node.func) not in _OPENERS)
+        first = constant_str(node.args[0] if node.args else None)
+        if method and first is not None and first and all(c in _MODE for c in first):
+            mode = node.args[0]  # Path.open(mode)
         if mode is None:
             return False
         if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
             return any(flag in mode.value for flag in "wax+")
         return True  # a computed mode: assume the worst
+
+
+def _literal(node: ast.AST | None) -> bool:
+    """A literal value (`True`, `64`, `-1.0`, `("a", 1)`): data, not code."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_literal(e) for e in node.elts)
+    return isinstance(node, ast.Constant)
