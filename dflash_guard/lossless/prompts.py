@@ -95,7 +95,8 @@ def _render(
     from dflash_guard.lossless.chat import render_chat  # jinja2 only when a chat is rendered
 
     try:
-        text = render_chat(target_dir, list(chat.messages))
+        text = render_chat(target_dir, list(chat.messages), list(chat.tools),
+                           dict(chat.template_kwargs))
     except InputError as error:
         raise InputError(f"{spec.where}: {error}") from None
     return tuple(tokenizer.encode(text, add_special_tokens=False))

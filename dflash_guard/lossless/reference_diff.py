@@ -7,7 +7,9 @@ temperature 0 with logprobs. The two token streams are compared like the endpoin
 (`endpoint.compare`): the reference plays the baseline, and its top-2 logit margin at a
 divergence (a logit margin equals the logprob margin) tells a near-tie from a hard divergence.
 Given the GGUF the engine serves, its tokenizer must be the target's (`gguf_vocab`), else the
-diff is refused before any prompt is sent.
+diff is refused before any prompt is sent. A `messages` prompt is rendered by us and sent as
+ids; the engine's own rendering of it must give the same ids (`prompt_match`), else the diff is
+refused as a prompt mismatch before any decoding.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from dflash_guard.lossless.endpoint.metrics import (
 )
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
 from dflash_guard.lossless.options import ReferenceOptions
-from dflash_guard.lossless.prompts import Prompt, load_prompts
+from dflash_guard.lossless.prompt_match import engine_prompt_ids, first_mismatch
+from dflash_guard.lossless.prompts import Prompt, load_prompts, read_prompts
 from dflash_guard.lossless.reference import runner_errors
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
 from dflash_guard.pins.hashing import sha256_file
@@ -45,8 +48,8 @@ from dflash_guard.trust.comparison import comparison_statement, read_conversion,
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.loop import generate
 from kernels_ref.model import Target, load_target
-from kernels_ref.prompts import PromptSpec
-from kernels_ref.tokenizer import load_tokenizer
+from kernels_ref.prompts import Chat, PromptSpec
+from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 TOP_K = 2  # the reference's alternatives kept per position: what a near-tie needs
 CONVERSION_SUFFIX = ".conversion.json"  # scripts/llamacpp.py writes it beside the GGUF
@@ -164,6 +167,18 @@ def _with_tops(target: Target, prompt: Prompt, reference: Completion, position: 
     return Completion("", reference.token_ids, None, tuple(tops), reference.finish_reason)
 
 
+def _prompt_mismatch(engine: CompletionClient, specs: list[PromptSpec], prompts: list[Prompt],
+                     tokenizer: Tokenizer | None) -> str | None:
+    """Why the engine would decode a `messages` prompt from other ids than ours (None when
+    every one renders to the same ids on both sides)."""
+    for spec, prompt in zip(specs, prompts, strict=True):
+        if isinstance(spec.prompt, Chat) and tokenizer is not None:
+            theirs = engine_prompt_ids(engine, spec.prompt)
+            if mismatch := first_mismatch(prompt.id, prompt.ids, theirs, tokenizer.decode):
+                return mismatch.message()
+    return None
+
+
 @runner_errors()
 def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     """Check the GGUF's tokenizer, decode every prompt with kernels_ref and with the engine,
@@ -186,6 +201,9 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     with CompletionClient("candidate", o.candidate, api_key=o.api_key, timeout=o.timeout,
                           token_ids=True, pool_size=o.concurrency) as engine:
         model = o.model or engine.first_model()
+        specs = read_prompts(prompts_path, chat=True)
+        if why := _prompt_mismatch(engine, specs, prompts, tokenizer):
+            return ReferenceDiffReport(**{**base, "model": model}, refused=why)
         before = parse_prometheus(engine.get_text(o.metrics_url)) if o.metrics_url else None
 
         def ask(pair: tuple[Prompt, int]) -> Completion:
