@@ -38,7 +38,7 @@ SHAPE: dict[str, Any] = {
     "num_hidden_layers": 4,
     "max_position_embeddings": MAX_POSITIONS,
     "rms_norm_eps": 1e-06,
-    "tie_word_embeddings": True,
+    "tie_word_embeddings": False,  # tied, a random target echoes its last prompt token
     "torch_dtype": "float32",
     "transformers_version": "4.51.0",
     "use_cache": True,

@@ -468,7 +468,8 @@ def register(app: typer.Typer) -> None:
                 metrics_url=metrics,
                 token_ids=token_ids,
             )
-            report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS))
+            report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS,
+                                                             chat=True))
             if output_format is OutputFormat.json:
                 print_json(report.to_json())
             else:

@@ -74,8 +74,8 @@ def _ids(payload: Any, key: str, where: str) -> list[int]:
 def engine_prompt_ids(client: CompletionClient, chat: Chat) -> list[int]:
     """The ids the engine behind `client` decodes `chat` from (llama.cpp, else vLLM)."""
     request: dict[str, Any] = {"messages": list(chat.messages)}
-    if chat.tools:
-        request["tools"] = list(chat.tools)
+    if chat.tools:  # as the chat diff sends them
+        request.update(tools=list(chat.tools), tool_choice="none")
     if chat.template_kwargs:
         request["chat_template_kwargs"] = dict(chat.template_kwargs)
     apply = _server_url(client, "/apply-template")
