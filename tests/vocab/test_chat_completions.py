@@ -1,0 +1,43 @@
+"""Chat answers read into the same `Completion` as plain completions (llama.cpp and vLLM shapes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dflash_guard.lossless.endpoint.client import parse_chat_completion
+
+
+def chat(logprobs: dict, **extra) -> dict:
+    return {"choices": [{"message": {"role": "assistant", "content": "ab"},
+                         "logprobs": logprobs, "finish_reason": "length", **extra}]}
+
+
+def test_llamacpp_chat_logprobs_carry_ids():
+    entries = [{"id": 7, "token": "a", "logprob": -0.1,
+                "top_logprobs": [{"id": 7, "logprob": -0.1}, {"id": 9, "logprob": -2.5}]},
+               {"id": 8, "token": "b", "logprob": -0.2, "top_logprobs": []}]
+    completion = parse_chat_completion(chat({"content": entries}))
+    assert completion.text == "ab" and completion.token_ids == (7, 8)
+    assert completion.top_logprobs[0] == ((7, -0.1), (9, -2.5))
+    assert completion.finish_reason == "length"
+
+
+def test_vllm_chat_logprobs_carry_token_id_strings():
+    entries = [{"token": "token_id:7", "logprob": -0.1,
+                "top_logprobs": [{"token": "token_id:7", "logprob": -0.1},
+                                 {"token": "token_id:9", "logprob": -2.5}]},
+               {"token": "token_id:8", "logprob": -0.2, "top_logprobs": []}]
+    completion = parse_chat_completion(chat({"content": entries}, token_ids=[7, 8]))
+    assert completion.token_ids == (7, 8)
+    assert completion.top_logprobs[0] == ((7, -0.1), (9, -2.5))
+
+
+@pytest.mark.parametrize("payload", [
+    {"choices": []},
+    {"choices": [{"message": "text"}]},
+    {"choices": [{"message": {"content": 3}}]},
+    {"choices": [{"message": {"content": "a"}, "logprobs": {"content": ["x"]}}]},
+])
+def test_malformed_chat_answers_are_errors(payload):
+    with pytest.raises(ValueError):
+        parse_chat_completion(payload)
