@@ -24,6 +24,13 @@ from dflash_guard.lossless.endpoint.client import CompletionClient, EndpointErro
 from kernels_ref.prompts import Chat
 
 CONTEXT = 4  # tokens of text shown on each side from the first difference
+# Text whose ids depend on every part of a BPE tokenizer (split pattern, merges, ignore_merges,
+# byte fallback): whitespace runs, digits, contractions, accents, CJK, emoji, code.
+PROBES = (
+    "Hello world", " Hello  World\t\n\n  end", "3333333 1,234.5", "I'm don't WE'LL 've",
+    "Cửa Việt ÁÉÍ", "ied 4 ½ months", "Führer Ελληνικά Русский", "你好，世界 こんにちは 안녕",
+    "🦙🦙 ❤️ 🚀", "def f(x):\n    return x**2  # ok", "   \n\n\t\t  ", "<|im_start|>user",
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,39 @@ def _ids(payload: Any, key: str, where: str) -> list[int]:
             isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise EndpointError(f"{where} answered no `{key}` list of token ids")
     return values
+
+
+def _is_llamacpp(client: CompletionClient) -> bool:
+    """llama.cpp answers `GET /props`; vLLM does not have it."""
+    try:
+        client.request_json("GET", _server_url(client, "/props"))
+    except EndpointError as error:
+        if "HTTP 404" in str(error):
+            return False
+        raise
+    return True
+
+
+def engine_text_ids(client: CompletionClient, text: str) -> list[int]:
+    """The engine's ids of plain `text` (no special tokens added)."""
+    tokenize = _server_url(client, "/tokenize")
+    if _is_llamacpp(client):
+        body: dict[str, Any] = {"content": text, "add_special": False, "parse_special": True}
+    else:
+        body = {"prompt": text, "add_special_tokens": False}
+    return _ids(client.request_json("POST", tokenize, body), "tokens", tokenize)
+
+
+def engine_tokenizer_mismatch(client: CompletionClient, encode: Callable[[str], list[int]],
+                       texts: Sequence[str] = PROBES) -> str | None:
+    """Why the engine's tokenizer is not ours (the first probe text they encode differently),
+    None when they agree on every one."""
+    for text in texts:
+        ours, theirs = encode(text), engine_text_ids(client, text)
+        if ours != theirs:
+            return (f"the engine's tokenizer is not the target's: {text!r} is {theirs} there, "
+                    f"{ours} here")
+    return None
 
 
 def engine_prompt_ids(client: CompletionClient, chat: Chat) -> list[int]:

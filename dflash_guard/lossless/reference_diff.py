@@ -7,9 +7,10 @@ temperature 0 with logprobs. The two token streams are compared like the endpoin
 (`endpoint.compare`): the reference plays the baseline, and its top-2 logit margin at a
 divergence (a logit margin equals the logprob margin) tells a near-tie from a hard divergence.
 Given the GGUF the engine serves, its tokenizer must be the target's (`gguf_vocab`), else the
-diff is refused before any prompt is sent. A `messages` prompt is rendered by us and sent as
-ids; the engine's own rendering of it must give the same ids (`prompt_match`), else the diff is
-refused as a prompt mismatch before any decoding.
+diff is refused before any prompt is sent. The engine's own tokenizer (its `/tokenize`) must
+encode a set of probe texts as the target's does, and a `messages` prompt, rendered by us and
+sent as ids, must give the same ids under the engine's own rendering (`prompt_match`); else the
+diff is refused before any decoding.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ from dflash_guard.lossless.endpoint.metrics import (
 )
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
 from dflash_guard.lossless.options import ReferenceOptions
-from dflash_guard.lossless.prompt_match import engine_prompt_ids, first_mismatch
+from dflash_guard.lossless.prompt_match import (
+    engine_prompt_ids,
+    engine_tokenizer_mismatch,
+    first_mismatch,
+)
 from dflash_guard.lossless.prompts import Prompt, load_prompts, read_prompts
 from dflash_guard.lossless.reference import runner_errors
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
@@ -202,6 +207,9 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
                           token_ids=True, pool_size=o.concurrency) as engine:
         model = o.model or engine.first_model()
         specs = read_prompts(prompts_path, chat=True)
+        if tokenizer is not None and (why := engine_tokenizer_mismatch(
+                engine, lambda text: tokenizer.encode(text, add_special_tokens=False))):
+            return ReferenceDiffReport(**{**base, "model": model}, refused=why)
         if why := _prompt_mismatch(engine, specs, prompts, tokenizer):
             return ReferenceDiffReport(**{**base, "model": model}, refused=why)
         before = parse_prometheus(engine.get_text(o.metrics_url)) if o.metrics_url else None

@@ -29,8 +29,10 @@ from tests.support.endpoint_fakes import serve
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
 
 
-def fake_engine(target: Path, flavour: str, seen: list[str], damage: str = "") -> Starlette:
-    """llama.cpp (`/apply-template` + `/tokenize`) or vLLM (`/tokenize` with messages)."""
+def fake_engine(target: Path, flavour: str, seen: list[str], damage: str = "",
+                other_tokenizer: bool = False) -> Starlette:
+    """llama.cpp (`/apply-template` + `/tokenize`) or vLLM (`/tokenize` with messages); with
+    `damage` the rendering differs, with `other_tokenizer` plain text is tokenized otherwise."""
     tokenizer = load_tokenizer(target)
 
     def render(body: dict[str, Any]) -> str:
@@ -45,8 +47,13 @@ def fake_engine(target: Path, flavour: str, seen: list[str], damage: str = "") -
     async def tokenize(request: Request) -> JSONResponse:
         seen.append("/tokenize")
         body = await request.json()
-        text = body["content"] if flavour == "llamacpp" else render(body)
-        return JSONResponse({"tokens": tokenizer.encode(text, add_special_tokens=False)})
+        if "messages" in body:
+            ids = tokenizer.encode(render(body), add_special_tokens=False)
+        else:
+            text = body["content"] if flavour == "llamacpp" else body["prompt"]
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            ids = ids[::-1] if other_tokenizer else ids
+        return JSONResponse({"tokens": ids})
 
     async def anything(request: Request) -> JSONResponse:
         seen.append(request.url.path)
@@ -55,7 +62,8 @@ def fake_engine(target: Path, flavour: str, seen: list[str], damage: str = "") -
     routes = [Route("/tokenize", tokenize, methods=["POST"]),
               Route("/v1/models", anything), Route("/v1/completions", anything, methods=["POST"])]
     if flavour == "llamacpp":
-        routes.append(Route("/apply-template", apply_template, methods=["POST"]))
+        routes += [Route("/apply-template", apply_template, methods=["POST"]),
+                   Route("/props", anything)]
     return Starlette(routes=routes)
 
 
@@ -100,3 +108,18 @@ def test_a_different_rendering_stops_the_reference_diff_before_decoding(
     assert "at token 27" in report.refused  # byte ids: "Hi " is equal, then "t" vs " "
     assert report.refused.endswith("ours 'ther', the engine's ' the'")
     assert "/v1/completions" not in seen
+
+
+@pytest.mark.parametrize("flavour", ["llamacpp", "vllm"])
+def test_an_engine_tokenizing_otherwise_is_refused_before_any_prompt(fixture_pair, tmp_path,
+                                                                    flavour):
+    target, _ = fixture_pair
+    seen: list[str] = []
+    with serve(fake_engine(target, flavour, seen, other_tokenizer=True)) as url:
+        report = run_reference_diff(ReferenceOptions(target, url,
+                                                     prompts=write_chat(tmp_path / "c.jsonl")))
+    assert report.verdict == "refused" and report.results == ()
+    ours = load_tokenizer(target).encode("Hello world", add_special_tokens=False)
+    assert report.refused == ("the engine's tokenizer is not the target's: 'Hello world' is "
+                              f"{ours[::-1]} there, {ours} here")
+    assert "/v1/completions" not in seen and "/apply-template" not in seen
