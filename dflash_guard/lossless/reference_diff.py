@@ -7,9 +7,9 @@ temperature 0 with logprobs. The two token streams are compared like the endpoin
 (`endpoint.compare`): the reference plays the baseline, and its top-2 logit margin at a
 divergence (a logit margin equals the logprob margin) tells a near-tie from a hard divergence.
 Given the GGUF the engine serves, its tokenizer must be the target's (`gguf_vocab`), else the
-diff is refused before any prompt is sent. The engine's own tokenizer (its `/tokenize`) must
-encode a set of probe texts as the target's does, and a `messages` prompt, rendered by us and
-sent as ids, must give the same ids under the engine's own rendering (`prompt_match`); else the
+diff is refused before any prompt is sent. With `messages` prompts (rendered by us and sent as
+ids), the engine's own tokenizer (its `/tokenize`) must encode a set of probe texts as the
+target's does and its own rendering of each chat must give our ids (`prompt_match`); else the
 diff is refused before any decoding.
 """
 
@@ -207,11 +207,12 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
                           token_ids=True, pool_size=o.concurrency) as engine:
         model = o.model or engine.first_model()
         specs = read_prompts(prompts_path, chat=True)
-        if tokenizer is not None and (why := engine_tokenizer_mismatch(
-                engine, lambda text: tokenizer.encode(text, add_special_tokens=False))):
-            return ReferenceDiffReport(**{**base, "model": model}, refused=why)
-        if why := _prompt_mismatch(engine, specs, prompts, tokenizer):
-            return ReferenceDiffReport(**{**base, "model": model}, refused=why)
+        if any(isinstance(spec.prompt, Chat) for spec in specs) and tokenizer is not None:
+            # the engine renders and tokenizes these itself: its tokenizer must be the target's
+            why = engine_tokenizer_mismatch(
+                engine, lambda text: tokenizer.encode(text, add_special_tokens=False))
+            if why or (why := _prompt_mismatch(engine, specs, prompts, tokenizer)):
+                return ReferenceDiffReport(**{**base, "model": model}, refused=why)
         before = parse_prometheus(engine.get_text(o.metrics_url)) if o.metrics_url else None
 
         def ask(pair: tuple[Prompt, int]) -> Completion:
