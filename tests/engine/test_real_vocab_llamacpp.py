@@ -17,6 +17,7 @@ The engine build is part of the suite: when it fails, these tests fail (never sk
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -142,3 +143,27 @@ def test_a_target_with_a_lossy_tokenizer_is_refused_before_any_prompt(pair, serv
                             servers[0].url, "--prompts", str(CHAT))
     assert code == 1 and report["verdict"] == "refused" and report["prompts"] == 0
     assert report["refused"].startswith(f"the engine's tokenizer is not the target's: {probe!r}")
+
+
+def write_chat(path: Path, row: dict) -> Path:
+    path.write_text(json.dumps({**row, "max_new_tokens": 4}) + "\n", encoding="utf-8")
+    return path
+
+
+def test_llamacpp_dates_the_llama31_prompt_itself(pair, servers, tmp_path):
+    """llama.cpp sets the template variable `date_string` to today (common/chat.cpp); the
+    Llama 3.1 template's own default, which transformers and vLLM render, is 26 Jul 2024. So an
+    unpinned Llama 3.1 chat is a prompt mismatch at the date (chat_real.jsonl pins it with
+    `chat_template_kwargs`); Qwen3's template has no date."""
+    target = pair[0]
+    chat = write_chat(tmp_path / "date.jsonl",
+                      {"id": "date", "messages": [{"role": "user", "content": "Hi"}]})
+    code, report = cli_json("difftest", "--reference", str(target), "--candidate",
+                            servers[0].url, "--prompts", str(chat))
+    if json.loads((target / "config.json").read_text())["model_type"] == "qwen3":
+        assert code == 0 and report["verdict"] == "identical"
+        return
+    assert code == 1 and report["verdict"] == "refused" and report["prompts"] == 0
+    assert re.fullmatch(r"prompt mismatch before any decoding: prompt 'date' differs at token 19 "
+                        r"\(ours (\d+) ids, the engine's \1\): ours '26 Jul 202', the engine's "
+                        r"'\d\d [A-Z][a-z]{2} 20\d'", report["refused"]), report["refused"]
