@@ -30,6 +30,7 @@ class HFTokenizer:
 
     tokens: dict[int, str]
     merges: list[str] | None  # "a b" per merge; None for a model without merges
+    added: frozenset[str]  # added tokens: split out before BPE, never merged
     splits: bool  # whether its pre-tokenizer splits text with a pattern (a `Split` step)
 
 
@@ -48,7 +49,8 @@ def _hf_tokenizer(target_dir: Path) -> HFTokenizer:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise InputError(f"cannot read the target's tokenizer {path}: {error}") from None
     splits = '"type": "Split"' in json.dumps(document.get("pre_tokenizer"))
-    return HFTokenizer(tokens, merges, splits)
+    added_texts = frozenset(str(entry["content"]) for entry in added)
+    return HFTokenizer(tokens, merges, added_texts, splits)
 
 
 def _eos_ids(target_dir: Path) -> set[int]:
@@ -104,7 +106,13 @@ def _bpe_problems(gguf: GGUFTokenizer, hf: HFTokenizer) -> list[str]:
     if gguf.model != "gpt2" or hf.merges is None:
         return []
     problems = []
-    ours, theirs = gguf.merges or [], hf.merges
+
+    def applicable(merges: list[str]) -> list[str]:
+        """Without merges of two added tokens: those never apply (scripts/llamacpp.py writes
+        one into a GGUF whose tokenizer has no merges, as llama.cpp needs the key)."""
+        return [m for m in merges if not set(m.split(" ", 1)) <= hf.added]
+
+    ours, theirs = applicable(gguf.merges or []), applicable(hf.merges)
     if ours != theirs:
         first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
                      min(len(ours), len(theirs)))

@@ -76,3 +76,15 @@ def test_a_vocabulary_without_a_split_pattern_needs_no_pre_tokenizer(fixture_pai
     target = fixture_pair[0]  # byte-level, no merges, no Split step: llama.cpp's default is fine
     assert tokenizer_mismatch(write_gguf(target, tmp_path / "t.gguf", pre=None, merges=[]),
                               target) is None
+
+
+def test_a_merge_of_two_added_tokens_never_applies(fixture_pair, tmp_path):
+    """scripts/llamacpp.py gives a merge-less vocabulary one merge of two special tokens (llama.cpp
+    needs the key): it can never apply, so it is no difference."""
+    target = fixture_pair[0]
+    gguf_path = write_gguf(target, tmp_path / "t.gguf", pre="default",
+                           merges=["<|bos|> <|endoftext|>"])
+    assert tokenizer_mismatch(gguf_path, target) is None
+    other = write_gguf(target, tmp_path / "o.gguf", pre="default", merges=["<|bos|> a"])
+    assert "the merges differ from merge 0 on (1 in the GGUF, 0 in the target)" in (
+        tokenizer_mismatch(other, target) or "")
