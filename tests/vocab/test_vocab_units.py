@@ -44,3 +44,38 @@ def test_fixtures_vocab_refuses_a_folder_without_the_gguf(cli, tmp_path):
                  "--llamacpp-tree", str(tmp_path))
     assert result.exit_code == 2
     assert "ggml-vocab-llama-bpe.gguf: no such vocab GGUF" in result.stderr
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"prompt": "x", "tools": []}, "'tools' and 'chat_template_kwargs' go with 'messages'"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": {}},
+     "'tools' must be a list of objects"),
+    ({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []},
+     "'chat_template_kwargs' must be an object"),
+])
+def test_chat_fields_are_checked(tmp_path, row, message):
+    import json
+
+    from kernels_ref.prompts import PromptSetError, read_prompt_set
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": "a", **row}) + "\n")
+    with pytest.raises(PromptSetError, match=f"p.jsonl:1: {message}"):
+        read_prompt_set(path)
+
+
+def test_tools_and_template_kwargs_reach_the_template(fixture_pair, tmp_path):
+    from dflash_guard.errors import InputError
+    from dflash_guard.lossless.chat import render_chat
+
+    target = tmp_path / "target"
+    import shutil
+
+    shutil.copytree(fixture_pair[0], target)
+    (target / "chat_template.jinja").write_text(
+        "{{ tools[0].name }}|{{ enable_thinking }}|{{ messages[0].content }}")
+    messages = [{"role": "user", "content": "hi"}]
+    assert render_chat(target, messages, [{"name": "f"}], {"enable_thinking": False}) == (
+        "f|False|hi")
+    with pytest.raises(InputError, match="chat_template_kwargs may not set 'messages'"):
+        render_chat(target, messages, None, {"messages": []})
