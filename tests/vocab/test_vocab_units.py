@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from dflash_guard.errors import InputError
+from dflash_guard.lossless.chat import render_chat
 from kernels_ref.errors import RunnerError
+from kernels_ref.prompts import PromptSetError, read_prompt_set
 from kernels_ref.vocab import read_vectors, real_vocab
 
 
@@ -54,10 +59,6 @@ def test_fixtures_vocab_refuses_a_folder_without_the_gguf(cli, tmp_path):
      "'chat_template_kwargs' must be an object"),
 ])
 def test_chat_fields_are_checked(tmp_path, row, message):
-    import json
-
-    from kernels_ref.prompts import PromptSetError, read_prompt_set
-
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"id": "a", **row}) + "\n")
     with pytest.raises(PromptSetError, match=f"p.jsonl:1: {message}"):
@@ -65,12 +66,7 @@ def test_chat_fields_are_checked(tmp_path, row, message):
 
 
 def test_tools_and_template_kwargs_reach_the_template(fixture_pair, tmp_path):
-    from dflash_guard.errors import InputError
-    from dflash_guard.lossless.chat import render_chat
-
     target = tmp_path / "target"
-    import shutil
-
     shutil.copytree(fixture_pair[0], target)
     (target / "chat_template.jinja").write_text(
         "{{ tools[0].name }}|{{ enable_thinking }}|{{ messages[0].content }}")
