@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from dflash_guard.lossless.endpoint.client import parse_chat_completion
+from dflash_guard.lossless.endpoint.run import EndpointOptions, run_endpoint_diff
+from kernels_ref.prompts import Chat, PromptSpec
+from tests.support.endpoint_fakes import serve
 
 
 def chat(logprobs: dict, **extra) -> dict:
@@ -41,3 +48,26 @@ def test_vllm_chat_logprobs_carry_token_id_strings():
 def test_malformed_chat_answers_are_errors(payload):
     with pytest.raises(ValueError):
         parse_chat_completion(payload)
+
+
+def chat_engine(content: str, seen: list[str]) -> Starlette:
+    """A llama.cpp-shaped chat endpoint answering ids 7, 8 with `content` as the text."""
+
+    async def chat(request: Request) -> JSONResponse:
+        seen.append(request.url.path)
+        entries = [{"id": 7, "logprob": -0.1, "top_logprobs": []},
+                   {"id": 8, "logprob": -0.2, "top_logprobs": []}]
+        return JSONResponse({"choices": [{"message": {"content": content},
+                                          "logprobs": {"content": entries},
+                                          "finish_reason": "length"}]})
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def test_a_chat_is_compared_by_ids_not_by_each_engines_parsed_text():
+    seen: list[str] = []
+    spec = PromptSpec("c", Chat(({"role": "user", "content": "Hi"},)), 2)
+    with serve(chat_engine(" ab", seen)) as left, serve(chat_engine("ab", seen)) as right:
+        report = run_endpoint_diff(EndpointOptions(left, right, model="m", retries=0), [spec])
+    assert report.identical and report.results[0].compared_by == "token_ids"
+    assert seen == ["/v1/chat/completions", "/v1/chat/completions"]
