@@ -7,12 +7,15 @@ callers translate. One object per line:
     {"id": "code-1", "prompt": "def f(x):", "max_new_tokens": 32, "stop": ["\\n", 257]}
     {"id": "ids-1", "prompt_ids": [104, 105]}
     {"id": "chat-1", "messages": [{"role": "user", "content": "Hi"}]}
+    {"id": "chat-2", "messages": [...], "tools": [{"type": "function", ...}],
+     "chat_template_kwargs": {"enable_thinking": false}}
 
 `id` (a unique string) and exactly one of `prompt` (text), `prompt_ids` (token ids) and
 `messages` (a conversation, rendered with the target's chat template by dflash-guard, which
 checks the template first; this package never renders templates) are required;
 `max_new_tokens` (a positive integer) and `stop` (strings or token ids) are optional; any other
-field is refused. Every per-line error names `file:line`.
+field is refused; `tools` (a list of objects) and `chat_template_kwargs` (an object of extra
+template variables) go with `messages` only. Every per-line error names `file:line`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-FIELDS = frozenset({"id", "prompt", "prompt_ids", "messages", "max_new_tokens", "stop"})
+FIELDS = frozenset({"id", "prompt", "prompt_ids", "messages", "max_new_tokens", "stop", "tools",
+                    "chat_template_kwargs"})
+CHAT_ONLY = ("tools", "chat_template_kwargs")
 SOURCES = ("prompt", "prompt_ids", "messages")
 
 
@@ -41,9 +46,12 @@ class Encoder(Protocol):
 
 @dataclass(frozen=True)
 class Chat:
-    """A conversation: `{"role", "content"}` objects (and any other fields a template reads)."""
+    """A conversation: `{"role", "content"}` objects (and any other fields a template reads),
+    the tools it may call and extra template variables (e.g. `enable_thinking`)."""
 
     messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    template_kwargs: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,8 +117,10 @@ def _parse_line(line: str, where: str) -> PromptSpec:
     if sum(name in row for name in SOURCES) != 1:
         raise PromptSetError(f"{where}: give exactly one of 'prompt', 'prompt_ids' and 'messages'")
     prompt: str | tuple[int, ...] | Chat
+    if "messages" not in row and any(name in row for name in CHAT_ONLY):
+        raise PromptSetError(f"{where}: 'tools' and 'chat_template_kwargs' go with 'messages'")
     if "messages" in row:
-        prompt = _chat(row["messages"], where)
+        prompt = _chat(row, where)
     elif "prompt" in row:
         if not isinstance(row["prompt"], str):
             raise PromptSetError(f"{where}: 'prompt' must be a string")
@@ -131,7 +141,13 @@ def _parse_line(line: str, where: str) -> PromptSpec:
     return PromptSpec(row["id"], prompt, budget, tuple(stop), where)
 
 
-def _chat(messages: Any, where: str) -> Chat:
+def _chat(row: dict[str, Any], where: str) -> Chat:
+    messages, tools = row["messages"], row.get("tools", [])
+    kwargs = row.get("chat_template_kwargs", {})
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise PromptSetError(f"{where}: 'tools' must be a list of objects")
+    if not isinstance(kwargs, dict):
+        raise PromptSetError(f"{where}: 'chat_template_kwargs' must be an object")
     if not isinstance(messages, list) or not messages or not all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
         for m in messages
@@ -140,7 +156,7 @@ def _chat(messages: Any, where: str) -> Chat:
             f"{where}: 'messages' must be a non-empty list of objects with string 'role' and "
             "'content'"
         )
-    return Chat(tuple(messages))
+    return Chat(tuple(messages), tuple(tools), tuple(sorted(kwargs.items())))
 
 
 def prompt_token_ids(

@@ -57,7 +57,7 @@ def endpoint(
         engine(baseline, **settings), engine(candidate, **settings, metrics=metrics),
         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
         near_tie_margin=near_tie_margin, token_ids=not no_token_ids)
-    report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS))
+    report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS, chat=True))
     report = dataclasses.replace(report, fail_on_warning=fail_on_warning)
     finish(report, output_format, views.render_endpoint)
 

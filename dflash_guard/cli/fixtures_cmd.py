@@ -26,6 +26,13 @@ def register(app: typer.Typer) -> None:
         head_dim: Annotated[int | None, typer.Option(
             "--head-dim", help="Zero-pad both models' attention heads to this size (64 or 256): "
             "the same function, for engines without head_dim-16 kernels (vLLM on CPU).")] = None,
+        vocab: Annotated[str | None, typer.Option(
+            "--vocab", help="Write a tiny random-weight pair with a real vocabulary and chat "
+            "template instead: qwen3 or llama3 (built from --llamacpp-tree; see "
+            "docs/real-vocab.md).")] = None,
+        llamacpp_tree: Annotated[Path | None, typer.Option(
+            "--llamacpp-tree", help="The pinned llama.cpp source tree, for --vocab (printed by "
+            "`scripts/build-llamacpp.sh tree`).")] = None,
     ) -> None:
         """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR.
 
@@ -35,6 +42,10 @@ def register(app: typer.Typer) -> None:
         With --dflash2, DIR/drafter is a DFlash 2 drafter (deterministic too). With --head-dim 64
         both models' heads are zero-padded from 16 to 64 dims: the same logits (to float32
         rounding) and greedy tokens, served by engines that have no head_dim-16 kernels.
+
+        With --vocab qwen3|llama3, the pair has the real 151,936 / 128,256-id vocabulary (its
+        tokenizer.json rebuilt from the tree's vocab GGUF, cached) and the tree's Qwen3 /
+        Llama 3.1 chat template byte for byte.
 
         Example: dflash-guard fixtures make demo-out
         """
@@ -47,9 +58,16 @@ def register(app: typer.Typer) -> None:
 
         if out_dir.exists() and not out_dir.is_dir():
             raise InputError(f"{out_dir}: exists and is not a folder")
+        if (vocab is None) != (llamacpp_tree is None) or (vocab is not None and dflash2):
+            raise InputError("--vocab and --llamacpp-tree go together, without --dflash2")
+        if vocab is not None and head_dim is not None:
+            raise InputError("--vocab pairs have head_dim 32 already: no --head-dim")
         try:
-            target, drafter = make_fixture_pair(out_dir, force=force, dflash2=dflash2,
-                                                head_dim=head_dim)
+            if vocab is not None and llamacpp_tree is not None:
+                target, drafter = _vocab_pair(out_dir, vocab, llamacpp_tree, force)
+            else:
+                target, drafter = make_fixture_pair(out_dir, force=force, dflash2=dflash2,
+                                                    head_dim=head_dim)
         except FileExistsError as exc:
             raise InputError(f"{exc.filename}: {exc.strerror}") from None
         except OSError as exc:
@@ -57,3 +75,14 @@ def register(app: typer.Typer) -> None:
         stdout.print(f"target:  {target}\ndrafter: {drafter}", highlight=False)
 
     app.add_typer(fixtures, name="fixtures")
+
+
+def _vocab_pair(out_dir: Path, vocab: str, tree: Path, force: bool) -> tuple[Path, Path]:
+    from dflash_guard.pins.hashing import cache_dir
+    from kernels_ref.errors import RunnerError
+    from kernels_ref.fixtures_vocab import make_vocab_pair
+
+    try:
+        return make_vocab_pair(out_dir, vocab, tree, cache_dir() / "vocab", force=force)
+    except RunnerError as exc:
+        raise InputError(str(exc)) from None

@@ -5,10 +5,11 @@ json`'s `chat_template`, a string or the `default` of a `[{name, template}]` lis
 the scan's template checks first: a template the scan flags is refused, never rendered. Rendering
 is as transformers' `apply_chat_template` does it: jinja2's `ImmutableSandboxedEnvironment` with
 `trim_blocks`, `lstrip_blocks`, the `loopcontrols` extension and the `{% generation %}` tag,
-`tojson`, `raise_exception`, `strftime_now`, the tokenizer's special tokens as variables and
-`add_generation_prompt=True`; the text is then encoded without adding special tokens (the
-template writes them). kernels_ref never renders templates (it must not import dflash_guard):
-it is handed the ids.
+`tojson`, `raise_exception`, `strftime_now`, the tokenizer's special tokens as variables,
+`add_generation_prompt=True`, the prompt's `tools` (when it has any) and its
+`chat_template_kwargs` (e.g. `enable_thinking`); the text is then encoded without adding
+special tokens (the template writes them). kernels_ref never renders templates (it must not
+import dflash_guard): it is handed the ids.
 """
 
 from __future__ import annotations
@@ -102,10 +103,19 @@ def special_tokens(target_dir: Path) -> dict[str, str]:
     return tokens
 
 
-def render_chat(target_dir: Path, messages: list[dict[str, Any]]) -> str:
-    """The prompt text of `messages` under the target's chat template, after the scan's checks
-    passed (`InputError` names the first finding otherwise)."""
+def render_chat(target_dir: Path, messages: list[dict[str, Any]],
+                tools: list[dict[str, Any]] | None = None,
+                template_kwargs: dict[str, Any] | None = None) -> str:
+    """The prompt text of `messages` (with `tools` and extra template variables) under the
+    target's chat template, after the scan's checks passed (`InputError` names the first
+    finding otherwise)."""
     where, source = read_chat_template(target_dir)
+    variables = {**special_tokens(target_dir), **(template_kwargs or {})}
+    reserved = {"messages", "tools", "add_generation_prompt"} & set(template_kwargs or {})
+    if reserved:
+        raise InputError(f"chat_template_kwargs may not set {sorted(reserved)[0]!r}")
+    if tools:
+        variables["tools"] = tools
     findings = check_template(source, where)
     if findings:
         first = findings[0]
@@ -123,7 +133,7 @@ def render_chat(target_dir: Path, messages: list[dict[str, Any]]) -> str:
     env.globals["strftime_now"] = _strftime_now
     try:
         return env.from_string(source).render(
-            messages=messages, add_generation_prompt=True, **special_tokens(target_dir)
+            messages=messages, add_generation_prompt=True, **variables
         )
     except TemplateError as error:
         raise InputError(

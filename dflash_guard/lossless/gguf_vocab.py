@@ -5,12 +5,17 @@ special tokens differ would be compared on ids that mean other things: such a GG
 before any prompt is sent. The GGUF side is read with the `gguf` package (`tokenizer.ggml.tokens`,
 the EOS/BOS ids); the target side is `tokenizer.json` (`model.vocab` plus `added_tokens`) and the
 EOS ids of `generation_config.json` / `config.json`. Ids the GGUF pads beyond the Hugging Face
-vocabulary (`[PAD<i>]`, written by llama.cpp's converter) are not compared. Torch-free.
+vocabulary (`[PAD<i>]`, written by llama.cpp's converter) are not compared. A byte-level BPE
+GGUF must also carry the target's merges, in order, and name its pre-tokenizer
+(`tokenizer.ggml.pre`): without one (or with `default`, as early Llama 3 conversions had it)
+llama.cpp splits text with its default pattern, not the one the target's `tokenizer.json`
+splits with, and the same text becomes other ids. Torch-free.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +24,33 @@ from dflash_guard.errors import InputError
 MAX_LISTED = 3
 
 
-def _hf_tokens(target_dir: Path) -> dict[int, str]:
+@dataclass(frozen=True)
+class HFTokenizer:
+    """What the check compares of the target's `tokenizer.json`."""
+
+    tokens: dict[int, str]
+    merges: list[str] | None  # "a b" per merge; None for a model without merges
+    added: frozenset[str]  # added tokens: split out before BPE, never merged
+    splits: bool  # whether its pre-tokenizer splits text with a pattern (a `Split` step)
+
+
+def _hf_tokenizer(target_dir: Path) -> HFTokenizer:
     path = target_dir / "tokenizer.json"
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
         vocab = dict(document["model"]["vocab"])
         added = document.get("added_tokens", [])
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        tokens = {int(token_id): str(text) for text, token_id in vocab.items()}
+        for entry in added:
+            tokens[int(entry["id"])] = str(entry["content"])
+        merges = document["model"].get("merges")
+        if merges is not None:
+            merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise InputError(f"cannot read the target's tokenizer {path}: {error}") from None
-    tokens = {int(token_id): str(text) for text, token_id in vocab.items()}
-    for entry in added:
-        tokens[int(entry["id"])] = str(entry["content"])
-    return tokens
+    splits = '"type": "Split"' in json.dumps(document.get("pre_tokenizer"))
+    added_texts = frozenset(str(entry["content"]) for entry in added)
+    return HFTokenizer(tokens, merges, added_texts, splits)
 
 
 def _eos_ids(target_dir: Path) -> set[int]:
@@ -49,27 +69,70 @@ def _eos_ids(target_dir: Path) -> set[int]:
     return ids
 
 
-def _gguf_fields(gguf_path: Path) -> tuple[list[str], int | None]:
+@dataclass(frozen=True)
+class GGUFTokenizer:
+    """What the check compares of the GGUF's `tokenizer.ggml.*` keys."""
+
+    tokens: list[str]
+    eos: int | None
+    model: str | None  # tokenizer.ggml.model: "gpt2" is byte-level BPE
+    pre: str | None  # tokenizer.ggml.pre
+    merges: list[str] | None
+
+
+def _gguf_tokenizer(gguf_path: Path) -> GGUFTokenizer:
     from gguf import GGUFReader
 
     try:
-        reader = GGUFReader(gguf_path)
-        tokens_field = reader.fields.get("tokenizer.ggml.tokens")
-        eos_field = reader.fields.get("tokenizer.ggml.eos_token_id")
-        tokens = [str(t) for t in tokens_field.contents()] if tokens_field else []
-        eos: Any = eos_field.contents() if eos_field else None
+        fields = GGUFReader(gguf_path).fields
+
+        def value(key: str) -> Any:
+            field = fields.get(key)
+            return field.contents() if field is not None else None
+
+        tokens = [str(t) for t in value("tokenizer.ggml.tokens") or []]
+        eos, model, pre = (value(f"tokenizer.ggml.{k}") for k in ("eos_token_id", "model", "pre"))
+        merges = value("tokenizer.ggml.merges")
     except Exception as error:  # noqa: BLE001 - the reader raises many types on bad input
         raise InputError(f"cannot read GGUF {gguf_path}: {type(error).__name__}: {error}") from None
-    return tokens, int(eos) if isinstance(eos, int) else None
+    return GGUFTokenizer(tokens, int(eos) if isinstance(eos, int) else None,
+                         model if isinstance(model, str) else None,
+                         pre if isinstance(pre, str) else None,
+                         [str(m) for m in merges] if merges is not None else None)
+
+
+def _bpe_problems(gguf: GGUFTokenizer, hf: HFTokenizer) -> list[str]:
+    """A byte-level BPE GGUF's merges and pre-tokenizer against the target's."""
+    if gguf.model != "gpt2" or hf.merges is None:
+        return []
+    problems = []
+
+    def applicable(merges: list[str]) -> list[str]:
+        """Without merges of two added tokens: those never apply (scripts/llamacpp.py writes
+        one into a GGUF whose tokenizer has no merges, as llama.cpp needs the key)."""
+        return [m for m in merges if not set(m.split(" ", 1)) <= hf.added]
+
+    ours, theirs = applicable(gguf.merges or []), applicable(hf.merges)
+    if ours != theirs:
+        first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
+                     min(len(ours), len(theirs)))
+        problems.append(f"the merges differ from merge {first} on ({len(ours)} in the GGUF, "
+                        f"{len(theirs)} in the target)")
+    if hf.splits and gguf.pre in (None, "default"):
+        problems.append(f"the GGUF's pre-tokenizer is {gguf.pre or 'missing'!s}: llama.cpp "
+                        "splits text with its default pattern, not the target's")
+    return problems
 
 
 def tokenizer_mismatch(gguf_path: Path, target_dir: Path) -> str | None:
     """Why the GGUF's tokenizer is not the target's (None when they agree)."""
-    gguf_tokens, gguf_eos = _gguf_fields(gguf_path)
+    gguf = _gguf_tokenizer(gguf_path)
+    gguf_tokens, gguf_eos = gguf.tokens, gguf.eos
     if not gguf_tokens:
         return f"{gguf_path.name} has no tokenizer.ggml.tokens"
-    hf_tokens = _hf_tokens(target_dir)
-    problems = []
+    hf = _hf_tokenizer(target_dir)
+    hf_tokens = hf.tokens
+    problems = _bpe_problems(gguf, hf)
     for token_id in sorted(hf_tokens):
         if token_id >= len(gguf_tokens):
             problems.append(f"id {token_id} ({hf_tokens[token_id]!r}) is missing from the GGUF")

@@ -1,6 +1,7 @@
 """Prompt sets for the diff tests: `kernels_ref.prompts` read with dflash-guard's errors.
 
-The endpoint diff sends the prompts as written (`read_prompts`); the local and sampled diffs
+The endpoint diff sends the prompts as written (`read_prompts`; a chat to the engines'
+`/v1/chat/completions`); the local, reference and sampled diffs
 need token ids (`load_prompts`), a `messages` prompt rendered with the target's chat template
 (`lossless.chat`, after the scan's template checks). Torch-free, so the CLI can read prompt files
 without torch.
@@ -39,8 +40,8 @@ def read_prompts(path: Path, chat: bool = False) -> list[PromptSpec]:
     for spec in specs:
         if isinstance(spec.prompt, Chat) and not chat:
             raise InputError(
-                f"{spec.where}: 'messages' prompts are for the local diff test (rendered with "
-                "the target's chat template); give 'prompt' or 'prompt_ids' here"
+                f"{spec.where}: 'messages' prompts are for the local, reference and endpoint "
+                "diff tests; give 'prompt' or 'prompt_ids' here"
             )
     return specs
 
@@ -95,7 +96,8 @@ def _render(
     from dflash_guard.lossless.chat import render_chat  # jinja2 only when a chat is rendered
 
     try:
-        text = render_chat(target_dir, list(chat.messages))
+        text = render_chat(target_dir, list(chat.messages), list(chat.tools),
+                           dict(chat.template_kwargs))
     except InputError as error:
         raise InputError(f"{spec.where}: {error}") from None
     return tuple(tokenizer.encode(text, add_special_tokens=False))

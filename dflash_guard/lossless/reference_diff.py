@@ -7,7 +7,10 @@ temperature 0 with logprobs. The two token streams are compared like the endpoin
 (`endpoint.compare`): the reference plays the baseline, and its top-2 logit margin at a
 divergence (a logit margin equals the logprob margin) tells a near-tie from a hard divergence.
 Given the GGUF the engine serves, its tokenizer must be the target's (`gguf_vocab`), else the
-diff is refused before any prompt is sent.
+diff is refused before any prompt is sent. With `messages` prompts (rendered by us and sent as
+ids), the engine's own tokenizer (its `/tokenize`) must encode a set of probe texts as the
+target's does and its own rendering of each chat must give our ids (`prompt_match`); else the
+diff is refused before any decoding.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 
 from dflash_guard.fileio import read_input
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
-from dflash_guard.lossless.endpoint.client import Completion, EndpointError
+from dflash_guard.lossless.endpoint.client import Completion, CompletionClient, EndpointError
 from dflash_guard.lossless.endpoint.compare import compare_completions, result_json
 from dflash_guard.lossless.endpoint.metrics import (
     AcceptanceFigures,
@@ -33,7 +36,12 @@ from dflash_guard.lossless.endpoint.metrics import (
 )
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
 from dflash_guard.lossless.options import ReferenceOptions
-from dflash_guard.lossless.prompts import Prompt, load_prompts
+from dflash_guard.lossless.prompt_match import (
+    engine_prompt_ids,
+    engine_tokenizer_mismatch,
+    first_mismatch,
+)
+from dflash_guard.lossless.prompts import Prompt, load_prompts, read_prompts
 from dflash_guard.lossless.reference import runner_errors
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
 from dflash_guard.pins.hashing import sha256_file
@@ -42,9 +50,9 @@ from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.generate import generate
 from kernels_ref.load import load_target
 from kernels_ref.model import Target
-from kernels_ref.prompts import MAX_PROMPT_FILE_BYTES, PromptSpec
+from kernels_ref.prompts import MAX_PROMPT_FILE_BYTES, Chat, PromptSpec
 from kernels_ref.threads import ThreadChoice, choose_threads, count_parameters, using_threads
-from kernels_ref.tokenizer import load_tokenizer
+from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 TOP_K = 2  # the reference's alternatives kept per position: what a near-tie needs
 CONVERSION_SUFFIX = ".conversion.json"  # scripts/llamacpp.py writes it beside the GGUF
@@ -164,6 +172,18 @@ def _with_tops(target: Target, prompt: Prompt, reference: Completion, position: 
     return Completion("", reference.token_ids, None, tuple(tops), reference.finish_reason)
 
 
+def _prompt_mismatch(engine: CompletionClient, specs: list[PromptSpec], prompts: list[Prompt],
+                     tokenizer: Tokenizer | None) -> str | None:
+    """Why the engine would decode a `messages` prompt from other ids than ours (None when
+    every one renders to the same ids on both sides)."""
+    for spec, prompt in zip(specs, prompts, strict=True):
+        if isinstance(spec.prompt, Chat) and tokenizer is not None:
+            theirs = engine_prompt_ids(engine, spec.prompt)
+            if mismatch := first_mismatch(prompt.id, prompt.ids, theirs, tokenizer.decode):
+                return mismatch.message()
+    return None
+
+
 @runner_errors()
 def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     """Check the GGUF's tokenizer, decode every prompt with kernels_ref and with the engine,
@@ -188,6 +208,13 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
 
     with o.candidate.client("candidate", pool_size=o.concurrency) as engine:
         model = o.candidate.model or engine.first_model()
+        specs = read_prompts(prompts_path, chat=True)
+        if any(isinstance(spec.prompt, Chat) for spec in specs) and tokenizer is not None:
+            # the engine renders and tokenizes these itself: its tokenizer must be the target's
+            why = engine_tokenizer_mismatch(
+                engine, lambda text: tokenizer.encode(text, add_special_tokens=False))
+            if why or (why := _prompt_mismatch(engine, specs, prompts, tokenizer)):
+                return ReferenceDiffReport(**{**base, "model": model}, refused=why)
         before = parse_prometheus(engine.get_text(metrics_url)) if metrics_url else None
 
         def ask(pair: tuple[Prompt, int]) -> Completion:

@@ -50,6 +50,18 @@ def build_server(timeout: float = 3600.0) -> Path:
     return Path(_script("build", timeout=timeout))
 
 
+def source_tree(timeout: float = 1200.0) -> Path:
+    """The pinned llama.cpp source tree (its `models/` has vocab GGUFs, vectors, templates)."""
+    return Path(_script("tree", timeout=timeout))
+
+
+def session_cache_dir() -> Path:
+    """The dflash-guard cache the session started with (built tokenizers are kept there)."""
+    if SESSION_CACHE_DIR:
+        return Path(SESSION_CACHE_DIR)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dflash-guard"
+
+
 def convert(model_dir: Path, out: Path, target_dir: Path | None = None) -> Path:
     """`model_dir` converted to an f32 GGUF at `out` (+ `out.conversion.json`)."""
     extra = ("--target-model-dir", str(target_dir)) if target_dir is not None else ()

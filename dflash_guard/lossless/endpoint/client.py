@@ -1,5 +1,8 @@
 """The HTTP side of the endpoint diff: a small `/v1/completions` client and its URL handling.
 
+A `messages` prompt goes to `/v1/chat/completions` instead (the engine renders its own chat
+template); `parse_chat_completion` reads the answer into the same `Completion`.
+
 Greedy requests with logprobs (and vLLM's token-id fields when enabled), bounded retries on
 429/503, an API key that travels only in the `Authorization` header and never reaches a message,
 and URLs shown without credentials. `parse_completion` normalises what vLLM, SGLang and plain
@@ -23,7 +26,7 @@ import httpx2
 from dflash_guard.errors import Error, InputError
 from dflash_guard.lossless.result import Token
 from dflash_guard.urls import http_endpoint
-from kernels_ref.prompts import PromptSpec
+from kernels_ref.prompts import Chat, PromptSpec
 
 DEFAULT_TOP_LOGPROBS = 5  # the most the OpenAI completions API allows
 DEFAULT_TIMEOUT_S = 60.0
@@ -213,16 +216,25 @@ class CompletionClient:
 
     def complete(self, prompt: PromptSpec, *, model: str, max_tokens: int) -> Completion:
         """Greedy completion of `prompt` with logprobs (and token ids when enabled); `max_tokens`
-        caps the prompt's own budget."""
+        caps the prompt's own budget. A chat goes to `/v1/chat/completions`."""
         body: dict[str, Any] = {
             "model": model,
-            "prompt": list(prompt.prompt) if isinstance(prompt.prompt, tuple) else prompt.prompt,
             "max_tokens": min(prompt.max_new_tokens or max_tokens, max_tokens),
             "temperature": 0,
             "n": 1,
             "stream": False,
-            "logprobs": self.top_logprobs,
         }
+        chat = prompt.prompt if isinstance(prompt.prompt, Chat) else None
+        if chat is not None:
+            body.update(messages=list(chat.messages), logprobs=True,
+                        top_logprobs=self.top_logprobs)
+            if chat.tools:  # rendered into the prompt; "none": the answer is not parsed as calls
+                body.update(tools=list(chat.tools), tool_choice="none")
+            if chat.template_kwargs:
+                body["chat_template_kwargs"] = dict(chat.template_kwargs)
+        else:
+            body.update(prompt=list(prompt.prompt) if isinstance(prompt.prompt, tuple)
+                        else prompt.prompt, logprobs=self.top_logprobs)
         words = [s for s in prompt.stop if isinstance(s, str)]
         ids = [s for s in prompt.stop if not isinstance(s, str)]
         if words:
@@ -235,9 +247,10 @@ class CompletionClient:
             # llama.cpp: every generated id in `__verbose.tokens` (its logprobs leave out tokens
             # that end inside a UTF-8 character)
             body.update(return_tokens=True, verbose=True, response_fields=["tokens"])
-        payload = self.request_json("POST", self.url, body)
+        url = self.url.rsplit("/completions", 1)[0] + "/chat/completions" if chat else self.url
+        payload = self.request_json("POST", url, body)
         try:
-            return parse_completion(payload)
+            return parse_chat_completion(payload) if chat else parse_completion(payload)
         except ValueError as error:
             raise self._fail(f"malformed completion for prompt {prompt.id!r}: {error}") from None
 
@@ -369,6 +382,36 @@ def parse_completion(payload: Any) -> Completion:
     reason = choice.get("finish_reason")
     return Completion(text, token_ids, token_texts, tuple(tops), reason if reason else None,
                       _drafts(payload.get("timings")))
+
+
+def parse_chat_completion(payload: Any) -> Completion:
+    """A `/v1/chat/completions` body as a `Completion`: the message's content as text, its
+    `logprobs.content` entries as llama.cpp (`id`) or vLLM (`token_id:N` tokens, `token_ids`)
+    write them; raise ValueError on anything malformed."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
+        raise ValueError("no `choices` list")
+    if not payload["choices"] or not isinstance(payload["choices"][0], dict):
+        raise ValueError("empty `choices`")
+    choice = payload["choices"][0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise ValueError("`choices[0].message` is not an object")
+    text = message.get("content") or ""
+    if not isinstance(text, str):
+        raise ValueError("`choices[0].message.content` is not a string")
+    logprobs = choice.get("logprobs") or {}
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if content is not None and not isinstance(content, list):
+        raise ValueError("`logprobs.content` is not a list")
+    entries = [e for e in content or [] if isinstance(e, dict)]
+    if len(entries) != len(content or []):
+        raise ValueError("a `logprobs.content` entry is not an object")
+    legacy = {**choice, "text": text, "logprobs": {"content": entries}}
+    if entries and all("id" not in e for e in entries):  # vLLM: tokens and ranked alternatives
+        tops = [{a.get("token"): a.get("logprob") for a in e.get("top_logprobs") or []
+                 if isinstance(a, dict)} for e in entries]
+        legacy["logprobs"] = {"tokens": [e.get("token") for e in entries], "top_logprobs": tops}
+    return parse_completion({**payload, "choices": [legacy]})
 
 
 def _number(value: Any) -> float:

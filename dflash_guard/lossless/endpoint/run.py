@@ -23,7 +23,7 @@ from dflash_guard.lossless.endpoint.metrics import (
     parse_prometheus,
 )
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
-from kernels_ref.prompts import PromptSpec
+from kernels_ref.prompts import Chat, PromptSpec
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,10 @@ def run_endpoint_diff(
         def one(prompt: PromptSpec) -> tuple[PromptResult, tuple[int, int] | None]:
             left = base.complete(prompt, model=base_model, max_tokens=o.max_new_tokens)
             right = cand.complete(prompt, model=cand_model, max_tokens=o.max_new_tokens)
-            result = compare_completions(prompt.id, left, right, near_tie_margin=o.near_tie_margin)
+            # a chat's text is each engine's parsed message (llama.cpp trims the content's
+            # leading space, vLLM does not): equal token ids decide there
+            result = compare_completions(prompt.id, left, right, near_tie_margin=o.near_tie_margin,
+                                         compare_text=not isinstance(prompt.prompt, Chat))
             return result, right.drafts
 
         pool = ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="endpoint-diff")

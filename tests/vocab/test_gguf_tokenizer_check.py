@@ -1,0 +1,90 @@
+"""The GGUF check on byte-level BPE vocabularies: merges and the pre-tokenizer, not only tokens.
+
+A GGUF with the target's tokens but no pre-tokenizer type (or `default`, as early Llama 3
+conversions had it) makes llama.cpp split text with its default pattern: the same text becomes
+other ids. Tokenizer-only GGUFs are written with the `gguf` package.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import gguf
+import pytest
+
+from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
+
+SPLIT = {"type": "Split", "pattern": {"Regex": "\\\\p{L}+|\\\\s+"}, "behavior": "Isolated",
+         "invert": False}
+
+
+@pytest.fixture
+def target(fixture_pair, tmp_path) -> Path:
+    """The built-in target with one merge ("a b") and a splitting pre-tokenizer."""
+    folder = tmp_path / "target"
+    shutil.copytree(fixture_pair[0], folder)
+    document = json.loads((folder / "tokenizer.json").read_text())
+    document["model"]["vocab"]["ab"] = 264
+    document["model"]["merges"] = ["a b"]
+    document["pre_tokenizer"] = {"type": "Sequence",
+                                 "pretokenizers": [SPLIT, document["pre_tokenizer"]]}
+    (folder / "tokenizer.json").write_text(json.dumps(document))
+    return folder
+
+
+def write_gguf(target: Path, out: Path, *, pre: str | None, merges: list[str]) -> Path:
+    document = json.loads((target / "tokenizer.json").read_text())
+    tokens = {i: t for t, i in document["model"]["vocab"].items()}
+    tokens.update({a["id"]: a["content"] for a in document["added_tokens"]})
+    writer = gguf.GGUFWriter(str(out), "llama")
+    writer.add_tokenizer_model("gpt2")
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
+    writer.add_token_list([tokens.get(i, f"[PAD{i}]") for i in range(max(tokens) + 1)])
+    writer.add_token_merges(merges)
+    writer.add_eos_token_id(257)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def test_the_same_tokenizer_passes(target, tmp_path):
+    assert tokenizer_mismatch(write_gguf(target, tmp_path / "t.gguf", pre="llama-bpe",
+                                         merges=["a b"]), target) is None
+
+
+@pytest.mark.parametrize("pre", [None, "default"])
+def test_a_gguf_without_the_pre_tokenizer_is_refused(target, tmp_path, pre):
+    why = tokenizer_mismatch(write_gguf(target, tmp_path / "t.gguf", pre=pre, merges=["a b"]),
+                             target)
+    assert why == (f"t.gguf and the target disagree on the tokenizer: the GGUF's pre-tokenizer "
+                   f"is {pre or 'missing'}: llama.cpp splits text with its default pattern, not "
+                   "the target's")
+
+
+def test_other_merges_are_refused(target, tmp_path):
+    why = tokenizer_mismatch(write_gguf(target, tmp_path / "t.gguf", pre="llama-bpe",
+                                        merges=["b a"]), target)
+    assert why is not None and "the merges differ from merge 0 on (1 in the GGUF, 1 in" in why
+
+
+def test_a_vocabulary_without_a_split_pattern_needs_no_pre_tokenizer(fixture_pair, tmp_path):
+    target = fixture_pair[0]  # byte-level, no merges, no Split step: llama.cpp's default is fine
+    assert tokenizer_mismatch(write_gguf(target, tmp_path / "t.gguf", pre=None, merges=[]),
+                              target) is None
+
+
+def test_a_merge_of_two_added_tokens_never_applies(fixture_pair, tmp_path):
+    """scripts/llamacpp.py gives a merge-less vocabulary one merge of two special tokens (llama.cpp
+    needs the key): it can never apply, so it is no difference."""
+    target = fixture_pair[0]
+    gguf_path = write_gguf(target, tmp_path / "t.gguf", pre="default",
+                           merges=["<|bos|> <|endoftext|>"])
+    assert tokenizer_mismatch(gguf_path, target) is None
+    other = write_gguf(target, tmp_path / "o.gguf", pre="default", merges=["<|bos|> a"])
+    assert "the merges differ from merge 0 on (1 in the GGUF, 0 in the target)" in (
+        tokenizer_mismatch(other, target) or "")
