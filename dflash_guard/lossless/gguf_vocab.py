@@ -5,32 +5,58 @@ special tokens differ would be compared on ids that mean other things: such a GG
 before any prompt is sent. The GGUF side is read with the `gguf` package (`tokenizer.ggml.tokens`,
 the EOS/BOS ids); the target side is `tokenizer.json` (`model.vocab` plus `added_tokens`) and the
 EOS ids of `generation_config.json` / `config.json`. Ids the GGUF pads beyond the Hugging Face
-vocabulary (`[PAD<i>]`, written by llama.cpp's converter) are not compared. Torch-free.
+vocabulary (`[PAD<i>]`, written by llama.cpp's converter) are not compared. Every file is read
+bounded (`fileio`), and the GGUF's counts are checked against the target before the reader
+walks them (`gguf_bounds`). Torch-free.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dflash_guard.errors import InputError
+from dflash_guard.fileio import read_input_json
+from dflash_guard.lossless.gguf_bounds import TooManyItems, check_counts
 
 MAX_LISTED = 3
+MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # far above any real tokenizer.json (Gemma 3: 33 MB)
+MERGES = "tokenizer.ggml.merges"
 
 
-def _hf_tokens(target_dir: Path) -> dict[int, str]:
+@dataclass(frozen=True)
+class _Target:
+    """What the GGUF is compared with: the target's tokens by id, merge count and vocabulary."""
+
+    tokens: dict[int, str]
+    merges: int
+    vocab_size: int  # config.json's (llama.cpp pads the GGUF's tokens up to it), at least the ids
+
+
+def _json(path: Path, what: str, limit: int = MAX_TOKENIZER_BYTES) -> dict[str, Any]:
+    document = read_input_json(path, what, limit)
+    if not isinstance(document, dict):
+        raise InputError(f"cannot read {what} {path}: not a JSON object")
+    return document
+
+
+def _target(target_dir: Path) -> _Target:
     path = target_dir / "tokenizer.json"
+    document = _json(path, "the target's tokenizer")
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        vocab = dict(document["model"]["vocab"])
-        added = document.get("added_tokens", [])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise InputError(f"cannot read the target's tokenizer {path}: {error}") from None
-    tokens = {int(token_id): str(text) for text, token_id in vocab.items()}
-    for entry in added:
-        tokens[int(entry["id"])] = str(entry["content"])
-    return tokens
+        model = document["model"]
+        tokens = {int(token_id): str(text) for text, token_id in dict(model["vocab"]).items()}
+        for entry in document.get("added_tokens", []):
+            tokens[int(entry["id"])] = str(entry["content"])
+        merges = len(model.get("merges") or [])
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise InputError(f"cannot read the target's tokenizer {path}: {error!r}") from None
+    vocab_size = _json(target_dir / "config.json", "the target's config").get("vocab_size")
+    sizes = [max(tokens, default=-1) + 1]
+    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool):
+        sizes.append(vocab_size)
+    return _Target(tokens, merges, max(sizes))
 
 
 def _eos_ids(target_dir: Path) -> set[int]:
@@ -39,10 +65,7 @@ def _eos_ids(target_dir: Path) -> set[int]:
         path = target_dir / name
         if not path.is_file():
             continue
-        try:
-            value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
-        except (OSError, ValueError) as error:
-            raise InputError(f"cannot read {path}: {error}") from None
+        value = _json(path, "the target's config").get("eos_token_id")
         ids.update(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int))
         if ids:
             break
@@ -64,11 +87,19 @@ def _gguf_fields(gguf_path: Path) -> tuple[list[str], int | None]:
 
 
 def tokenizer_mismatch(gguf_path: Path, target_dir: Path) -> str | None:
-    """Why the GGUF's tokenizer is not the target's (None when they agree)."""
+    """Why the GGUF's tokenizer is not the target's (None when they agree).
+
+    The GGUF's header counts are bounded by the target first (`gguf_bounds`): an array longer
+    than the target's vocabulary (or its merges) is a disagreement, found before it is read."""
+    target = _target(target_dir)
+    try:
+        check_counts(gguf_path, lambda key: target.merges if key == MERGES else target.vocab_size)
+    except TooManyItems as error:
+        return f"{gguf_path.name} is not a conversion of the target: {error}"
     gguf_tokens, gguf_eos = _gguf_fields(gguf_path)
     if not gguf_tokens:
         return f"{gguf_path.name} has no tokenizer.ggml.tokens"
-    hf_tokens = _hf_tokens(target_dir)
+    hf_tokens = target.tokens
     problems = []
     for token_id in sorted(hf_tokens):
         if token_id >= len(gguf_tokens):
