@@ -33,6 +33,12 @@ class _Target:
     merges: int
     vocab_size: int  # config.json's (llama.cpp pads the GGUF's tokens up to it), at least the ids
 
+    def allowed_items(self, key: str) -> int:
+        """The most items a conversion of this target writes in array `key`: its vocabulary;
+        for merges its own count (Llama 3: 280,147 for 128,256 tokens) or up to its vocabulary
+        (llama.cpp writes a placeholder merge for a tokenizer with none)."""
+        return max(self.merges, self.vocab_size) if key == MERGES else self.vocab_size
+
 
 def _json(path: Path, what: str, limit: int = MAX_TOKENIZER_BYTES) -> dict[str, Any]:
     document = read_input_json(path, what, limit)
@@ -93,7 +99,7 @@ def tokenizer_mismatch(gguf_path: Path, target_dir: Path) -> str | None:
     than the target's vocabulary (or its merges) is a disagreement, found before it is read."""
     target = _target(target_dir)
     try:
-        check_counts(gguf_path, lambda key: target.merges if key == MERGES else target.vocab_size)
+        check_counts(gguf_path, target.allowed_items)
     except TooManyItems as error:
         return f"{gguf_path.name} is not a conversion of the target: {error}"
     gguf_tokens, gguf_eos = _gguf_fields(gguf_path)
