@@ -1,20 +1,24 @@
 """Reading Hugging Face-style model folders: `config.json` and safetensors weights (or shards).
 
-Only `safetensors` ever reads tensors here: no pickle, no `torch.load`, no remote code.
+Only `safetensors` ever reads tensors here: no pickle, no `torch.load`, no remote code. The
+headers' shapes are checked against the config before any weight is read or module allocated.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
 
 from kernels_ref.errors import RunnerError
+
+T = TypeVar("T")
 
 DTYPES = {
     "float32": torch.float32,
@@ -77,40 +81,87 @@ def read_config(folder: Path) -> dict[str, Any]:
     return read_json(folder / "config.json")
 
 
+def tensor_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape from the safetensors headers alone: no tensor is read.
+
+    The library checks that the header's offsets cover the file exactly, so a shape that
+    matches here sizes no more memory than the file holds."""
+    return _read_weights(folder, _header_shapes)
+
+
 def load_tensors(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of `model.safetensors`, or of the shards in `model.safetensors.index.json`."""
+    return _read_weights(folder, _load_file)
+
+
+def _read_weights(folder: Path, read: Callable[[Path], dict[str, T]]) -> dict[str, T]:
+    """`read` over the folder's single file or its shards, each tensor where the index maps it."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise RunnerError(f"{index}: missing or empty 'weight_map'")
-        tensors: dict[str, torch.Tensor] = {}
+        found: dict[str, T] = {}
         for shard in sorted(set(weight_map.values())):
             shard_path = folder / str(shard)
             if Path(str(shard)).name != str(shard):
                 raise RunnerError(f"{index}: shard name {shard!r} is not a plain file name")
-            loaded = _load_file(shard_path)
-            for name, tensor in loaded.items():
+            for name, value in read(shard_path).items():
                 if weight_map.get(name) != shard:
                     raise RunnerError(f"{shard_path}: tensor {name!r} is not mapped to this shard")
-                tensors[name] = tensor
-        missing = sorted(set(weight_map) - set(tensors))
+                found[name] = value
+        missing = sorted(set(weight_map) - set(found))
         if missing:
             raise RunnerError(f"{index}: tensor {missing[0]!r} is mapped but absent from its shard")
-        return tensors
+        return found
     single = folder / "model.safetensors"
     if not single.is_file():
         raise RunnerError(f"{folder}: neither model.safetensors nor model.safetensors.index.json")
-    return _load_file(single)
+    return read(single)
+
+
+def _unreadable(path: Path, exc: Exception) -> RunnerError:
+    if isinstance(exc, FileNotFoundError):
+        return RunnerError(f"{path}: file not found")
+    return RunnerError(f"{path}: not a readable safetensors file ({exc})")
+
+
+def _header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            names = handle.keys()  # the handle itself is not iterable
+            return {name: tuple(handle.get_slice(name).get_shape()) for name in names}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise _unreadable(path, exc) from None
 
 
 def _load_file(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
-    except FileNotFoundError:
-        raise RunnerError(f"{path}: file not found") from None
     except (SafetensorError, OSError, ValueError) as exc:
-        raise RunnerError(f"{path}: not a readable safetensors file ({exc})") from None
+        raise _unreadable(path, exc) from None
+
+
+def expected_shapes(build: Callable[[], nn.Module]) -> dict[str, tuple[int, ...]]:
+    """The parameter shapes of the module `build` makes, built on the meta device (no memory)."""
+    with torch.device("meta"):
+        return {name: tuple(t.shape) for name, t in build().state_dict().items()}
+
+
+def check_shapes(
+    expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], where: Path
+) -> None:
+    """Refuse a missing, extra or misshapen tensor: `found` must be exactly `expected`."""
+    for name, shape in expected.items():
+        if name not in found:
+            raise RunnerError(f"{where}: missing tensor {name!r}")
+        if found[name] != shape:
+            raise RunnerError(
+                f"{where}: tensor {name!r} has shape {found[name]}, the config implies {shape}"
+            )
+    extra = sorted(set(found) - set(expected))
+    if extra:
+        raise RunnerError(f"{where}: unexpected tensor {extra[0]!r} (not in the architecture)")
 
 
 def assign_weights(
@@ -122,18 +173,8 @@ def assign_weights(
     dtype: torch.dtype,
 ) -> None:
     """Copy `tensors` into `module` by exact name; refuse missing, extra or misshapen ones."""
-    expected = module.state_dict()
-    for name, param in expected.items():
-        if name not in tensors:
-            raise RunnerError(f"{where}: missing tensor {name!r}")
-        if tuple(tensors[name].shape) != tuple(param.shape):
-            raise RunnerError(
-                f"{where}: tensor {name!r} has shape {tuple(tensors[name].shape)}, "
-                f"the config implies {tuple(param.shape)}"
-            )
-    extra = sorted(set(tensors) - set(expected))
-    if extra:
-        raise RunnerError(f"{where}: unexpected tensor {extra[0]!r} (not in the architecture)")
+    expected = {name: tuple(t.shape) for name, t in module.state_dict().items()}
+    check_shapes(expected, {name: tuple(t.shape) for name, t in tensors.items()}, where)
     module.load_state_dict({name: t.to(dtype) for name, t in tensors.items()}, strict=True)
     module.to(device=device, dtype=dtype)
     module.eval()

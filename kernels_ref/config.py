@@ -38,10 +38,19 @@ FAMILIES = {
 }
 QWEN3 = FAMILIES["qwen3"]  # also the layer family of every DFlash drafter
 
-_SIZES = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings",
-)
+# Each size's bound, far above any published model (in brackets): a larger number is refused
+# before it sizes an allocation or a module (the weights' shapes are checked only afterwards).
+MAX_SIZES = {
+    "vocab_size": 1 << 22,  # 4,194,304 (Gemma 3: 262,144)
+    "hidden_size": 1 << 16,  # 65,536 (Llama 3.1 405B: 16,384)
+    "num_hidden_layers": 1024,  # (Llama 3.1 405B: 126)
+    "num_attention_heads": 1024,  # (Llama 3.1 405B: 128)
+    "num_key_value_heads": 1024,
+    "head_dim": 4096,  # (Gemma 2: 256)
+    "intermediate_size": 1 << 20,  # 1,048,576 (Llama 3.1 405B: 53,248)
+    "max_position_embeddings": 1 << 24,  # 16,777,216 (Llama 4 Scout: 10,485,760)
+}
+_SIZES = tuple(MAX_SIZES)
 
 
 @dataclass(frozen=True)
@@ -119,12 +128,22 @@ class ModelConfig:
 
 
 def _number(value: Any, name: str, kind: type, where: Path | str) -> Any:
-    """A positive int (sizes) or number (eps): zero divides, negative fails later."""
+    """A positive int (sizes, at most `MAX_SIZES`) or number (eps): zero divides, negative
+    fails later, a huge size allocates."""
     allowed = (int,) if kind is int else (int, float)
     if isinstance(value, bool) or not isinstance(value, allowed):
         raise RunnerError(f"{where}: config field {name!r} must be {kind.__name__}")
     if value <= 0:
         raise RunnerError(f"{where}: config field {name!r} must be positive")
+    return bounded(value, name, MAX_SIZES.get(name), where)
+
+
+def bounded(value: Any, name: str, limit: int | None, where: Path | str) -> Any:
+    """`value`, or a `RunnerError` when it exceeds `limit` (None: no limit)."""
+    if limit is not None and value > limit:
+        raise RunnerError(
+            f"{where}: config field {name!r} is {value}, above kernels_ref's limit of {limit}"
+        )
     return value
 
 

@@ -18,8 +18,11 @@ import torch
 from torch import Tensor, nn
 
 from kernels_ref.compat import compatibility_problems
+from kernels_ref.config import bounded
 from kernels_ref.errors import RunnerError
 from kernels_ref.model import DecoderLayer, KVCache, ModelConfig, RMSNorm, Target
+
+MAX_BLOCK_SIZE = 1024  # a block is drafted in one forward (z-lab's drafters: 16)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class DrafterConfig:
             )
         if raw["block_size"] < 2:
             raise RunnerError(f"{where}: block_size must be at least 2")
+        bounded(raw["block_size"], "block_size", MAX_BLOCK_SIZE, where)
         return cls(
             ModelConfig.from_dict(raw, where),
             raw["block_size"],

@@ -31,11 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from kernels_ref.config import bounded
 from kernels_ref.drafter import Drafter, DrafterConfig
 from kernels_ref.errors import RunnerError
 from kernels_ref.model import DecoderLayer, KVCache, ModelConfig
 
 ARCHITECTURE = "DFlash2DraftModel"
+# Bounds on the DFlash 2 sizes that shape parameters (the group size divides hidden_size and
+# top-k is at most the vocabulary), refused before they size a module.
+MAX_V2_SIZES = {"conv_kernel_size": 1024, "selector_rank": 1 << 16}
 _SLIDING_KEYS = ("layer_types", "use_sliding_window", "sliding_window")
 
 
@@ -64,7 +68,7 @@ class Drafter2Config(DrafterConfig):
             value = nested.get(name, raw.get(name))
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise RunnerError(f"{where}: DFlash 2 field {name!r} must be a positive integer")
-            sizes[name] = value
+            sizes[name] = bounded(value, name, MAX_V2_SIZES.get(name), where)
         window = _sliding_window(raw, where)
         # The v1 parser reads the shared fields from a view without the v2-only parts.
         v1_view = {k: v for k, v in raw.items() if k not in (*_SLIDING_KEYS, "architectures")}

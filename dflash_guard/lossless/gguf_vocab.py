@@ -9,7 +9,9 @@ vocabulary (`[PAD<i>]`, written by llama.cpp's converter) are not compared. A by
 GGUF must also carry the target's merges, in order, and name its pre-tokenizer
 (`tokenizer.ggml.pre`): without one (or with `default`, as early Llama 3 conversions had it)
 llama.cpp splits text with its default pattern, not the one the target's `tokenizer.json`
-splits with, and the same text becomes other ids. Torch-free.
+splits with, and the same text becomes other ids. Every file is read bounded (`fileio`), and
+the GGUF's counts are checked against the target before the reader walks them (`gguf_bounds`).
+Torch-free.
 """
 
 from __future__ import annotations
@@ -20,24 +22,42 @@ from pathlib import Path
 from typing import Any
 
 from dflash_guard.errors import InputError
+from dflash_guard.fileio import read_input_json
+from dflash_guard.lossless.gguf_bounds import TooManyItems, check_counts
 
 MAX_LISTED = 3
+MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # far above any real tokenizer.json (Gemma 3: 33 MB)
+MERGES = "tokenizer.ggml.merges"
 
 
 @dataclass(frozen=True)
 class HFTokenizer:
-    """What the check compares of the target's `tokenizer.json`."""
+    """What the check compares of the target's `tokenizer.json`, and its vocabulary size."""
 
     tokens: dict[int, str]
     merges: list[str] | None  # "a b" per merge; None for a model without merges
     added: frozenset[str]  # added tokens: split out before BPE, never merged
     splits: bool  # whether its pre-tokenizer splits text with a pattern (a `Split` step)
+    vocab_size: int  # config.json's (llama.cpp pads the GGUF's tokens up to it), at least the ids
+
+    def allowed_items(self, key: str) -> int:
+        """The most items a conversion of this target writes in array `key`: its vocabulary;
+        for merges its own count (Llama 3: 280,147 for 128,256 tokens) or up to its vocabulary
+        (llama.cpp writes a placeholder merge for a tokenizer with none)."""
+        return max(len(self.merges or ()), self.vocab_size) if key == MERGES else self.vocab_size
+
+
+def _json(path: Path, what: str, limit: int = MAX_TOKENIZER_BYTES) -> dict[str, Any]:
+    document = read_input_json(path, what, limit)
+    if not isinstance(document, dict):
+        raise InputError(f"cannot read {what} {path}: not a JSON object")
+    return document
 
 
 def _hf_tokenizer(target_dir: Path) -> HFTokenizer:
     path = target_dir / "tokenizer.json"
+    document = _json(path, "the target's tokenizer")
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
         vocab = dict(document["model"]["vocab"])
         added = document.get("added_tokens", [])
         tokens = {int(token_id): str(text) for text, token_id in vocab.items()}
@@ -46,11 +66,15 @@ def _hf_tokenizer(target_dir: Path) -> HFTokenizer:
         merges = document["model"].get("merges")
         if merges is not None:
             merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise InputError(f"cannot read the target's tokenizer {path}: {error}") from None
+        added_texts = frozenset(str(entry["content"]) for entry in added)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise InputError(f"cannot read the target's tokenizer {path}: {error!r}") from None
     splits = '"type": "Split"' in json.dumps(document.get("pre_tokenizer"))
-    added_texts = frozenset(str(entry["content"]) for entry in added)
-    return HFTokenizer(tokens, merges, added_texts, splits)
+    vocab_size = _json(target_dir / "config.json", "the target's config").get("vocab_size")
+    sizes = [max(tokens, default=-1) + 1]
+    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool):
+        sizes.append(vocab_size)
+    return HFTokenizer(tokens, merges, added_texts, splits, max(sizes))
 
 
 def _eos_ids(target_dir: Path) -> set[int]:
@@ -59,10 +83,7 @@ def _eos_ids(target_dir: Path) -> set[int]:
         path = target_dir / name
         if not path.is_file():
             continue
-        try:
-            value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
-        except (OSError, ValueError) as error:
-            raise InputError(f"cannot read {path}: {error}") from None
+        value = _json(path, "the target's config").get("eos_token_id")
         ids.update(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int))
         if ids:
             break
@@ -125,12 +146,19 @@ def _bpe_problems(gguf: GGUFTokenizer, hf: HFTokenizer) -> list[str]:
 
 
 def tokenizer_mismatch(gguf_path: Path, target_dir: Path) -> str | None:
-    """Why the GGUF's tokenizer is not the target's (None when they agree)."""
+    """Why the GGUF's tokenizer is not the target's (None when they agree).
+
+    The GGUF's header counts are bounded by the target first (`gguf_bounds`): an array longer
+    than the target's vocabulary (or its merges) is a disagreement, found before it is read."""
+    hf = _hf_tokenizer(target_dir)
+    try:
+        check_counts(gguf_path, hf.allowed_items)
+    except TooManyItems as error:
+        return f"{gguf_path.name} is not a conversion of the target: {error}"
     gguf = _gguf_tokenizer(gguf_path)
     gguf_tokens, gguf_eos = gguf.tokens, gguf.eos
     if not gguf_tokens:
         return f"{gguf_path.name} has no tokenizer.ggml.tokens"
-    hf = _hf_tokenizer(target_dir)
     hf_tokens = hf.tokens
     problems = _bpe_problems(gguf, hf)
     for token_id in sorted(hf_tokens):

@@ -169,6 +169,64 @@ def test_missing_and_misshapen_tensors_are_named(tmp_path: Path) -> None:
         load_drafter(drafter_dir, target)
 
 
+def forbid_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on the loader may build its modules on the meta device only (no memory)."""
+    import kernels_ref.load as load
+
+    def guarded(kind: type) -> object:
+        def build(*args: object) -> object:
+            if torch.get_default_device().type != "meta":
+                raise AssertionError(f"{kind.__name__} allocated before the shapes were checked")
+            return kind(*args)
+
+        return build
+
+    for name in ("Target", "Drafter", "Drafter2"):
+        if hasattr(load, name):
+            monkeypatch.setattr(load, name, guarded(getattr(load, name)))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("vocab_size", 50_000_000),  # N25: 12.8 GB allocated from config.json alone
+        ("hidden_size", 1 << 20),
+        ("num_hidden_layers", 100_000),
+        ("max_position_embeddings", 1 << 30),
+        ("intermediate_size", 1 << 24),
+    ],
+)
+def test_config_sizes_are_bounded_before_they_size_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, value: int
+) -> None:
+    target_dir, _ = random_pair(tmp_path, seed=8)
+    edit_config(target_dir, **{field: value})
+    forbid_building(monkeypatch)
+    with pytest.raises(RunnerError, match=rf"'{field}' is {value}, above kernels_ref's limit"):
+        load_target(target_dir)
+
+
+def test_header_shapes_are_checked_before_any_module_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target_dir, drafter_dir = random_pair(tmp_path, seed=8)
+    target = load_target(target_dir)
+    edit_config(target_dir, vocab_size=100_000)  # under the bound, not what the weights hold
+    edit_config(drafter_dir, intermediate_size=4096)
+    forbid_building(monkeypatch)
+    with pytest.raises(
+        RunnerError,
+        match=r"'model.embed_tokens.weight' has shape \(264, 32\), the config implies "
+        r"\(100000, 32\)",
+    ):
+        load_target(target_dir)
+    with pytest.raises(RunnerError, match=r"'layers.0.mlp.gate_proj.weight' has shape \(64, 32\)"):
+        load_drafter(drafter_dir, target)
+    edit_config(drafter_dir, intermediate_size=64, block_size=1 << 20)
+    with pytest.raises(RunnerError, match="'block_size' is 1048576, above"):
+        load_drafter(drafter_dir, target)
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [

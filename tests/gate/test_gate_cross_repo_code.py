@@ -1,0 +1,75 @@
+"""N28 end to end: a drafter whose `auto_map` names code in another Hub repo can be approved.
+
+The Hub emulator serves the fixture target, a code repo (`modeling.py`) and the fixture drafter
+with `auto_map` `ORG/code--modeling.Model`, laid out as the attack doc has it. `lock` pins the
+code repo at the commit it resolved (and each file's sha256), `verify --download` fetches it at
+that commit, and the gate approves once `reviewed_code` covers the locked sha256; the same lock
+under a policy that has not reviewed it is refused, naming the code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from dflash_guard.pins.lockfile import load_lockfile
+from tests.pins.conftest import hf_env, hub  # noqa: F401  (fixtures, re-exported)
+from tests.support.hub_emulator import make_repo
+from tests.support.trust import write_policy
+
+CODE = b"import torch\n\n\nclass Model(torch.nn.Module):\n    pass\n"
+ENGINE = "vllm=https://github.com/vllm-project/vllm@a1b2c3d4e5f60718293a4b5c6d7e8f9012345678#v0.11.0"
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.fixture
+def cross_repo_lock(cli, hub, fixture_pair, tmp_path: Path):  # noqa: F811
+    """The three repos on the emulator, locked at their commits and downloaded by verify."""
+    target, drafter = fixture_pair
+    files = files_of(drafter)
+    config = json.loads(files["config.json"])
+    config["auto_map"] = {"AutoModel": "z-lab/code--modeling.Model"}
+    files["config.json"] = json.dumps(config).encode()
+    commits = {
+        "target": make_repo(hub.root, "z-lab/target", files_of(target)),
+        "code": make_repo(hub.root, "z-lab/code", {"modeling.py": CODE}),
+        "drafter": make_repo(hub.root, "z-lab/drafterx", files),
+    }
+    lock = tmp_path / "cr.lock"
+    result = cli("lock", "--target", f"z-lab/target@{commits['target']}",
+                 "--drafter", f"z-lab/drafterx@{commits['drafter']}", "--engine", ENGINE,
+                 "-o", lock)
+    assert result.exit_code == 0, result.stderr
+    (ref,) = load_lockfile(lock).artifact("drafter").code_refs
+    assert (ref.repo, ref.commit) == ("z-lab/code", commits["code"])  # pinned at a full SHA
+    assert [(f.path, f.sha256) for f in ref.files] == [
+        ("modeling.py", hashlib.sha256(CODE).hexdigest())]
+    # The code repo moves on after the lock: verify and gate still use the locked commit.
+    make_repo(hub.root, "z-lab/code", {"modeling.py": CODE + b"import os\nos.system('x')\n"})
+    verified = cli("verify", "--lock", lock, "--download")
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
+    return lock
+
+
+def test_reviewed_cross_repo_code_is_approved(cli, cross_repo_lock, tmp_path: Path) -> None:
+    policy = write_policy(tmp_path / "reviewed", reviewed=(hashlib.sha256(CODE).hexdigest(),))
+    result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["decision"] == "approved"
+    scan = next(check for check in report["checks"] if check["name"] == "scan")
+    assert "2 remote-code files" in scan["detail"]  # dflash.py and z-lab/code's modeling.py
+
+
+def test_unreviewed_cross_repo_code_is_refused(cli, cross_repo_lock, tmp_path: Path) -> None:
+    policy = write_policy(tmp_path / "unreviewed")
+    result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "--format", "json")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert json.loads(result.stdout)["decision"] == "refused"
+    assert "drafter/z-lab/code--modeling.py: unreviewed remote code" in result.stdout

@@ -1,0 +1,88 @@
+"""N27: the action's run step gives each command only the options it has.
+
+The run step of action.yml, extracted and run as the runner runs it, for verify, gate, audit and
+scan with every input set (roots and sarif included): no command ends in a usage error. The
+installed-wheel variant of these runs is in test_release_install.py (slow); here `dflash-guard`
+on PATH is this checkout's, so the step is checked on every test run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.release import run_action_step
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> dict[str, str]:
+    """The runner's variables, with a `dflash-guard` on PATH that runs this checkout."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "dflash-guard"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m dflash_guard "$@"\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+    path = os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
+    return {**os.environ, "PATH": path, "GITHUB_OUTPUT": str(tmp_path / "github_output"),
+            "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture
+def locked(cli, fixture_pair, tmp_path: Path) -> dict[str, str]:
+    """A lock of the fixture pair, its roots (one per line) and an empty advisory feed."""
+    target, drafter = fixture_pair
+    lock = tmp_path / "dflash.lock"
+    assert cli("lock", "--target", target, "--drafter", drafter, "-o", lock).exit_code == 0
+    (tmp_path / "feed.json").write_text("[]")
+    return {"lockfile": str(lock), "roots": f"target={target}\ndrafter={drafter}\n",
+            "feed": str(tmp_path / "feed.json")}
+
+
+def run_step(runner: dict[str, str], cwd: Path, inputs: dict[str, str]):
+    Path(runner["GITHUB_OUTPUT"]).unlink(missing_ok=True)
+    result = run_action_step("run", inputs, runner, cwd)
+    output = Path(runner["GITHUB_OUTPUT"]).read_text()
+    return result, output
+
+
+@pytest.mark.parametrize(
+    ("command", "codes", "sarif_written", "warning"),
+    [
+        ("verify", {0}, False, "the sarif input is ignored: verify writes no SARIF"),
+        ("gate", {0, 1}, False, "the sarif input is ignored: gate writes no SARIF"),
+        ("audit", {0}, True, "the roots input is ignored: audit reads the lockfile's pins"),
+    ],
+)
+def test_every_input_set_is_no_usage_error(
+    runner, locked, tmp_path: Path, command: str, codes: set[int], sarif_written: bool,
+    warning: str,
+) -> None:
+    sarif = tmp_path / f"{command}.sarif"
+    inputs = {"command": command, "lockfile": locked["lockfile"], "policy": "default",
+              "roots": locked["roots"], "sarif": str(sarif)}
+    if command == "audit":  # no built-in policy has an advisories section: give the feed
+        inputs.update(policy="", args=f"--advisories\n{locked['feed']}\n")
+    result, output = run_step(runner, tmp_path, inputs)
+    everything = result.stdout + result.stderr
+    assert result.returncode in codes, everything
+    assert output == f"exit-code={result.returncode}\n"
+    assert "No such option" not in everything and "Usage:" not in everything
+    assert f"::warning title=dflash-guard {command}::{warning}" in result.stdout
+    assert sarif.is_file() == sarif_written
+    if sarif_written:
+        assert json.loads(sarif.read_text())["version"] == "2.1.0"
+
+
+def test_scan_with_roots_and_sarif(runner, fixture_pair, tmp_path: Path) -> None:
+    sarif = tmp_path / "scan.sarif"
+    inputs = {"command": "scan", "roots": f"{fixture_pair[1]}\n", "sarif": str(sarif)}
+    result, output = run_step(runner, tmp_path, inputs)
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert output == f"exit-code={result.returncode}\n"
+    assert "::warning" not in result.stdout
+    assert json.loads(sarif.read_text())["version"] == "2.1.0"
