@@ -18,14 +18,14 @@ from kernels_ref.fixtures_vocab import make_vocab_pair
 from kernels_ref.tokenizer import load_tokenizer
 from tests.engine.test_real_vocab_llamacpp import CHAT, cli_json, lossy_copy
 from tests.support.llamacpp import session_cache_dir, source_tree
-from tests.support.vllm_server import vllm_python, vllm_server
+from tests.support.vllm import install, vllm_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")
 def python():
-    return vllm_python()
+    return install()
 
 
 @pytest.fixture(scope="module", params=["qwen3", "llama3"])

@@ -62,7 +62,7 @@ def test_reviewed_cross_repo_code_is_approved(cli, cross_repo_lock, tmp_path: Pa
     result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "--format", "json")
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert report["decision"] == "approved"
+    assert report["passed"] is True
     scan = next(check for check in report["checks"] if check["name"] == "scan")
     assert "2 remote-code files" in scan["detail"]  # dflash.py and z-lab/code's modeling.py
 
@@ -71,5 +71,5 @@ def test_unreviewed_cross_repo_code_is_refused(cli, cross_repo_lock, tmp_path: P
     policy = write_policy(tmp_path / "unreviewed")
     result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "--format", "json")
     assert result.exit_code == 1, result.stdout + result.stderr
-    assert json.loads(result.stdout)["decision"] == "refused"
+    assert json.loads(result.stdout)["passed"] is False
     assert "drafter/z-lab/code--modeling.py: unreviewed remote code" in result.stdout

@@ -79,7 +79,11 @@ def test_verify_hook_passes_a_good_lockfile_and_fails_a_tampered_one(project: Pa
 
     lock = project / "dflash.lock"
     text = lock.read_text()
-    lock.write_text(re.sub(r"size: (\d+)", lambda m: f"size: {int(m[1]) + 1}", text, count=1))
+    # one file's size in the version 3 table (`SHA256 SIZE BLOB_ID PATH`), digest left stale
+    tampered_text = re.sub(r"^(\s*[0-9a-f]{64} )(\d+)", lambda m: f"{m[1]}{int(m[2]) + 1}", text,
+                           count=1, flags=re.MULTILINE)
+    assert tampered_text != text
+    lock.write_text(tampered_text)
     _git(project, "add", "-A")
     tampered = _try_repo(project, "dflash-guard-verify")
     assert tampered.returncode == 1, tampered.stdout + tampered.stderr

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx2
 
-from tests.support.llamacpp import SESSION_CACHE_DIR, EngineUnavailable, Server
+from tests.support.llamacpp import SESSION_CACHE_DIR, EngineUnavailable, Server, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install-vllm.sh"
@@ -103,3 +103,13 @@ def vllm_servers(*commands: list[str]) -> Iterator[list[Server]]:
         for process, server in started:
             _stop(process)
             server.log.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def vllm_server(python: Path, model: Path, *, max_model_len: int = 2048) -> Iterator[Server]:
+    """vLLM's OpenAI server on `model` (float32, eager), served as `m`, on a free port."""
+    argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--host", "127.0.0.1", "--port", str(free_port()), "--served-model-name", "m",
+            "--max-model-len", str(max_model_len), *SERVE_ARGS]
+    with vllm_servers(argv) as (server,):
+        yield server

@@ -205,7 +205,7 @@ def gguf_lock(pair, tmp_path):
 
 def _record(pair, gguf: Path, out: Path, **summary) -> Path:
     base = {"passed": True, "verdict": "identical", "prompts": 12,
-            "promptSet": {"name": "builtin", "digest": {
+            "prompt_set": {"name": "builtin", "digest": {
                 "sha256": prompt_set_digest(load_policy("default"))}}}
     statement = comparison_statement(target_dir=pair.target, gguf=gguf,
                                      summary={**base, **summary}, conversion=None)
@@ -234,7 +234,7 @@ def test_a_signed_complete_record_is_evidence(pair, gguf_lock, tmp_path, key_pai
 @pytest.mark.parametrize(("change", "reason"), [
     ({"prompts": 0}, "nothing was tested"),
     ({"prompts": True}, "nothing was tested"),
-    ({"promptSet": {"name": "x", "digest": {"sha256": "0" * 64}}}, "prompt set"),
+    ({"prompt_set": {"name": "x", "digest": {"sha256": "0" * 64}}}, "prompt set"),
     ({"passed": "yes"}, "verdict"),
 ])
 def test_a_signed_record_that_tested_nothing_or_other_prompts_is_not(pair, gguf_lock, tmp_path,
