@@ -12,11 +12,12 @@ reported as DG-FORMAT-UNKNOWN (high) and counted with the pickle files, so a pol
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from dflash_guard.scan.regular import open_regular
 
@@ -40,9 +41,10 @@ def text_problem(path: Path) -> str | None:
     return None
 
 
-def npy_problem(stream: IO[bytes], size: int) -> str | None:
-    """Why the `.npy` array in `stream` (of `size` bytes, read from its start) is not complete
-    numeric data, or None: a valid header, no object dtype, exactly the bytes its shape needs."""
+def npy_header(stream: IO[bytes]) -> tuple[tuple[int, int], tuple[int, ...], Any]:
+    """`(version, shape, dtype)` of the `.npy` array whose header starts `stream`, read with
+    numpy's own readers (format 1.0, 2.0 and 3.0, whose header is utf-8); leaves `stream` at the
+    data. Raises `ValueError` for a header numpy cannot read."""
     import numpy as np
 
     fmt = np.lib.format
@@ -52,10 +54,26 @@ def npy_problem(stream: IO[bytes], size: int) -> str | None:
             shape, _order, dtype = fmt.read_array_header_1_0(stream)
         elif version == (2, 0):
             shape, _order, dtype = fmt.read_array_header_2_0(stream)
+        elif version == (3, 0):  # private in numpy 2 (`_format_impl`)
+            reader = getattr(fmt, "_read_array_header", None) or importlib.import_module(
+                "numpy.lib._format_impl")._read_array_header
+            shape, _order, dtype = reader(stream, version)
         else:
-            return f".npy version {version} is not checked"
+            raise ValueError(f"unsupported .npy version {version}")
     except Exception as error:  # noqa: BLE001 - numpy raises many types on bad headers
-        return f"invalid .npy header: {error}"
+        raise ValueError(f"invalid .npy header: {error}") from None
+    return version, shape, dtype
+
+
+def npy_problem(stream: IO[bytes], size: int) -> str | None:
+    """Why the `.npy` array in `stream` (of `size` bytes, read from its start) is not complete
+    numeric data, or None: a valid header, no object dtype, exactly the bytes its shape needs."""
+    try:
+        version, shape, dtype = npy_header(stream)
+    except ValueError as error:
+        return str(error)
+    if version == (3, 0):
+        return f".npy version {version} is not checked"
     if dtype.hasobject:
         return "an object array (its data is a pickle)"
     need = math.prod(shape) * dtype.itemsize

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from dflash_guard.scan import containers, rules
+from dflash_guard.scan.formats import npy_header
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings
 from dflash_guard.scan.pickle_globals import classify_global
@@ -354,21 +355,10 @@ class _Scan:
 
     def numpy(self, stream: IO[bytes], member: str | None) -> None:
         """A `.npy` array (format 1.0, 2.0 or 3.0): only object arrays hold a pickle."""
-        import numpy as np
-
-        fmt = np.lib.format
         try:
-            version = fmt.read_magic(stream)
-            if version == (1, 0):
-                _shape, _order, dtype = fmt.read_array_header_1_0(stream)
-            elif version == (2, 0):
-                _shape, _order, dtype = fmt.read_array_header_2_0(stream)
-            elif version == (3, 0):  # 2.0 with a utf-8 header; numpy's own reader handles it
-                _shape, _order, dtype = _npy_header_reader()(stream, version)
-            else:
-                raise ValueError(f"unsupported .npy version {version}")
-        except Exception as error:  # noqa: BLE001 - numpy raises many types on bad headers
-            self.add(rules.UNSCANNABLE, Severity.high, f"invalid .npy header: {error}", member)
+            _version, _shape, dtype = npy_header(stream)
+        except ValueError as error:
+            self.add(rules.UNSCANNABLE, Severity.high, str(error), member)
             return
         if dtype.hasobject:
             self.pickles(stream, member, from_extension=False)
@@ -380,18 +370,6 @@ _TORCH_STORAGE = re.compile(
     r"[^/]*/(data/[^/]+|version|byteorder|\.data/version|\.data/serialization_id"
     r"|\.format_version|\.storage_alignment)"
 )
-
-
-def _npy_header_reader():
-    """numpy's reader of a version 3.0 `.npy` header (private in numpy 2: `_format_impl`)."""
-    import importlib
-
-    import numpy as np
-
-    reader = getattr(np.lib.format, "_read_array_header", None)
-    if reader is None:
-        reader = importlib.import_module("numpy.lib._format_impl")._read_array_header
-    return reader
 
 
 class _CrcMismatch(Exception):
