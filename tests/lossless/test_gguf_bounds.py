@@ -11,6 +11,7 @@ import pytest
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
+from tests.support.scan_builders import write_vocab_gguf
 
 
 def target_vocab(target: Path) -> list[str]:
@@ -21,19 +22,8 @@ def target_vocab(target: Path) -> list[str]:
 
 
 def write_gguf(out: Path, tokens: list[str], merges: list[str] | None = None) -> Path:
-    import gguf
 
-    writer = gguf.GGUFWriter(str(out), "qwen3")
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    if merges is not None:
-        writer.add_token_merges(merges)
-    writer.add_eos_token_id(257)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+    return write_vocab_gguf(out, tokens, merges=merges)
 
 
 def test_the_targets_own_vocabulary_passes(fixture_pair, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from dflash_guard.trust.comparison import PREDICATE_TYPE, accepts, read_comparis
 from dflash_guard.trust.signing import sign_with_key
 from tests.support.kernels import random_pair
 from tests.support.reference_server import running_server
+from tests.support.scan_builders import write_vocab_gguf
 from tests.support.trust import make_key_pair, with_artifact, write_lock, write_policy
 
 pytestmark = pytest.mark.slow  # a reference-server subprocess, about 3 s
@@ -31,7 +32,6 @@ PROMPT_IDS = ("code-function", "math-mean")
 
 def tokenizer_gguf(target: Path, out: Path, *, swap: tuple[int, int] | None = None) -> Path:
     """A GGUF holding only the target's vocabulary (two ids swapped with `swap`)."""
-    import gguf
 
     document = json.loads((target / "tokenizer.json").read_text())
     tokens = {i: t for t, i in document["model"]["vocab"].items()}
@@ -40,15 +40,7 @@ def tokenizer_gguf(target: Path, out: Path, *, swap: tuple[int, int] | None = No
     if swap is not None:
         a, b = swap
         vocab[a], vocab[b] = vocab[b], vocab[a]
-    writer = gguf.GGUFWriter(str(out), "qwen3")
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(vocab)
-    writer.add_eos_token_id(257)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+    return write_vocab_gguf(out, vocab)
 
 
 @pytest.fixture(scope="module")

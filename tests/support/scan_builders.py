@@ -231,3 +231,24 @@ def _drafter_tensors(config: dict) -> dict[str, tuple[int, ...]]:
     if isinstance(ids, list) and 0 < hidden <= 4096:
         tensors["fc.weight"] = (hidden, len(ids) * hidden)
     return tensors
+
+
+def write_vocab_gguf(out: Path, tokens: list[str], *, arch: str = "qwen3",
+                     merges: list[str] | None = None, pre: str | None = None,
+                     eos: int = 257) -> Path:
+    """A vocabulary-only GGUF at `out` (byte-level BPE, no tensors), as a converter writes one."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(out), arch)
+    writer.add_tokenizer_model("gpt2")
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    if merges is not None:
+        writer.add_token_merges(merges)
+    writer.add_eos_token_id(eos)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out

@@ -11,10 +11,10 @@ import json
 import shutil
 from pathlib import Path
 
-import gguf
 import pytest
 
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
+from tests.support.scan_builders import write_vocab_gguf
 
 SPLIT = {"type": "Split", "pattern": {"Regex": "\\\\p{L}+|\\\\s+"}, "behavior": "Isolated",
          "invert": False}
@@ -38,18 +38,8 @@ def write_gguf(target: Path, out: Path, *, pre: str | None, merges: list[str]) -
     document = json.loads((target / "tokenizer.json").read_text())
     tokens = {i: t for t, i in document["model"]["vocab"].items()}
     tokens.update({a["id"]: a["content"] for a in document["added_tokens"]})
-    writer = gguf.GGUFWriter(str(out), "llama")
-    writer.add_tokenizer_model("gpt2")
-    if pre is not None:
-        writer.add_tokenizer_pre(pre)
-    writer.add_token_list([tokens.get(i, f"[PAD{i}]") for i in range(max(tokens) + 1)])
-    writer.add_token_merges(merges)
-    writer.add_eos_token_id(257)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+    return write_vocab_gguf(out, [tokens.get(i, f"[PAD{i}]") for i in range(max(tokens) + 1)],
+                            arch="llama", merges=merges, pre=pre)
 
 
 def test_the_same_tokenizer_passes(target, tmp_path):
