@@ -52,6 +52,7 @@ test: install wheelhouse engine
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # The documentation site from docs/ into site/ (mkdocs.yml; `make test` also builds it, --strict).
 docs: install
