@@ -97,7 +97,7 @@ def main() -> None:
 
         def cached_verify() -> None:
             report = verify_lock(load_lockfile(lock_path), {"target": model})
-            assert report.ok and report.bytes_hashed == 0, report.problems[:3]
+            assert report.passed and report.bytes_hashed == 0, report.problems[:3]
 
         lock()  # the lockfile the readers parse, and a filled stat cache
         text = lock_path.read_text()

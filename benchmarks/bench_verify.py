@@ -80,11 +80,11 @@ def main() -> None:
 
         def cold() -> None:
             report = verify_lock(lock, roots, use_cache=False)
-            assert report.ok, report.problems
+            assert report.passed, report.problems
 
         def warm() -> None:
             report = verify_lock(lock, roots)
-            assert report.ok and report.bytes_hashed == 0, report.to_json()
+            assert report.passed and report.bytes_hashed == 0, report.to_json()
 
         contenders = {"sha256sum": sha256sum}
         try:
