@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import yaml
 
 from dflash_guard.errors import InputError, shorten
 
 Check = Callable[[Any], Any]
+T = TypeVar("T")
+U = TypeVar("U")
 # libyaml's parser when PyYAML was built with it (10x faster on a 100k-file lockfile); the same
 # safe constructors and resolver either way, and nodes keep their line marks.
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -156,8 +158,19 @@ class Field:
         return [Field(self.document, node, f"{self.where}[{i}]")
                 for i, node in enumerate(self.node.value)]
 
+    @overload
+    def typed(self, kind: type[T], check: Check | None = None, expect: str = "") -> T: ...
+
+    @overload
+    def typed(self, kind: tuple[type[T], type[U]], check: Check | None = None,
+              expect: str = "") -> T | U: ...
+
+    @overload
     def typed(self, kind: type | tuple[type, ...], check: Check | None = None,
-              expect: str = "") -> Any:
+              expect: str = "") -> object: ...
+
+    def typed(self, kind: type | tuple[type, ...], check: Check | None = None,
+              expect: str = "") -> object:
         """The value when it is a `kind` (a bool is never an int) and passes `check`."""
         value = self.value()
         kinds = kind if isinstance(kind, tuple) else (kind,)

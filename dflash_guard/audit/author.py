@@ -20,7 +20,7 @@ from dflash_guard.audit.match import HF_URL
 from dflash_guard.audit.osv import HF_PURL_PREFIX, format_time, parse_advisory
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
-from dflash_guard.pins.lockfile import REPO_RE
+from dflash_guard.patterns import REPO_RE
 from dflash_guard.severity import Severity
 
 # GHSA's words for `database_specific.severity`, which `audit` reads back.

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from dflash_guard.audit.osv import Advisory, Affected, Range
 from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
+from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.severity import Severity
 from dflash_guard.trust.gitclone import GitClone
@@ -76,7 +77,12 @@ def lock_subjects(lock: Lockfile) -> list[Subject]:
         for e in lock.engines
     ]
     for artifact in lock.artifacts:
-        refs = [(artifact.role, artifact.repo, artifact.commit)] if artifact.source == "hub" else []
+        refs: list[tuple[str, str, str]] = []
+        if artifact.source == "hub":
+            if artifact.repo is None or artifact.commit is None:
+                raise InputError(f"artifacts: {artifact.role}: a Hub artifact without a repo "
+                                 "and commit")
+            refs.append((artifact.role, artifact.repo, artifact.commit))
         refs += [(f"{artifact.role} code", c.repo, c.commit) for c in artifact.code_refs]
         for role, repo, commit in refs:
             subjects.append(Subject("hub", repo, f"{role} {repo}@{commit[:12]}", commit,
@@ -203,8 +209,8 @@ def _entry_results(entry: Affected, subject: Subject, clone: GitClone | None
     if subject.pin in entry.versions:
         return [(True, f"commit {subject.pin[:12]} is listed")]
     for rng in git_ranges:
-        hit, why = _git_range(subject.pin, rng, clone)
-        results.append((hit, f"GIT range over {rng.repo}: {why}"))
+        decided, why = _git_range(subject.pin, rng, clone)
+        results.append((decided, f"GIT range over {rng.repo}: {why}"))
     return results
 
 

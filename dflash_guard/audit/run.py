@@ -16,17 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_guard.audit.feeds import Feed, FeedRules, feed_problems, load_feed
-from dflash_guard.audit.match import (
-    AuditFinding,
-    GitClone,
-    lock_subjects,
-    match_lock,
-)
+from dflash_guard.audit.match import AuditFinding, lock_subjects, match_lock
 from dflash_guard.audit.osv import Advisory
 from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.severity import Severity
+from dflash_guard.trust.gitclone import GitClone
 
 if TYPE_CHECKING:
     from dflash_guard.trust.policy import AdvisoryRules

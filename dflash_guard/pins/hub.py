@@ -16,9 +16,13 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_guard.errors import HubError, InputError
 from dflash_guard.patterns import COMMIT_RE, REPO_AT_REV_RE
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -203,7 +207,7 @@ def _status(error: Exception) -> str:
     return str(getattr(response, "status_code", "?"))
 
 
-def _api():
+def _api() -> HfApi:
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=endpoint())

@@ -24,7 +24,7 @@ import json
 import re
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import yaml
 from packaging.utils import InvalidName, canonicalize_name
@@ -157,15 +157,72 @@ class Lockfile:
         return _digest(_content(self))
 
 
-def _digest(content: dict[str, Any]) -> str:
+def _digest(content: _LockContent) -> str:
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 # --- writing ---------------------------------------------------------------------------------
+# The canonical content, in the order the YAML shows it (the digest covers it sorted).
 
 
-def _file_dict(f: LockedFile) -> dict[str, Any]:
+class _FileEntry(TypedDict):
+    """A `files` item of versions 1 and 2."""
+
+    path: str
+    size: int
+    sha256: str
+    blob_id: str | None
+
+
+_FilesValue = str | list[_FileEntry]  # a version 3 table, or the version 1/2 list
+
+
+class _CodeRefContent(TypedDict):
+    repo: str
+    revision: str | None
+    commit: str
+    files: _FilesValue
+
+
+class _Provenance(TypedDict, total=False):
+    provenance: str | None  # versions 2 and 3 only
+
+
+class _ArtifactContent(TypedDict):
+    role: str
+    source: str
+    provenance: NotRequired[str | None]
+    repo: str | None
+    name: str | None
+    revision: str | None
+    commit: str | None
+    files: _FilesValue
+    code_refs: list[_CodeRefContent]
+
+
+class _EngineContent(TypedDict):
+    name: str
+    url: str
+    commit: str
+    ref: str | None
+
+
+class _PackageContent(TypedDict):
+    name: str
+    version: str
+    sha256: list[str]
+
+
+class _LockContent(TypedDict):
+    lockfile_version: int
+    tool_version: str
+    artifacts: list[_ArtifactContent]
+    engines: list[_EngineContent]
+    packages: list[_PackageContent]
+
+
+def _file_dict(f: LockedFile) -> _FileEntry:
     return {"path": f.path, "size": f.size, "sha256": f.sha256, "blob_id": f.blob_id}
 
 
@@ -192,13 +249,13 @@ def files_table(files: tuple[LockedFile, ...]) -> str:
                     for f in sorted(files, key=attrgetter("path"))])
 
 
-def _files_value(files: tuple[LockedFile, ...], version: int, tables: Tables) -> Any:
+def _files_value(files: tuple[LockedFile, ...], version: int, tables: Tables) -> _FilesValue:
     if version >= TABLE_VERSION:
         return tables.get(id(files)) or files_table(files)
     return [_file_dict(f) for f in sorted(files, key=lambda f: f.path)]
 
 
-def _code_ref_dict(c: CodeRef, version: int, tables: Tables) -> dict[str, Any]:
+def _code_ref_dict(c: CodeRef, version: int, tables: Tables) -> _CodeRefContent:
     return {
         "repo": c.repo,
         "revision": c.revision,
@@ -207,8 +264,8 @@ def _code_ref_dict(c: CodeRef, version: int, tables: Tables) -> dict[str, Any]:
     }
 
 
-def _artifact_dict(a: Artifact, version: int, tables: Tables) -> dict[str, Any]:
-    provenance = {"provenance": a.provenance} if version >= 2 else {}
+def _artifact_dict(a: Artifact, version: int, tables: Tables) -> _ArtifactContent:
+    provenance: _Provenance = {"provenance": a.provenance} if version >= 2 else {}
     return {
         "role": a.role,
         "source": a.source,
@@ -223,7 +280,7 @@ def _artifact_dict(a: Artifact, version: int, tables: Tables) -> dict[str, Any]:
     }
 
 
-def _content(lock: Lockfile, tables: Tables | None = None) -> dict[str, Any]:
+def _content(lock: Lockfile, tables: Tables | None = None) -> _LockContent:
     """Everything the digest covers, in the order the YAML shows it, lists sorted (`tables`:
     the files tables already known for some files tuples)."""
     return {
@@ -254,7 +311,7 @@ def dumps_lockfile(lock: Lockfile) -> str:
     return header + yaml.serialize(_node(doc), Dumper=dumper, width=100)
 
 
-def _node(value: Any) -> yaml.Node:
+def _node(value: object) -> yaml.Node:
     """The YAML node PyYAML's safe representer builds for `value` (dicts in order, block style;
     str, int, bool, None), built directly: the generic representer is most of the time of
     writing a 100k-file lockfile. `dumps_lockfile` output is byte for byte the same."""
@@ -302,7 +359,7 @@ def _read_files(fields: Fields, version: int, tables: Tables) -> tuple[LockedFil
         files = () if table is None else _read_table(table)
         tables[id(files)] = table.typed(str) if table is not None else ""
         return files
-    files = []
+    entries: list[LockedFile] = []
     seen: set[str] = set()
     for item in fields.entries("files"):
         f = item.mapping(("path", "size", "sha256", "blob_id"))
@@ -311,7 +368,7 @@ def _read_files(fields: Fields, version: int, tables: Tables) -> tuple[LockedFil
             raise item.fail(f"duplicate path {path!r}")
         seen.add(path)
         blob_id = f.optional("blob_id")
-        files.append(
+        entries.append(
             LockedFile(
                 path=path,
                 size=f.required("size").typed(int, lambda v: v >= 0, "a size"),
@@ -320,7 +377,7 @@ def _read_files(fields: Fields, version: int, tables: Tables) -> tuple[LockedFil
                          if blob_id else None),
             )
         )
-    return tuple(files)
+    return tuple(entries)
 
 
 def _read_table(field: Field) -> tuple[LockedFile, ...]:
@@ -346,7 +403,8 @@ def _read_table(field: Field) -> tuple[LockedFile, ...]:
 
 def _table_problem(field: Field, rows: list[str]) -> InputError:
     """The error naming the first bad row of a files table (the slow path of `_read_table`)."""
-    first = field.line + 1 if field.node.style == "|" else None  # a block's rows follow its `|`
+    block = isinstance(field.node, yaml.ScalarNode) and field.node.style == "|"
+    first = field.line + 1 if block else None  # a block's rows follow its `|`
     previous = ""
     for number, row in enumerate(rows):
         match = _ROW_RE.fullmatch(row)

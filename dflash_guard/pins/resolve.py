@@ -82,14 +82,14 @@ def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None) -> Ar
         raise InputError(f"--{role} {src}: neither an existing folder nor ORG/NAME[@REV]")
     repo, revision = parsed
     if hub.is_offline():
-        commit = hub.cached_commit(repo, revision)
-        snapshot = hub.cached_snapshot(repo, commit) if commit else None
+        cached = hub.cached_commit(repo, revision)
+        snapshot = hub.cached_snapshot(repo, cached) if cached else None
         if snapshot is None:
             raise HubError(
                 f"hub: {repo}@{revision or 'main'}: HF_HUB_OFFLINE is set and the HF cache "
                 f"({hub.hub_cache_dir()}) has no snapshot for it"
             )
-        return _lock_folder(role, snapshot, repo=repo, commit=commit, revision=revision,
+        return _lock_folder(role, snapshot, repo=repo, commit=cached, revision=revision,
                             confirmed_by=confirmed_by)
     return _lock_hub(role, repo, revision)
 
@@ -231,7 +231,7 @@ def _lock_code_ref(role: str, repo: str, modules: list[str]) -> CodeRef:
         commit = hub.cached_commit(repo, None)
         snapshot = hub.cached_snapshot(repo, commit) if commit else None
         missing = [m for m in modules if snapshot is None or not (snapshot / m).is_file()]
-        if snapshot is None or missing:
+        if commit is None or snapshot is None or missing:  # no commit: no snapshot either
             raise _Refused(
                 f"--{role}: auto_map points at remote code in {repo} ({', '.join(modules)}), "
                 "which cannot be pinned: HF_HUB_OFFLINE is set and it is not in the HF cache"

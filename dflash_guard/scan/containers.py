@@ -15,13 +15,19 @@ import tarfile
 import zipfile
 import zlib
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Protocol
 
 MAX_BYTES = 1 << 30  # an archive member or decompressed stream is read into memory up to here
 MAX_MEMBERS = 100_000
 _EOCD = b"PK\x05\x06"
 _EOCD_SEARCH = 64 * 1024 + 22  # where readers look for the end-of-central-directory record
 _CHUNK = 1 << 20
+
+
+class _Decoder(Protocol):
+    """The `decompress(data, max_length)` shape bz2, lzma, lz4.frame and `_ZlibDecoder` share."""
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
 
 
 class TooLarge(ValueError):
@@ -171,7 +177,7 @@ def decompress(stream: IO[bytes], kind: str) -> bytes:
     return bytes(out)
 
 
-def _decoder(kind: str):
+def _decoder(kind: str) -> _Decoder:
     if kind == "zlib":
         return _ZlibDecoder(zlib.MAX_WBITS)
     if kind == "gzip":
@@ -183,7 +189,8 @@ def _decoder(kind: str):
     if kind == "lz4":
         import lz4.frame  # optional: checked with `lz4_available` first
 
-        return lz4.frame.LZ4FrameDecompressor()
+        lz4_decoder: _Decoder = lz4.frame.LZ4FrameDecompressor()  # lz4 ships no type stubs
+        return lz4_decoder
     raise ValueError(f"unknown compression {kind!r}")
 
 
@@ -202,9 +209,9 @@ class _ZlibDecoder:
         return out
 
 
-def _needs_input(decoder) -> bool:
+def _needs_input(decoder: _Decoder) -> bool:
     return bool(getattr(decoder, "needs_input", True))
 
 
-def _finished(decoder) -> bool:
+def _finished(decoder: _Decoder) -> bool:
     return bool(getattr(decoder, "eof", False))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dflash_guard.scan import jsonfile, rules
 from dflash_guard.scan.drafter_tokens import reserved_token_ids, resolve_token
@@ -26,6 +27,7 @@ from dflash_guard.scan.interface import Finding, Rule, Severity
 from kernels_ref.compat import compatibility_problems, dflash_field
 
 DETECTOR = "drafter-config"
+Config = dict[str, Any]  # a parsed config.json: any JSON under its keys
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 KNOWN_ARCHITECTURES = frozenset({"DFlashDraftModel", "DFlash2DraftModel"})
 KNOWN_MODEL_TYPES = frozenset({"dflash", "dflash2", "qwen3", "llama"})
@@ -53,7 +55,7 @@ def is_drafter_config(config: object) -> bool:
     )
 
 
-def _load(path: Path) -> tuple[dict | None, str | None]:
+def _load(path: Path) -> tuple[Config | None, str | None]:
     if not path.is_file():
         return None, None
     try:
@@ -94,7 +96,8 @@ def check_drafter(
                 f"({', '.join(sorted(KNOWN_ARCHITECTURES))})",
             )
         )
-    dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
+    nested = config.get("dflash_config")
+    dflash: Config = nested if isinstance(nested, dict) else {}
     findings += [
         finding(rules.DRAFTER_CONFLICT, Severity.high, m) for m in _conflicts(config, dflash)
     ]
@@ -125,17 +128,17 @@ def check_drafter(
                 f"{param_count:,} parameters exceed the budget of {budget:,}",
             )
         )
-    target_config: dict = {}
+    target_config: Config = {}
     if target is not None:
-        target_config, error = _load(target / "config.json")
-        if error or target_config is None:
+        loaded, error = _load(target / "config.json")
+        if error or loaded is None:
             findings.append(
                 finding(
                     rules.CONFIG_INVALID, Severity.medium, f"target: {error or 'no config.json'}"
                 )
             )
-            target_config = {}
-        target_config = flat_target(target_config)
+            loaded = {}
+        target_config = flat_target(loaded)
         if not isinstance(target_config.get("num_hidden_layers"), int):
             findings.append(finding(
                 rules.DRAFTER_LAYERS, Severity.medium,
@@ -175,7 +178,7 @@ def check_drafter(
 
 
 def _weight_problems(
-    config: dict, shapes: dict[str, list[int]]
+    config: Config, shapes: dict[str, list[int]]
 ) -> list[tuple[Rule, Severity, str]]:
     """The declared layers against the weights: `layers.N.` tensors for exactly N in
     0..num_hidden_layers-1, and `fc` taking len(target_layer_ids) * hidden_size inputs (how
@@ -213,13 +216,14 @@ def _ranges(values: list[int]) -> str:
         range(values[0], values[-1] + 1)) else str(values[:16])
 
 
-def _shape_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, str]]:
+def _shape_problems(config: Config, target: Config) -> list[tuple[Rule, Severity, str]]:
     problems: list[tuple[Rule, Severity, str]] = []
     head_dim = config.get("head_dim")
     heads = config.get("num_attention_heads")
     hidden = config.get("hidden_size")
     if (
-        all(isinstance(v, int) and v > 0 for v in (heads, hidden))
+        isinstance(heads, int) and heads > 0
+        and isinstance(hidden, int) and hidden > 0
         and head_dim is None
         and (hidden % heads)
     ):
@@ -244,24 +248,25 @@ def _shape_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, st
     return problems
 
 
-def _head_dim(config: dict) -> int | None:
+def _head_dim(config: Config) -> int | None:
     """`head_dim`, else hidden_size // num_attention_heads (what transformers derives)."""
     value = config.get("head_dim")
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
-    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, hidden)):
+    if (isinstance(heads, int) and not isinstance(heads, bool) and heads > 0
+            and isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0):
         return hidden // heads
     return None
 
 
-def flat_target(target: dict) -> dict:
+def flat_target(target: Config) -> Config:
     """A target config with its `text_config` settings (Qwen3.5-style) lifted to the top level."""
     text = target.get("text_config")
     return {**target, **text} if isinstance(text, dict) else target
 
 
-def _conflicts(config: dict, dflash: dict) -> list[str]:
+def _conflicts(config: Config, dflash: Config) -> list[str]:
     return [
         f"{key} is {config[key]!r} at the top level but {value!r} in dflash_config: engines "
         "read different ones (SGLang: dflash_config wins, which is what is checked here)"
@@ -271,8 +276,9 @@ def _conflicts(config: dict, dflash: dict) -> list[str]:
 
 
 def _with_resolved_mask(
-    config: dict, folders: list[Path], findings: list[Finding], finding: Callable[..., Finding]
-) -> tuple[dict, bool]:
+    config: Config, folders: list[Path], findings: list[Finding],
+    finding: Callable[..., Finding],
+) -> tuple[Config, bool]:
     """A mask given only as token text (`mask_token`) is resolved through the tokenizer files;
     the flag says an unresolvable one was already reported."""
     if dflash_field(config, "mask_token_id") is not None:
@@ -287,11 +293,12 @@ def _with_resolved_mask(
             f"mask_token {text!r} is given only as text and no tokenizer file here defines it",
         ))
         return config, True
-    nested = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
-    return {**config, "dflash_config": {**nested, "mask_token_id": token_id}}, False
+    nested = config.get("dflash_config")
+    dflash: Config = nested if isinstance(nested, dict) else {}
+    return {**config, "dflash_config": {**dflash, "mask_token_id": token_id}}, False
 
 
-def _layer_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, str]]:
+def _layer_problems(config: Config, target: Config) -> list[tuple[Rule, Severity, str]]:
     problems: list[tuple[Rule, Severity, str]] = []
     layer_ids = dflash_field(config, "target_layer_ids")
     if not isinstance(layer_ids, list):
@@ -311,16 +318,19 @@ def _layer_problems(config: dict, target: dict) -> list[tuple[Rule, Severity, st
     return problems
 
 
-def _dflash2_problems(config: dict, dflash: dict, block: object) -> list[tuple[Severity, str]]:
+def _dflash2_problems(
+    config: Config, dflash: Config, block: object
+) -> list[tuple[Severity, str]]:
     """A DFlash 2 drafter's own constraints (nested `dflash_config` values win)."""
     sizes = {
         name: dflash.get(name, config.get(name))
         for name in ("conv_group_size", "conv_kernel_size", "selector_rank", "selector_top_k")
     }
-    bad = [
-        name for name, value in sizes.items()
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1
-    ]
+    positive = {
+        name: value for name, value in sizes.items()
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    }
+    bad = [name for name in sizes if name not in positive]
     problems = [
         (Severity.high, f"DFlash 2 field {name} is {sizes[name]!r}, not a positive integer")
         for name in bad
@@ -329,7 +339,7 @@ def _dflash2_problems(config: dict, dflash: dict, block: object) -> list[tuple[S
         return problems
     hidden, vocab = config.get("hidden_size"), config.get("vocab_size")
     group, kernel, top_k = (
-        sizes["conv_group_size"], sizes["conv_kernel_size"], sizes["selector_top_k"]
+        positive["conv_group_size"], positive["conv_kernel_size"], positive["selector_top_k"]
     )
     if isinstance(hidden, int) and hidden % group:
         problems.append((Severity.high, f"hidden_size {hidden} is not a multiple of "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
+from typing import Any
 
 from dflash_guard.scan import jsonfile
 
@@ -26,7 +27,7 @@ _CONTROL_TOKEN = re.compile(
 _FREE_RESERVED = re.compile(r"<\|reserved_special_token_\d+\|>")
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict[str, Any]:
     """A JSON object file, or {} when absent or unreadable (the caller reports unreadable ones)."""
     if not path.is_file():
         return {}
@@ -118,7 +119,7 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
     return reserved
 
 
-def _template_sources(folder: Path, tokenizer: dict) -> list[str]:
+def _template_sources(folder: Path, tokenizer: dict[str, Any]) -> list[str]:
     from dflash_guard.scan.templates import templates_in_config
 
     sources = [text for _, text in templates_in_config(tokenizer)]

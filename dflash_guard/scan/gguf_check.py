@@ -8,11 +8,15 @@ import os
 import re
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_guard.scan import rules
 from dflash_guard.scan.gguf_layout import Layout, LayoutError, LimitError, check_layout
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.regular import open_regular
+
+if TYPE_CHECKING:
+    from gguf.gguf_reader import ReaderField, ReaderTensor
 
 DETECTOR = "gguf"
 _BLOCK = re.compile(r"blk\.(\d+)\.")
@@ -23,7 +27,9 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
     """Findings for one GGUF file; any error the reader raises on malformed input is one."""
     from gguf import GGUFReader
 
-    def finding(rule: Rule, severity: Severity, message: str, member: str | None = None):
+    def finding(
+        rule: Rule, severity: Severity, message: str, member: str | None = None
+    ) -> Finding:
         return Finding.of(
             rule, display, message, severity=severity, member=member, detector=DETECTOR
         )
@@ -124,7 +130,7 @@ def layout_problems(layout: Layout, size: int) -> list[str]:
     return problems
 
 
-def declared_problems(fields: dict, tensors: list) -> list[str]:
+def declared_problems(fields: dict[str, ReaderField], tensors: list[ReaderTensor]) -> list[str]:
     """The header's declared sizes against the tensors: `{arch}.block_count` layers
     (`blk.N.` for exactly N < block_count), `{arch}.embedding_length` and the vocabulary size
     against `token_embd.weight`. A key missing where the tensors need it is a finding."""
@@ -158,7 +164,7 @@ def declared_problems(fields: dict, tensors: list) -> list[str]:
     return problems
 
 
-def _scalar(fields: dict, key: str) -> object:
+def _scalar(fields: dict[str, ReaderField], key: str) -> object:
     field = fields.get(key)
     if field is None:
         return None

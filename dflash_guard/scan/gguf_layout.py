@@ -67,10 +67,10 @@ class _Cursor:
         self.handle.seek(count, 1)
 
     def u32(self, what: str) -> int:
-        return struct.unpack(self.endian + "I", self.take(4, what))[0]
+        return int(struct.unpack(self.endian + "I", self.take(4, what))[0])
 
     def u64(self, what: str) -> int:
-        return struct.unpack(self.endian + "Q", self.take(8, what))[0]
+        return int(struct.unpack(self.endian + "Q", self.take(8, what))[0])
 
     def string(self, what: str) -> bytes:
         return self.take(self.u64(f"{what} length"), what)

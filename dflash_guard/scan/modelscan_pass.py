@@ -47,13 +47,13 @@ def modelscan_findings(path: Path, display: str) -> list[Finding]:
                 detector="modelscan",
             )
         )
-    for error in report.get("errors", []):
+    for problem in report.get("errors", []):
         findings.append(
             Finding(
                 rules.MODELSCAN_ERROR.id,
                 Severity.low,
                 display,
-                f"modelscan could not scan it ({error.get('description')}); the opcode pass did",
+                f"modelscan could not scan it ({problem.get('description')}); the opcode pass did",
                 detector="modelscan",
             )
         )

@@ -103,13 +103,16 @@ _LENIENT_READERS = {
 }
 
 
+_CODE2OP = {op.code: op for op in pickletools.opcodes}  # = pickletools.code2op (not in typeshed)
+
+
 def genops(stream: IO[bytes]) -> Iterator[tuple[pickletools.OpcodeInfo, object, int]]:
     """(opcode, argument, position) up to and including STOP; `ValueError` (or `_Malformed`)
     on an unknown opcode or an argument the unpickler would refuse too."""
     while True:
         position = stream.tell()
         code = stream.read(1)
-        op = pickletools.code2op.get(code.decode("latin-1"))
+        op = _CODE2OP.get(code.decode("latin-1"))
         if op is None:
             raise _Malformed(
                 "pickle exhausted before STOP" if not code else f"unknown opcode {code!r}"
@@ -219,16 +222,22 @@ _MARK = object()
 _OTHER = object()
 
 
-def _step(op, arg, pos, stack: list[object], memo: dict[int, object], result: StreamResult):
+def _step(op: pickletools.OpcodeInfo, arg: object, pos: int, stack: list[object],
+          memo: dict[int, object], result: StreamResult) -> None:
     """Apply one opcode's effect on a symbolic stack that keeps strings and marks."""
     name = op.name
     if name in _PUT_OPCODES or name == "MEMOIZE":
         if not stack:
             raise _Malformed(f"{name} on an empty stack")
-        memo[arg if name != "MEMOIZE" else len(memo)] = stack[-1]
+        key = arg if name != "MEMOIZE" else len(memo)
+        if not isinstance(key, int):
+            raise _Malformed(f"{name} with a memo key that is not an integer")
+        memo[key] = stack[-1]
         return
     imported: PickleGlobal | None = None
     if name in ("GLOBAL", "INST"):
+        if not (isinstance(arg, tuple) and len(arg) == 2):
+            raise _Malformed(f"{name} without a module and a name")
         module, attr = arg
         imported = PickleGlobal(module, attr, name, pos)
     elif name == "STACK_GLOBAL":

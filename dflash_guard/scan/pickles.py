@@ -397,7 +397,8 @@ def _read_member(archive: zipfile.ZipFile, stream: IO[bytes], info: zipfile.ZipI
             raise
     with archive.open(info) as handle:
         # Read again without the check, as a lenient loader would, so the content is scanned.
-        handle._expected_crc = None  # zipfile's own switch for "no CRC to verify"
+        # zipfile's own switch for "no CRC to verify"; private, so typeshed does not declare it
+        handle._expected_crc = None  # type: ignore[attr-defined]
         raise _CrcMismatch(_read_capped(handle))
 
 

@@ -13,6 +13,7 @@ import math
 import re
 import struct
 from pathlib import Path, PurePosixPath
+from typing import TypedDict, cast
 
 from dflash_guard.pins.folder import IGNORED_DIRS
 from dflash_guard.scan import jsonfile, rules
@@ -62,11 +63,19 @@ _WEIGHT_INDEX = re.compile(r"\.(safetensors|bin|pt|pth|ckpt|gguf|h5|msgpack)\.in
 _UNSAFE_SHARD = re.compile(r"\\|^[A-Za-z]:|\x00")
 
 
+class TensorEntry(TypedDict):
+    """One tensor of the header, as `_entry_problem` accepted it."""
+
+    dtype: str
+    shape: list[int]
+    data_offsets: list[int]
+
+
 @dataclasses.dataclass(frozen=True)
 class Header:
     """The tensor table of one safetensors file."""
 
-    tensors: dict[str, dict]
+    tensors: dict[str, TensorEntry]
     data_start: int
 
     @property
@@ -168,8 +177,8 @@ def _read_header(path: Path, check: _Checker) -> Header | None:
     return Header(tensors, data_start)
 
 
-def _check_entries(parsed: dict, check: _Checker) -> dict[str, dict]:
-    tensors: dict[str, dict] = {}
+def _check_entries(parsed: dict[str, object], check: _Checker) -> dict[str, TensorEntry]:
+    tensors: dict[str, TensorEntry] = {}
     for name, entry in parsed.items():
         if name == "__metadata__":
             if not isinstance(entry, dict) or not all(
@@ -200,7 +209,7 @@ def _check_entries(parsed: dict, check: _Checker) -> dict[str, dict]:
         if problem:
             check.add(rules.ST_TENSOR, Severity.high, f"tensor {name!r}: {problem}")
             continue
-        tensors[name] = entry
+        tensors[name] = cast(TensorEntry, entry)  # JSON, checked by _entry_problem
     return tensors
 
 
@@ -255,7 +264,7 @@ def _library_check(path: Path, check: _Checker) -> None:
 
     try:
         if path.stat().st_size < _DESERIALIZE_BELOW:
-            deserialize(path.read_bytes())
+            deserialize(path.read_bytes())  # type: ignore[no-untyped-call]  # stub unannotated
         else:
             with safe_open(str(path), framework="numpy") as handle:
                 handle.keys()

@@ -112,7 +112,7 @@ Problem = tuple[Rule, Severity, str]
 class GenerationExtension(Extension):
     """transformers' `{% generation %}...{% endgeneration %}` tag (marks assistant tokens)."""
 
-    tags = frozenset({"generation"})
+    tags = {"generation"}  # jinja2 declares `tags` a set
 
     def parse(self, parser: Parser) -> nodes.Node:
         lineno = next(parser.stream).lineno
@@ -303,7 +303,7 @@ def _raw_text_problems(source: str) -> list[Problem]:
 
 def _set_block_problems(tree: nodes.Template) -> list[tuple[nodes.Node, Problem]]:
     """`{% set x %}__class__{% endset %}`: text captured into a variable, checked like a string."""
-    found = []
+    found: list[tuple[nodes.Node, Problem]] = []
     for block in tree.find_all(nodes.AssignBlock):
         for data in block.find_all(nodes.TemplateData):
             found += [(data, p) for p in _string_problems(data.data)]

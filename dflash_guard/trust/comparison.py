@@ -51,7 +51,9 @@ def read_conversion(path: Path, gguf_sha256: str) -> dict[str, Any]:
     except (OSError, ValueError) as error:
         raise InputError(f"cannot read conversion record {path}: {error}") from None
     output = record.get("output") if isinstance(record, dict) else None
-    if not isinstance(output, dict) or output.get("sha256") != gguf_sha256:
+    if not isinstance(record, dict) or not isinstance(output, dict) or (
+        output.get("sha256") != gguf_sha256
+    ):
         raise InputError(f"{path}: its output digest is not the GGUF's ({gguf_sha256[:12]}...): "
                          "the conversion record describes another file")
     return record

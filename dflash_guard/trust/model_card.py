@@ -51,7 +51,7 @@ def _strings(value: object) -> tuple[str, ...]:
 def read_card(folder: Path) -> CardFacts | None:
     """The claims of `folder/README.md`'s front matter; None when there is no card; an
     `InputError` for a card that cannot be read or parsed."""
-    from huggingface_hub import ModelCard
+    from huggingface_hub import ModelCard, ModelCardData
 
     path = folder / CARD_NAME
     if not path.exists():
@@ -64,6 +64,8 @@ def read_card(folder: Path) -> CardFacts | None:
         data = ModelCard(text).data
     except Exception as error:  # noqa: BLE001 - ModelCard raises YAML and validation errors
         raise InputError(f"{path}: not a valid model card ({type(error).__name__})") from None
+    if not isinstance(data, ModelCardData):  # what ModelCard builds; typed as its base CardData
+        raise InputError(f"{path}: not a valid model card ({type(data).__name__})")
     license_ = data.license if isinstance(data.license, str) else None
     return CardFacts(_strings(data.base_model), license_, _strings(data.datasets))
 

@@ -662,8 +662,8 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
                                           g["approver"].text(), g["date"].date()))
     waivers = []
     for item in f["waivers"].items() if "waivers" in f else []:
-        names = ("id", "covers", "reason", "owner", "expires")
-        w = item.mapping(names, names)
+        waiver_names = ("id", "covers", "reason", "owner", "expires")
+        w = item.mapping(waiver_names, waiver_names)
         covers = w["covers"].text(
             lambda v: ":" in v and v.split(":", 1)[0] in WAIVER_KINDS and v.split(":", 1)[1],
             f"KIND:TARGET with KIND one of {', '.join(WAIVER_KINDS)}",

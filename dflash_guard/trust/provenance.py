@@ -35,6 +35,8 @@ from dflash_guard.trust.signing import (
 )
 
 if TYPE_CHECKING:
+    from sigstore.oidc import IdentityToken
+
     from dflash_guard.pins.lockfile import Lockfile
     from dflash_guard.trust.policy import Policy
 
@@ -160,7 +162,7 @@ def write_approval(statement: Mapping[str, Any], out: Path) -> None:
         raise InputError(f"cannot write approval record {out}: {error}") from None
 
 
-def sign_approval(out: Path, *, key: Path | None = None, token: Any = None,
+def sign_approval(out: Path, *, key: Path | None = None, token: IdentityToken | None = None,
                   interactive: bool = False) -> Path:
     """Sign a written approval record: with `key` (`OUT.sig`), else Sigstore DSSE over it
     (`OUT.sigstore.json`; `token` from `signing.identity_token`)."""
@@ -235,7 +237,8 @@ def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | No
     for subject in statement["subject"] if roots is not None else ():
         name, digest = subject["name"], subject["digest"].get("sha256")
         role, _, rel = name.partition("/")
-        file = (lock_path if not rel else roots[role] / rel if role in roots else None)
+        file = (lock_path if not rel
+                else roots[role] / rel if roots is not None and role in roots else None)
         if file is None:
             flag = "--lock LOCKFILE" if not rel else f"--root {role}=DIR"
             problems.append(f"{name}: not checked (pass {flag})")

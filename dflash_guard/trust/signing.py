@@ -40,6 +40,11 @@ from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
 
 if TYPE_CHECKING:
+    from sigstore.models import Bundle
+    from sigstore.oidc import IdentityToken
+    from sigstore.verify import Verifier
+    from sigstore.verify.policy import VerificationPolicy
+
     from dflash_guard.pins.lockfile import Lockfile
 
 SIGSTORE_SUFFIX = ".sigstore.json"
@@ -89,7 +94,7 @@ class SignatureCheck:
 # --- trust -----------------------------------------------------------------------------------
 
 
-def sigstore_verifier(trust_root: Path | None = None):  # -> sigstore.verify.Verifier
+def sigstore_verifier(trust_root: Path | None = None) -> Verifier:
     """A Sigstore verifier: offline from a trusted root file, else the production instance."""
     from sigstore.models import TrustedRoot
     from sigstore.verify import Verifier
@@ -121,7 +126,7 @@ def production_trust_root() -> Path:
     return path
 
 
-def _identity_policy(identities: Sequence[Identity]):
+def _identity_policy(identities: Sequence[Identity]) -> VerificationPolicy:
     from sigstore.verify import policy
 
     if len(identities) == 1:
@@ -136,7 +141,7 @@ def _describe(identities: Sequence[Identity]) -> str:
     return ", ".join(f"{i.identity} ({i.issuer})" for i in identities)
 
 
-def _load_bundle(path: Path):
+def _load_bundle(path: Path) -> tuple[Bundle | None, str]:
     """A Sigstore bundle, or the reason it cannot be one (a refusal, not an input error)."""
     from sigstore.models import Bundle
 
@@ -203,7 +208,7 @@ def _refusal(error: BaseException, identities: Sequence[Identity]) -> str:
     return message
 
 
-def _signer_of(bundle: Any, identities: Sequence[Identity]) -> str:
+def _signer_of(bundle: Bundle, identities: Sequence[Identity]) -> str:
     """Which accepted identity the verified bundle's certificate carries."""
     from sigstore.errors import VerificationError
 
@@ -233,7 +238,9 @@ def sign_with_key(path: Path, key: Path, *, out: Path | None = None) -> Path:
     private = Path(tempfile.mkdtemp(prefix="dflash-guard-sign-"))
     try:
         tmp = private / "signature"
-        signing.Config().use_elliptic_key_signer(private_key=key).sign(path, tmp)
+        # model_signing's Config.__init__ lacks `-> None`, so mypy counts the call untyped
+        config = signing.Config()  # type: ignore[no-untyped-call]
+        config.use_elliptic_key_signer(private_key=key).sign(path, tmp)
         write_atomic(out, read_regular(tmp, SIGNATURE_MAX_BYTES, nofollow=True))
     except (OSError, ValueError, TypeError) as error:
         raise InputError(f"cannot sign {path} with key {key}: {_first_line(error)}") from None
@@ -301,7 +308,8 @@ def _verify_copy(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | N
     reasons = []
     for key in keys:
         try:
-            verifying.Config().use_elliptic_key_verifier(public_key=key).verify(target, sig)
+            config = verifying.Config()  # type: ignore[no-untyped-call]  # as in sign_with_key
+            config.use_elliptic_key_verifier(public_key=key).verify(target, sig)
         except Exception as error:  # noqa: BLE001 - model_signing raises ValueError, KeyError,
             # InvalidSignature, protobuf errors...: any failure means "not verified"
             reasons.append(f"{key.name}: {_first_line(error)}")
@@ -501,7 +509,7 @@ def _verify_sigstore_dsse(
 # --- keyless signing -------------------------------------------------------------------------
 
 
-def identity_token(interactive: bool):  # -> sigstore.oidc.IdentityToken
+def identity_token(interactive: bool) -> IdentityToken:
     """An OIDC token: ambient CI credentials first, else the browser flow when interactive.
 
     Raises `InputError` when there is none, so a caller can ask before doing any work.
@@ -531,7 +539,7 @@ def identity_token(interactive: bool):  # -> sigstore.oidc.IdentityToken
                          ) from None
 
 
-def sign_keyless(path: Path, *, interactive: bool = False, token: Any = None,
+def sign_keyless(path: Path, *, interactive: bool = False, token: IdentityToken | None = None,
                  statement: bytes | None = None, out: Path | None = None) -> Path:
     """Sign `path` with Sigstore (keyless) and write `PATH.sigstore.json`.
 

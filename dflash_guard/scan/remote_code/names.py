@@ -122,9 +122,9 @@ class Names:
             return self._lookup(func.rsplit(".", 1)[0], constant_str(first))
         if func in ("globals", "locals"):
             return GLOBALS
-        if func == "vars" and first is None:
-            return GLOBALS
         if func == "vars":
+            if first is None:
+                return GLOBALS
             base = self.resolve(first)
             return base + ".__dict__" if base else ""
         return ""

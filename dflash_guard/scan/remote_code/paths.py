@@ -23,7 +23,10 @@ def fold(node: ast.AST, resolve: Callable[[ast.AST], str], depth: int = 0) -> st
     """The path `node` builds, with `{}` for what is not known; `~` for the home folder."""
     if depth > MAX_DEPTH:
         return UNKNOWN
-    again = lambda inner: fold(inner, resolve, depth + 1)  # noqa: E731
+
+    def again(inner: ast.AST) -> str:
+        return fold(inner, resolve, depth + 1)
+
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import warnings
+from collections.abc import Sequence
 
 from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
@@ -87,7 +88,7 @@ class Visitor(ast.NodeVisitor):
     def in_save_method(self) -> bool:
         return any(catalog.SAVE_METHODS.match(name) for name in self.functions)
 
-    def in_context(self, label: str, nodes: list[ast.AST]) -> None:
+    def in_context(self, label: str, nodes: Sequence[ast.AST]) -> None:
         self.context.append(label)
         for node in nodes:
             self.visit(node)
@@ -123,15 +124,16 @@ class Visitor(ast.NodeVisitor):
         hints (`typing.get_type_hints`): it is parsed and checked like code."""
         for node in nodes:
             text = constant_str(node)
+            checked: ast.AST | None = node
             if text is not None and self.depth < MAX_LITERAL_DEPTH:
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        node = ast.parse(text.strip(), mode="eval")
+                        checked = ast.parse(text.strip(), mode="eval")
                 except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
                     continue  # a plain string: nothing would evaluate it
-            if node is not None:
-                self.in_context("annotation", [node])
+            if checked is not None:
+                self.in_context("annotation", [checked])
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.in_context("decorator", node.decorator_list)
@@ -370,7 +372,7 @@ class Visitor(ast.NodeVisitor):
                          ) or (name == "numpy.load" and keyword.arg == "allow_pickle" and value)
             if unpickles:
                 self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
-                         f"{name}({keyword.arg}={value}) unpickles, which runs code", runs=True)
+                         f"{name}({keyword.arg}={value!s}) unpickles, which runs code", runs=True)
             if keyword.arg in ("trust_remote_code", "custom_pipelines") and not (
                 isinstance(keyword.value, ast.Constant) and keyword.value.value in (False, None)
             ):
