@@ -293,8 +293,8 @@ def _problem(kind: str) -> str:
 
 
 def check_scan(inputs: GateInputs) -> Checked:
+    from dflash_guard.rules import RC_REMOTE_REPO
     from dflash_guard.scan import Severity, scan_paths
-    from dflash_guard.scan.rules import RC_REMOTE_REPO
 
     assert inputs.lock is not None
     policy, used = inputs.policy, []
@@ -425,8 +425,8 @@ def check_advisories(inputs: GateInputs) -> Checked:
     """Audit the lock against the policy's OSV feeds: a refused feed (bad or missing signature,
     stale) or an advisory at or above `fail_on` (affecting, or undecided) refuses."""
     from dflash_guard.audit.feeds import signed_by
-    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
     from dflash_guard.audit.run import run_policy_audit
+    from dflash_guard.rules import ADV_AFFECTED, ADV_UNKNOWN
 
     rules = inputs.policy.advisories
     if rules is None:
@@ -438,8 +438,8 @@ def check_advisories(inputs: GateInputs) -> Checked:
                    "newest": f.to_json()["newest"]} for f in report.feeds],
         "signers": signed_by(report.feeds),
         "fail_on": rules.fail_on,
-        "affected": report.ids(RULE_AFFECTED),
-        "unknown": report.ids(RULE_UNKNOWN),
+        "affected": report.ids(ADV_AFFECTED.id),
+        "unknown": report.ids(ADV_UNKNOWN.id),
     }
     problems = list(report.feed_problems) + [f"{f.advisory} ({f.severity.name}): {f.subject}: "
                                              f"{f.message}" for f in report.failing]

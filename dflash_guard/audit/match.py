@@ -19,8 +19,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from dflash_guard import rules
 from dflash_guard.audit.osv import Advisory, Affected, Range
-from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.severity import Severity
@@ -223,9 +223,9 @@ def match_advisory(advisory: Advisory, subject: Subject, clone: GitClone | None
     affected = [why for hit, why in results if hit]
     unknown = [why for hit, why in results if hit is None]
     if affected:
-        rule, message = RULE_AFFECTED, f"affected: {affected[0]}"
+        rule, message = rules.ADV_AFFECTED.id, f"affected: {affected[0]}"
     elif unknown:
-        rule, message = RULE_UNKNOWN, f"not decided: {unknown[0]}"
+        rule, message = rules.ADV_UNKNOWN.id, f"not decided: {unknown[0]}"
     else:
         return None
     summary = f" ({advisory.summary})" if advisory.summary else ""

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dflash_guard import rules
 from dflash_guard.audit.feeds import Feed, FeedRules, feed_problems, load_feed
 from dflash_guard.audit.match import AuditFinding, lock_subjects, match_lock
 from dflash_guard.audit.osv import Advisory
-from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.severity import Severity
@@ -64,8 +64,8 @@ class AuditReport:
             "summary": {
                 "subjects": self.subjects,
                 "advisories": self.advisories,
-                "affected": self.ids(RULE_AFFECTED),
-                "unknown": self.ids(RULE_UNKNOWN),
+                "affected": self.ids(rules.ADV_AFFECTED.id),
+                "unknown": self.ids(rules.ADV_UNKNOWN.id),
                 "failing": len(self.failing),
             },
             "feeds": [f.to_json() for f in self.feeds],

@@ -8,10 +8,9 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dflash_guard import __version__
+from dflash_guard import __version__, rules
 from dflash_guard.formats.interface import FindingsReport
 from dflash_guard.scan.interface import Finding
-from dflash_guard.scan.rules import rule
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
@@ -43,14 +42,15 @@ def render_audit(report: AuditReport) -> str:
     return json.dumps(audit_log(report), indent=2, sort_keys=True) + "\n"
 
 
-def _log(rules: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, object]:
+def _log(described: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, object]:
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",
         "runs": [
             {
                 "tool": {
-                    "driver": {"name": "dflash-guard", "version": __version__, "rules": rules}
+                    "driver": {"name": "dflash-guard", "version": __version__,
+                               "rules": described}
                 },
                 "results": results,
             }
@@ -68,12 +68,12 @@ def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
     for finding in findings:
         worst[finding.rule_id] = max(worst.get(finding.rule_id, finding.severity), finding.severity)
     rule_ids = sorted(worst)
-    rules = [
+    described = [
         {
             "id": rule_id,
             "name": rule_id.replace("-", ""),
-            "shortDescription": {"text": rule(rule_id).description},
-            "help": {"text": rule(rule_id).help},
+            "shortDescription": {"text": rules.rule(rule_id).description},
+            "help": {"text": rules.rule(rule_id).help},
             "defaultConfiguration": {"level": _LEVEL[worst[rule_id]]},
             "properties": {
                 "security-severity": _SECURITY_SEVERITY[worst[rule_id]],
@@ -102,19 +102,19 @@ def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
                 "properties": {"severity": finding.severity.name, "detector": finding.detector},
             }
         )
-    return _log(rules, results)
+    return _log(described, results)
 
 
 def audit_log(report: AuditReport) -> dict[str, object]:
     """A SARIF log with one run: the audit rules and one result per finding or refused feed,
     each located at the lockfile."""
-    from dflash_guard.audit.rules import RULE_FEED, RULES
+    ids = [r.id for r in rules.AUDIT_RULES]
 
     def result(rule_id: str, severity: Severity, text: str,
                properties: dict[str, Any]) -> dict[str, Any]:
         return {
             "ruleId": rule_id,
-            "ruleIndex": list(RULES).index(rule_id),
+            "ruleIndex": ids.index(rule_id),
             "level": _LEVEL[severity],
             "message": {"text": text},
             "locations": [{"physicalLocation": {"artifactLocation": {"uri": report.lock}}}],
@@ -122,11 +122,12 @@ def audit_log(report: AuditReport) -> dict[str, object]:
                            "security-severity": _SECURITY_SEVERITY[severity], **properties},
         }
 
-    rules = [{"id": rule_id, "name": rule_id.replace("-", ""), "shortDescription": {"text": text},
-              "properties": {"tags": ["security"]}} for rule_id, text in RULES.items()]
+    described = [{"id": r.id, "name": r.id.replace("-", ""),
+                  "shortDescription": {"text": r.description}, "help": {"text": r.help},
+                  "properties": {"tags": ["security"]}} for r in rules.AUDIT_RULES]
     results = [result(f.rule_id, f.severity, f"{f.subject}: {f.message}",
                       {"advisory": f.advisory, "aliases": list(f.aliases)})
                for f in report.findings]
-    results += [result(RULE_FEED, Severity.critical, problem, {})
+    results += [result(rules.ADV_FEED.id, rules.ADV_FEED.severity, problem, {})
                 for problem in report.feed_problems]
-    return _log(rules, results)
+    return _log(described, results)

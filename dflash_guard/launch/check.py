@@ -15,6 +15,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from dflash_guard import rules
 from dflash_guard.errors import InputError
 from dflash_guard.launch.engines import FLAGS, cap_flag, parse_args
 from dflash_guard.launch.plan import (
@@ -28,7 +29,6 @@ from dflash_guard.launch.plan import (
 from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Artifact, Lockfile
-from dflash_guard.scan import rules
 from dflash_guard.scan.interface import Finding
 from dflash_guard.trust.policy import Policy
 

@@ -1,9 +1,9 @@
 """`dflash-guard scan`: never load what has not been scanned.
 
 One module per detector (`pickles`, `safetensors_check`, `gguf_check`, `templates` and its
-jinja2 check `template_check`, `remote_code`, `drafter_config`), the rule registry in `rules`,
-the shared types in `interface`, the walk in `runner` and the report in `report` (rendered by
-`dflash_guard.formats`). Helpers: `regular` (never opening a FIFO or device),
+jinja2 check `template_check`, `remote_code`, `drafter_config`), the rules from
+`dflash_guard.rules`, the shared types in `interface`, the walk in `runner` and the report in
+`report` (rendered by `dflash_guard.formats`). Helpers: `regular` (never opening a FIFO or device),
 `pickle_stream` (the opcode walk), `pickle_globals` (allowlists), `modelscan_pass`,
 `containers` (zip, tar and compressed streams), `gguf_layout` (the bounded GGUF header pass),
 `payloads` (serialized objects hidden in strings), `sniff`, `jsonfile`.

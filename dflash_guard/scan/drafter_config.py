@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dflash_guard.scan import jsonfile, rules
+from dflash_guard import rules
+from dflash_guard.scan import jsonfile
 from dflash_guard.scan.drafter_tokens import reserved_token_ids, resolve_token
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from kernels_ref.compat import compatibility_problems, dflash_field

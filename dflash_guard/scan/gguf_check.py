@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dflash_guard.scan import rules
+from dflash_guard import rules
 from dflash_guard.scan.gguf_layout import Layout, LayoutError, LimitError, check_layout
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.regular import open_regular

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from dflash_guard.scan.rules import RULES, Rule
+from dflash_guard.rules import RULES, Rule
 from dflash_guard.severity import Severity
 
 __all__ = ["Detector", "Finding", "RemoteCodeFile", "Rule", "Severity"]

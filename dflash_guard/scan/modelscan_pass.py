@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from dflash_guard.scan import rules
+from dflash_guard import rules
 from dflash_guard.scan.interface import Finding, Severity
 
 

@@ -25,7 +25,8 @@ from collections import Counter
 from pathlib import Path
 from typing import IO
 
-from dflash_guard.scan import containers, rules
+from dflash_guard import rules
+from dflash_guard.scan import containers
 from dflash_guard.scan.formats import npy_header
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings

@@ -13,6 +13,7 @@ import hashlib
 import posixpath
 from pathlib import Path, PurePosixPath
 
+from dflash_guard import rules
 from dflash_guard.errors import InputError
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
@@ -22,7 +23,6 @@ from dflash_guard.scan import (
     gguf_check,
     jsonfile,
     remote_code,
-    rules,
     safetensors_check,
     templates,
 )

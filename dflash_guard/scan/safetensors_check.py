@@ -15,8 +15,9 @@ import struct
 from pathlib import Path, PurePosixPath
 from typing import TypedDict, cast
 
+from dflash_guard import rules
 from dflash_guard.pins.folder import IGNORED_DIRS
-from dflash_guard.scan import jsonfile, rules
+from dflash_guard.scan import jsonfile
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.payloads import MAX_CHECKED, serialized_payload, too_large
 

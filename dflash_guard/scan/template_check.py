@@ -27,7 +27,7 @@ from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from dflash_guard.scan import rules
+from dflash_guard import rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
 
 DETECTOR = "template"

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflash_guard.scan import jsonfile, rules
+from dflash_guard import rules
+from dflash_guard.scan import jsonfile
 from dflash_guard.scan.interface import Finding, Severity
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.audit.feeds import FeedRules
-from dflash_guard.audit.rules import RULE_AFFECTED
 from dflash_guard.audit.run import run_audit
 from dflash_guard.errors import InputError
+from dflash_guard.rules import ADV_AFFECTED
 from dflash_guard.trust.gitclone import GitClone
 from dflash_guard.trust.policy import Signers
 from dflash_guard.trust.signing import sign_with_key
@@ -61,12 +61,12 @@ def _audit(lock, *feeds, signers=None):
 def test_a_local_build_is_its_public_version(tmp_path, torch_lock, affected):
     feed = write_feed(tmp_path / "a.json", osv("x_T-1", affected))
     report = _audit(torch_lock, feed)
-    assert report.ids(RULE_AFFECTED) == ["x_T-1"]
+    assert report.ids(ADV_AFFECTED.id) == ["x_T-1"]
 
 
 def test_another_local_build_listed_is_not_this_one(tmp_path, torch_lock):
     feed = write_feed(tmp_path / "a.json", osv("x_T-1", _pypi(TORCH, versions=["2.5.0+cu121"])))
-    assert _audit(torch_lock, feed).ids(RULE_AFFECTED) == []
+    assert _audit(torch_lock, feed).ids(ADV_AFFECTED.id) == []
 
 
 # --- N4 and its class: signed records win ----------------------------------------------------
@@ -98,7 +98,7 @@ def test_an_unsigned_newer_record_never_overrides_a_signed_one(tmp_path, torch_l
     signers = Signers((), (public,))
     for order in ((signed, unsigned), (unsigned, signed)):
         report = _audit(torch_lock, *order, signers=signers)
-        assert report.ids(RULE_AFFECTED) == ["x_T-3"], order
+        assert report.ids(ADV_AFFECTED.id) == ["x_T-3"], order
         assert report.overrides_refused and "unsigned record" in report.overrides_refused[0]
         assert report.to_json()["overrides_refused"]
 
@@ -112,7 +112,7 @@ def test_a_signed_newer_record_does_replace_a_signed_one(tmp_path, torch_lock):
     a = _signed_feed(tmp_path / "a", private, vendor)
     b = _signed_feed(tmp_path / "b", private, fixed)
     report = _audit(torch_lock, a, b, signers=Signers((), (public,)))
-    assert report.ids(RULE_AFFECTED) == [] and not report.overrides_refused
+    assert report.ids(ADV_AFFECTED.id) == [] and not report.overrides_refused
 
 
 # --- N18, N23, N26 and their class: bounded feed reads ---------------------------------------

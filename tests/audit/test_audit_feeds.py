@@ -8,9 +8,9 @@ import json
 import pytest
 
 from dflash_guard.audit.feeds import FeedRules, download
-from dflash_guard.audit.match import RULE_AFFECTED
 from dflash_guard.audit.run import run_audit
 from dflash_guard.errors import InputError
+from dflash_guard.rules import ADV_AFFECTED
 from dflash_guard.trust.policy import Signers
 from dflash_guard.trust.signing import sign_with_key
 from tests.support.audit import (
@@ -98,7 +98,7 @@ def test_feed_folder_skips_signature_files_and_has_a_listing_digest(lock, tmp_pa
     write_feed(folder / "b.json", osv("x_FEED-2", []))
     report = run_audit(lock, [str(folder)], rules=_rules(key_pair), now=NOW)
     assert [f.name for f in report.feeds[0].files] == ["a.json", "b.json"]
-    assert report.ids(RULE_AFFECTED) == ["x_FEED-1"] and report.feed_problems == ()
+    assert report.ids(ADV_AFFECTED.id) == ["x_FEED-1"] and report.feed_problems == ()
     strict = run_audit(lock, [str(folder)], rules=_rules(key_pair, allow_unsigned=False),
                        now=NOW)
     assert len(strict.feed_problems) == 1 and "b.json is not signed" in strict.feed_problems[0]
@@ -114,7 +114,7 @@ def test_feed_url_from_loopback_with_its_signature(lock, tmp_path, signed_feed, 
     with serve_folder(tmp_path) as base:
         report = run_audit(lock, [f"{base}/feed.json"],
                            rules=_rules(key_pair, allow_unsigned=False), now=NOW)
-        assert report.feed_problems == () and report.ids(RULE_AFFECTED) == ["x_FEED-1"]
+        assert report.feed_problems == () and report.ids(ADV_AFFECTED.id) == ["x_FEED-1"]
         assert report.feeds[0].source == f"{base}/feed.json"
         signed_feed.write_text(signed_feed.read_text().replace(DRAFTER_COMMIT, "c" * 40))
         tampered = run_audit(lock, [f"{base}/feed.json"], rules=_rules(key_pair), now=NOW)
@@ -142,7 +142,7 @@ def test_feed_zip_as_osv_dev_publishes_it(lock, tmp_path):
         zf.writestr("x_FEED-1.json", json.dumps(_drafter_record()))
         zf.writestr("x_FEED-2.json", json.dumps(osv("x_FEED-2", [])))
     report = run_audit(lock, [str(archive)], now=NOW)
-    assert report.advisories == 2 and report.ids(RULE_AFFECTED) == ["x_FEED-1"]
+    assert report.advisories == 2 and report.ids(ADV_AFFECTED.id) == ["x_FEED-1"]
     with zipfile.ZipFile(archive, "a") as zf:
         zf.writestr("x_FEED-3.json", json.dumps(osv("x_FEED-3", [{"versions": 3}])))
     with pytest.raises(InputError, match=r"all\.zip:x_FEED-3\.json: affected\[0\]\.versions: "):

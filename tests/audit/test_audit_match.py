@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.audit.match import normalise_repo_url
-from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 from dflash_guard.audit.run import run_audit
+from dflash_guard.rules import ADV_AFFECTED, ADV_UNKNOWN
 from dflash_guard.severity import Severity
 from tests.support.audit import (
     DRAFTER_COMMIT,
@@ -42,8 +42,8 @@ def _engine_advisory(history, **events):
 def test_audit_engine_git_range_on_a_real_clone(tmp_path, history, commit, affected):
     advisory = _engine_advisory(history, introduced=history.intro, fixed=history.fix)
     report = _audit(tmp_path, getattr(history, commit), advisory, clone=history.path)
-    assert report.ids(RULE_UNKNOWN) == []
-    assert report.ids(RULE_AFFECTED) == (["x_TEST-ENGINE-1"] if affected else [])
+    assert report.ids(ADV_UNKNOWN.id) == []
+    assert report.ids(ADV_AFFECTED.id) == (["x_TEST-ENGINE-1"] if affected else [])
     assert report.passed is (not affected)
 
 
@@ -51,24 +51,24 @@ def test_audit_engine_range_without_clone_is_unknown_not_clean(tmp_path, history
     advisory = _engine_advisory(history, introduced=history.intro, fixed=history.fix)
     report = _audit(tmp_path, history.inside, advisory)
     [finding] = report.findings
-    assert finding.rule_id == RULE_UNKNOWN and finding.severity is Severity.high
+    assert finding.rule_id == ADV_UNKNOWN.id and finding.severity is Severity.high
     assert "--engine-repo" in finding.message
     assert not report.passed
 
 
 def test_audit_engine_exact_event_commits_decide_without_clone(tmp_path, history):
     advisory = _engine_advisory(history, introduced=history.intro, fixed=history.fix)
-    assert _audit(tmp_path, history.intro, advisory).ids(RULE_AFFECTED) == ["x_TEST-ENGINE-1"]
+    assert _audit(tmp_path, history.intro, advisory).ids(ADV_AFFECTED.id) == ["x_TEST-ENGINE-1"]
     fixed = _audit(tmp_path, history.fix, advisory)
     assert fixed.findings == () and fixed.passed
 
 
 def test_audit_engine_last_affected_and_limit(tmp_path, history):
     last = _engine_advisory(history, introduced=history.intro, last_affected=history.inside)
-    assert _audit(tmp_path, history.inside, last, clone=history.path).ids(RULE_AFFECTED)
+    assert _audit(tmp_path, history.inside, last, clone=history.path).ids(ADV_AFFECTED.id)
     assert not _audit(tmp_path, history.fix, last, clone=history.path).findings
     limited = _engine_advisory(history, introduced="0", limit=history.fix)
-    assert _audit(tmp_path, history.inside, limited, clone=history.path).ids(RULE_AFFECTED)
+    assert _audit(tmp_path, history.inside, limited, clone=history.path).ids(ADV_AFFECTED.id)
     assert _audit(tmp_path, history.side, limited, clone=history.path).findings == ()
     assert _audit(tmp_path, history.after, limited, clone=history.path).findings == ()
 
@@ -77,13 +77,13 @@ def test_audit_engine_fix_cherry_picked_on_another_branch(tmp_path, history):
     """Two fixed events (one per branch): a commit after either fix is clean."""
     advisory = _engine_advisory(history, introduced="0", fixed=[history.fix, history.side])
     assert not _audit(tmp_path, history.side, advisory, clone=history.path).findings
-    assert _audit(tmp_path, history.root, advisory, clone=history.path).ids(RULE_AFFECTED)
+    assert _audit(tmp_path, history.root, advisory, clone=history.path).ids(ADV_AFFECTED.id)
 
 
 def test_audit_engine_commit_missing_from_clone_is_unknown(tmp_path, history):
     advisory = _engine_advisory(history, introduced=history.intro, fixed="f" * 40)
     report = _audit(tmp_path, history.inside, advisory, clone=history.path)
-    assert report.ids(RULE_UNKNOWN) == ["x_TEST-ENGINE-1"]
+    assert report.ids(ADV_UNKNOWN.id) == ["x_TEST-ENGINE-1"]
     assert "not in the clone" in report.findings[0].message
 
 
@@ -112,7 +112,7 @@ def _drafter_advisory(*versions: str, ranges=None):
 def test_audit_drafter_revision_listed_in_versions(tmp_path, history):
     report = _audit(tmp_path, history.root, _drafter_advisory(DRAFTER_COMMIT))
     [finding] = report.findings
-    assert finding.rule_id == RULE_AFFECTED and finding.severity is Severity.critical
+    assert finding.rule_id == ADV_AFFECTED.id and finding.severity is Severity.critical
     assert finding.subject.startswith(f"drafter {DRAFTER_REPO}@")
 
 
@@ -126,9 +126,9 @@ def test_audit_drafter_git_range_over_hub_repo_uses_its_clone(tmp_path, history)
                       drafter_commit=history.inside)
     feed = write_feed(tmp_path / "feed.json", _drafter_advisory(ranges=ranges))
     unknown = run_audit(lock, [str(feed)], now=NOW)
-    assert unknown.ids(RULE_UNKNOWN) == ["x_TEST-DRAFTER-1"]
+    assert unknown.ids(ADV_UNKNOWN.id) == ["x_TEST-DRAFTER-1"]
     decided = run_audit(lock, [str(feed)], clones={DRAFTER_REPO: history.path}, now=NOW)
-    assert decided.ids(RULE_AFFECTED) == ["x_TEST-DRAFTER-1"]
+    assert decided.ids(ADV_AFFECTED.id) == ["x_TEST-DRAFTER-1"]
 
 
 def _pypi(name: str, *, ranges=None, versions=()):
@@ -148,7 +148,7 @@ def _ecosystem(**events):
 def test_audit_pypi_ecosystem_range(tmp_path, history, version, affected):
     advisory = _pypi("vllm", ranges=_ecosystem(introduced="0.8.0", fixed="0.9.1"))
     report = _audit(tmp_path, history.root, advisory, packages=(("vllm", version),))
-    assert report.ids(RULE_AFFECTED) == (["PYSEC-2026-1"] if affected else [])
+    assert report.ids(ADV_AFFECTED.id) == (["PYSEC-2026-1"] if affected else [])
     if affected:  # no severity stated: treated as high, and said so
         assert report.findings[0].severity is Severity.high
 
@@ -156,7 +156,7 @@ def test_audit_pypi_ecosystem_range(tmp_path, history, version, affected):
 def test_audit_pypi_versions_and_name_normalisation(tmp_path, history):
     advisory = _pypi("Flash_Attn", versions=["2.7.0"])
     report = _audit(tmp_path, history.root, advisory, packages=(("flash-attn", "2.7.0"),))
-    assert report.ids(RULE_AFFECTED) == ["PYSEC-2026-1"]
+    assert report.ids(ADV_AFFECTED.id) == ["PYSEC-2026-1"]
     other = _audit(tmp_path, history.root, advisory, packages=(("flash-attn", "2.7.1"),))
     assert other.findings == ()
 
@@ -173,7 +173,7 @@ def test_audit_fail_on_spares_lower_severities(tmp_path, history):
         ENGINE_URL, introduced=history.root)]}], severity="LOW"))
     assert not run_audit(lock, [str(feed)], now=NOW).passed
     report = run_audit(lock, [str(feed)], fail_on=Severity.medium, now=NOW)
-    assert report.passed and report.ids(RULE_AFFECTED) == ["x_LOW-1"]
+    assert report.passed and report.ids(ADV_AFFECTED.id) == ["x_LOW-1"]
 
 
 def test_audit_cli_json_and_sarif(cli, tmp_path, history):
@@ -189,7 +189,7 @@ def test_audit_cli_json_and_sarif(cli, tmp_path, history):
     sarif = cli("audit", "--lock", lock, "--advisories", feed, "--format", "sarif")
     assert sarif.exit_code == 1
     [run] = json.loads(sarif.stdout)["runs"]
-    assert [r["ruleId"] for r in run["results"]] == [RULE_UNKNOWN]
+    assert [r["ruleId"] for r in run["results"]] == [ADV_UNKNOWN.id]
     text = cli("audit", "--lock", lock, "--advisories", feed, "--engine-repo",
                f"engine={history.path}", "--format", "text")
     assert text.exit_code == 1 and "FAIL" in text.stdout and "x_TEST-ENGINE-1" in text.stdout

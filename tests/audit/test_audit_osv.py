@@ -10,10 +10,10 @@ import pytest
 
 import dflash_guard.audit
 from dflash_guard.audit.author import AdvisorySubject, Events, new_advisory
-from dflash_guard.audit.match import RULE_AFFECTED
 from dflash_guard.audit.osv import parse_advisories, parse_advisory
 from dflash_guard.audit.run import run_audit
 from dflash_guard.errors import InputError
+from dflash_guard.rules import ADV_AFFECTED
 from dflash_guard.severity import Severity
 from tests.support.audit import DRAFTER_COMMIT, DRAFTER_REPO, NOW, osv, write_feed, write_lock
 
@@ -84,7 +84,7 @@ def test_advisory_new_roundtrip_is_matched(cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     lock = write_lock(tmp_path / "dflash.lock", engine_commit="a" * 40)
     report = run_audit(lock, [str(out)], now=NOW)
-    assert report.ids(RULE_AFFECTED) == ["x_ACME-2026-0001"]
+    assert report.ids(ADV_AFFECTED.id) == ["x_ACME-2026-0001"]
     assert report.findings[0].severity is Severity.critical
     again = cli("advisory", "new", "--id", "x_ACME-2026-0001", "--summary", "s", "--hf-repo",
                 DRAFTER_REPO, "--version", DRAFTER_COMMIT, "--out", out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dflash_guard import rules
 from dflash_guard.formats.terminal import markup_safe
 from dflash_guard.formats.text.findings import SEVERITY_STYLE
 
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
 
 def render_audit(report: AuditReport, console: Console) -> None:
     """Each feed read (or refused), each finding, and the one-line verdict."""
-    from dflash_guard.audit.rules import RULE_AFFECTED, RULE_UNKNOWN
 
     for feed in report.feeds:
         newest = feed.newest.date().isoformat() if feed.newest else "no records"
@@ -30,6 +30,7 @@ def render_audit(report: AuditReport, console: Console) -> None:
     verdict = "PASS" if report.passed else "FAIL"
     console.print(
         f"{verdict}: {report.subjects} pinned subjects against {report.advisories} advisories: "
-        f"{len(report.ids(RULE_AFFECTED))} affecting, {len(report.ids(RULE_UNKNOWN))} "
+        f"{len(report.ids(rules.ADV_AFFECTED.id))} affecting, "
+        f"{len(report.ids(rules.ADV_UNKNOWN.id))} "
         f"undecided, {len(report.failing)} findings at or above {report.fail_on.name}, "
         f"{len(report.feed_problems)} feed refusals", highlight=False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import warnings
 
-from dflash_guard.scan import rules
+from dflash_guard import rules
 from dflash_guard.scan.interface import Finding, Severity
 from dflash_guard.scan.remote_code.visitor import DETECTOR, Visitor
 

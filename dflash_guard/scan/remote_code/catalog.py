@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from dflash_guard.scan import rules
-from dflash_guard.scan.rules import Rule
+from dflash_guard import rules
+from dflash_guard.rules import Rule
 from dflash_guard.severity import Severity
 
 # Modules that modeling, configuration and tokenizer code of published models imports. An import

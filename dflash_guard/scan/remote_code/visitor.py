@@ -9,7 +9,7 @@ import ast
 import warnings
 from collections.abc import Sequence
 
-from dflash_guard.scan import rules
+from dflash_guard import rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.remote_code import catalog
 from dflash_guard.scan.remote_code.names import GLOBALS, Names, constant_str

@@ -1,8 +1,10 @@
-"""The scan rules: every rule id a detector can emit, its default severity, description and help.
+"""The rule registry: every rule id dflash-guard reports (the scan's detectors, `launch --check`
+and the advisory audit), its default severity, description and help.
 
-Detectors emit findings through these `Rule` objects (never an id string), `Finding` refuses an
-id that is not registered, and the SARIF rules and the README's rule table are built from
-`RULES`. A detector may report a rule above or below its default severity; the help says when.
+Findings are made from these `Rule` objects (never an id string), `Finding` refuses an id that
+is not registered, and the SARIF rules and the documented rule table are built from `RULES`. A
+detector may report a rule above or below its default severity; the help says when (an
+advisory finding always carries the advisory's own severity).
 """
 
 from __future__ import annotations
@@ -408,6 +410,25 @@ LAUNCH_SPECULATIVE = Rule(
     "A serve command's speculative method or token count differs from the policy's.",
     "`launch --check`: `launch.speculative_method` / `launch.num_speculative_tokens`",
 )
+
+ADV_AFFECTED = Rule(
+    "DG-ADV-AFFECTED", Severity.high,
+    "A locked engine commit, Hub revision or package version is affected by an OSV advisory.",
+    "`audit` and the gate's advisories step; reported with the advisory's own severity",
+)
+ADV_UNKNOWN = Rule(
+    "DG-ADV-UNKNOWN", Severity.high,
+    "An advisory range over a locked subject could not be decided (a GIT range without a "
+    "local clone): never reported as clean.",
+    "`audit` without `--engine-repo NAME=CLONE` for a GIT range; the advisory's own severity",
+)
+ADV_FEED = Rule(
+    "DG-ADV-FEED", Severity.critical,
+    "An advisory feed is refused: a signature that fails, unsigned where signatures are "
+    "required, or older than the maximum age.",
+    "`audit` (SARIF) for each refused feed; the gate refuses on it",
+)
+AUDIT_RULES = (ADV_AFFECTED, ADV_UNKNOWN, ADV_FEED)
 
 
 def _registry(rules: list[Rule]) -> Mapping[str, Rule]:
