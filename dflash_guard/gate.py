@@ -297,7 +297,8 @@ def check_scan(inputs: GateInputs) -> Checked:
     from dflash_guard.scan import Severity, scan_paths
 
     assert inputs.lock is not None
-    policy, used = inputs.policy, []
+    policy = inputs.policy
+    used: list[str] = []  # ids of the waivers applied
     fail_on = Severity.parse(policy.fail_on)
     problems: list[str] = []
     totals = {"findings": 0, "failing": 0, "remote_code": 0, "pickle_files": 0}
@@ -352,8 +353,9 @@ def check_scan(inputs: GateInputs) -> Checked:
         if is_drafter and report.param_count is not None and report.param_count > budget:
             problems.append(f"drafter: {report.param_count:,} parameters exceed the policy's "
                             f"budget of {budget:,} (drafter.max_params)")
-        per_role[artifact.role] = {**report.to_json(fail_on)["summary"],
-                                   "param_count": report.param_count}
+        role_summary = report.to_json(fail_on)["summary"]
+        assert isinstance(role_summary, dict)  # ScanReport.to_json's "summary" object
+        per_role[artifact.role] = {**role_summary, "param_count": report.param_count}
         totals["findings"] += len(report.findings)
         totals["failing"] += len(failing)
         totals["remote_code"] += len(report.remote_code)
@@ -369,7 +371,9 @@ def check_scan(inputs: GateInputs) -> Checked:
 
 def check_policy(inputs: GateInputs) -> Checked:
     assert inputs.lock is not None
-    policy, problems, used = inputs.policy, [], []
+    policy = inputs.policy
+    problems: list[str] = []
+    used: list[str] = []  # ids of the waivers applied
     tiers: dict[str, str] = {}
     for waiver in policy.expired_waivers(inputs.today):
         problems.append(f"waiver {waiver.id} ({waiver.covers}) expired on "
@@ -479,11 +483,12 @@ def check_difftest(inputs: GateInputs) -> Checked:
                                f"{report.tau} (a diff with nothing compared proves nothing)"
                                ), NOTHING
     near_ties = [d for d in report.divergences
-                 if d.divergence.margin is not None
+                 if d.divergence is not None and d.divergence.margin is not None
                  and d.divergence.margin < rules.near_tie_allowance]
     real = [d for d in report.divergences if d not in near_ties]
     if real:
         first = real[0].divergence
+        assert first is not None  # `divergences` holds only results that diverged
         return Outcome.refused(
             f"{len(real)} of {len(report.results)} prompts diverge from the target's greedy "
             f"output (first: {real[0].prompt_id} at token {first.position}, "
@@ -536,6 +541,7 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
                                "numbers"), NOTHING
     if hard:
         first = hard[0].divergence
+        assert first is not None  # a hard result has diverged
         return Outcome.refused(
             f"{len(hard)} of {total} prompts diverge between baseline and candidate "
             f"(first: {hard[0].prompt_id} at token {first.position}"

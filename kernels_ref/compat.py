@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 IN_DFLASH_CONFIG = frozenset({"mask_token_id", "target_layer_ids"})
 
@@ -32,7 +32,7 @@ def dflash_field(drafter: Mapping[str, Any], name: str) -> Any:
     return second.get(name) if value is None else value
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

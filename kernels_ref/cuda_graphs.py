@@ -21,6 +21,7 @@ CUDA Graphs notes (torch.cuda.graph, warm-up on a side stream), gpt-fast's stati
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import torch
@@ -104,9 +105,7 @@ class GraphTarget:
             ids = self.ids[t] = torch.zeros(1, t, dtype=torch.long, device=device)
             positions = self.positions[t] = torch.arange(t, device=device)
             self.graphs[t] = StepGraph(
-                lambda ids=ids, positions=positions: target(ids, positions, cache),
-                capture=capture,
-                reset=lambda: cache.crop(0),
+                partial(target, ids, positions, cache), capture=capture, reset=lambda: cache.crop(0)
             )
 
     @torch.inference_mode()
@@ -160,12 +159,7 @@ class GraphDrafter:
                 (1, t), drafter.config.mask_token_id, dtype=torch.long, device=device
             )
             offsets = torch.arange(t, device=device)
-            self.graphs[t] = StepGraph(
-                lambda ids=ids, offsets=offsets: drafter.draft(
-                    cache, target, ids, self.start + offsets
-                ),
-                capture=capture,
-            )
+            self.graphs[t] = StepGraph(partial(self._draft, ids, offsets), capture=capture)
         # Context updates: one graph per committed count 1..largest block (accepted + bonus).
         width = len(drafter.config.target_layer_ids) * drafter.config.layers.hidden_size
         dtype = drafter.fc.weight.dtype
@@ -176,12 +170,14 @@ class GraphDrafter:
             features = self.features[n] = torch.zeros(1, n, width, dtype=dtype, device=device)
             positions = self.positions[n] = torch.arange(n, device=device)
             self.context_graphs[n] = StepGraph(
-                lambda features=features, positions=positions: drafter.extend_context(
-                    cache, features, positions
-                ),
+                partial(drafter.extend_context, cache, features, positions),
                 capture=capture,
                 reset=lambda: cache.crop(0),
             )
+
+    def _draft(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """The draft step over the static `ids`, at the anchor's position plus `offsets`."""
+        return self.drafter.draft(self.cache, self.target, ids, self.start + offsets)
 
     @torch.inference_mode()
     def new_cache(self, max_len: int | None = None) -> KVCache:

@@ -18,9 +18,9 @@ import torch
 from torch import Tensor, nn
 
 from kernels_ref.compat import compatibility_problems
-from kernels_ref.config import bounded
+from kernels_ref.config import ModelConfig, bounded
 from kernels_ref.errors import RunnerError
-from kernels_ref.model import DecoderLayer, KVCache, ModelConfig, RMSNorm, Target
+from kernels_ref.model import DecoderLayer, KVCache, RMSNorm, Target
 
 MAX_BLOCK_SIZE = 1024  # a block is drafted in one forward (z-lab's drafters: 16)
 
@@ -132,6 +132,7 @@ class Drafter(nn.Module):
         layers = self.config.layers
         cos, sin = layers.rope.tables(positions, layers.head_dim, context.dtype)
         for index, layer in enumerate(self.layers):
+            assert isinstance(layer, DecoderLayer)  # nn.ModuleList yields plain Modules
             cache.write(index, *layer.self_attn.project_kv(context, cos, sin))
         cache.advance(features.shape[1])
 

@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels_ref.config import bounded
+from kernels_ref.config import ModelConfig, bounded
 from kernels_ref.drafter import Drafter, DrafterConfig
 from kernels_ref.errors import RunnerError
-from kernels_ref.model import DecoderLayer, KVCache, ModelConfig
+from kernels_ref.model import DecoderLayer, KVCache
 
 ARCHITECTURE = "DFlash2DraftModel"
 # Bounds on the DFlash 2 sizes that shape parameters (the group size divides hidden_size and
@@ -172,6 +172,8 @@ class Drafter2Layer(DecoderLayer):
 
 class CandidateSelector(nn.Module):
     """Top-k candidates per position, walked greedily with low-rank pairwise scores."""
+
+    unary_weight: Tensor  # a registered buffer
 
     def __init__(self, cfg: Drafter2Config) -> None:
         super().__init__()

@@ -163,13 +163,12 @@ def make_fixture_pair(
                                   str(existing))
     out_dir.mkdir(parents=True, exist_ok=True)
     drafter_config: dict[str, Any] = DRAFTER_CONFIG
-    drafter_weights: dict[str, torch.Tensor] | bytes = (
-        WEIGHTS / "drafter.safetensors"
-    ).read_bytes()
+    trained_drafter = (WEIGHTS / "drafter.safetensors").read_bytes()
+    drafter_weights: dict[str, torch.Tensor] | bytes = trained_drafter
     if dflash2:
         context = TARGET_CONFIG["max_position_embeddings"]
         drafter_config = dflash2_config(DRAFTER_CONFIG, context=context)
-        drafter_weights = dflash2_tensors(load(drafter_weights), drafter_config, DFLASH2_SEED)
+        drafter_weights = dflash2_tensors(load(trained_drafter), drafter_config, DFLASH2_SEED)
     target_config: dict[str, Any] = TARGET_CONFIG
     target_weights: dict[str, torch.Tensor] | bytes = (WEIGHTS / "target.safetensors").read_bytes()
     if head_dim is not None:

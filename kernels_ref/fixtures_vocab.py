@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
+from kernels_ref.config import ModelConfig
 from kernels_ref.drafter import Drafter, DrafterConfig
 from kernels_ref.fixtures import DRAFTER_CONFIG, write_pair
-from kernels_ref.model import ModelConfig, Target
+from kernels_ref.model import Target
 from kernels_ref.vocab import RealVocab, cached_tokenizer_json, real_vocab, tokenizer_config
 
 SEED = 23
@@ -45,10 +46,10 @@ SHAPE: dict[str, Any] = {
 }
 
 
-def _ids(tokenizer_path: Path, *names: str | None) -> list[int | None]:
+def _added_ids(tokenizer_path: Path) -> dict[str, int]:
+    """The ids of a `tokenizer.json`'s added tokens, by their text."""
     vocab = json.loads(tokenizer_path.read_text(encoding="utf-8"))
-    added = {entry["content"]: entry["id"] for entry in vocab["added_tokens"]}
-    return [added[name] if name is not None else None for name in names]
+    return {entry["content"]: entry["id"] for entry in vocab["added_tokens"]}
 
 
 def target_config(vocab: RealVocab, bos_id: int | None, eos_id: int) -> dict[str, Any]:
@@ -108,7 +109,10 @@ def make_vocab_pair(out_dir: Path, name: str, tree: Path, cache_dir: Path, *,
                                   str(existing))
     tokenizer = cached_tokenizer_json(models, vocab, cache_dir)
     source = template.read_bytes()
-    bos_id, eos_id, pad_id = _ids(tokenizer, vocab.bos_token, vocab.eos_token, vocab.pad_token)
+    added = _added_ids(tokenizer)
+    bos_id = None if vocab.bos_token is None else added[vocab.bos_token]
+    eos_id = added[vocab.eos_token]
+    pad_id = None if vocab.pad_token is None else added[vocab.pad_token]
     mask_id = vocab.size - 1  # an unused reserved / padding id, as DFlash drafters use
     target = target_config(vocab, bos_id, eos_id)
     drafter = drafter_config(target, mask_id)

@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
     try:
-        inject = Fault(args.inject) if args.inject else None
+        inject = Fault.parse(args.inject) if args.inject else None  # argparse checked the name
         engine = ReferenceEngine(args.target, args.drafter, inject=inject,
                                  device=args.device, dtype=args.dtype, model_name=args.model_name)
     except Exception as error:  # noqa: BLE001 - one line, never a traceback

@@ -138,8 +138,9 @@ def _byte_level_bpe_json(models_dir: Path, vocab: RealVocab) -> str:
         pre.Split(Regex(GGUF_PRE_TOKENIZER_SPLITS[keys["pre"]]), behavior="isolated"),
         pre.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
     ])
-    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True,
-                                           use_regex=True)
+    # Serialised with add_prefix_space, trim_offsets and use_regex all true: the decoder takes
+    # no settings (tokenizers ignores any passed) and those are its defaults.
+    tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens([
         AddedToken(token, special=True, normalized=False)
         for token, kind in zip(tokens, keys["types"], strict=True) if kind == CONTROL

@@ -57,20 +57,21 @@ def bench(
 
     Example: dflash-guard bench --baseline http://h:8000 --candidate http://h:8001 --plot b.svg
     """
+    from dflash_guard.cli.options import engine
     from dflash_guard.formats.text.bench import render_bench
     from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
-    from dflash_guard.lossless.endpoint.engine import EngineEndpoint
     from dflash_guard.lossless.prompts import read_prompts
     from dflash_guard.rollout.bench import BenchOptions, parse_tiers, run_bench
     from dflash_guard.urls import metrics_url
 
     if requests is not None and duration is not None:
         raise InputError("give either --requests or --duration, not both")
-    settings = dict(model=model, api_key_env=api_key_env, timeout=timeout, retries=retries)
     options = BenchOptions(
-        EngineEndpoint.from_env(baseline, **settings),
-        EngineEndpoint.from_env(candidate, **settings, metrics_url=None if no_metrics
-                                else metrics or metrics_url(candidate)),
+        engine(baseline, model=model, api_key_env=api_key_env, timeout=timeout,
+               retries=retries),
+        engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout,
+               retries=retries,
+               metrics=None if no_metrics else metrics or metrics_url(candidate)),
         tuple(read_prompts(prompts or DEFAULT_PROMPTS)), tiers=parse_tiers(concurrency),
         requests=requests, duration_s=duration, max_tokens=max_tokens, stream=stream,
     )

@@ -52,9 +52,10 @@ def endpoint(
 
     from dflash_guard.lossless.endpoint import EndpointOptions, run_endpoint_diff
 
-    settings = dict(model=model, api_key_env=api_key_env, timeout=timeout)
     options = EndpointOptions(
-        engine(baseline, **settings), engine(candidate, **settings, metrics=metrics),
+        engine(baseline, model=model, api_key_env=api_key_env, timeout=timeout),
+        engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout,
+               metrics=metrics),
         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
         near_tie_margin=near_tie_margin, token_ids=not no_token_ids)
     report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS, chat=True))

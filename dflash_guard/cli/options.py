@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.formats import PlainFormat
+from dflash_guard.lossless.endpoint.client import DEFAULT_RETRIES
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 
 Target = Annotated[Path, typer.Option("--target", help="Target model folder (HF layout).")]
@@ -45,7 +46,7 @@ NoTokenIds = Annotated[bool, typer.Option(
 
 
 def engine(url: str, *, model: str | None, api_key_env: str | None, timeout: float,
-           metrics: str | None = None) -> EngineEndpoint:
+           metrics: str | None = None, retries: int = DEFAULT_RETRIES) -> EngineEndpoint:
     """The engine at `url` as the flags describe it (its API key read from `api_key_env`)."""
     return EngineEndpoint.from_env(url, api_key_env=api_key_env, model=model, timeout=timeout,
-                                   metrics_url=metrics)
+                                   retries=retries, metrics_url=metrics)

@@ -287,13 +287,13 @@ def difftest_models(
     if cuda_graphs:
         models = _graph_models(target, drafter, prompts, max(budgets), size, inject)
     for prompt, budget in zip(prompts, budgets, strict=True):
-        args = {"max_new_tokens": budget, "stop_ids": stop_ids | prompt.stop_ids}
-        ar = generate(models[0], None, list(prompt.ids), **args)
-        spec = generate(*models, list(prompt.ids), block_size=size, inject=inject, **args)
+        stops = stop_ids | prompt.stop_ids
+        ar = generate(models[0], None, list(prompt.ids), max_new_tokens=budget, stop_ids=stops)
+        spec = generate(*models, list(prompt.ids), block_size=size, inject=inject,
+                        max_new_tokens=budget, stop_ids=stops)
         if inject is not None:
-            reference_runs.append(
-                generate(target, drafter, list(prompt.ids), block_size=size, **args)
-            )
+            reference_runs.append(generate(target, drafter, list(prompt.ids), block_size=size,
+                                           max_new_tokens=budget, stop_ids=stops))
         spec_runs.append(spec)
         results.append(compare(ar, spec, prompt, tokenizer, size, near_tie))
     histogram = Counter(length for gen in spec_runs for length in gen.acceptance)

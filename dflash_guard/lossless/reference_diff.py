@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -197,11 +197,12 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
     target = load_target(o.target, "cpu", o.dtype)
     prompts = load_prompts(prompts_path, tokenizer, target.config.vocab_size, o.target)
     metrics_url = o.candidate.metrics_url
-    base = dict(target=str(o.target), candidate=o.candidate.shown_url, model=o.candidate.model,
-                near_tie_margin=o.near_tie_margin, prompt_set=Path(prompts_path).name,
-                prompt_set_sha256=prompt_digest, max_new_tokens=o.max_new_tokens)
+    base = ReferenceDiffReport(
+        target=str(o.target), candidate=o.candidate.shown_url, model=o.candidate.model,
+        near_tie_margin=o.near_tie_margin, prompt_set=Path(prompts_path).name,
+        prompt_set_sha256=prompt_digest, max_new_tokens=o.max_new_tokens)
     if o.gguf is not None and (why := tokenizer_mismatch(o.gguf, o.target)):
-        return ReferenceDiffReport(**base, refused=why)
+        return replace(base, refused=why)
     stop_ids = frozenset(eos_token_ids(o.target))
     budgets = [min(p.max_new_tokens or o.max_new_tokens, o.max_new_tokens) for p in prompts]
     threads = choose_threads(count_parameters(target), requested=o.threads)
@@ -214,7 +215,7 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
             why = engine_tokenizer_mismatch(
                 engine, lambda text: tokenizer.encode(text, add_special_tokens=False))
             if why or (why := _prompt_mismatch(engine, specs, prompts, tokenizer)):
-                return ReferenceDiffReport(**{**base, "model": model}, refused=why)
+                return replace(base, model=model, refused=why)
         before = parse_prometheus(engine.get_text(metrics_url)) if metrics_url else None
 
         def ask(pair: tuple[Prompt, int]) -> Completion:
@@ -248,8 +249,9 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
             result = compare_completions(prompt.id, reference, answer,
                                          near_tie_margin=o.near_tie_margin, compare_text=False)
         results.append(result)
-    return ReferenceDiffReport(
-        **{**base, "model": model},
+    return replace(
+        base,
+        model=model,
         results=tuple(results),
         acceptance=acceptance,
         response_drafts=ResponseDrafts.total(a.drafts for a in answers),

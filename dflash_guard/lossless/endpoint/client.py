@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx2
@@ -365,14 +365,14 @@ def parse_completion(payload: Any) -> Completion:
     if keys is not None and all(isinstance(k, str) for k in keys):
         token_texts = tuple(str(k) for k in keys)
 
-    tops = []
+    tops: list[tuple[tuple[Token, float], ...]] = []
     for entry in logprobs.get("top_logprobs") or []:
         if entry is None:
             tops.append(())
             continue
         if not isinstance(entry, dict):
             raise ValueError("a `top_logprobs` entry is not an object")
-        ranked = []
+        ranked: list[tuple[Token, float]] = []
         for token, value in entry.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"logprob {value!r} is not a number")
@@ -470,12 +470,16 @@ def _verbose_tokens(payload: dict[str, Any]) -> tuple[int, ...] | None:
     return tuple(tokens)
 
 
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _drafts(timings: Any) -> tuple[int, int] | None:
     """llama.cpp's per-response `timings.draft_n` and `draft_n_accepted`, when it sent both."""
     if not isinstance(timings, dict):
         return None
     drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (drafted, accepted)):
+    if not (_is_int(drafted) and _is_int(accepted)):
         return None
     if not 0 <= accepted <= drafted:
         raise ValueError(f"`timings` says {accepted} of {drafted} drafted tokens were accepted")

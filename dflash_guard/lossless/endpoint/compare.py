@@ -40,6 +40,8 @@ def compare_completions(
     """Compare two completions of one prompt; classify the first divergence. With
     `compare_text` off, equal tokens are identical whatever text each side rendered (the
     reference runner's diff: the engine's detokenizer is not what it checks)."""
+    left: Sequence[Token]
+    right: Sequence[Token]
     if baseline.token_ids is not None and candidate.token_ids is not None:
         by, left, right = "token_ids", baseline.token_ids, candidate.token_ids
     elif baseline.token_texts is not None and candidate.token_texts is not None:
@@ -47,18 +49,21 @@ def compare_completions(
     else:
         by, left, right = "text", tuple(baseline.text), tuple(candidate.text)
 
-    lengths = {"reference_length": len(left), "candidate_length": len(right)}
+    def result(divergence: Divergence | None) -> PromptResult:
+        return PromptResult(prompt_id, divergence, by,
+                            reference_length=len(left), candidate_length=len(right))
+
     position = first_difference(left, right)
     if position is None:
         if compare_text and by != "text" and baseline.text != candidate.text:
             mismatch = Divergence(None, None, None, None, detail="same tokens but different text")
-            return PromptResult(prompt_id, mismatch, by, **lengths)
-        return PromptResult(prompt_id, None, by, **lengths)
+            return result(mismatch)
+        return result(None)
     base_token, cand_token = token_at(left, position), token_at(right, position)
     if by == "text":
         text = Divergence(position, base_token, cand_token, None,
                           detail="no token logprobs: compared text characters")
-        return PromptResult(prompt_id, text, by, **lengths)
+        return result(text)
 
     margin = _margin(baseline.top_logprobs, position)
     runner_up = baseline.top_logprobs[position][1][0] if margin is not None else None
@@ -74,7 +79,7 @@ def compare_completions(
         detail = "small margin, but the candidate's token is not the baseline's runner-up"
     divergence = Divergence(position, base_token, cand_token, margin, near_tie,
                             _margin(candidate.top_logprobs, position), detail)
-    return PromptResult(prompt_id, divergence, by, **lengths)
+    return result(divergence)
 
 
 def result_json(result: PromptResult) -> dict[str, Any]:

@@ -9,7 +9,6 @@ environment variable it came from), the timeout and retries, and the engine's Pr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.endpoint.client import (
@@ -43,10 +42,12 @@ class EngineEndpoint:
             raise InputError("the timeout must be positive, retries and backoff not negative")
 
     @classmethod
-    def from_env(cls, url: str, *, api_key_env: str | None = None,
-                 **settings: Any) -> EngineEndpoint:
+    def from_env(cls, url: str, *, api_key_env: str | None = None, model: str | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES,
+                 metrics_url: str | None = None) -> EngineEndpoint:
         """The endpoint at `url` with its API key read from `api_key_env` (when named)."""
-        return cls(url, api_key=read_api_key(api_key_env), key_source=api_key_env, **settings)
+        return cls(url, model=model, api_key=read_api_key(api_key_env), key_source=api_key_env,
+                   timeout=timeout, retries=retries, metrics_url=metrics_url)
 
     @property
     def shown_url(self) -> str:
