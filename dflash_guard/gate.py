@@ -13,7 +13,9 @@ missing file, a malformed policy) raise `InputError`.
 
 Each check is a function `(GateInputs) -> (Outcome, Learned)`: it reads the frozen inputs and
 hands what later checks (and the approval record) need on as a small frozen `Learned` value;
-`STEPS` is the list of the checks' names. `run_gate(GateOptions(...))` is the entry point.
+`STEPS` is the list of the checks' names. `run_gate(GateOptions(...))` is the entry point. What
+the policy makes of a finding (tiers, waivers, reviewed code) is `trust.judge`'s; each report
+writes its own section of the approval record (`record_section`).
 
 The module is over 450 lines on purpose: the ten checks read in the order they run, next to the
 loop that runs them; split apart, the order a deploy is checked in would be scattered.
@@ -34,21 +36,10 @@ from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.outcome import Outcome
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.patterns import COMMIT_RE
-from dflash_guard.pins.lockfile import Artifact, Lockfile, load_lockfile
-from dflash_guard.trust.evidence import (
-    artifact_key,
-    comparison_records,
-    engine_build,
-    provenance_note,
-    signed_by_policy,
-)
-from dflash_guard.trust.model_card import card_problems
-from dflash_guard.trust.policy import (
-    EndpointRules,
-    Policy,
-    RemoteCode,
-    load_policy,
-)
+from dflash_guard.pins.lockfile import Lockfile, load_lockfile
+from dflash_guard.trust.evidence import provenance_note, signed_by_policy
+from dflash_guard.trust.judge import MAX_LISTED, Judge
+from dflash_guard.trust.policy import EndpointRules, Policy, load_policy
 from dflash_guard.trust.provenance import (
     CheckResult,
     approval_statement,
@@ -69,7 +60,6 @@ from kernels_ref.faults import Fault  # torch-free
 if TYPE_CHECKING:  # kernels_ref.threads imports torch; the gate loads it only to diff-test
     from kernels_ref.threads import ThreadChoice
 
-MAX_LISTED = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,16 +191,9 @@ class GateInputs:
                                 else self.provenance_trusted),
         )
 
-    def tier(self, artifact: Artifact) -> str:
-        """The artifact's trust tier under the policy, given what the signature check found."""
-        return self.policy.artifact_tier(artifact, self.provenance_trusted)
-
-    def waived(self, kind: str, target: str, used: list[str]) -> bool:
-        """Whether an unexpired waiver covers `kind:target` (its id is added to `used`)."""
-        waiver = self.policy.waiver(kind, target, self.today)
-        if waiver is not None:
-            used.append(waiver.id)
-        return waiver is not None
+    def judge(self) -> Judge:
+        """The policy's judge for one check (it collects the waivers that check uses)."""
+        return Judge(self.policy, self.today, self.provenance_trusted)
 
 
 Checked = tuple[Outcome, Learned]
@@ -293,69 +276,27 @@ def _problem(kind: str) -> str:
 
 
 def check_scan(inputs: GateInputs) -> Checked:
-    from dflash_guard.rules import RC_REMOTE_REPO
     from dflash_guard.scan import Severity, scan_paths
 
     assert inputs.lock is not None
-    policy = inputs.policy
-    used: list[str] = []  # ids of the waivers applied
-    fail_on = Severity.parse(policy.fail_on)
-    problems: list[str] = []
+    judge, problems = inputs.judge(), []
+    fail_on = Severity.parse(inputs.policy.fail_on)
     totals = {"findings": 0, "failing": 0, "remote_code": 0, "pickle_files": 0}
-    per_role: dict[str, Any] = {}
+    per_role: dict[str, object] = {}
     for artifact in inputs.lock.artifacts:
         folder = inputs.locations.get(artifact.role)
         if folder is None:
             continue
-        tier = inputs.tier(artifact)
-        rule = policy.rule(tier)
         is_drafter = artifact.role == "drafter"
         report = scan_paths(
             [folder],
             target=inputs.locations.get("target") if is_drafter else None,
-            reviewed_sha256=policy.reviewed_sha256,
-            param_budget=policy.drafter_max_params if is_drafter else None,
+            reviewed_sha256=inputs.policy.reviewed_sha256,
+            param_budget=inputs.policy.drafter_max_params if is_drafter else None,
         )
-        # Code another repo serves (`auto_map` `ORG/REPO--module.Class`) is locked with its
-        # commit and digests, and verified byte for byte before this step: a reviewer can cover
-        # it in `reviewed_code` by the locked sha256, which then answers "the scan cannot see it".
-        locked_code = {f"{ref.repo}--{f.path}": f.sha256
-                       for ref in artifact.code_refs for f in ref.files}
-        reviewed_repos = {entry.split("--", 1)[0] for entry, sha in locked_code.items()
-                          if sha in policy.reviewed_sha256}
-        reviewed_repos -= {entry.split("--", 1)[0] for entry, sha in locked_code.items()
-                           if sha not in policy.reviewed_sha256}
-        failing = [f for f in report.findings
-                   if f.severity >= fail_on and not inputs.waived("scan", f.rule_id, used)
-                   and not (f.rule_id == RC_REMOTE_REPO.id
-                            and any(f"repository {r!r}" in f.message for r in reviewed_repos))]
-        problems += [f"{artifact.role}/{f.file}: {f.rule_id} ({f.severity.name}): {f.message}"
-                     for f in failing]
-        for code in report.remote_code:
-            if not code.sha256 and code.path in locked_code:
-                sha = locked_code[code.path]
-                code = dataclasses.replace(code, sha256=sha,
-                                           reviewed=sha in policy.reviewed_sha256)
-            if rule.remote_code is RemoteCode.allow or inputs.waived(
-                    "remote-code", code.sha256, used):
-                continue
-            if rule.remote_code is RemoteCode.deny:
-                problems.append(f"{artifact.role}/{code.path}: remote code is denied for the "
-                                f"{tier} tier")
-            elif not code.reviewed:
-                problems.append(f"{artifact.role}/{code.path}: unreviewed remote code "
-                                f"(sha256 {code.sha256}); add it to reviewed_code after review")
-        if report.pickle_files and not rule.pickle_allowed and not inputs.waived(
-                "pickle", artifact_key(artifact), used):
-            problems.append(f"{artifact.role}: pickle-format weights are not allowed for the "
-                            f"{tier} tier: {', '.join(report.pickle_files[:MAX_LISTED])}")
-        budget = policy.drafter_max_params
-        if is_drafter and report.param_count is not None and report.param_count > budget:
-            problems.append(f"drafter: {report.param_count:,} parameters exceed the policy's "
-                            f"budget of {budget:,} (drafter.max_params)")
-        role_summary = report.to_json(fail_on)["summary"]
-        assert isinstance(role_summary, dict)  # ScanReport.to_json's "summary" object
-        per_role[artifact.role] = {**role_summary, "param_count": report.param_count}
+        failing, found = judge.scan(artifact, report)
+        problems += found
+        per_role[artifact.role] = report.record_section(fail_on)
         totals["findings"] += len(report.findings)
         totals["failing"] += len(failing)
         totals["remote_code"] += len(report.remote_code)
@@ -366,85 +307,33 @@ def check_scan(inputs: GateInputs) -> Checked:
     return (Outcome.passed(f"{totals['findings']} findings, none at or above {fail_on.name}; "
                            f"{totals['remote_code']} remote-code files, "
                            f"{totals['pickle_files']} pickle files"),
-            Learned(waivers=tuple(used), record={"scan_summary": summary}))
+            Learned(waivers=tuple(judge.used), record={"scan_summary": summary}))
 
 
 def check_policy(inputs: GateInputs) -> Checked:
     assert inputs.lock is not None
-    policy = inputs.policy
-    problems: list[str] = []
-    used: list[str] = []  # ids of the waivers applied
-    tiers: dict[str, str] = {}
-    for waiver in policy.expired_waivers(inputs.today):
-        problems.append(f"waiver {waiver.id} ({waiver.covers}) expired on "
-                        f"{waiver.expires.isoformat()}")
-    for artifact in inputs.lock.artifacts:
-        tier = tiers[artifact.role] = inputs.tier(artifact)
-        key = artifact_key(artifact)
-        # A record keyed on `repo@commit` is about the Hub's bytes: it counts only for an
-        # artifact whose Hub provenance is trusted (confirmed, in a signed lock).
-        proven = artifact.hub_confirmed and inputs.provenance_trusted
-        if policy.rule(tier).staging_required and not (
-            (proven and policy.staging_approved(artifact.repo, artifact.commit))
-            or inputs.waived("staging", key, used)
-        ):
-            problems.append(f"{artifact.role} {artifact.label} ({tier} tier) has no recorded "
-                            "staging approval for this commit")
-        if artifact.role == "gguf" and policy.gguf_requires_comparison:
-            recorded, why_not = comparison_records(policy, inputs.lock,
-                                                   trust_root=inputs.trust_root)
-            if not ((proven and policy.gguf_compared(artifact.repo, artifact.commit))
-                    or recorded or inputs.waived("gguf-comparison", key, used)):
-                because = f" ({'; '.join(why_not)})" if why_not else ""
-                problems.append(f"gguf {artifact.label} has no recorded comparison against the "
-                                f"safetensors path{because}")
-    drafter_folder = inputs.locations.get("drafter")
-    if drafter_folder is not None:
-        target = inputs.lock.artifact("target")
-        target_repo = (target.repo if target is not None and target.hub_confirmed
-                       and inputs.provenance_trusted else None)
-        problems += [f"drafter {p}" for p in
-                     card_problems(drafter_folder, policy.model_card, target_repo)]
-    for engine in inputs.lock.engines:
-        build = engine_build(engine, inputs.engine_repos.get(engine.name))
-        if build.pr_head:
-            if not policy.allow_pr_head:
-                problems.append(f"engine {engine.name} is a PR-head build ({build.how}): the "
-                                "policy allows none")
-            elif not inputs.waived("engine", engine.name, used):
-                problems.append(f"engine {engine.name} is a PR-head build ({build.how}) without "
-                                f"a waiver (engine:{engine.name})")
-        elif policy.require_release and not build.release:
-            problems.append(f"engine {engine.name} is not a proven release build "
-                            f"({build.how})")
+    judge = inputs.judge()
+    problems = judge.lock(inputs.lock, inputs.locations, inputs.engine_repos, inputs.trust_root)
     if problems:
         return Outcome.refused(_listed(problems)), NOTHING
+    tiers = {artifact.role: judge.tier(artifact) for artifact in inputs.lock.artifacts}
     named = ", ".join(f"{role}: {tier}" for role, tier in sorted(tiers.items()))
-    waivers = tuple(dict.fromkeys((*inputs.waivers_used, *used)))
+    waivers = tuple(dict.fromkeys((*inputs.waivers_used, *judge.used)))
     listed = f"; waivers used: {', '.join(waivers)}" if waivers else ""
-    return Outcome.passed(f"tiers {named}{listed}"), Learned(tiers=tiers, waivers=tuple(used))
+    return Outcome.passed(f"tiers {named}{listed}"), Learned(tiers=tiers,
+                                                              waivers=tuple(judge.used))
 
 
 def check_advisories(inputs: GateInputs) -> Checked:
     """Audit the lock against the policy's OSV feeds: a refused feed (bad or missing signature,
     stale) or an advisory at or above `fail_on` (affecting, or undecided) refuses."""
-    from dflash_guard.audit.feeds import signed_by
     from dflash_guard.audit.run import run_policy_audit
-    from dflash_guard.rules import ADV_AFFECTED, ADV_UNKNOWN
 
     rules = inputs.policy.advisories
     if rules is None:
         return Outcome.skipped("not configured (the policy has no advisories section)"), NOTHING
     report = run_policy_audit(inputs.lock_path, rules, clones=inputs.engine_repos,
                               trust_root=inputs.trust_root)
-    summary = {
-        "feeds": [{"uri": f.source, "digest": {"sha256": f.digest.removeprefix("sha256:")},
-                   "newest": f.to_json()["newest"]} for f in report.feeds],
-        "signers": signed_by(report.feeds),
-        "fail_on": rules.fail_on,
-        "affected": report.ids(ADV_AFFECTED.id),
-        "unknown": report.ids(ADV_UNKNOWN.id),
-    }
     problems = list(report.feed_problems) + [f"{f.advisory} ({f.severity.name}): {f.subject}: "
                                              f"{f.message}" for f in report.failing]
     if problems:
@@ -452,7 +341,7 @@ def check_advisories(inputs: GateInputs) -> Checked:
     below = len(report.findings)
     return (Outcome.passed(f"{len(report.feeds)} feed(s), {report.advisories} advisories; none at "
                            f"or above {rules.fail_on}" + (f" ({below} below it)" if below else "")),
-            Learned(record={"advisories": summary}))
+            Learned(record={"advisories": report.record_section()}))
 
 
 def check_model_signatures(inputs: GateInputs) -> Checked:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_guard import rules
-from dflash_guard.audit.feeds import Feed, FeedRules, feed_problems, load_feed
+from dflash_guard.audit.feeds import Feed, FeedRules, feed_problems, load_feed, signed_by
 from dflash_guard.audit.match import AuditFinding, lock_subjects, match_lock
 from dflash_guard.audit.osv import Advisory
 from dflash_guard.errors import InputError
@@ -54,6 +54,18 @@ class AuditReport:
     def ids(self, rule_id: str) -> list[str]:
         """The advisory ids of the findings of one rule, sorted, once each."""
         return sorted({f.advisory for f in self.findings if f.rule_id == rule_id})
+
+    def record_section(self) -> dict[str, object]:
+        """The approval record's `advisories` section: each feed by digest, who signed the
+        feeds, the threshold, and the advisory ids affecting or undecided."""
+        return {
+            "feeds": [{"uri": f.source, "digest": {"sha256": f.digest.removeprefix("sha256:")},
+                       "newest": f.to_json()["newest"]} for f in self.feeds],
+            "signers": signed_by(self.feeds),
+            "fail_on": self.fail_on.name,
+            "affected": self.ids(rules.ADV_AFFECTED.id),
+            "unknown": self.ids(rules.ADV_UNKNOWN.id),
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -60,6 +60,13 @@ class ScanReport:
             "param_count": self.param_count,
         }
 
+    def record_section(self, fail_on: Severity | None = None) -> dict[str, object]:
+        """This scan's part of the approval record: the counts of `to_json`'s summary and the
+        parameter count (the findings themselves stay in the scan's own report)."""
+        summary = self.to_json(fail_on)["summary"]
+        assert isinstance(summary, dict)
+        return {**summary, "param_count": self.param_count}
+
     def summary(self) -> str:
         """One line: the verdict, counts, worst severity and the threshold."""
         worst = self.max_severity

@@ -1,0 +1,139 @@
+"""The policy's judgements on what the gate's checks found: a scan report, the locked artifacts
+and engines. The gate runs the checks and words the outcome; what the policy allows, which
+waiver covers what, and which tier an artifact has are decided here.
+
+A `Judge` is made per check; `used` collects the ids of the waivers it applied, which the
+approval record lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from pathlib import Path
+
+from dflash_guard.pins.lockfile import Artifact, Lockfile
+from dflash_guard.rules import RC_REMOTE_REPO
+from dflash_guard.scan.interface import Finding
+from dflash_guard.scan.report import ScanReport
+from dflash_guard.severity import Severity
+from dflash_guard.trust.evidence import artifact_key, comparison_records, engine_build
+from dflash_guard.trust.model_card import card_problems
+from dflash_guard.trust.policy import Policy, RemoteCode
+
+MAX_LISTED = 3
+
+
+@dataclasses.dataclass
+class Judge:
+    """The policy on a given day, and whether the lock's Hub claims count (a signed lock)."""
+
+    policy: Policy
+    today: dt.date
+    provenance_trusted: bool
+    used: list[str] = dataclasses.field(default_factory=list)
+
+    def tier(self, artifact: Artifact) -> str:
+        """The artifact's trust tier under the policy, given what the signature check found."""
+        return self.policy.artifact_tier(artifact, self.provenance_trusted)
+
+    def waived(self, kind: str, target: str) -> bool:
+        """Whether an unexpired waiver covers `kind:target` (its id is added to `used`)."""
+        waiver = self.policy.waiver(kind, target, self.today)
+        if waiver is not None:
+            self.used.append(waiver.id)
+        return waiver is not None
+
+    def scan(self, artifact: Artifact, report: ScanReport) -> tuple[list[Finding], list[str]]:
+        """The findings that fail under the policy and every problem the policy has with one
+        artifact's scan: failing findings, remote code its tier denies or nobody reviewed,
+        pickle weights its tier forbids, a drafter over the parameter budget."""
+        policy, tier = self.policy, self.tier(artifact)
+        rule = policy.rule(tier)
+        fail_on = Severity.parse(policy.fail_on)
+        # Code another repo serves (`auto_map` `ORG/REPO--module.Class`) is locked with its
+        # commit and digests, and verified byte for byte before the scan: a reviewer can cover
+        # it in `reviewed_code` by the locked sha256, which then answers "the scan cannot see it".
+        locked_code = {f"{ref.repo}--{f.path}": f.sha256
+                       for ref in artifact.code_refs for f in ref.files}
+        reviewed_repos = {entry.split("--", 1)[0] for entry, sha in locked_code.items()
+                          if sha in policy.reviewed_sha256}
+        reviewed_repos -= {entry.split("--", 1)[0] for entry, sha in locked_code.items()
+                           if sha not in policy.reviewed_sha256}
+        failing = [f for f in report.findings
+                   if f.severity >= fail_on and not self.waived("scan", f.rule_id)
+                   and not (f.rule_id == RC_REMOTE_REPO.id
+                            and any(f"repository {r!r}" in f.message for r in reviewed_repos))]
+        role = artifact.role
+        problems = [f"{role}/{f.file}: {f.rule_id} ({f.severity.name}): {f.message}"
+                    for f in failing]
+        for code in report.remote_code:
+            if not code.sha256 and code.path in locked_code:
+                sha = locked_code[code.path]
+                code = dataclasses.replace(code, sha256=sha,
+                                           reviewed=sha in policy.reviewed_sha256)
+            if rule.remote_code is RemoteCode.allow or self.waived("remote-code", code.sha256):
+                continue
+            if rule.remote_code is RemoteCode.deny:
+                problems.append(f"{role}/{code.path}: remote code is denied for the {tier} tier")
+            elif not code.reviewed:
+                problems.append(f"{role}/{code.path}: unreviewed remote code "
+                                f"(sha256 {code.sha256}); add it to reviewed_code after review")
+        if report.pickle_files and not rule.pickle_allowed and not self.waived(
+                "pickle", artifact_key(artifact)):
+            problems.append(f"{role}: pickle-format weights are not allowed for the {tier} "
+                            f"tier: {', '.join(report.pickle_files[:MAX_LISTED])}")
+        budget = policy.drafter_max_params
+        if role == "drafter" and report.param_count is not None and report.param_count > budget:
+            problems.append(f"drafter: {report.param_count:,} parameters exceed the policy's "
+                            f"budget of {budget:,} (drafter.max_params)")
+        return failing, problems
+
+    def lock(self, lock: Lockfile, locations: Mapping[str, Path],
+             engine_repos: Mapping[str, Path], trust_root: Path | None) -> list[str]:
+        """Every problem the policy has with the locked pair and engines: expired waivers,
+        missing staging approvals and GGUF comparisons, the drafter's model card, PR-head or
+        unproven engine builds."""
+        policy, problems = self.policy, []
+        for waiver in policy.expired_waivers(self.today):
+            problems.append(f"waiver {waiver.id} ({waiver.covers}) expired on "
+                            f"{waiver.expires.isoformat()}")
+        for artifact in lock.artifacts:
+            tier, key = self.tier(artifact), artifact_key(artifact)
+            # A record keyed on `repo@commit` is about the Hub's bytes: it counts only for an
+            # artifact whose Hub provenance is trusted (confirmed, in a signed lock).
+            proven = artifact.hub_confirmed and self.provenance_trusted
+            if policy.rule(tier).staging_required and not (
+                (proven and policy.staging_approved(artifact.repo, artifact.commit))
+                or self.waived("staging", key)
+            ):
+                problems.append(f"{artifact.role} {artifact.label} ({tier} tier) has no "
+                                "recorded staging approval for this commit")
+            if artifact.role == "gguf" and policy.gguf_requires_comparison:
+                recorded, why_not = comparison_records(policy, lock, trust_root=trust_root)
+                if not ((proven and policy.gguf_compared(artifact.repo, artifact.commit))
+                        or recorded or self.waived("gguf-comparison", key)):
+                    because = f" ({'; '.join(why_not)})" if why_not else ""
+                    problems.append(f"gguf {artifact.label} has no recorded comparison against "
+                                    f"the safetensors path{because}")
+        drafter_folder = locations.get("drafter")
+        if drafter_folder is not None:
+            target = lock.artifact("target")
+            target_repo = (target.repo if target is not None and target.hub_confirmed
+                           and self.provenance_trusted else None)
+            problems += [f"drafter {p}" for p in
+                         card_problems(drafter_folder, policy.model_card, target_repo)]
+        for engine in lock.engines:
+            build = engine_build(engine, engine_repos.get(engine.name))
+            if build.pr_head:
+                if not policy.allow_pr_head:
+                    problems.append(f"engine {engine.name} is a PR-head build ({build.how}): "
+                                    "the policy allows none")
+                elif not self.waived("engine", engine.name):
+                    problems.append(f"engine {engine.name} is a PR-head build ({build.how}) "
+                                    f"without a waiver (engine:{engine.name})")
+            elif policy.require_release and not build.release:
+                problems.append(f"engine {engine.name} is not a proven release build "
+                                f"({build.how})")
+        return problems
