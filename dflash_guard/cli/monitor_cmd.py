@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import stdout
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK, InputError
-from dflash_guard.formats import PlainFormat
+from dflash_guard.errors import InputError
+from dflash_guard.formats import PlainFormat, verdict_exit
 from dflash_guard.formats.text.monitor import interval_line
 from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
@@ -93,7 +93,7 @@ def monitor(
                 print(json_line(reading), flush=True)
             else:
                 stdout.print(interval_line(reading), highlight=False, markup=False)
-    raise typer.Exit(EXIT_OK if passed else EXIT_FINDING)
+    raise typer.Exit(verdict_exit(passed))
 
 
 def register(app: typer.Typer) -> None:

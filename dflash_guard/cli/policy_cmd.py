@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import stdout
-from dflash_guard.errors import EXIT_FINDING, EXIT_OK
+from dflash_guard.cli.common import finish, stdout
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.json import print_json
 from dflash_guard.formats.text.policy import render_policy_check
-from dflash_guard.trust.policy import load_policy
+from dflash_guard.trust.policy import PolicyCheck, load_policy
 
 policy_app = typer.Typer(
     help="Validate or show a deploy policy.", no_args_is_help=True, add_completion=False
@@ -32,22 +31,8 @@ def check(
     Example: dflash-guard policy check policies/strict.yaml
     """
     policy = load_policy(file)
-    expired = policy.expired_waivers(dt.datetime.now(dt.UTC).date())
-    if output is PlainFormat.json:
-        print_json({
-            "source": policy.source,
-            "name": policy.name,
-            "digest": policy.digest,
-            "passed": not expired,
-            "unsatisfiable": list(policy.unsatisfiable),
-            "expired_waivers": [
-                {"id": w.id, "covers": w.covers, "expires": w.expires.isoformat()}
-                for w in expired
-            ],
-        })
-    else:
-        render_policy_check(policy, expired, stdout)
-    raise typer.Exit(EXIT_FINDING if expired else EXIT_OK)
+    finish(PolicyCheck(policy, policy.expired_waivers(dt.datetime.now(dt.UTC).date())),
+           output, render_policy_check)
 
 
 @policy_app.command("show")

@@ -11,7 +11,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import assert_never
 
-from dflash_guard.formats.interface import FindingsReport, Renderer, Report, exit_code
+from dflash_guard.formats.interface import (
+    FindingsReport,
+    Renderer,
+    Report,
+    exit_code,
+    verdict_exit,
+)
 
 
 class OutputFormat(StrEnum):
@@ -49,4 +55,4 @@ def render(report: FindingsReport, output_format: OutputFormat) -> str:
 
 
 __all__ = ["FindingsReport", "OutputFormat", "PlainFormat", "Renderer", "Report", "exit_code",
-           "render", "renderer"]
+           "render", "renderer", "verdict_exit"]

@@ -54,7 +54,13 @@ class RecordedReport(Report, Protocol):
 
 def exit_code(report: Report) -> int:
     """The exit code of a finished command: 0 when its report passed, 1 when it did not."""
-    return EXIT_OK if report.passed else EXIT_FINDING
+    return verdict_exit(report.passed)
+
+
+def verdict_exit(passed: bool) -> int:
+    """0 for a verdict that passed, 1 for one that did not (a streamed command's, like
+    `monitor`'s, which keeps no report of every interval)."""
+    return EXIT_OK if passed else EXIT_FINDING
 
 
 # A renderer turns a report into the text to print or write.

@@ -735,6 +735,31 @@ def _extended(fields: Fields, name: str, source: str) -> Field:
 POLICY_MAX_BYTES = 4 * 1024 * 1024  # a policy is a few KB; long review lists stay far below
 
 
+@dataclasses.dataclass(frozen=True)
+class PolicyCheck:
+    """`policy check`'s report: the policy loaded (it is valid, or loading raised) and the
+    waivers that have expired (the gate refuses on those)."""
+
+    policy: Policy
+    expired: list[Waiver]
+
+    @property
+    def passed(self) -> bool:
+        return not self.expired
+
+    def to_json(self) -> dict[str, object]:
+        policy = self.policy
+        return {
+            "source": policy.source,
+            "name": policy.name,
+            "digest": policy.digest,
+            "passed": self.passed,
+            "unsatisfiable": list(policy.unsatisfiable),
+            "expired_waivers": [{"id": w.id, "covers": w.covers, "expires": w.expires.isoformat()}
+                                for w in self.expired],
+        }
+
+
 def load_policy(path: str | Path | None = None) -> Policy:
     """Read and validate a policy file (None: the built-in default); `InputError` when bad."""
     resolved = resolve_policy(path)

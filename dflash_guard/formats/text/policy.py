@@ -3,24 +3,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dflash_guard.trust.policy import Policy, Waiver
+    from dflash_guard.trust.policy import PolicyCheck
 
 
-def render_policy_check(policy: Policy, expired: Sequence[Waiver], console: Console) -> None:
+def render_policy_check(report: PolicyCheck, console: Console) -> None:
     """`SOURCE: valid (policy NAME, DIGEST)`, then one line per expired waiver."""
+    policy = report.policy
     console.print(f"{policy.source}: valid (policy {policy.name!r}, {policy.digest})",
                   highlight=False, soft_wrap=True, markup=False)
     for why in policy.unsatisfiable:
         console.print(f"  the gate refuses it as it stands: {why}; write a policy with "
                       f"extends: {policy.name} that names your signers",
                       highlight=False, soft_wrap=True, markup=False)
-    for waiver in expired:
+    for waiver in report.expired:
         console.print(f"  waiver {waiver.id} ({waiver.covers}) expired on "
                       f"{waiver.expires.isoformat()}: the gate will refuse",
                       highlight=False, soft_wrap=True, markup=False)
