@@ -32,7 +32,8 @@ Candidate = Annotated[str, typer.Option(
     "--candidate", help="URL of the engine with the DFlash drafter.")]
 Model = Annotated[str | None, typer.Option(
     "--model", help="Served model name (default: the server's first).")]
-Concurrency = Annotated[int, typer.Option("--concurrency", min=1, help="Prompts in flight.")]
+Concurrency = Annotated[int, typer.Option("--concurrency", min=1,
+                                          help="Requests in flight on each engine.")]
 ApiKeyEnv = Annotated[str | None, typer.Option(
     "--api-key-env", help="Environment variable holding the API key.")]
 Metrics = Annotated[str | None, typer.Option(

@@ -214,9 +214,11 @@ class CompletionClient:
         except (KeyError, IndexError, TypeError):
             raise self._fail("`/v1/models` lists no model; pass --model") from None
 
-    def complete(self, prompt: PromptSpec, *, model: str, max_tokens: int) -> Completion:
-        """Greedy completion of `prompt` with logprobs (and token ids when enabled); `max_tokens`
-        caps the prompt's own budget. A chat goes to `/v1/chat/completions`."""
+    def completion_request(self, prompt: PromptSpec, *, model: str, max_tokens: int
+                           ) -> tuple[str, dict[str, Any]]:
+        """The URL and JSON body `complete` sends for `prompt`: greedy, with logprobs (and token
+        ids when enabled); `max_tokens` caps the prompt's own budget; a chat goes to
+        `/v1/chat/completions`."""
         body: dict[str, Any] = {
             "model": model,
             "max_tokens": min(prompt.max_new_tokens or max_tokens, max_tokens),
@@ -248,9 +250,16 @@ class CompletionClient:
             # that end inside a UTF-8 character)
             body.update(return_tokens=True, verbose=True, response_fields=["tokens"])
         url = self.url.rsplit("/completions", 1)[0] + "/chat/completions" if chat else self.url
+        return url, body
+
+    def complete(self, prompt: PromptSpec, *, model: str, max_tokens: int) -> Completion:
+        """The greedy completion of `prompt` (`completion_request`'s request), parsed."""
+        url, body = self.completion_request(prompt, model=model, max_tokens=max_tokens)
         payload = self.request_json("POST", url, body)
         try:
-            return parse_chat_completion(payload) if chat else parse_completion(payload)
+            if isinstance(prompt.prompt, Chat):
+                return parse_chat_completion(payload)
+            return parse_completion(payload)
         except ValueError as error:
             raise self._fail(f"malformed completion for prompt {prompt.id!r}: {error}") from None
 

@@ -97,7 +97,8 @@ class EndpointDiffReport(ClassifiedResults):
 def run_endpoint_diff(
     options: EndpointOptions, prompts: Iterable[PromptSpec]
 ) -> EndpointDiffReport:
-    """Send every prompt to both endpoints (at most `concurrency` prompts in flight) and compare.
+    """Send every prompt to both endpoints (at most `concurrency` requests in flight on each)
+    and compare.
 
     Raises `EndpointError` when an endpoint cannot be used (unreachable, timeout, refusal,
     malformed answer); divergences are results, not errors.
@@ -115,26 +116,30 @@ def run_endpoint_diff(
         cand_model = o.candidate.model or cand.first_model()
         before = parse_prometheus(cand.get_text(metrics_url)) if metrics_url else None
 
-        def one(prompt: PromptSpec) -> tuple[PromptResult, tuple[int, int] | None]:
-            left = base.complete(prompt, model=base_model, max_tokens=o.max_new_tokens)
-            right = cand.complete(prompt, model=cand_model, max_tokens=o.max_new_tokens)
-            # a chat's text is each engine's parsed message (llama.cpp trims the content's
-            # leading space, vLLM does not): equal token ids decide there
-            result = compare_completions(prompt.id, left, right, near_tie_margin=o.near_tie_margin,
-                                         compare_text=not isinstance(prompt.prompt, Chat))
-            return result, right.drafts
-
-        pool = ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="endpoint-diff")
+        # Each engine gets its own `concurrency` requests in flight, as a client of the engine
+        # alone would: a prompt's two requests do not wait for each other.
+        pools = (ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="baseline"),
+                 ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="candidate"))
         try:
-            futures = [pool.submit(one, p) for p in prompts]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in futures if f in done and f.exception()), None)
-            if failed is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise failed.exception()  # type: ignore[misc]
-            answers = [f.result() for f in futures]
+            left = [pools[0].submit(base.complete, p, model=base_model,
+                                    max_tokens=o.max_new_tokens) for p in prompts]
+            right = [pools[1].submit(cand.complete, p, model=cand_model,
+                                     max_tokens=o.max_new_tokens) for p in prompts]
+            done, _ = wait(left + right, return_when=FIRST_EXCEPTION)
+            error = next((e for f in left + right if f in done and (e := f.exception())), None)
+            if error is not None:
+                for pool in pools:
+                    pool.shutdown(wait=False, cancel_futures=True)
+                raise error
+            pairs = [(a.result(), b.result()) for a, b in zip(left, right, strict=True)]
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            for pool in pools:
+                pool.shutdown(wait=True, cancel_futures=True)
+        # a chat's text is each engine's parsed message (llama.cpp trims the content's leading
+        # space, vLLM does not): equal token ids decide there
+        answers = [(compare_completions(p.id, a, b, near_tie_margin=o.near_tie_margin,
+                                        compare_text=not isinstance(p.prompt, Chat)), b.drafts)
+                   for p, (a, b) in zip(prompts, pairs, strict=True)]
 
         acceptance, warnings = None, []
         if before is not None and metrics_url:
