@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dflash_guard.fileio import write_atomic  # noqa: E402
-from dflash_guard.lossless.local import (  # noqa: E402
-    DEFAULT_PROMPTS,
-    default_stop_ids,
-    difftest_models,
-    load_prompts,
-)
+from dflash_guard.lossless.defaults import DEFAULT_PROMPTS  # noqa: E402
+from dflash_guard.lossless.local import default_stop_ids, difftest_models  # noqa: E402
+from dflash_guard.lossless.prompts import load_prompts  # noqa: E402
+from kernels_ref.config import ModelConfig  # noqa: E402
 from kernels_ref.cuda_graphs import GraphRunner, static_len  # noqa: E402
 from kernels_ref.drafter import Drafter, DrafterConfig  # noqa: E402
 from kernels_ref.fixtures import VOCAB_SIZE, make_fixture_pair  # noqa: E402
@@ -55,8 +54,8 @@ from kernels_ref.load import (
     load_drafter,  # noqa: E402
     load_target,  # noqa: E402
 )
-from kernels_ref.loop import Generation, features_at  # noqa: E402
-from kernels_ref.model import ModelConfig, Target  # noqa: E402
+from kernels_ref.loop import DraftModel, Generation, features_at  # noqa: E402
+from kernels_ref.model import DecoderLayer, RMSNorm, Target  # noqa: E402
 from kernels_ref.oracle import OracleDrafter  # noqa: E402
 from kernels_ref.tokenizer import load_tokenizer  # noqa: E402
 
@@ -148,19 +147,13 @@ def step_bytes(target: Target, drafter: Drafter, context: int) -> dict[str, int]
     draft_weights = param_bytes(*drafter.layers.parameters(), drafter.norm.weight, head)
     draft_kv = 2 * dcfg.num_hidden_layers * dcfg.num_key_value_heads * dcfg.head_dim * context
     size = embed.element_size()
-    context_weights = param_bytes(
-        drafter.fc.weight,
-        drafter.hidden_norm.weight,
-        *(
-            w
-            for layer in drafter.layers
-            for w in (
-                layer.self_attn.k_proj.weight,
-                layer.self_attn.v_proj.weight,
-                layer.self_attn.k_norm.weight,
-            )
-        ),
-    )
+    kv_weights: list[torch.Tensor] = []  # what the context update reads of each layer
+    for layer in drafter.layers:
+        assert isinstance(layer, DecoderLayer)  # nn.ModuleList yields plain Modules
+        attn = layer.self_attn
+        assert isinstance(attn.k_norm, RMSNorm)  # Qwen3 shapes: a per-head k norm
+        kv_weights += [attn.k_proj.weight, attn.v_proj.weight, attn.k_norm.weight]
+    context_weights = param_bytes(drafter.fc.weight, drafter.hidden_norm.weight, *kv_weights)
     return {
         "target": weights + kv * size,
         "draft": draft_weights + draft_kv * size,
@@ -193,7 +186,7 @@ def time_ms(
             setup()
         fn()
     sync(device)
-    times = []
+    times: list[float] = []
     for _ in range(iters):
         if setup is not None:
             setup()
@@ -250,11 +243,14 @@ def time_steps(
     return out
 
 
-def timed_generate(device: torch.device, *args: Any, **kwargs: Any) -> tuple[Generation, float]:
-    """One `generate` call and its wall seconds (after a synchronisation on each side)."""
+def timed_generate(
+    device: torch.device, decode: Callable[[], Generation]
+) -> tuple[Generation, float]:
+    """One `decode()` (a bound `generate` call) and its wall seconds (after a synchronisation
+    on each side)."""
     sync(device)
     began = time.perf_counter()
-    out = generate(*args, **kwargs)
+    out = decode()
     sync(device)
     return out, time.perf_counter() - began
 
@@ -271,20 +267,31 @@ def end_to_end(
     """Tokens/s of autoregressive and speculative decoding (oracle, and the runner's drafter
     when `with_drafter`) over `prompts`, through the runner; each measured after a warm-up."""
     device = target.model.embed_tokens.weight.device
+    # A GraphTarget stands in for the Target `generate` is annotated with (duck-typed, as in
+    # dflash_guard.lossless.local.difftest_models).
+    graph_target: Any = runner.target
     walls: dict[str, float] = {}
     tokens: dict[str, int] = {}
     steps: dict[str, list[int]] = {}
-    futures = []
-    plans: list[tuple[str, Callable[[int], Any]]] = [("ar", lambda i: None)]
+    futures: list[OracleDrafter] = []
+    plans: list[tuple[str, Callable[[int], DraftModel | None]]] = [("ar", lambda i: None)]
     plans.append(("oracle", lambda i: futures[i]))
     if with_drafter:
         plans.append(("drafter", lambda i: runner.drafter))
     for name, pick in plans:
         walls[name], tokens[name], steps[name] = 0.0, 0, []
         for i, (prompt, budget, stop) in enumerate(zip(prompts, budgets, stops, strict=True)):
-            args = {"max_new_tokens": budget, "stop_ids": stop, "block_size": block}
-            generate(runner.target, pick(i), prompt, **args)  # warm-up
-            out, wall = timed_generate(device, runner.target, pick(i), prompt, **args)
+            decode = partial(
+                generate,
+                graph_target,
+                pick(i),
+                prompt,
+                max_new_tokens=budget,
+                stop_ids=stop,
+                block_size=block,
+            )
+            decode()  # warm-up
+            out, wall = timed_generate(device, decode)
             if name == "ar":
                 futures.append(OracleDrafter(target, [*prompt, *out.tokens], block))
             walls[name] += wall
@@ -372,13 +379,14 @@ def bench_fixture(args: argparse.Namespace, device: torch.device, bw: float) -> 
                 max_new_tokens=args.fixture_tokens,
                 cuda_graphs=True,
             )
-            near = [r for r in report.divergences if r.divergence.near_tie]
+            divergences = [r.divergence for r in report.divergences if r.divergence is not None]
+            near = [d for d in divergences if d.near_tie]
             out[dtype] = {
                 "prompts": len(prompts),
                 "divergences": len(report.divergences),
                 "near_ties": len(near),
                 "hard": len(report.divergences) - len(near),
-                "margins": [r.divergence.margin for r in report.divergences],
+                "margins": [d.margin for d in divergences],
                 "tau": report.tau,
             }
         target = load_target(target_dir, device, args.dtype)  # timed in the shapes' dtype

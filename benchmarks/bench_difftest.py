@@ -18,14 +18,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_guard.lossless.local import (  # noqa: E402
-    DEFAULT_MAX_NEW_TOKENS,
-    DEFAULT_PROMPTS,
-    default_stop_ids,
-    load_prompts,
-    run_difftest,
-)
+from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS  # noqa: E402
+from dflash_guard.lossless.local import default_stop_ids, run_difftest  # noqa: E402
 from dflash_guard.lossless.options import LocalOptions  # noqa: E402
+from dflash_guard.lossless.prompts import load_prompts  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
 from kernels_ref.generate import generate  # noqa: E402
 from kernels_ref.load import (

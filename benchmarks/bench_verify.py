@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,7 +30,7 @@ from dflash_guard.pins.lockfile import Artifact, LockedFile, Lockfile  # noqa: E
 from dflash_guard.pins.verify import verify_lock  # noqa: E402
 
 
-def _seconds(fn) -> float:
+def _seconds(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -86,7 +87,7 @@ def main() -> None:
             report = verify_lock(lock, roots)
             assert report.passed and report.bytes_hashed == 0, report.to_json()
 
-        contenders = {"sha256sum": sha256sum}
+        contenders: dict[str, Callable[[], object]] = {"sha256sum": sha256sum}
         try:
             from model_signing import hashing as ms_hashing
 
