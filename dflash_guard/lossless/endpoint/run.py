@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from dflash_guard.lossless.endpoint.metrics import (
     parse_prometheus,
 )
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from kernels_ref.prompts import Chat, PromptSpec
 
 
@@ -95,12 +96,13 @@ class EndpointDiffReport(ClassifiedResults):
 
 
 def run_endpoint_diff(
-    options: EndpointOptions, prompts: Iterable[PromptSpec]
+    options: EndpointOptions, prompts: Iterable[PromptSpec], progress: Progress = NO_PROGRESS,
 ) -> EndpointDiffReport:
     """Send every prompt to both endpoints (at most `concurrency` prompts in flight) and compare.
 
-    Raises `EndpointError` when an endpoint cannot be used (unreachable, timeout, refusal,
-    malformed answer); divergences are results, not errors.
+    The prompts answered by both are a stage of `progress`. Raises `EndpointError` when an
+    endpoint cannot be used (unreachable, timeout, refusal, malformed answer); divergences are
+    results, not errors.
     """
     prompts = list(prompts)
     if not prompts:
@@ -127,11 +129,12 @@ def run_endpoint_diff(
         pool = ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="endpoint-diff")
         try:
             futures = [pool.submit(one, p) for p in prompts]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in futures if f in done and f.exception()), None)
-            if failed is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise failed.exception()  # type: ignore[misc]
+            with stage(progress, "asking both engines", len(futures), "prompts"):
+                for future in as_completed(futures):  # the first failure stops the rest
+                    if (error := future.exception()) is not None:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        raise error
+                    progress.advanced()
             answers = [f.result() for f in futures]
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
