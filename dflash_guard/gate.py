@@ -37,6 +37,7 @@ from dflash_guard.outcome import Outcome
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.lockfile import Lockfile, load_lockfile
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.trust.evidence import provenance_note, signed_by_policy
 from dflash_guard.trust.judge import MAX_LISTED, Judge
 from dflash_guard.trust.policy import EndpointRules, Policy, load_policy
@@ -175,6 +176,7 @@ class GateInputs:
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)
     provenance_trusted: bool = False  # the lock's hub-confirmed claims count (signed lock)
     threads: int | None = None
+    progress: Progress = dataclasses.field(default=NO_PROGRESS, compare=False, repr=False)
 
     def learn(self, learned: Learned) -> GateInputs:
         """These inputs with what a check learned added."""
@@ -260,7 +262,7 @@ def check_verify(inputs: GateInputs) -> Checked:
     # No stat cache: a cache can only save time, never decide an approval, so the gate hashes
     # every byte, and the record carries the digests computed here.
     report = verify_lock(inputs.lock, dict(inputs.roots), download=inputs.download,
-                         use_cache=False)
+                         use_cache=False, progress=inputs.progress)
     if not report.passed:
         return Outcome.refused(_listed(
             [f"{p.role}/{p.path}: {_problem(p.kind)}" for p in report.problems])), NOTHING
@@ -293,6 +295,7 @@ def check_scan(inputs: GateInputs) -> Checked:
             target=inputs.locations.get("target") if is_drafter else None,
             reviewed_sha256=inputs.policy.reviewed_sha256,
             param_budget=inputs.policy.drafter_max_params if is_drafter else None,
+            progress=inputs.progress,
         )
         failing, found = judge.scan(artifact, report)
         problems += found
@@ -357,7 +360,8 @@ def check_model_signatures(inputs: GateInputs) -> Checked:
 
 
 def check_difftest(inputs: GateInputs) -> Checked:
-    from dflash_guard.lossless.local import run_difftest
+    with stage(inputs.progress, "importing torch"):  # seconds: say so
+        from dflash_guard.lossless.local import run_difftest
     from dflash_guard.lossless.options import LocalOptions
 
     rules = inputs.policy.difftest
@@ -366,7 +370,7 @@ def check_difftest(inputs: GateInputs) -> Checked:
         prompts=Path(rules.prompts) if rules.prompts else None,
         max_new_tokens=rules.max_new_tokens, device=inputs.device,
         inject=inputs.inject, threads=inputs.threads,
-    ))
+    ), inputs.progress)
     if not report.results or not math.isfinite(report.tau):
         return Outcome.refused(f"cannot tell: {len(report.results)} prompts compared, tau "
                                f"{report.tau} (a diff with nothing compared proves nothing)"
@@ -416,6 +420,7 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
                 concurrency=rules.concurrency, near_tie_margin=rules.near_tie_margin,
             ),
             read_prompts(Path(rules.prompts) if rules.prompts else DEFAULT_PROMPTS),
+            inputs.progress,
         )
     except EndpointError as error:
         return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), NOTHING
@@ -470,7 +475,7 @@ def check_rollout(inputs: GateInputs) -> Checked:
             *inputs.engines,
             tuple(read_prompts(Path(endpoints.prompts) if endpoints.prompts else DEFAULT_PROMPTS)),
             tiers=(tier,), requests=rules.requests, max_tokens=endpoints.max_new_tokens,
-        ))
+        ), inputs.progress)
     except EndpointError as error:
         return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), NOTHING
     result = report.tiers[0]
@@ -597,10 +602,10 @@ def _check_outputs(options: GateOptions, policy: Policy) -> None:
     refuse_outputs_over_inputs(outputs, inputs)
 
 
-def run_gate(options: GateOptions, *,
-             on_check: Callable[[CheckResult], None] | None = None) -> GateResult:
+def run_gate(options: GateOptions, progress: Progress = NO_PROGRESS) -> GateResult:
     """Run every check in order; refuse at the first failure; write `options.out` only on
-    approval (signed as `options.signing` says). `on_check` sees each check as it ends."""
+    approval (signed as `options.signing` says). The checks are stages of `progress`, each
+    holding the stages of its own work (hashing, scanning, decoding, requests)."""
     _check_signing(options)
     policy = load_policy(options.policy)
     _check_outputs(options, policy)
@@ -618,16 +623,19 @@ def run_gate(options: GateOptions, *,
                  if endpoints is not None else None),
         engine_repos=dict(options.engine_repos),
         threads=options.threads,
+        progress=progress,
     )
     results: list[CheckResult] = []
-    for check in CHECKS:
-        outcome, learned = check.run(inputs)
-        results.append(CheckResult.of(check.name, outcome))
-        if on_check is not None:
-            on_check(results[-1])
-        if not outcome.ok:
-            return GateResult(False, tuple(results), reason=f"{check.name}: {outcome.reason}")
-        inputs = inputs.learn(learned)
+    with stage(progress, "gate", len(CHECKS), "checks"):
+        for check in CHECKS:
+            with stage(progress, check.name):
+                outcome, learned = check.run(inputs)
+            progress.advanced()
+            results.append(CheckResult.of(check.name, outcome))
+            if not outcome.ok:
+                return GateResult(False, tuple(results),
+                                  reason=f"{check.name}: {outcome.reason}")
+            inputs = inputs.learn(learned)
     assert inputs.lock is not None
     statement = approval_statement(
         inputs.lock_path, inputs.lock, policy, checks=results, tiers=inputs.tiers,

@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import finish
+from dflash_guard.cli.common import finish, progress
+from dflash_guard.cli.options import Quiet
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
-from dflash_guard.lossless.endpoint.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+from dflash_guard.lossless.defaults import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 from dflash_guard.rollout.bench import DEFAULT_MAX_TOKENS
 
 
@@ -52,6 +53,7 @@ def bench(
                        "matplotlib).")] = None,
     output_format: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
                              ] = PlainFormat.text,
+    quiet: Quiet = False,
 ) -> None:
     """Benchmark an engine with and without speculation at each concurrency tier.
 
@@ -79,7 +81,8 @@ def bench(
         from dflash_guard.rollout.plot import check_plot_target
 
         check_plot_target(plot)
-    report = run_bench(options)
+    with progress(quiet) as shown:
+        report = run_bench(options, shown)
     if plot is not None:
         from dflash_guard.rollout.plot import plot_report
 

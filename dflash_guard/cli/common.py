@@ -1,13 +1,17 @@
-"""Pieces every command shares: the two consoles, and "render the report, then exit"."""
+"""Pieces every command shares: the two consoles, where progress goes, and "render the report,
+then exit"."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 
 from dflash_guard.formats import PlainFormat, Report, exit_code
+from dflash_guard.progress import NO_PROGRESS, Progress
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,7 +52,19 @@ def finish(report: R, output_format: PlainFormat, render_text: Callable[[R, Cons
     raise typer.Exit(exit_code(report))
 
 
-def progress(message: str, output_format: PlainFormat) -> None:
-    """A progress line on stderr for text output (JSON runs stay quiet)."""
-    if output_format is PlainFormat.text:
-        _console("stderr").print(message, highlight=False, markup=False)
+@contextmanager
+def progress(quiet: bool) -> Iterator[Progress]:
+    """Where a command's long work reports (`dflash_guard.progress`): nowhere with `--quiet`,
+    transient bars when stderr is a terminal, plain lines when it is not (CI logs); never on
+    stdout. Print the report after the block: the bars are cleared when it ends."""
+    if quiet:
+        yield NO_PROGRESS
+    elif sys.stderr.isatty():
+        from dflash_guard.formats.progress import BarProgress
+
+        with BarProgress(_console("stderr")) as bars:
+            yield bars
+    else:
+        from dflash_guard.formats.progress import LineProgress
+
+        yield LineProgress(sys.stderr)

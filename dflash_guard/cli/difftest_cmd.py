@@ -25,6 +25,7 @@ from dflash_guard.cli.options import (
     Format,
     MaxNewTokens,
     Prompts,
+    Quiet,
     Target,
     Threads,
 )
@@ -58,6 +59,7 @@ def local(
     cuda_graphs: Annotated[bool, typer.Option(
         "--cuda-graphs", help="Replay the decode steps as CUDA graphs (cuda).")] = False,
     fail_on_warning: FailOnWarning = False, output_format: Format = PlainFormat.text,
+    quiet: Quiet = False,
 ) -> None:
     """Greedy speculative vs autoregressive decoding on the reference runner.
 
@@ -71,9 +73,10 @@ def local(
     options = LocalOptions(target, drafter, prompts=prompts, max_new_tokens=max_new_tokens,
                            block_size=block_size, device=device, dtype=dtype,
                            inject=parse_fault(inject), cuda_graphs=cuda_graphs, threads=threads)
-    progress(f"diff-testing {drafter} against {target} ...", output_format)
-    report = dataclasses.replace(run_difftest(options), fail_on_warning=fail_on_warning)
-    finish(report, output_format, views.render_local)
+    with progress(quiet) as shown:
+        report = run_difftest(options, shown)
+    finish(dataclasses.replace(report, fail_on_warning=fail_on_warning), output_format,
+           views.render_local)
 
 
 @app.command("sampled")
@@ -95,7 +98,7 @@ def sampled(
         + ", ".join(f for f in Fault if f.sampling) + ".")] = None,
     block_size: BlockSize = None, device: Device = "cpu", dtype: Dtype = "float32",
     threads: Threads = None,
-    output_format: Format = PlainFormat.text,
+    output_format: Format = PlainFormat.text, quiet: Quiet = False,
 ) -> None:
     """Sampled speculative decoding must draw from the target's law (chi-square tests).
 
@@ -109,8 +112,9 @@ def sampled(
         temperature=temperature, top_k=top_k, top_p=top_p, alpha=alpha, seed=seed,
         inject=parse_fault(inject), block_size=block_size, device=device, dtype=dtype,
         threads=threads)
-    progress(f"sampling {samples} draws per prompt and side ...", output_format)
-    finish(run_sampled_difftest(options), output_format, views.render_sampled)
+    with progress(quiet) as shown:
+        report = run_sampled_difftest(options, shown)
+    finish(report, output_format, views.render_sampled)
 
 
 def upgrade_args(args: list[str]) -> list[str]:

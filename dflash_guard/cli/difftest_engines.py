@@ -21,6 +21,7 @@ from dflash_guard.cli.options import (
     NearTieMargin,
     NoTokenIds,
     Prompts,
+    Quiet,
     Threads,
     Timeout,
     engine,
@@ -28,8 +29,11 @@ from dflash_guard.cli.options import (
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text import difftest as views
-from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
-from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S
+from dflash_guard.lossless.defaults import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_PROMPTS,
+    DEFAULT_TIMEOUT_S,
+)
 from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
 from dflash_guard.lossless.prompts import read_prompts
 
@@ -43,6 +47,7 @@ def endpoint(
     near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
     timeout: Timeout = DEFAULT_TIMEOUT_S, no_token_ids: NoTokenIds = False,
     fail_on_warning: FailOnWarning = False, output_format: Format = PlainFormat.text,
+    quiet: Quiet = False,
 ) -> None:
     """Two live OpenAI-compatible engines, without and with the drafter.
 
@@ -58,9 +63,11 @@ def endpoint(
                metrics=metrics),
         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
         near_tie_margin=near_tie_margin, token_ids=not no_token_ids)
-    report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS, chat=True))
-    report = dataclasses.replace(report, fail_on_warning=fail_on_warning)
-    finish(report, output_format, views.render_endpoint)
+    with progress(quiet) as shown:
+        report = run_endpoint_diff(options, read_prompts(prompts or DEFAULT_PROMPTS, chat=True),
+                                   shown)
+    finish(dataclasses.replace(report, fail_on_warning=fail_on_warning), output_format,
+           views.render_endpoint)
 
 
 def reference(
@@ -78,7 +85,7 @@ def reference(
     concurrency: Concurrency = 4, api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
     near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
     timeout: Timeout = DEFAULT_TIMEOUT_S, dtype: Dtype = "float32", threads: Threads = None,
-    output_format: Format = PlainFormat.text,
+    output_format: Format = PlainFormat.text, quiet: Quiet = False,
 ) -> None:
     """An engine against kernels_ref decoding the safetensors target (GGUF serving).
 
@@ -98,11 +105,10 @@ def reference(
                        metrics=metrics), gguf=gguf, conversion=conversion, prompts=prompts,
         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
         near_tie_margin=near_tie_margin, dtype=dtype, threads=threads)
-    progress(f"decoding with kernels_ref from {target} and with the engine ...", output_format)
-    report = run_reference_diff(options)
-    if record is not None:
-        write_reference_record(options, report, record)
-        progress(f"wrote {record}", output_format)
+    with progress(quiet) as shown:
+        report = run_reference_diff(options, shown)
+        if record is not None:
+            write_reference_record(options, report, record, shown)
     finish(report, output_format, views.render_reference)
 
 
@@ -113,7 +119,7 @@ def isolation(
         "--concurrency", min=2, help="Requests in flight (other tenants).")] = 4,
     api_key_env: ApiKeyEnv = None, near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
     timeout: Timeout = DEFAULT_TIMEOUT_S, no_token_ids: NoTokenIds = False,
-    output_format: Format = PlainFormat.text,
+    output_format: Format = PlainFormat.text, quiet: Quiet = False,
 ) -> None:
     """One engine: each prompt alone, then among prefix-sharing tenants; outputs must match.
 
@@ -125,7 +131,8 @@ def isolation(
         engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout),
         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
         near_tie_margin=near_tie_margin, token_ids=not no_token_ids)
-    report = run_isolation_diff(options, read_prompts(prompts or DEFAULT_PROMPTS))
+    with progress(quiet) as shown:
+        report = run_isolation_diff(options, read_prompts(prompts or DEFAULT_PROMPTS), shown)
     finish(report, output_format, views.render_isolation)
 
 

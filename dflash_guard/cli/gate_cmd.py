@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.audit_cmd import parse_clones
-from dflash_guard.cli.common import finish
+from dflash_guard.cli.common import finish, progress
+from dflash_guard.cli.options import Quiet
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.gate import render_gate
@@ -58,18 +59,21 @@ def gate(
                               "for the advisory audit's GIT ranges (repeatable).")] = None,
     fmt: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
                    ] = PlainFormat.text,
+    quiet: Quiet = False,
 ) -> None:
     """Run every check of a deploy in order; exit 0 approved, 1 refused, 2 usage/input error.
 
     Example: dflash-guard gate --lock dflash.lock --policy strict --out approval.json
     """
-    result = run_gate(GateOptions(
+    options = GateOptions(
         lock_path, policy, parse_roots(root or []), out=out,
         signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),
         trust_root=trust_root, download=download, device=device, inject=parse_fault(inject),
         threads=threads, endpoints=EndpointOverrides(baseline, candidate, api_key_env),
         engine_repos=parse_clones(engine_repo or []),
-    ))
+    )
+    with progress(quiet) as shown:
+        result = run_gate(options, shown)
     finish(result, fmt, render_gate)
 
 

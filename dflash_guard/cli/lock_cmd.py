@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import stderr, stdout
+from dflash_guard.cli.common import progress, stderr, stdout
+from dflash_guard.cli.options import Quiet
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import PlainFormat
@@ -56,6 +57,7 @@ def lock(
     fmt: Annotated[
         PlainFormat, typer.Option("--format", help="text or json.")
     ] = PlainFormat.text,
+    quiet: Quiet = False,
 ) -> None:
     """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile.
 
@@ -84,7 +86,9 @@ def lock(
 
         earlier = load_confirming_lock(confirmed_by, load_policy(policy).lockfile_signers,
                                        trust_root=trust_root)
-    result = build_lock(sources, engine or [], package or [], confirmed_by=earlier)
+    with progress(quiet) as shown:
+        result = build_lock(sources, engine or [], package or [], confirmed_by=earlier,
+                            progress=shown)
     if result.lock is None:
         stderr.print(f"[bold red]refused:[/] {markup_safe(result.outcome.reason)}", highlight=False)
         raise typer.Exit(EXIT_FINDING)

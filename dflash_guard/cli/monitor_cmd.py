@@ -11,7 +11,7 @@ from dflash_guard.cli.common import stdout
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat, verdict_exit
 from dflash_guard.formats.text.monitor import interval_line
-from dflash_guard.lossless.endpoint.client import DEFAULT_TIMEOUT_S
+from dflash_guard.lossless.defaults import DEFAULT_TIMEOUT_S
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.rollout.monitor import (
     DEFAULT_INTERVAL_S,

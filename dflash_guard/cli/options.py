@@ -1,16 +1,19 @@
-"""Command-line options several commands share (the difftest modes, above all), and the one
-place an `EngineEndpoint` is built from flags."""
+"""Command-line options several commands share (the difftest modes above all, and `--quiet` on
+every command that does long work), and the one place an `EngineEndpoint` is built from
+flags."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dflash_guard.formats import PlainFormat
-from dflash_guard.lossless.endpoint.client import DEFAULT_RETRIES
-from dflash_guard.lossless.endpoint.engine import EngineEndpoint
+from dflash_guard.lossless.defaults import DEFAULT_RETRIES
+
+if TYPE_CHECKING:  # the endpoint client imports an HTTP stack: `scan` and `lock` do not pay it
+    from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 
 Target = Annotated[Path, typer.Option("--target", help="Target model folder (HF layout).")]
 Drafter = Annotated[Path, typer.Option("--drafter", help="DFlash drafter folder (HF layout).")]
@@ -26,6 +29,8 @@ Threads = Annotated[int | None, typer.Option(
     "--threads", min=1, help="Torch CPU threads for kernels_ref (default: chosen from the model's "
     "size and the free cores).")]
 Format = Annotated[PlainFormat, typer.Option("--format", help="text or json.")]
+Quiet = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="No progress on stderr (errors still go there).")]
 FailOnWarning = Annotated[bool, typer.Option(
     "--fail-on-warning", help="Exit 1 on an acceptance warning too.")]
 Candidate = Annotated[str, typer.Option(
@@ -49,5 +54,7 @@ NoTokenIds = Annotated[bool, typer.Option(
 def engine(url: str, *, model: str | None, api_key_env: str | None, timeout: float,
            metrics: str | None = None, retries: int = DEFAULT_RETRIES) -> EngineEndpoint:
     """The engine at `url` as the flags describe it (its API key read from `api_key_env`)."""
+    from dflash_guard.lossless.endpoint.engine import EngineEndpoint
+
     return EngineEndpoint.from_env(url, api_key_env=api_key_env, model=model, timeout=timeout,
                                    retries=retries, metrics_url=metrics)

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from dflash_guard import formats
+from dflash_guard.cli.common import progress
+from dflash_guard.cli.options import Quiet
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat, exit_code
@@ -54,6 +56,7 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option("--param-budget", help="Most parameters a drafter may have (3e9)."),
         ] = None,
+        quiet: Quiet = False,
     ) -> None:
         """Scan checkpoints, chat templates and remote code; exit 1 on findings at --fail-on+.
 
@@ -61,12 +64,14 @@ def register(app: typer.Typer) -> None:
         """
         refuse_outputs_over_inputs([("--output", output)],
                                    [*(("PATH", Path(p)) for p in paths), ("--target", target)])
-        report = scan_paths(
-            paths,
-            target=target,
-            reviewed_sha256=frozenset(digest.lower() for digest in reviewed or []),
-            param_budget=param_budget,
-        )
+        with progress(quiet) as shown:
+            report = scan_paths(
+                paths,
+                target=target,
+                reviewed_sha256=frozenset(digest.lower() for digest in reviewed or []),
+                param_budget=param_budget,
+                progress=shown,
+            )
         report = dataclasses.replace(report, fail_on=fail_on)
         if output is None and output_format is OutputFormat.text and report.findings:
             from dflash_guard.cli.common import stdout
@@ -81,7 +86,8 @@ def register(app: typer.Typer) -> None:
             except OSError as error:
                 reason = error.strerror or error
                 raise InputError(f"{output}: cannot write the report ({reason})") from None
-            from dflash_guard.cli.common import stderr
+            if not quiet:
+                from dflash_guard.cli.common import stderr
 
-            stderr.print(f"report written to {output}", highlight=False)
+                stderr.print(f"report written to {output}", highlight=False)
         raise typer.Exit(exit_code(report))

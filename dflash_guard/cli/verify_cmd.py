@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import finish, stderr
+from dflash_guard.cli.common import finish, progress
+from dflash_guard.cli.options import Quiet
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.verify import render_verify
@@ -16,38 +17,6 @@ from dflash_guard.pins.verify import verify_lock
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.signing import verify_signatures
 from dflash_guard.trust.verified import VerifiedLock
-
-if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
-
-# Hashing less than this is quick: no progress bar for it.
-PROGRESS_MIN_BYTES = 256 * 1024 * 1024
-
-
-class HashingBar:
-    """The progress callback `verify_lock` calls: a transient rich bar on stderr for folders of
-    at least `PROGRESS_MIN_BYTES`, drawn while one folder is hashed and removed when it is done."""
-
-    def __init__(self) -> None:
-        self._bar: Progress | None = None
-        self._task: TaskID | None = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self._bar is None:
-            if done or total < PROGRESS_MIN_BYTES:
-                return
-            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-            self._bar = Progress("[progress.description]{task.description}", BarColumn(),
-                                 DownloadColumn(), TransferSpeedColumn(), console=stderr,
-                                 transient=True)
-            self._task = self._bar.add_task("hashing", total=total)
-            self._bar.start()
-        assert self._task is not None
-        self._bar.update(self._task, completed=done)
-        if done >= total:
-            self._bar.stop()
-            self._bar = None
 
 
 def parse_roots(specs: list[str]) -> dict[str, Path]:
@@ -92,6 +61,7 @@ def verify(
     fmt: Annotated[
         PlainFormat, typer.Option("--format", help="text or json.")
     ] = PlainFormat.text,
+    quiet: Quiet = False,
 ) -> None:
     """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch).
 
@@ -99,13 +69,9 @@ def verify(
     """
     lockfile = load_lockfile(lock_path)
     accepted = load_policy(policy)  # a bad policy fails before any hashing
-    report = verify_lock(
-        lockfile,
-        parse_roots(root or []),
-        download=download,
-        use_cache=not no_cache,
-        on_progress=HashingBar() if stderr.is_terminal else None,
-    )
+    with progress(quiet) as shown:
+        report = verify_lock(lockfile, parse_roots(root or []), download=download,
+                             use_cache=not no_cache, progress=shown)
     # Signatures: the lockfile's when one exists or the policy requires it; each model.sig.
     signatures = verify_signatures(lock_path, lockfile, report.locations, accepted,
                                    trust_root=trust_root)

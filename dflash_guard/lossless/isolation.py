@@ -26,6 +26,7 @@ from dflash_guard.lossless.endpoint.compare import (
 )
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from kernels_ref.prompts import PromptSpec
 
 SHARED_SHARE = 0.75  # the share of a prompt a tenant's request repeats before its own tail
@@ -131,11 +132,12 @@ def _all(pool: ThreadPoolExecutor, work: Callable[[T], Completion],
 
 
 def run_isolation_diff(
-    options: IsolationOptions, prompts: Iterable[PromptSpec]
+    options: IsolationOptions, prompts: Iterable[PromptSpec], progress: Progress = NO_PROGRESS,
 ) -> IsolationReport:
     """Solo runs, a tenant wave, then the prompts among tenants; compare each with its solo run.
 
-    Raises `EndpointError` when the endpoint cannot be used; divergences are results.
+    The solo runs and the runs among tenants are stages of `progress`. Raises `EndpointError`
+    when the endpoint cannot be used; divergences are results.
     """
     prompts = list(prompts)
     if not prompts:
@@ -149,9 +151,14 @@ def run_isolation_diff(
         def complete(prompt: PromptSpec) -> Completion:
             return client.complete(prompt, model=model, max_tokens=o.max_new_tokens)
 
-        solo = [complete(p) for p in prompts]
-        with ThreadPoolExecutor(max_workers=o.concurrency,
-                                thread_name_prefix="isolation-diff") as pool:
+        solo = []
+        with stage(progress, "each prompt alone", len(prompts), "prompts"):
+            for p in prompts:
+                solo.append(complete(p))
+                progress.advanced()
+        with (stage(progress, f"among {len(tenants)} tenants"),
+              ThreadPoolExecutor(max_workers=o.concurrency,
+                                 thread_name_prefix="isolation-diff") as pool):
             _all(pool, complete, tenants)
             by_id = {t.id: t for t in tenants}
             mixed: list[PromptSpec] = []

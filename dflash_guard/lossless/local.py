@@ -30,6 +30,7 @@ from dflash_guard.lossless.result import (
     first_difference,
     token_at,
 )
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
 from kernels_ref.drafter import Drafter
@@ -254,6 +255,7 @@ def difftest_models(
     block_size: int | None = None,
     inject: Fault | None = None,
     cuda_graphs: bool = False,
+    progress: Progress = NO_PROGRESS,
 ) -> DifftestReport:
     """Diff-test loaded models on `prompts` (the library core; `run_difftest` loads folders).
 
@@ -261,7 +263,8 @@ def difftest_models(
     `max_new_tokens` or 64. With `inject`, the clean speculative path is also run, as the
     acceptance reference. With `cuda_graphs`, both decodes run through a `GraphRunner` (static
     caches; decode, verify and draft steps captured as CUDA graphs on a CUDA device, run eagerly
-    over the same static buffers elsewhere).
+    over the same static buffers elsewhere). The prompts are the stage `decoding` of
+    `progress`, with the tokens decoded and tau so far.
     """
     if inject is not None and not inject.greedy:
         raise InputError(f"{inject} plants a sampler bug: use it with `difftest sampled`")
@@ -286,16 +289,24 @@ def difftest_models(
     models: tuple[Any, Any] = (target, drafter)
     if cuda_graphs:
         models = _graph_models(target, drafter, prompts, max(budgets), size, inject)
-    for prompt, budget in zip(prompts, budgets, strict=True):
-        stops = stop_ids | prompt.stop_ids
-        ar = generate(models[0], None, list(prompt.ids), max_new_tokens=budget, stop_ids=stops)
-        spec = generate(*models, list(prompt.ids), block_size=size, inject=inject,
-                        max_new_tokens=budget, stop_ids=stops)
-        if inject is not None:
-            reference_runs.append(generate(target, drafter, list(prompt.ids), block_size=size,
-                                           max_new_tokens=budget, stop_ids=stops))
-        spec_runs.append(spec)
-        results.append(compare(ar, spec, prompt, tokenizer, size, near_tie))
+    tokens, steps, accepted = 0, 0, 0  # so far, for `progress`
+    with stage(progress, "decoding", len(prompts), "prompts"):
+        for prompt, budget in zip(prompts, budgets, strict=True):
+            stops = stop_ids | prompt.stop_ids
+            ar = generate(models[0], None, list(prompt.ids), max_new_tokens=budget,
+                          stop_ids=stops)
+            spec = generate(*models, list(prompt.ids), block_size=size, inject=inject,
+                            max_new_tokens=budget, stop_ids=stops)
+            if inject is not None:
+                reference_runs.append(generate(target, drafter, list(prompt.ids),
+                                               block_size=size, max_new_tokens=budget,
+                                               stop_ids=stops))
+            spec_runs.append(spec)
+            results.append(compare(ar, spec, prompt, tokenizer, size, near_tie))
+            tokens += len(spec.tokens)
+            steps += len(spec.acceptance)
+            accepted += sum(spec.acceptance)
+            progress.advanced(1, f"{tokens} tokens, tau {accepted / max(steps, 1):.2f}")
     histogram = Counter(length for gen in spec_runs for length in gen.acceptance)
     tau_reference = mean_acceptance(reference_runs) if reference_runs else None
     warnings = acceptance_warnings(spec_runs, size, tau_reference)
@@ -338,24 +349,25 @@ def _graph_models(
 
 
 @runner_errors()
-def run_difftest(options: LocalOptions) -> DifftestReport:
+def run_difftest(options: LocalOptions, progress: Progress = NO_PROGRESS) -> DifftestReport:
     """Load the pair from HF-style folders and diff-test it on the options' prompts.
 
     Decoding runs on the thread count `kernels_ref.threads.choose_threads` picks for the pair's
-    size, or on `options.threads`; the report says which and why. Raises `InputError` for a
-    missing folder, a malformed file, a drafter that does not match
-    its target, an unavailable device, or `cuda_graphs` off CUDA.
+    size, or on `options.threads`; the report says which and why. Loading and decoding are
+    stages of `progress`. Raises `InputError` for a missing folder, a malformed file, a drafter
+    that does not match its target, an unavailable device, or `cuda_graphs` off CUDA.
     """
     torch_device = parse_device(options.device)
     if options.cuda_graphs and torch_device.type != "cuda":
         raise InputError("--cuda-graphs needs --device cuda")
     target_dir, drafter_dir = Path(options.target), Path(options.drafter)
-    target = load_target(target_dir, torch_device, options.dtype)
-    drafter = load_drafter(drafter_dir, target, torch_device, options.dtype)
-    tokenizer = load_tokenizer(target_dir)
-    prompt_set = load_prompts(
-        options.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size, target_dir
-    )
+    with stage(progress, f"loading {target_dir} and {drafter_dir}"):
+        target = load_target(target_dir, torch_device, options.dtype)
+        drafter = load_drafter(drafter_dir, target, torch_device, options.dtype)
+        tokenizer = load_tokenizer(target_dir)
+        prompt_set = load_prompts(
+            options.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size, target_dir
+        )
     choice = choose_threads(count_parameters(target, drafter), requested=options.threads)
     with using_threads(choice):
         report = difftest_models(
@@ -368,5 +380,6 @@ def run_difftest(options: LocalOptions) -> DifftestReport:
             block_size=options.block_size,
             inject=options.inject,
             cuda_graphs=options.cuda_graphs,
+            progress=progress,
         )
     return replace(report, threads=choice)

@@ -45,6 +45,7 @@ from dflash_guard.lossless.prompts import Prompt, load_prompts, read_prompts
 from dflash_guard.lossless.reference import runner_errors
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
 from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.trust.comparison import comparison_statement, read_conversion, write_comparison
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.generate import generate
@@ -185,17 +186,20 @@ def _prompt_mismatch(engine: CompletionClient, specs: list[PromptSpec], prompts:
 
 
 @runner_errors()
-def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
+def run_reference_diff(options: ReferenceOptions,
+                       progress: Progress = NO_PROGRESS) -> ReferenceDiffReport:
     """Check the GGUF's tokenizer, decode every prompt with kernels_ref and with the engine,
-    and compare. Raises `InputError` for unreadable inputs and `EndpointError` for an engine
-    that cannot be used; a divergence or a tokenizer mismatch is a result."""
+    and compare (loading, decoding and the engine's answers are stages of `progress`). Raises
+    `InputError` for unreadable inputs and `EndpointError` for an engine that cannot be used;
+    a divergence or a tokenizer mismatch is a result."""
     o = options
     prompts_path = o.prompts or DEFAULT_PROMPTS
     prompt_digest = hashlib.sha256(read_input(Path(prompts_path), "prompt set",
                                               MAX_PROMPT_FILE_BYTES)).hexdigest()
-    tokenizer = load_tokenizer(o.target)
-    target = load_target(o.target, "cpu", o.dtype)
-    prompts = load_prompts(prompts_path, tokenizer, target.config.vocab_size, o.target)
+    with stage(progress, f"loading {o.target}"):
+        tokenizer = load_tokenizer(o.target)
+        target = load_target(o.target, "cpu", o.dtype)
+        prompts = load_prompts(prompts_path, tokenizer, target.config.vocab_size, o.target)
     metrics_url = o.candidate.metrics_url
     base = ReferenceDiffReport(
         target=str(o.target), candidate=o.candidate.shown_url, model=o.candidate.model,
@@ -225,10 +229,17 @@ def run_reference_diff(options: ReferenceOptions) -> ReferenceDiffReport:
 
         with ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="reference") as pool:
             pending = pool.map(ask, zip(prompts, budgets, strict=True))
-            with using_threads(threads):
-                references = [_reference(target, p, b, stop_ids)
-                              for p, b in zip(prompts, budgets, strict=True)]
-            answers = list(pending)
+            references = []
+            with (stage(progress, "decoding with kernels_ref", len(prompts), "prompts"),
+                  using_threads(threads)):
+                for p, b in zip(prompts, budgets, strict=True):
+                    references.append(_reference(target, p, b, stop_ids))
+                    progress.advanced()
+            answers = []
+            with stage(progress, "the engine's answers", len(prompts), "prompts"):
+                for answer in pending:
+                    answers.append(answer)
+                    progress.advanced()
         acceptance = None
         if before is not None and metrics_url:
             acceptance = acceptance_from_metrics(before, parse_prometheus(
@@ -269,12 +280,14 @@ def conversion_record_path(options: ReferenceOptions) -> Path | None:
 
 
 def write_reference_record(options: ReferenceOptions, report: ReferenceDiffReport,
-                           out: Path) -> None:
-    """Write the GGUF comparison record of `report` to `out` (an in-toto statement, atomic)."""
-    conversion = None
-    if (path := conversion_record_path(options)) is not None:
-        assert options.gguf is not None
-        conversion = read_conversion(path, sha256_file(options.gguf))
-    statement = comparison_statement(target_dir=options.target, gguf=options.gguf,
-                                     summary=report.summary(), conversion=conversion)
-    write_comparison(statement, out)
+                           out: Path, progress: Progress = NO_PROGRESS) -> None:
+    """Write the GGUF comparison record of `report` to `out` (an in-toto statement, atomic),
+    as the stage `writing OUT` of `progress` (it hashes the GGUF)."""
+    with stage(progress, f"writing {out}"):
+        conversion = None
+        if (path := conversion_record_path(options)) is not None:
+            assert options.gguf is not None
+            conversion = read_conversion(path, sha256_file(options.gguf))
+        statement = comparison_statement(target_dir=options.target, gguf=options.gguf,
+                                         summary=report.summary(), conversion=conversion)
+        write_comparison(statement, out)

@@ -30,6 +30,7 @@ from dflash_guard.lossless.defaults import (
 from dflash_guard.lossless.options import SampledOptions
 from dflash_guard.lossless.prompts import load_prompts
 from dflash_guard.lossless.reference import runner_errors
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from kernels_ref.faults import Fault
 from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
@@ -247,6 +248,7 @@ def compare_samplers(
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     min_cell: int = DEFAULT_MIN_CELL,
+    progress: Progress = NO_PROGRESS,
 ) -> SampledReport:
     """Test, prompt by prompt, that `candidate` draws continuations distributed as `baseline`:
     one joint test over whole continuations plus one per token position (the marginals catch a
@@ -254,7 +256,8 @@ def compare_samplers(
     the number of tests.
 
     Each sampler gets its own seed (a candidate derives its drafting and verifying streams from
-    `seed` and `seed + 1`), so the two samples are independent.
+    `seed` and `seed + 1`), so the two samples are independent. The prompts are a stage of
+    `progress`.
     """
     if params.greedy:
         raise ValueError("the sampled check needs temperature > 0")
@@ -262,17 +265,21 @@ def compare_samplers(
         raise ValueError("need prompts, samples >= 1, tokens >= 1 and 0 < alpha < 1")
     per_test_alpha = alpha / (len(prompts) * (tokens + 1))
     results = []
-    for index, (prompt_id, prompt) in enumerate(prompts):
-        base_seed = seed * 1_000_003 + 3 * index
-        reference, _ = baseline(prompt, samples, tokens, base_seed)
-        drawn, mean_accepted = candidate(prompt, samples, tokens, base_seed + 1)
-        joint = homogeneity_test(reference, drawn, min_cell=min_cell)
-        positions = tuple(
-            homogeneity_test(reference[:, j : j + 1], drawn[:, j : j + 1], min_cell=min_cell)
-            for j in range(tokens)
-        )
-        rejected = min([joint.p_value, *(t.p_value for t in positions)]) < per_test_alpha
-        results.append(SampledPromptResult(prompt_id, joint, positions, rejected, mean_accepted))
+    with stage(progress, f"sampling {samples} draws per prompt and side", len(prompts),
+               "prompts"):
+        for index, (prompt_id, prompt) in enumerate(prompts):
+            base_seed = seed * 1_000_003 + 3 * index
+            reference, _ = baseline(prompt, samples, tokens, base_seed)
+            drawn, mean_accepted = candidate(prompt, samples, tokens, base_seed + 1)
+            joint = homogeneity_test(reference, drawn, min_cell=min_cell)
+            positions = tuple(
+                homogeneity_test(reference[:, j : j + 1], drawn[:, j : j + 1], min_cell=min_cell)
+                for j in range(tokens)
+            )
+            rejected = min([joint.p_value, *(t.p_value for t in positions)]) < per_test_alpha
+            results.append(
+                SampledPromptResult(prompt_id, joint, positions, rejected, mean_accepted))
+            progress.advanced(1, f"{sum(r.rejected for r in results)} rejected")
     return SampledReport(
         alpha, per_test_alpha, samples, tokens, params, greedy_draft, tuple(results)
     )
@@ -345,24 +352,27 @@ def runner_sampler(
 
 
 @runner_errors()
-def run_sampled_difftest(options: SampledOptions) -> SampledReport:
+def run_sampled_difftest(options: SampledOptions,
+                         progress: Progress = NO_PROGRESS) -> SampledReport:
     """Load the pair and check the runner's sampled speculative decoding against its own
     autoregressive sampling (default prompts: three of the shipped set).
 
     Decoding runs on `options.threads` torch CPU threads, or on what
     `kernels_ref.threads.choose_threads` picks for the pair's size (restored afterwards).
+    Loading and sampling are stages of `progress`.
     """
     o = options
     try:
         params = SamplingParams(temperature=o.temperature, top_k=o.top_k, top_p=o.top_p)
     except ValueError as error:
         raise InputError(str(error)) from None
-    target = load_target(Path(o.target), o.device, o.dtype)
-    drafter = load_drafter(Path(o.drafter), target, o.device, o.dtype)
-    tokenizer = load_tokenizer(Path(o.target))
-    prompt_set = load_prompts(
-        o.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size, Path(o.target)
-    )
+    with stage(progress, f"loading {o.target} and {o.drafter}"):
+        target = load_target(Path(o.target), o.device, o.dtype)
+        drafter = load_drafter(Path(o.drafter), target, o.device, o.dtype)
+        tokenizer = load_tokenizer(Path(o.target))
+        prompt_set = load_prompts(
+            o.prompts or DEFAULT_PROMPTS, tokenizer, target.config.vocab_size, Path(o.target)
+        )
     if o.prompts is None:
         prompt_set = [p for p in prompt_set if p.id in DEFAULT_RUNNER_PROMPTS]
     choice = choose_threads(count_parameters(target, drafter), requested=o.threads)
@@ -372,6 +382,6 @@ def run_sampled_difftest(options: SampledOptions) -> SampledReport:
             runner_sampler(target, drafter, params, block_size=o.block_size, inject=o.inject),
             [(p.id, p.ids) for p in prompt_set],
             params=params, greedy_draft=True, samples=o.samples, tokens=o.sample_tokens,
-            alpha=o.alpha, seed=o.seed,
+            alpha=o.alpha, seed=o.seed, progress=progress,
         )
     return replace(report, threads=choice)

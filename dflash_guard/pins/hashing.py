@@ -16,12 +16,14 @@ import json
 import os
 import secrets
 import stat
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import open_regular, write_atomic
+from dflash_guard.progress import BYTES, NO_PROGRESS, Progress, stage
 
 CHUNK_BYTES = 8 * 1024 * 1024
 SMALL_BUFFER_BYTES = 64 * 1024
@@ -210,14 +212,16 @@ def hash_files(
     paths: Iterable[Path],
     *,
     cache: StatCache | None = None,
-    on_bytes: Callable[[int], None] | None = None,
+    progress: Progress = NO_PROGRESS,
+    stage_name: str = "hashing",
     workers: int | None = None,
 ) -> dict[Path, str]:
     """sha256 of each path, in parallel; answers from `cache` when the stat identity matches.
 
     Files go to the pool in batches (up to BATCH_FILES files or BATCH_BYTES, a large file alone),
     so many small files do not pay a task each. A file whose stat identity changes while it is
-    hashed is not cached (it may be mid-write).
+    hashed is not cached (it may be mid-write). The files the cache does not answer for are
+    hashed as the stage `stage_name` of `progress`, in bytes, with the files done as its note.
     """
     results: dict[Path, str] = {}
     todo: list[Todo] = []
@@ -235,23 +239,49 @@ def hash_files(
                 continue
         todo.append((path, key, st.st_size))
 
+    if not todo:
+        return results
+    meter = _Meter(progress, len(todo))
+
     def work(batch: list[Todo]) -> list[tuple[Path, str, str | None]]:
         done = []
-        for path, key, _ in batch:
-            sha = sha256_file(path, on_bytes)
+        for path, key, size in batch:
+            large = size >= CHUNK_BYTES  # its bytes are reported as they are read
+            sha = sha256_file(path, meter.read if large else None)
+            meter.hashed(0 if large else size)
             if key is not None and _stat_key(path) != key:
                 key = None
             done.append((path, sha, key))
         return done
 
-    if todo:
-        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-            for batch in pool.map(work, _batches(todo)):
-                for path, sha, key in batch:
-                    results[path] = sha
-                    if cache is not None and key is not None:
-                        cache.put(key, sha)
+    with (stage(progress, stage_name, sum(size for _, _, size in todo), BYTES),
+          ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool):
+        for batch in pool.map(work, _batches(todo)):
+            for path, sha, key in batch:
+                results[path] = sha
+                if cache is not None and key is not None:
+                    cache.put(key, sha)
     return results
+
+
+class _Meter:
+    """Hashing's progress from the pool's threads, passed on one call at a time: bytes as a
+    large file is read, a small file's bytes when it is done, and the files done so far."""
+
+    def __init__(self, progress: Progress, files: int) -> None:
+        self._progress = progress
+        self._files = files
+        self._hashed = 0
+        self._lock = threading.Lock()
+
+    def read(self, size: int) -> None:
+        with self._lock:
+            self._progress.advanced(size, f"{self._hashed}/{self._files} files")
+
+    def hashed(self, size: int) -> None:
+        with self._lock:
+            self._hashed += 1
+            self._progress.advanced(size, f"{self._hashed}/{self._files} files")
 
 
 def _batches(items: list[Todo]) -> Iterator[list[Todo]]:

@@ -38,6 +38,7 @@ from dflash_guard.pins.lockfile import (
     is_safe_relpath,
     package_problem,
 )
+from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.urls import check_recorded_url
 
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
@@ -62,10 +63,12 @@ class _Refused(Exception):
 # --- artifacts -----------------------------------------------------------------------------------
 
 
-def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None) -> Artifact:
+def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None,
+                progress: Progress = NO_PROGRESS) -> Artifact:
     """Lock one SRC: a local folder, an HF-cache snapshot, or `ORG/NAME[@REV]` on the Hub.
 
-    `confirmed_by`: an earlier lock whose `hub-confirmed` artifacts can confirm a snapshot."""
+    `confirmed_by`: an earlier lock whose `hub-confirmed` artifacts can confirm a snapshot; a
+    folder's hashing is a stage of `progress` (`hashing ROLE`)."""
     path = Path(src).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -73,8 +76,8 @@ def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None) -> Ar
         if (identity := hub.snapshot_identity(path)) is not None:
             repo, commit = identity
             return _lock_folder(role, path, repo=repo, commit=commit, revision=commit,
-                                confirmed_by=confirmed_by)
-        return _lock_folder(role, path)
+                                confirmed_by=confirmed_by, progress=progress)
+        return _lock_folder(role, path, progress=progress)
     if src.startswith((".", "/", "~")):
         raise InputError(f"--{role} {src}: no such folder")
     parsed = hub.parse_hub_source(src)
@@ -90,7 +93,7 @@ def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None) -> Ar
                 f"({hub.hub_cache_dir()}) has no snapshot for it"
             )
         return _lock_folder(role, snapshot, repo=repo, commit=cached, revision=revision,
-                            confirmed_by=confirmed_by)
+                            confirmed_by=confirmed_by, progress=progress)
     return _lock_hub(role, repo, revision)
 
 
@@ -102,6 +105,7 @@ def _lock_folder(
     commit: str | None = None,
     revision: str | None = None,
     confirmed_by: Lockfile | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> Artifact:
     """Hash every file of a folder (or a cached snapshot) into an artifact."""
     in_cache = repo is not None
@@ -113,7 +117,8 @@ def _lock_folder(
     if not files:
         raise InputError(f"{folder}: the folder has no files to lock")
     stat_cache = StatCache()
-    hashes = hash_files(files.values(), cache=stat_cache)
+    hashes = hash_files(files.values(), cache=stat_cache, progress=progress,
+                        stage_name=f"hashing {role}")
     stat_cache.save()  # a verify right after the lock is then a stat per file
     locked = tuple(
         LockedFile(
@@ -315,14 +320,17 @@ def build_lock(
     engines: Iterable[str] = (),
     packages: Iterable[str] = (),
     confirmed_by: Lockfile | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> LockResult:
     """Resolve every source (`{role: SRC}`), engine and package spec into a `Lockfile`, or
     refuse (a source that cannot be locked safely); bad input raises `InputError`.
-    `confirmed_by` (an earlier lock) can confirm HF-cache snapshots' Hub provenance."""
+    `confirmed_by` (an earlier lock) can confirm HF-cache snapshots' Hub provenance; hashing
+    reports to `progress`."""
     parsed_engines = tuple(parse_engine(e) for e in engines)
     parsed_packages = tuple(parse_package(p) for p in packages)
     try:
-        artifacts = tuple(lock_source(role, src, confirmed_by) for role, src in sources.items())
+        artifacts = tuple(lock_source(role, src, confirmed_by, progress)
+                          for role, src in sources.items())
     except _Refused as refusal:
         return LockResult(Outcome.refused(str(refusal)))
     lock = Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +18,7 @@ from dflash_guard.pins import hub
 from dflash_guard.pins.folder import list_folder
 from dflash_guard.pins.hashing import StatCache, hash_files
 from dflash_guard.pins.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
-
-ProgressCallback = Callable[[int, int], None]
-"""`on_progress(done_bytes, total_bytes)`: called as one folder's files are hashed."""
+from dflash_guard.progress import NO_PROGRESS, Progress
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +78,11 @@ def verify_lock(
     *,
     download: bool = False,
     use_cache: bool = True,
-    on_progress: ProgressCallback | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> VerifyReport:
     """Verify every artifact of `lock` on disk; raise `InputError` when a folder cannot be found.
 
-    `on_progress(done_bytes, total_bytes)` is called while each folder is hashed (the CLI draws
-    a progress bar with it)."""
+    Each folder's hashing is a stage of `progress` (`hashing ROLE`: bytes and files)."""
     roots = dict(roots or {})
     unknown = sorted(set(roots) - {a.role for a in lock.artifacts})
     if unknown:
@@ -99,11 +94,11 @@ def verify_lock(
         if target is None:
             continue
         report.locations[artifact.role] = target.folder
-        _compare(target, cache, on_progress, report)
+        _compare(target, cache, progress, report)
         for ref in artifact.code_refs:
             code = _locate_code_ref(artifact.role, ref, download, report)
             if code is not None:
-                _compare(code, cache, on_progress, report)
+                _compare(code, cache, progress, report)
     if cache is not None:
         cache.save()
     return report
@@ -172,7 +167,7 @@ def _download_checked(
         staged = _Target(role, snapshot, hub.snapshot_boundary(snapshot), files)
         # A scratch report: the kept snapshot is compared again (and counted) by the caller.
         scratch = VerifyReport(problems=[], locations={})
-        _compare(staged, None, None, scratch)
+        _compare(staged, None, NO_PROGRESS, scratch)
         if scratch.problems:
             report.problems.extend(scratch.problems)
             return None
@@ -180,8 +175,7 @@ def _download_checked(
 
 
 def _compare(
-    target: _Target, cache: StatCache | None, on_progress: ProgressCallback | None,
-    report: VerifyReport,
+    target: _Target, cache: StatCache | None, progress: Progress, report: VerifyReport,
 ) -> None:
     """Compare one folder with its locked files, appending problems to `report`."""
     role = target.role
@@ -225,7 +219,9 @@ def _compare(
         for rel in sorted(set(on_disk) - locked_paths):
             report.problems.append(FileProblem(role, rel, "extra", None, "not in the lockfile"))
     report.cache_hits += len(found)
-    hashes = {**found, **_hash(sizes, cache, on_progress, report)}
+    report.bytes_hashed += sum(sizes.values())
+    hashes = {**found, **hash_files(sizes, cache=cache, progress=progress,
+                                    stage_name=f"hashing {role}")}
     for path, locked in to_hash.items():
         report.digests[f"{role}/{locked.path}"] = hashes[path]
         if hashes[path] != locked.sha256:
@@ -234,24 +230,3 @@ def _compare(
             )
     report.files_checked += len(target.files)
 
-
-def _hash(
-    sizes: dict[Path, int], cache: StatCache | None, on_progress: ProgressCallback | None,
-    report: VerifyReport,
-) -> dict[Path, str]:
-    """Hash the files the cache did not answer for (`sizes`: their sizes when compared)."""
-    uncached = list(sizes)
-    total = sum(sizes.values())
-    report.bytes_hashed += total
-    if on_progress is None:
-        return hash_files(uncached, cache=cache)
-    done, lock = 0, threading.Lock()  # files are hashed on several threads
-    on_progress(done, total)
-
-    def advance(n: int) -> None:
-        nonlocal done
-        with lock:
-            done += n
-            on_progress(done, total)
-
-    return hash_files(uncached, cache=cache, on_bytes=advance)

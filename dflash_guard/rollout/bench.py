@@ -24,6 +24,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.lossless.endpoint.client import EndpointError
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.endpoint.metrics import acceptance_from_metrics, parse_prometheus
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from kernels_ref.prompts import Chat, PromptSpec
 
 DEFAULT_TIERS = (1, 2, 4, 8)
@@ -198,8 +199,10 @@ class _Endpoint:
                                 f"{tokens} completion tokens, {asked} asked for")
         return tokens
 
-    def run_tier(self, concurrency: int, options: BenchOptions) -> TierRun:
-        """`concurrency` workers sending the prompt mix until the tier's budget is spent."""
+    def run_tier(self, concurrency: int, options: BenchOptions,
+                 progress: Progress = NO_PROGRESS) -> TierRun:
+        """`concurrency` workers sending the prompt mix until the tier's budget is spent (the
+        requests answered are a stage of `progress`)."""
         count = options.requests or max(4, 2 * concurrency)
         deadline = None if options.duration_s is None else \
             time.monotonic() + options.duration_s
@@ -216,9 +219,12 @@ class _Endpoint:
                 result = self.request(prompt)
                 with lock:
                     done.append(result)
+                    progress.advanced()
 
         started = time.perf_counter()
-        with ThreadPoolExecutor(concurrency) as pool:
+        with (stage(progress, f"{self.client.name} at concurrency {concurrency}",
+                    None if deadline is not None else count, "requests"),
+              ThreadPoolExecutor(concurrency) as pool):
             for future in [pool.submit(worker) for _ in range(concurrency)]:
                 future.result()
         seconds = time.perf_counter() - started
@@ -232,8 +238,9 @@ class _Endpoint:
                        round(percentile(firsts, 95), 4) if firsts else None)
 
 
-def run_bench(options: BenchOptions) -> BenchReport:
-    """Run every tier against the baseline, then the candidate (tau from its metrics)."""
+def run_bench(options: BenchOptions, progress: Progress = NO_PROGRESS) -> BenchReport:
+    """Run every tier against the baseline, then the candidate (tau from its metrics); each
+    endpoint's tier is a stage of `progress`, in requests."""
     if any(isinstance(p.prompt, Chat) for p in options.prompts):
         raise InputError("bench sends completions: give 'prompt' or 'prompt_ids' prompts")
     baseline = _Endpoint("baseline", options.baseline, options)
@@ -241,9 +248,9 @@ def run_bench(options: BenchOptions) -> BenchReport:
     results = []
     try:
         for tier in options.tiers:
-            base_run = baseline.run_tier(tier, options)
+            base_run = baseline.run_tier(tier, options, progress)
             before = _scrape(candidate, options.candidate.metrics_url)
-            cand_run = candidate.run_tier(tier, options)
+            cand_run = candidate.run_tier(tier, options, progress)
             after = _scrape(candidate, options.candidate.metrics_url)
             figures = acceptance_from_metrics(before, after) \
                 if before is not None and after is not None else None

@@ -17,6 +17,7 @@ from dflash_guard import rules
 from dflash_guard.errors import InputError
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import (
     drafter_config,
     formats,
@@ -284,11 +285,13 @@ def scan_paths(
     target: Path | None = None,
     reviewed_sha256: frozenset[str] = frozenset(),
     param_budget: int | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> ScanReport:
     """Scan files and folders (a checkpoint, an HF cache snapshot, a locked role).
 
-    `target` is the target model's folder, against which every drafter config found is checked.
-    Raises `InputError` when a path (or the target) does not exist.
+    `target` is the target model's folder, against which every drafter config found is checked;
+    each folder is a stage of `progress` (`scanning PATH`, in files). Raises `InputError` when a
+    path (or the target) does not exist.
     """
     for path in [*paths, *([target] if target is not None else [])]:
         if not Path(path).exists():
@@ -308,9 +311,11 @@ def scan_paths(
         files, unsafe = _files(root)
         loaded_as = _index_shards(files)
         run.shapes = {}
-        for relative, file in files:
-            run.scan_file(file, f"{prefix}/{relative}" if prefix else relative,
-                          loaded_as.get(relative))
+        with stage(progress, f"scanning {raw}", len(files), "files"):
+            for relative, file in files:
+                run.scan_file(file, f"{prefix}/{relative}" if prefix else relative,
+                              loaded_as.get(relative))
+                progress.advanced()
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")

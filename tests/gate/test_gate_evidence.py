@@ -194,8 +194,8 @@ def test_a_difftest_with_nothing_compared_cannot_pass(pair, tmp_path, monkeypatc
 
     real = local.run_difftest
 
-    def empty(options):
-        return dataclasses.replace(real(options), results=())
+    def empty(options, progress):
+        return dataclasses.replace(real(options, progress), results=())
 
     monkeypatch.setattr(local, "run_difftest", empty)
     lock = write_lock(pair.lock, tmp_path / "dflash.lock")

@@ -11,8 +11,10 @@ import pytest
 from dflash_guard.errors import InputError
 from dflash_guard.gate import ApprovalSigning, GateOptions, run_gate
 from dflash_guard.pins.lockfile import Engine
+from dflash_guard.progress import NO_PROGRESS
 from dflash_guard.trust.signing import sign_with_key
 from kernels_ref.faults import Fault
+from tests.support.progress import Recorder
 from tests.support.trust import (
     DEFAULT_POLICY,
     REPO,
@@ -39,7 +41,7 @@ REQUIRE_MODEL_SIG = ("  official:\n    signature_required: false",
 
 
 def _gate(tmp_path, pair, lock, *replacements, roots=None, reviewed=(), min_tau=None,
-          signed=False, **kwargs):
+          signed=False, progress=NO_PROGRESS, **kwargs):
     """Gate `lock` under the default policy with `replacements`; `signed`: the lock signed by a
     key the policy accepts (so its hub-confirmed claims count)."""
     if min_tau is not None:
@@ -51,7 +53,7 @@ def _gate(tmp_path, pair, lock, *replacements, roots=None, reviewed=(), min_tau=
         lock_path = write_lock(lock, tmp_path / "dflash.lock")
     policy = write_policy(tmp_path / "policy", *replacements, reviewed=reviewed)
     return run_gate(GateOptions(lock_path, policy, roots or pair.roots,
-                                out=tmp_path / "approval.json", **kwargs))
+                                out=tmp_path / "approval.json", **kwargs), progress)
 
 
 def _refused_at(result, step: str) -> str:
@@ -74,6 +76,20 @@ def test_gate_refuses_tampered_drafter(tmp_path, pair):
     result = _gate(tmp_path, pair, pair.lock, roots={"target": pair.target, "drafter": drafter})
     assert f"drafter/{weights.name}: sha256 differs" in _refused_at(result, "verify")
     assert not (tmp_path / "approval.json").exists()
+
+
+def test_a_refused_gate_reports_each_check_it_ran_and_ends_them_all(tmp_path, pair):
+    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    weights = next(p for p in drafter.iterdir() if p.suffix == ".safetensors")
+    flip_byte(weights, weights.stat().st_size - 1)
+    recorder = Recorder()
+    _gate(tmp_path, pair, pair.lock, roots={"target": pair.target, "drafter": drafter},
+          progress=recorder)
+    assert [(s.depth, s.name) for s in recorder.stages] == [
+        (0, "gate"), (1, "lockfile"), (1, "lockfile signature"), (1, "verify"),
+        (2, "hashing target"), (2, "hashing drafter")]
+    assert recorder.open == [] and all(s.ended for s in recorder.stages)
+    assert recorder.named("gate").amounts == [1, 1, 1]  # three checks ran, the last refused
 
 
 def test_gate_refuses_short_sha(tmp_path, pair):

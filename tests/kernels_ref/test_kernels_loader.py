@@ -333,3 +333,16 @@ def test_real_qwen3_and_zlab_configs_build_the_published_shapes() -> None:
     flat = {**ZLAB_DRAFTER, "mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]}
     del flat["dflash_config"]  # some third-party checkpoints put the DFlash fields at top level
     assert DrafterConfig.from_dict(flat, "flat").target_layer_ids == (1, 9, 17, 25, 33)
+
+
+def test_the_shape_check_does_not_import_torch_dynamo(fixture_pair):
+    """The meta-device build that checks shapes skips initialisation: torch's meta `normal_`
+    imported torch._dynamo (seconds of every difftest and gate) to fill nothing."""
+    import subprocess
+    import sys
+
+    target, drafter = fixture_pair
+    code = ("import sys; from kernels_ref.load import load_drafter, load_target; "
+            f"t = load_target({str(target)!r}); load_drafter({str(drafter)!r}, t); "
+            "sys.exit('torch._dynamo' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

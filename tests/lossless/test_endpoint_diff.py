@@ -22,8 +22,10 @@ from dflash_guard.lossless.endpoint import (
 )
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.prompts import read_prompts
+from dflash_guard.progress import NO_PROGRESS
 from kernels_ref.prompts import PromptSpec
 from tests.support.endpoint_fakes import text_choice, vllm_choice
+from tests.support.progress import Recorder
 
 PROMPTS = [PromptSpec("a", "alpha"), PromptSpec("b", "beta")]
 FAST = dict(timeout=5.0, retries=3, backoff=0.01)
@@ -37,7 +39,7 @@ def both(pair, prompt: str, base_choice: dict, cand_choice: dict | None = None) 
 ENGINE_FIELDS = {"model", "api_key", "timeout", "retries", "backoff"}
 
 
-def run(pair, prompts=PROMPTS, *, metrics_url=None, **kwargs):
+def run(pair, prompts=PROMPTS, *, metrics_url=None, progress=NO_PROGRESS, **kwargs):
     """The endpoint diff of `pair` with engine settings (`ENGINE_FIELDS`) given to both engines
     and `metrics_url` to the candidate; the other keywords are the diff's own options."""
     settings = {**FAST, **kwargs}
@@ -46,7 +48,7 @@ def run(pair, prompts=PROMPTS, *, metrics_url=None, **kwargs):
     options = EndpointOptions(EngineEndpoint(pair.baseline_url, **engine),
                               EngineEndpoint(pair.candidate_url, **engine,
                                              metrics_url=metrics_url), **own)
-    return run_endpoint_diff(options, prompts)
+    return run_endpoint_diff(options, prompts, progress)
 
 
 def test_endpoint_identical_outputs_pass(fake_pair):
@@ -142,6 +144,26 @@ def test_endpoint_malformed_json_is_a_clear_error(fake_pair):
     fake_pair.baseline.malformed = True
     with pytest.raises(EndpointError, match="baseline endpoint .*malformed JSON"):
         run(fake_pair, prompts=PROMPTS[:1])
+
+
+def test_endpoint_reports_each_request_the_engines_answered(fake_pair):
+    both(fake_pair, "alpha", vllm_choice([5, 6]))
+    both(fake_pair, "beta", vllm_choice([8]))
+    recorder = Recorder()
+    run(fake_pair, progress=recorder)
+    (asked,) = recorder.stages
+    assert (asked.name, asked.total, asked.unit, asked.amounts, asked.ended) == (
+        "asking both engines", 4, "requests", [1, 1, 1, 1], True)
+
+
+def test_endpoint_failure_still_ends_its_stage(fake_pair):
+    both(fake_pair, "alpha", vllm_choice([1]))
+    fake_pair.baseline.malformed = True
+    recorder = Recorder()
+    with pytest.raises(EndpointError):
+        run(fake_pair, prompts=PROMPTS[:1], progress=recorder)
+    # the candidate's answer may count before the baseline's failure is seen
+    assert [(s.name, s.ended) for s in recorder.stages] == [("asking both engines", True)]
 
 
 def test_endpoint_json_without_choices_is_a_clear_error(fake_pair):

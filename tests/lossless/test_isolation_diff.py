@@ -30,6 +30,9 @@ def test_isolation_clean_engine_is_identical(cli, fixture_pair):
     report = json.loads(result.stdout)
     assert report["mode"] == "isolation" and report["identical"]
     assert report["tenants"] >= 5 and report["prompts"] == len(report["results"])
+    n = report["prompts"]  # progress on stderr: the solo runs, then the runs among tenants
+    assert f"each prompt alone: {n}/{n} prompts (" in result.stderr
+    assert f"among {report['tenants']} tenants: done (" in result.stderr
 
 
 def test_isolation_catches_the_cross_request_fault_the_plain_diff_misses(cli, fixture_pair):

@@ -52,20 +52,51 @@ def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     assert hashing.cache_dir() == tmp_path / "xdg" / "dflash-guard"
 
 
-def test_verify_reports_hashing_progress_through_the_callback(tmp_path, monkeypatch):
-    """The library reports progress to a callback (the CLI draws the bar); done reaches total."""
+def test_verify_reports_hashing_progress_in_files_and_bytes(tmp_path, monkeypatch):
+    """The library reports each folder's hashing as a stage (the CLI draws it): bytes up to the
+    total, a large file's chunk by chunk, and the files done."""
     from dflash_guard.pins.resolve import build_lock
     from dflash_guard.pins.verify import verify_lock
+    from tests.support.progress import Recorder
 
-    monkeypatch.setattr(hashing, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(hashing, "CHUNK_BYTES", 1024)  # both files are large: read in chunks
     folder = tmp_path / "model"
     folder.mkdir()
     for name, size in (("a.bin", 5000), ("b.bin", 3000)):
         (folder / name).write_bytes(os.urandom(size))
     lock = build_lock({"target": str(folder)}).lock
-    calls: list[tuple[int, int]] = []
-    report = verify_lock(lock, {"target": folder}, use_cache=False,
-                         on_progress=lambda done, total: calls.append((done, total)))
+    recorder = Recorder()
+    report = verify_lock(lock, {"target": folder}, use_cache=False, progress=recorder)
     assert report.passed
-    assert calls[0] == (0, 8000) and calls[-1] == (8000, 8000)
-    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    (hashed,) = recorder.stages
+    assert (hashed.name, hashed.total, hashed.unit, hashed.ended) == (
+        "hashing target", 8000, "bytes", True)
+    assert sum(hashed.amounts) == 8000 and len(hashed.amounts) > 2  # chunks, then the files
+    assert hashed.notes[-1] == "2/2 files"
+
+
+def test_small_files_are_reported_once_each(tmp_path):
+    from tests.support.progress import Recorder
+
+    paths = []
+    for i in range(5):
+        paths.append(tmp_path / f"f{i}")
+        paths[-1].write_bytes(b"x" * (i + 1))
+    recorder = Recorder()
+    hash_files(paths, progress=recorder, stage_name="hashing these", workers=2)
+    (hashed,) = recorder.stages
+    assert (hashed.name, hashed.total, hashed.unit) == ("hashing these", 15, "bytes")
+    assert sorted(hashed.amounts) == [1, 2, 3, 4, 5]
+    assert sorted(hashed.notes) == [f"{n}/5 files" for n in range(1, 6)]
+
+
+def test_files_the_cache_answers_are_not_hashed_again(tmp_path):
+    from tests.support.progress import Recorder
+
+    path = tmp_path / "f"
+    path.write_bytes(b"abc")
+    cache = StatCache(tmp_path / "cache.json")
+    hash_files([path], cache=cache)
+    recorder = Recorder()
+    hash_files([path], cache=cache, progress=recorder)
+    assert recorder.stages == []

@@ -138,4 +138,8 @@ def test_stream_reports_time_to_first_token(cli):
         for side in ("baseline", "candidate"):
             assert 0 < tier[side]["ttft_p50_s"] <= tier[side]["ttft_p95_s"]
             assert tier[side]["ttft_p50_s"] <= tier[side]["latency_p95_s"]
+    # Progress on stderr, the JSON alone on stdout: each endpoint's tier, in requests.
+    for side in ("baseline", "candidate"):
+        for tier in (1, 2):
+            assert f"{side} at concurrency {tier}: 3/3 requests (" in streamed.stderr
     assert refused.exit_code == 2 and "HTTP 400" in refused.stderr

@@ -9,8 +9,8 @@ run to report the acceptance it achieved (`metrics`). `run` ties them together; 
 the one `EngineEndpoint` type every engine-facing command builds.
 """
 
+from dflash_guard.lossless.defaults import DEFAULT_TIMEOUT_S
 from dflash_guard.lossless.endpoint.client import (
-    DEFAULT_TIMEOUT_S,
     CompletionClient,
     EndpointError,
     completions_url,

@@ -24,13 +24,12 @@ from urllib.parse import SplitResult, urlsplit, urlunsplit
 import httpx2
 
 from dflash_guard.errors import Error, InputError
+from dflash_guard.lossless.defaults import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 from dflash_guard.lossless.result import Token
 from dflash_guard.urls import http_endpoint
 from kernels_ref.prompts import Chat, PromptSpec
 
 DEFAULT_TOP_LOGPROBS = 5  # the most the OpenAI completions API allows
-DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_RETRIES = 4
 RETRY_STATUSES = frozenset({429, 503})
 TOKEN_ID_PREFIX = "token_id:"
 

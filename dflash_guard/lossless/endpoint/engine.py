@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dflash_guard.errors import InputError
+from dflash_guard.lossless.defaults import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 from dflash_guard.lossless.endpoint.client import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
     CompletionClient,
     http_url_parts,
     read_api_key,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from dflash_guard.lossless.endpoint.metrics import (
     parse_prometheus,
 )
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from kernels_ref.prompts import Chat, PromptSpec
 
 
@@ -95,13 +96,14 @@ class EndpointDiffReport(ClassifiedResults):
 
 
 def run_endpoint_diff(
-    options: EndpointOptions, prompts: Iterable[PromptSpec]
+    options: EndpointOptions, prompts: Iterable[PromptSpec], progress: Progress = NO_PROGRESS,
 ) -> EndpointDiffReport:
     """Send every prompt to both endpoints (at most `concurrency` requests in flight on each)
     and compare.
 
-    Raises `EndpointError` when an endpoint cannot be used (unreachable, timeout, refusal,
-    malformed answer); divergences are results, not errors.
+    The prompts answered by both are a stage of `progress`. Raises `EndpointError` when an
+    endpoint cannot be used (unreachable, timeout, refusal, malformed answer); divergences are
+    results, not errors.
     """
     prompts = list(prompts)
     if not prompts:
@@ -125,12 +127,13 @@ def run_endpoint_diff(
                                     max_tokens=o.max_new_tokens) for p in prompts]
             right = [pools[1].submit(cand.complete, p, model=cand_model,
                                      max_tokens=o.max_new_tokens) for p in prompts]
-            done, _ = wait(left + right, return_when=FIRST_EXCEPTION)
-            error = next((e for f in left + right if f in done and (e := f.exception())), None)
-            if error is not None:
-                for pool in pools:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                raise error
+            with stage(progress, "asking both engines", 2 * len(prompts), "requests"):
+                for future in as_completed(left + right):  # the first failure stops the rest
+                    if (error := future.exception()) is not None:
+                        for pool in pools:
+                            pool.shutdown(wait=False, cancel_futures=True)
+                        raise error
+                    progress.advanced()
             pairs = [(a.result(), b.result()) for a, b in zip(left, right, strict=True)]
         finally:
             for pool in pools:

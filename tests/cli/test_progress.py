@@ -1,0 +1,105 @@
+"""Progress of long work on stderr: plain lines when stderr is not a terminal (as here), nothing
+with `--quiet`, never on stdout (the built-in pair)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dflash_guard.formats.progress import size_text
+from dflash_guard.gate import STEPS
+
+ENGINE = "vllm=https://github.com/vllm-project/vllm@a1b2c3d4e5f60718293a4b5c6d7e8f9012345678#v0.11"
+
+
+def locked(cli, pair: tuple[Path, Path], folder: Path) -> Path:
+    target, drafter = pair
+    lock = folder / "dflash.lock"
+    result = cli("lock", "--target", target, "--drafter", drafter, "--engine", ENGINE,
+                 "-o", lock, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    return lock
+
+
+def roots(pair: tuple[Path, Path]) -> list[str]:
+    target, drafter = pair
+    return ["--root", f"target={target}", "--root", f"drafter={drafter}"]
+
+
+def command(cli, pair, tmp_path, name: str) -> list:
+    """A quick command that does long work on a big deploy (every file hashed or scanned)."""
+    target, drafter = pair
+    if name == "lock":
+        return ["lock", "--target", target, "--drafter", drafter, "-o", tmp_path / "dflash.lock"]
+    if name == "verify":
+        return ["verify", "--lock", locked(cli, pair, tmp_path), *roots(pair), "--no-cache"]
+    return ["scan", drafter, "--target", target]
+
+
+@pytest.mark.parametrize("name", ["lock", "verify", "scan"])
+def test_quiet_leaves_stderr_empty_and_stdout_as_it_was(cli, fixture_pair, tmp_path, name,
+                                                        monkeypatch):
+    args = command(cli, fixture_pair, tmp_path, name)
+    runs = []
+    for flags in ([], ["--quiet"]):  # each with its own stat cache: both hash every file
+        monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / f"cache{len(runs)}"))
+        runs.append(cli(*args, *flags))
+    shown, quiet = runs
+    assert shown.exit_code == quiet.exit_code == 0, shown.stderr
+    assert shown.stderr and quiet.stderr == ""
+    assert quiet.stdout == shown.stdout
+
+
+def test_hashing_reports_files_and_bytes(cli, fixture_pair, tmp_path):
+    target, drafter = fixture_pair
+    result = cli("verify", "--lock", locked(cli, fixture_pair, tmp_path), *roots(fixture_pair),
+                 "--no-cache", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["passed"]
+    for role, folder in (("target", target), ("drafter", drafter)):
+        files = [f for f in folder.iterdir() if f.is_file()]
+        size = size_text(sum(f.stat().st_size for f in files))
+        assert f"hashing {role}: {size}/{size}, {len(files)}/{len(files)} files (" \
+            in result.stderr
+
+
+def test_scan_reports_files(cli, fixture_pair):
+    _, drafter = fixture_pair
+    result = cli("scan", drafter, "--format", "json")
+    files = len([f for f in drafter.iterdir() if f.is_file()])
+    assert f"scanning {drafter}: {files}/{files} files (" in result.stderr
+    assert json.loads(result.stdout)["summary"]
+
+
+def test_the_gate_names_each_check_as_it_runs(cli, fixture_pair, tmp_path):
+    lock = locked(cli, fixture_pair, tmp_path)
+    result = cli("gate", "--lock", lock, "--policy", "dev", *roots(fixture_pair),
+                 "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "gate ..." and lines[-1].startswith("gate: 10/10 checks (")
+    started = [line[2:-4] for line in lines if re.fullmatch(r"  \S.* \.\.\.", line)]
+    assert started == list(STEPS)
+    # the difftest check holds the decoding, with the prompts, tokens and tau so far
+    decoded = next(line for line in lines if line.startswith("    decoding: "))
+    assert re.match(r"    decoding: 12/12 prompts, \d+ tokens, tau \d\.\d\d \(", decoded)
+    report = json.loads(result.stdout)  # stdout is the report alone
+    difftest = next(c for c in report["checks"] if c["name"] == "difftest")
+    assert f"tau {decoded.split('tau ')[1][:4]} " in difftest["detail"]
+
+
+def test_difftest_reports_prompts_tokens_and_tau(cli, fixture_pair):
+    target, drafter = fixture_pair
+    result = cli("difftest", "local", "--target", target, "--drafter", drafter,
+                 "--max-new-tokens", "4", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    prompts = report["prompts"]
+    tokens = sum(len(p["output_ids"]) for p in prompts)
+    tau = report["overall"]["tau_mean"]
+    assert (f"\ndecoding: {len(prompts)}/{len(prompts)} prompts, {tokens} tokens, "
+            f"tau {tau:.2f} (") in result.stderr
+    assert f"loading {target} and {drafter} ..." in result.stderr
