@@ -4,7 +4,8 @@ For each engine (llama.cpp with `-np N` slots, vLLM's CPU build), starts a basel
 candidate on the built-in pair (head_dim 64 for vLLM), then times in rotated rounds, best of
 --repeat:
   - engine: the exact requests the diff sends (`CompletionClient.completion_request`), posted
-    raw with N in flight on each engine at once, bodies read and dropped: the engines' own time;
+    raw to both engines at once, N in flight on each, bodies read and dropped: the engines' own
+    time;
   - diff: `run_endpoint_diff` with `concurrency=N` over the same prompts (parsing, comparing).
 Prints both and the ratio diff/engine; goal (issue 27): at most 1.2 for each engine. Needs the
 engines `make engine` builds (llama.cpp's llama-server, the pinned vLLM venv).
@@ -70,22 +71,27 @@ def vllm_pair(folder: Path, slots: int) -> Iterator[tuple[str, str]]:
 
 def engine_time(urls: tuple[str, str], prompts: list[PromptSpec], concurrency: int,
                 max_new_tokens: int) -> Callable[[], None]:
-    """Post the diff's own requests to both engines, `concurrency` in flight on each."""
+    """Post the diff's own requests to both engines at once, `concurrency` in flight on each."""
     requests = []
     for url in urls:
         with EngineEndpoint(url).client("engine") as client:
             model = client.first_model()
-            requests += [client.completion_request(p, model=model, max_tokens=max_new_tokens)
-                         for p in prompts]
+            requests.append([client.completion_request(p, model=model,
+                                                       max_tokens=max_new_tokens)
+                             for p in prompts])
 
     def run() -> None:
         with (httpx2.Client(timeout=600.0) as http,
-              ThreadPoolExecutor(max_workers=2 * concurrency) as pool):
+              ThreadPoolExecutor(max_workers=concurrency) as left,
+              ThreadPoolExecutor(max_workers=concurrency) as right):
             def post(request: tuple[str, dict[str, object]]) -> None:
                 response = http.post(request[0], json=request[1])
                 response.raise_for_status()
 
-            list(pool.map(post, requests))
+            answered = [pool.submit(post, r) for pool, each in zip((left, right), requests,
+                                                                    strict=True) for r in each]
+            for future in answered:
+                future.result()
     return run
 
 
