@@ -38,12 +38,12 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(fixture_pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(builtin_pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from dflash_guard.pins.lockfile import write_lockfile
     from dflash_guard.pins.resolve import build_lock
 
     tmp = tmp_path_factory.mktemp("json-keys")
-    target, drafter = fixture_pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp / "cache"))
         lock = build_lock({"target": str(target), "drafter": str(drafter)}).lock

@@ -29,9 +29,9 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def cross_repo_lock(cli, hub, fixture_pair, tmp_path: Path):  # noqa: F811
+def cross_repo_lock(cli, hub, builtin_pair, tmp_path: Path):  # noqa: F811
     """The three repos on the emulator, locked at their commits and downloaded by verify."""
-    target, drafter = fixture_pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     files = files_of(drafter)
     config = json.loads(files["config.json"])
     config["auto_map"] = {"AutoModel": "z-lab/code--modeling.Model"}

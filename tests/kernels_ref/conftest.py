@@ -8,7 +8,7 @@ from kernels_ref.load import load_drafter, load_target
 
 
 @pytest.fixture(scope="session")
-def cpu_fixture_models(fixture_pair):
+def cpu_fixture_models(builtin_pair):
     """The shipped pair loaded on the CPU in float32."""
-    target = load_target(fixture_pair[0])
-    return target, load_drafter(fixture_pair[1], target)
+    target = load_target(builtin_pair.target)
+    return target, load_drafter(builtin_pair.drafter, target)

@@ -14,15 +14,16 @@ from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.plant import accepted_prefix
 from kernels_ref.sampling import SamplingParams
+from tests.support.fixtures import ModelPair
 from tests.support.kernels import random_pair
 
 PROMPTS = [b"def mean(data):\n    ", b"    return self.", b"x", b"abcabcabcabc"]
 
 
 @pytest.fixture(scope="module")
-def fixture_models(fixture_pair: tuple[Path, Path]):
-    target = load_target(fixture_pair[0])
-    return target, load_drafter(fixture_pair[1], target)
+def fixture_models(builtin_pair: ModelPair):
+    target = load_target(builtin_pair.target)
+    return target, load_drafter(builtin_pair.drafter, target)
 
 
 @pytest.mark.parametrize("block_size", [2, 4, 8, 16])

@@ -69,8 +69,8 @@ def assert_peer_equal(target_dir: Path, drafter_dir: Path, prompts: list[Prompt]
     }
 
 
-def test_builtin_pair_equals_zlab_step_for_step(fixture_pair) -> None:
-    target_dir, drafter_dir = fixture_pair
+def test_builtin_pair_equals_zlab_step_for_step(builtin_pair) -> None:
+    target_dir, drafter_dir = builtin_pair.target, builtin_pair.drafter
     tokenizer = load_tokenizer(target_dir)
     prompts = load_prompts(DEFAULT_PROMPTS, tokenizer, 264)
     table = assert_peer_equal(target_dir, drafter_dir, prompts)

@@ -63,8 +63,9 @@ def test_acceptance_fault_is_flagged_on_dflash2(
     assert not clean_v2.warnings
 
 
-def test_the_dflash2_fault_is_refused_on_a_v1_drafter(fixture_pair, acceptance_prompts) -> None:
+def test_the_dflash2_fault_is_refused_on_a_v1_drafter(builtin_pair, acceptance_prompts) -> None:
     fault = Fault.SELECTOR_NO_UNARY
-    options = LocalOptions(*fixture_pair, prompts=acceptance_prompts, inject=fault)
+    options = LocalOptions(builtin_pair.target, builtin_pair.drafter, prompts=acceptance_prompts,
+                           inject=fault)
     with pytest.raises(InputError, match="needs a DFlash 2 drafter"):
         run_difftest(options)

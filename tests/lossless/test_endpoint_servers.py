@@ -26,11 +26,6 @@ OUTPUT_FAULTS = ("accept-off-by-one", "no-cumprod", "stale-kv", "skip-bonus", "d
 
 
 @pytest.fixture(scope="module")
-def pair(fixture_pair):
-    return fixture_pair
-
-
-@pytest.fixture(scope="module")
 def prompt_file(tmp_path_factory):
     rows = [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines() if line.strip()]
     path = tmp_path_factory.mktemp("prompts") / "subset.jsonl"
@@ -39,8 +34,8 @@ def prompt_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def servers(pair):
-    target, drafter = pair
+def servers(builtin_pair):
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with running_server(target) as baseline, running_server(target, drafter) as candidate:
         yield baseline, candidate
 
@@ -65,9 +60,9 @@ def test_endpoint_reference_servers_identical(cli, servers, prompt_file):
 
 
 @pytest.mark.parametrize("fault", OUTPUT_FAULTS)
-def test_endpoint_reference_fault_fails(cli, pair, servers, prompt_file, fault):
+def test_endpoint_reference_fault_fails(cli, builtin_pair, servers, prompt_file, fault):
     baseline, _ = servers
-    target, drafter = pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with running_server(target, drafter, inject=fault) as faulty:
         result = diff(cli, baseline.url, faulty.url, prompt_file)
     assert result.exit_code == 1, result.stderr
@@ -75,9 +70,9 @@ def test_endpoint_reference_fault_fails(cli, pair, servers, prompt_file, fault):
     assert report["hard"] >= 1 and not report["passed"]
 
 
-def test_endpoint_killed_server_is_a_clear_error(cli, pair, servers, prompt_file):
+def test_endpoint_killed_server_is_a_clear_error(cli, builtin_pair, servers, prompt_file):
     baseline, _ = servers
-    with running_server(pair[0]) as doomed:
+    with running_server(builtin_pair.target) as doomed:
         doomed.process.kill()
         doomed.process.wait()
         result = diff(cli, baseline.url, doomed.url, prompt_file)
@@ -86,9 +81,9 @@ def test_endpoint_killed_server_is_a_clear_error(cli, pair, servers, prompt_file
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_endpoint_hanging_server_times_out(cli, pair, servers, prompt_file):
+def test_endpoint_hanging_server_times_out(cli, builtin_pair, servers, prompt_file):
     _, candidate = servers
-    with running_server(pair[0]) as frozen:
+    with running_server(builtin_pair.target) as frozen:
         os.kill(frozen.process.pid, signal.SIGSTOP)  # accepts connections, never answers
         try:
             result = diff(cli, frozen.url, candidate.url, prompt_file, "--timeout", "1")
@@ -111,9 +106,9 @@ def test_endpoint_malformed_answer_and_secret_key(cli, servers, prompt_file, mon
     assert state.seen_auth and all(a == f"Bearer {secret}" for a in state.seen_auth)
 
 
-def test_endpoint_cli_modes_are_exclusive(cli, pair):
+def test_endpoint_cli_modes_are_exclusive(cli, builtin_pair):
     result = cli("difftest", "endpoint", "--baseline", "http://127.0.0.1:9", "--candidate",
-                 "http://127.0.0.1:9", "--target", pair[0])
+                 "http://127.0.0.1:9", "--target", builtin_pair.target)
     assert result.exit_code == 2 and "No such option: --target" in result.stderr
     result = cli("difftest", "endpoint", "--baseline", "http://127.0.0.1:9")
     assert result.exit_code == 2 and "--candidate" in result.stderr

@@ -63,8 +63,8 @@ def test_unreachable_endpoint_is_one_line(cli):
 
 
 @pytest.fixture(scope="module")
-def servers(fixture_pair):
-    target, drafter = fixture_pair
+def servers(builtin_pair):
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with running_server(target) as baseline, running_server(target, drafter) as candidate:
         yield baseline, candidate
 

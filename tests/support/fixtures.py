@@ -1,0 +1,50 @@
+"""The fixtures every room shares, one per thing, each built once per session (a pytest plugin
+that `tests/conftest.py` registers). The folders are read-only: a test that changes a file copies
+the folder first, and each pair's files are checked unchanged when the session ends."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kernels_ref.fixtures import make_fixture_pair
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """A target and a drafter folder."""
+
+    target: Path
+    drafter: Path
+
+    @property
+    def roots(self) -> dict[str, Path]:
+        return {"target": self.target, "drafter": self.drafter}
+
+
+def _contents(pair: ModelPair) -> str:
+    digest = hashlib.sha256()
+    for folder in (pair.target, pair.drafter):
+        for path in sorted(folder.rglob("*")):
+            digest.update(str(path.relative_to(folder)).encode() + b"\0")
+            if path.is_file():
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _read_only(pair: ModelPair) -> Iterator[ModelPair]:
+    """Hand out `pair`; when the session ends, fail if any test changed its files."""
+    before = _contents(pair)
+    yield pair
+    assert _contents(pair) == before, (
+        f"a test changed the shared pair under {pair.target.parent}: copy it before changing it")
+
+
+@pytest.fixture(scope="session")
+def builtin_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelPair]:
+    """The shipped trained pair (`fixtures make`)."""
+    yield from _read_only(ModelPair(*make_fixture_pair(tmp_path_factory.mktemp("builtin-pair"))))
