@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,9 +48,14 @@ def default_subset(tmp_path: Path, ids: list[str]) -> Path:
     return path
 
 
+def local(pair: ModelPair, **options: Any) -> LocalOptions:
+    """A local diff test of `pair`'s two folders."""
+    return LocalOptions(pair.target, pair.drafter, **options)
+
+
 @pytest.fixture(scope="module")
 def clean_report(builtin_pair: ModelPair):
-    return run_difftest(LocalOptions(builtin_pair.target, builtin_pair.drafter))
+    return run_difftest(local(builtin_pair))
 
 
 def test_clean_pair_is_identical_and_quiet(clean_report) -> None:
@@ -69,8 +75,7 @@ def test_output_fault_makes_difftest_fail(
     builtin_pair: ModelPair, tmp_path: Path, fault: str
 ) -> None:
     prompts = default_subset(tmp_path, OUTPUT_FAULTS[fault])
-    report = run_difftest(LocalOptions(builtin_pair.target, builtin_pair.drafter, prompts=prompts,
-                                       inject=fault))
+    report = run_difftest(local(builtin_pair, prompts=prompts, inject=fault))
     assert not report.identical
     assert {d.prompt_id for d in report.divergences} == set(OUTPUT_FAULTS[fault])
     first = report.divergences[0].divergence
@@ -78,7 +83,7 @@ def test_output_fault_makes_difftest_fail(
     assert first.reference_token != first.candidate_token
     assert first.margin is None or first.margin > 0
     assert not first.near_tie  # a logic bug, not a rounding tie
-    clean = run_difftest(LocalOptions(builtin_pair.target, builtin_pair.drafter, prompts=prompts))
+    clean = run_difftest(local(builtin_pair, prompts=prompts))
     assert clean.identical  # the clean path passes
 
 
@@ -87,10 +92,9 @@ def test_acceptance_fault_is_flagged(
     builtin_pair: ModelPair, tmp_path: Path, fault: str
 ) -> None:
     prompts = default_subset(tmp_path, ACCEPTANCE_PROMPTS)
-    report = run_difftest(LocalOptions(builtin_pair.target, builtin_pair.drafter, prompts=prompts,
-                                       inject=fault))
+    report = run_difftest(local(builtin_pair, prompts=prompts, inject=fault))
     assert report.identical  # the target still verifies every token
-    clean = run_difftest(LocalOptions(builtin_pair.target, builtin_pair.drafter, prompts=prompts))
+    clean = run_difftest(local(builtin_pair, prompts=prompts))
     assert report.tau_reference == pytest.approx(clean.tau)
     assert report.tau < 0.95 * clean.tau
     assert any("below the clean reference" in w for w in report.warnings)

@@ -48,3 +48,10 @@ def _read_only(pair: ModelPair) -> Iterator[ModelPair]:
 def builtin_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelPair]:
     """The shipped trained pair (`fixtures make`)."""
     yield from _read_only(ModelPair(*make_fixture_pair(tmp_path_factory.mktemp("builtin-pair"))))
+
+
+@pytest.fixture(scope="session")
+def dflash2_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelPair]:
+    """The built-in target with the built-in DFlash 2 drafter (`fixtures make --dflash2`)."""
+    folder = tmp_path_factory.mktemp("dflash2-pair")
+    yield from _read_only(ModelPair(*make_fixture_pair(folder, dflash2=True)))
