@@ -2,4 +2,3 @@
 
 from tests.pins.conftest import hf_env, hub, local_pair  # noqa: F401  (fixtures)
 from tests.scan.conftest import benign_modeling  # noqa: F401  (fixture)
-from tests.trust.conftest import key_pair, pair  # noqa: F401  (fixtures)

@@ -49,22 +49,22 @@ def test_rollout_section_parses(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def servers(pair):
-    with running_server(pair.target) as baseline, \
-            running_server(pair.target, pair.drafter) as candidate:
+def servers(locked_pair):
+    with running_server(locked_pair.target) as baseline, \
+            running_server(locked_pair.target, locked_pair.drafter) as candidate:
         yield baseline.url, candidate.url
 
 
-def gate(cli, pair, policy, out):
-    lock = write_lock(pair.lock, policy.parent / "dflash.lock")
-    return cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={pair.target}",
-               "--root", f"drafter={pair.drafter}", "--out", out, "--format", "json")
+def gate(cli, locked_pair, policy, out):
+    lock = write_lock(locked_pair.lock, policy.parent / "dflash.lock")
+    return cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={locked_pair.target}",
+               "--root", f"drafter={locked_pair.drafter}", "--out", out, "--format", "json")
 
 
 @pytest.mark.slow
-def test_gate_approves_and_records_the_speedup(cli, pair, servers, tmp_path):
+def test_gate_approves_and_records_the_speedup(cli, locked_pair, servers, tmp_path):
     out = tmp_path / "approval.json"
-    result = gate(cli, pair, rollout_policy(tmp_path, "0.01", servers), out)
+    result = gate(cli, locked_pair, rollout_policy(tmp_path, "0.01", servers), out)
     assert result.exit_code == 0, result.stdout + result.stderr
     step = json.loads(result.stdout)["checks"][-1]
     assert step["name"] == "rollout" and step["passed"] and not step["skipped"]
@@ -76,9 +76,9 @@ def test_gate_approves_and_records_the_speedup(cli, pair, servers, tmp_path):
 
 
 @pytest.mark.slow
-def test_gate_refuses_with_the_numbers(cli, pair, servers, tmp_path):
+def test_gate_refuses_with_the_numbers(cli, locked_pair, servers, tmp_path):
     out = tmp_path / "approval.json"
-    result = gate(cli, pair, rollout_policy(tmp_path, "1000", servers), out)
+    result = gate(cli, locked_pair, rollout_policy(tmp_path, "1000", servers), out)
     assert result.exit_code == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["reason"].startswith("rollout: speedup ")
@@ -88,8 +88,8 @@ def test_gate_refuses_with_the_numbers(cli, pair, servers, tmp_path):
 
 
 @pytest.mark.slow
-def test_gate_refuses_a_rollout_section_without_engines(cli, pair, tmp_path):
+def test_gate_refuses_a_rollout_section_without_engines(cli, locked_pair, tmp_path):
     out = tmp_path / "approval.json"
-    result = gate(cli, pair, rollout_policy(tmp_path, "1.1"), out)
+    result = gate(cli, locked_pair, rollout_policy(tmp_path, "1.1"), out)
     assert result.exit_code == 1
     assert "rollout: the rollout section needs two engines" in json.loads(result.stdout)["reason"]

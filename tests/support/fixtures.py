@@ -8,6 +8,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,13 @@ class ModelPair:
     @property
     def roots(self) -> dict[str, Path]:
         return {"target": self.target, "drafter": self.drafter}
+
+
+@dataclass(frozen=True)
+class LockedPair(ModelPair):
+    """A pair with the lock of its two folders."""
+
+    lock: Any  # dflash_guard.pins.lockfile.Lockfile
 
 
 def _contents(pair: ModelPair) -> str:
@@ -55,3 +63,22 @@ def dflash2_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelPair
     """The built-in target with the built-in DFlash 2 drafter (`fixtures make --dflash2`)."""
     folder = tmp_path_factory.mktemp("dflash2-pair")
     yield from _read_only(ModelPair(*make_fixture_pair(folder, dflash2=True)))
+
+
+@pytest.fixture(scope="session")
+def locked_pair(builtin_pair: ModelPair, tmp_path_factory: pytest.TempPathFactory) -> LockedPair:
+    """The built-in pair with its lock (local folders, no engine)."""
+    from dflash_guard.pins.resolve import build_lock
+
+    with pytest.MonkeyPatch.context() as patch:  # a stat cache of its own, never the home one
+        patch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path_factory.mktemp("locked-pair-cache")))
+        lock = build_lock({k: str(v) for k, v in builtin_pair.roots.items()}).lock
+    return LockedPair(builtin_pair.target, builtin_pair.drafter, lock)
+
+
+@pytest.fixture
+def key_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A fresh ECDSA P-256 signing key pair for this test: (private, public) PEM files."""
+    from tests.support.trust import make_key_pair
+
+    return make_key_pair(tmp_path)
