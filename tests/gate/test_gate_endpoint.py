@@ -1,7 +1,8 @@
 """The gate's endpoint step: the policy's `difftest.endpoints` diff two live engines.
 
-Three `kernels_ref.serve` reference engines over the fixture pair start once for the module: an
-autoregressive baseline, a speculative candidate, and a candidate with a planted verify bug.
+Three `kernels_ref.serve` reference engines over the fixture pair: the session's autoregressive
+baseline and speculative candidate (`reference_servers`), and, started once for the module, a
+candidate with a planted verify bug.
 """
 
 from __future__ import annotations
@@ -34,14 +35,11 @@ def endpoints_section(baseline: str, candidate: str, *extra: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def servers(locked_pair):
-    with (
-        running_server(locked_pair.target) as baseline,
-        running_server(locked_pair.target, locked_pair.drafter) as candidate,
-        running_server(locked_pair.target, locked_pair.drafter,
-                       inject="accept-off-by-one") as faulty,
-    ):
-        yield baseline.url, candidate.url, faulty.url
+def faulty_server(locked_pair):
+    """A speculative candidate with a planted verify bug (accept-off-by-one)."""
+    with running_server(locked_pair.target, locked_pair.drafter,
+                        inject="accept-off-by-one") as faulty:
+        yield faulty
 
 
 @pytest.fixture
@@ -57,8 +55,8 @@ def closed_port_url() -> str:
 
 
 def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
-        cli, locked_pair, servers, lock, tmp_path, monkeypatch):
-    baseline, candidate, _ = servers
+        cli, locked_pair, reference_servers, lock, tmp_path, monkeypatch):
+    baseline, candidate = reference_servers.urls
     monkeypatch.setenv(KEY_ENV, SECRET)
     sent_keys = []
 
@@ -90,8 +88,9 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
         assert SECRET not in text
 
 
-def test_gate_endpoint_refuses_a_faulty_candidate(locked_pair, servers, lock, tmp_path):
-    baseline, _, faulty = servers
+def test_gate_endpoint_refuses_a_faulty_candidate(locked_pair, reference_servers, faulty_server,
+                                                  lock, tmp_path):
+    baseline, faulty = reference_servers.baseline.url, faulty_server.url
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(baseline, faulty)))
     out = tmp_path / "approval.json"
     result = run_gate(GateOptions(lock, policy, locked_pair.roots, out=out))
@@ -104,11 +103,11 @@ def test_gate_endpoint_refuses_a_faulty_candidate(locked_pair, servers, lock, tm
 
 
 @pytest.mark.parametrize(("max_near_ties", "approved"), [(0, False), (1, True)])
-def test_gate_endpoint_near_tie_allowance(locked_pair, servers, lock, tmp_path, max_near_ties,
-                                          approved):
+def test_gate_endpoint_near_tie_allowance(locked_pair, reference_servers, faulty_server, lock,
+                                          tmp_path, max_near_ties, approved):
     """The planted bug turns prompt `code` into a near-tie only (the runner-up, at a margin
     under 0.1 nats): tolerated up to `max_near_ties`, refused beyond."""
-    baseline, _, faulty = servers
+    baseline, faulty = reference_servers.baseline.url, faulty_server.url
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
         baseline, faulty, "near_tie_margin: 0.1", f"max_near_ties: {max_near_ties}")))
     (tmp_path / "prompts.jsonl").write_text(json.dumps(GATE_PROMPTS[0]) + "\n")
@@ -124,9 +123,10 @@ def test_gate_endpoint_near_tie_allowance(locked_pair, servers, lock, tmp_path, 
                                  "policy's max_near_ties 0")
 
 
-def test_gate_endpoint_refuses_an_unreachable_candidate(cli, locked_pair, servers, lock, tmp_path):
+def test_gate_endpoint_refuses_an_unreachable_candidate(cli, locked_pair, reference_servers, lock,
+                                                        tmp_path):
     """A closed port given at gate time (--candidate overrides the policy): refused, exit 1."""
-    baseline, candidate, _ = servers
+    baseline, candidate = reference_servers.urls
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(baseline, candidate)))
     out = tmp_path / "approval.json"
     result = cli("gate", "--lock", lock, "--policy", policy,

@@ -1,7 +1,7 @@
 """`dflash-guard difftest endpoint` against `kernels_ref.serve` reference engines.
 
 The baseline decodes autoregressively, the candidate speculatively with the fixture drafter;
-both start once per module as subprocesses on 127.0.0.1 with free ports.
+both are the session's `reference_servers` (subprocesses on 127.0.0.1 with free ports).
 """
 
 from __future__ import annotations
@@ -33,20 +33,13 @@ def prompt_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def servers(builtin_pair):
-    target, drafter = builtin_pair.target, builtin_pair.drafter
-    with running_server(target) as baseline, running_server(target, drafter) as candidate:
-        yield baseline, candidate
-
-
 def diff(cli, baseline_url, candidate_url, prompt_file, *extra):
     return cli("difftest", "endpoint", "--baseline", baseline_url, "--candidate", candidate_url,
                "--prompts", prompt_file, "--max-new-tokens", "40", "--format", "json", *extra)
 
 
-def test_endpoint_reference_servers_identical(cli, servers, prompt_file):
-    baseline, candidate = servers
+def test_endpoint_reference_servers_identical(cli, reference_servers, prompt_file):
+    baseline, candidate = reference_servers.baseline, reference_servers.candidate
     result = diff(cli, baseline.url, candidate.url, prompt_file,
                   "--metrics", candidate.url + "/metrics", "--concurrency", "3")
     assert result.exit_code == 0, result.stderr
@@ -60,8 +53,9 @@ def test_endpoint_reference_servers_identical(cli, servers, prompt_file):
 
 
 @pytest.mark.parametrize("fault", OUTPUT_FAULTS)
-def test_endpoint_reference_fault_fails(cli, builtin_pair, servers, prompt_file, fault):
-    baseline, _ = servers
+def test_endpoint_reference_fault_fails(cli, builtin_pair, reference_servers, prompt_file,
+                                        fault):
+    baseline = reference_servers.baseline
     target, drafter = builtin_pair.target, builtin_pair.drafter
     with running_server(target, drafter, inject=fault) as faulty:
         result = diff(cli, baseline.url, faulty.url, prompt_file)
@@ -70,8 +64,9 @@ def test_endpoint_reference_fault_fails(cli, builtin_pair, servers, prompt_file,
     assert report["hard"] >= 1 and not report["passed"]
 
 
-def test_endpoint_killed_server_is_a_clear_error(cli, builtin_pair, servers, prompt_file):
-    baseline, _ = servers
+def test_endpoint_killed_server_is_a_clear_error(cli, builtin_pair, reference_servers,
+                                                 prompt_file):
+    baseline = reference_servers.baseline
     with running_server(builtin_pair.target) as doomed:
         doomed.process.kill()
         doomed.process.wait()
@@ -81,8 +76,9 @@ def test_endpoint_killed_server_is_a_clear_error(cli, builtin_pair, servers, pro
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_endpoint_hanging_server_times_out(cli, builtin_pair, servers, prompt_file):
-    _, candidate = servers
+def test_endpoint_hanging_server_times_out(cli, builtin_pair, reference_servers,
+                                           prompt_file):
+    candidate = reference_servers.candidate
     with running_server(builtin_pair.target) as frozen:
         os.kill(frozen.process.pid, signal.SIGSTOP)  # accepts connections, never answers
         try:
@@ -93,8 +89,9 @@ def test_endpoint_hanging_server_times_out(cli, builtin_pair, servers, prompt_fi
     assert "baseline endpoint" in result.stderr and "no answer within 1 s" in result.stderr
 
 
-def test_endpoint_malformed_answer_and_secret_key(cli, servers, prompt_file, monkeypatch):
-    _, candidate = servers
+def test_endpoint_malformed_answer_and_secret_key(cli, reference_servers, prompt_file,
+                                                  monkeypatch):
+    candidate = reference_servers.candidate
     secret = "sk-ref-0c9e44d2b1"
     monkeypatch.setenv("DG_ENGINE_KEY", secret)
     state = Behaviour(malformed=True)
@@ -114,8 +111,8 @@ def test_endpoint_cli_modes_are_exclusive(cli, builtin_pair):
     assert result.exit_code == 2 and "--candidate" in result.stderr
 
 
-def test_endpoint_reference_server_api(servers):
-    baseline, candidate = servers
+def test_endpoint_reference_server_api(reference_servers):
+    baseline, candidate = reference_servers.baseline, reference_servers.candidate
     with httpx2.Client(timeout=30) as http:
         assert http.get(baseline.url + "/health").json() == {"status": "ok"}
         name = http.get(candidate.url + "/v1/models").json()["data"][0]["id"]

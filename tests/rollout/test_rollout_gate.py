@@ -11,7 +11,6 @@ import pytest
 from dflash_guard.errors import InputError
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import read_approval
-from tests.support.reference_server import running_server
 from tests.support.trust import write_lock, write_policy
 
 DIFFTEST = "  near_tie_allowance: 0.0\n"
@@ -48,13 +47,6 @@ def test_rollout_section_parses(tmp_path):
     assert (rules.expected_concurrency, rules.min_speedup, rules.requests) == (2, 1.25, 2)
 
 
-@pytest.fixture(scope="module")
-def servers(locked_pair):
-    with running_server(locked_pair.target) as baseline, \
-            running_server(locked_pair.target, locked_pair.drafter) as candidate:
-        yield baseline.url, candidate.url
-
-
 def gate(cli, locked_pair, policy, out):
     lock = write_lock(locked_pair.lock, policy.parent / "dflash.lock")
     return cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={locked_pair.target}",
@@ -62,9 +54,10 @@ def gate(cli, locked_pair, policy, out):
 
 
 @pytest.mark.slow
-def test_gate_approves_and_records_the_speedup(cli, locked_pair, servers, tmp_path):
+def test_gate_approves_and_records_the_speedup(cli, locked_pair, reference_servers, tmp_path):
     out = tmp_path / "approval.json"
-    result = gate(cli, locked_pair, rollout_policy(tmp_path, "0.01", servers), out)
+    policy = rollout_policy(tmp_path, "0.01", reference_servers.urls)
+    result = gate(cli, locked_pair, policy, out)
     assert result.exit_code == 0, result.stdout + result.stderr
     step = json.loads(result.stdout)["checks"][-1]
     assert step["name"] == "rollout" and step["passed"] and not step["skipped"]
@@ -76,9 +69,10 @@ def test_gate_approves_and_records_the_speedup(cli, locked_pair, servers, tmp_pa
 
 
 @pytest.mark.slow
-def test_gate_refuses_with_the_numbers(cli, locked_pair, servers, tmp_path):
+def test_gate_refuses_with_the_numbers(cli, locked_pair, reference_servers, tmp_path):
     out = tmp_path / "approval.json"
-    result = gate(cli, locked_pair, rollout_policy(tmp_path, "1000", servers), out)
+    policy = rollout_policy(tmp_path, "1000", reference_servers.urls)
+    result = gate(cli, locked_pair, policy, out)
     assert result.exit_code == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["reason"].startswith("rollout: speedup ")

@@ -8,11 +8,15 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from kernels_ref.fixtures import make_fixture_pair
+from tests.support.reference_server import ServerProcess, running_server
+
+if TYPE_CHECKING:
+    from dflash_guard.pins.lockfile import Lockfile
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,20 @@ class ModelPair:
 class LockedPair(ModelPair):
     """A pair with the lock of its two folders."""
 
-    lock: Any  # dflash_guard.pins.lockfile.Lockfile
+    lock: Lockfile
+
+
+@dataclass(frozen=True)
+class ReferenceServers:
+    """Two `kernels_ref.serve` engines on the built-in pair: an autoregressive baseline and a
+    speculative candidate."""
+
+    baseline: ServerProcess
+    candidate: ServerProcess
+
+    @property
+    def urls(self) -> tuple[str, str]:
+        return self.baseline.url, self.candidate.url
 
 
 def _contents(pair: ModelPair) -> str:
@@ -73,7 +90,18 @@ def locked_pair(builtin_pair: ModelPair, tmp_path_factory: pytest.TempPathFactor
     with pytest.MonkeyPatch.context() as patch:  # a stat cache of its own, never the home one
         patch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path_factory.mktemp("locked-pair-cache")))
         lock = build_lock({k: str(v) for k, v in builtin_pair.roots.items()}).lock
+    assert lock is not None, "the built-in pair could not be locked"
     return LockedPair(builtin_pair.target, builtin_pair.drafter, lock)
+
+
+@pytest.fixture(scope="session")
+def reference_servers(builtin_pair: ModelPair) -> Iterator[ReferenceServers]:
+    """Reference engines on the built-in pair (subprocesses, seconds each to start), shared by
+    every module; nothing may stop or pause them. Their Prometheus counters only grow: read
+    them as differences, as the tools do."""
+    with (running_server(builtin_pair.target) as baseline,
+          running_server(builtin_pair.target, builtin_pair.drafter) as candidate):
+        yield ReferenceServers(baseline, candidate)
 
 
 @pytest.fixture
