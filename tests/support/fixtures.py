@@ -83,15 +83,28 @@ def dflash2_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelPair
 
 
 @pytest.fixture(scope="session")
-def locked_pair(builtin_pair: ModelPair, tmp_path_factory: pytest.TempPathFactory) -> LockedPair:
-    """The built-in pair with its lock (local folders, no engine)."""
+def padded_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelPair]:
+    """The built-in pair zero-padded to head_dim 64 (`fixtures make --head-dim 64`)."""
+    folder = tmp_path_factory.mktemp("padded-pair")
+    yield from _read_only(ModelPair(*make_fixture_pair(folder, head_dim=64)))
+
+
+def lock_pair(pair: ModelPair, cache: Path) -> LockedPair:
+    """`pair` with the lock of its two local folders (no engine); `cache` is the stat cache
+    to use, never the home one."""
     from dflash_guard.pins.resolve import build_lock
 
-    with pytest.MonkeyPatch.context() as patch:  # a stat cache of its own, never the home one
-        patch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path_factory.mktemp("locked-pair-cache")))
-        lock = build_lock({k: str(v) for k, v in builtin_pair.roots.items()}).lock
-    assert lock is not None, "the built-in pair could not be locked"
-    return LockedPair(builtin_pair.target, builtin_pair.drafter, lock)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DFLASH_GUARD_CACHE_DIR", str(cache))
+        lock = build_lock({role: str(folder) for role, folder in pair.roots.items()}).lock
+    assert lock is not None, f"{pair.target.parent} could not be locked"
+    return LockedPair(pair.target, pair.drafter, lock)
+
+
+@pytest.fixture(scope="session")
+def locked_pair(builtin_pair: ModelPair, tmp_path_factory: pytest.TempPathFactory) -> LockedPair:
+    """The built-in pair with its lock (local folders, no engine)."""
+    return lock_pair(builtin_pair, tmp_path_factory.mktemp("locked-pair-cache"))
 
 
 @pytest.fixture(scope="session")
