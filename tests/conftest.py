@@ -12,7 +12,7 @@ import torch
 
 from dflash_guard._cli import main
 
-pytest_plugins = ["tests.support.fixtures"]  # the shared pairs and servers
+pytest_plugins = ["tests.support.fixtures", "tests.support.hub_fixtures"]  # shared by rooms
 
 VECTORS = Path(__file__).resolve().parent / "vectors"  # third-party test data, licences beside it
 
