@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from dflash import model as zlab
 from safetensors.torch import load_file, save_file
 
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
@@ -28,11 +26,7 @@ from kernels_ref.tokenizer import load_tokenizer
 from tests.kernels_ref.test_peer_zlab import assert_peer_equal
 from tests.support.kernels import random_configs, random_pair
 
-
-@pytest.fixture(autouse=True)
-def cpu_timer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """z-lab's timer synchronises CUDA; on the CPU a plain clock does."""
-    monkeypatch.setattr(zlab, "_cuda_time", time.perf_counter)
+pytestmark = pytest.mark.usefixtures("cpu_timer")  # z-lab's clock, on the CPU
 
 
 def make_v2(drafter_dir: Path, seed: int, context: int, **fields: Any) -> None:
