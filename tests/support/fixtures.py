@@ -1,6 +1,7 @@
-"""The fixtures every room shares, one per thing, each built once per session (a pytest plugin
-that `tests/conftest.py` registers). The folders are read-only: a test that changes a file copies
-the folder first, and each pair's files are checked unchanged when the session ends."""
+"""The fixtures every room shares, one per thing (a pytest plugin that `tests/conftest.py`
+registers). The pairs and the reference servers are built once per session and are read-only: a
+test that changes a file copies the folder first, and each pair's files are checked unchanged
+when the session ends. `key_pair` is fresh for every test."""
 
 from __future__ import annotations
 
