@@ -1,6 +1,6 @@
-"""Fixtures every test folder shares: the CLI runner, the built-in pair, the test vectors
-(`tests/vectors`), and isolation (one torch thread, a private stat cache). Helper modules live
-in `tests/support/`."""
+"""Fixtures every test folder shares: the CLI runner, the test vectors (`tests/vectors`), and
+isolation (one torch thread, a private stat cache). The shared pairs and servers come from the
+`tests.support.fixtures` plugin; helper modules live in `tests/support/`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from dflash_guard._cli import main
-from kernels_ref.fixtures import make_fixture_pair
+
+pytest_plugins = ["tests.support.fixtures", "tests.support.hub_fixtures"]  # shared by rooms
 
 VECTORS = Path(__file__).resolve().parent / "vectors"  # third-party test data, licences beside it
 
@@ -48,13 +49,6 @@ def shared_vectors() -> Path:
     their licences (see its README), so no test depends on a folder outside the clone."""
     assert VECTORS.is_dir(), f"test vectors missing at {VECTORS}"
     return VECTORS
-
-
-@pytest.fixture(scope="session")
-def fixture_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The shipped trained pair (target, drafter), written once per session: treat it as read-only
-    (a test that tampers with files writes its own copy with `make_fixture_pair`)."""
-    return make_fixture_pair(tmp_path_factory.mktemp("fixture-pair"))
 
 
 @pytest.fixture(autouse=True)

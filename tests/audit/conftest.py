@@ -16,7 +16,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
 
 
 @pytest.fixture
-def key_pair(tmp_path: Path) -> tuple[Path, Path]:
+def feed_key_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A fresh key pair for signing feeds (`feed-key.pem`, `feed-key.pub`)."""
     from tests.support.audit import make_key_pair
 
     return make_key_pair(tmp_path)

@@ -36,33 +36,33 @@ def lock(tmp_path):
 
 
 @pytest.fixture
-def signed_feed(tmp_path, key_pair):
+def signed_feed(tmp_path, feed_key_pair):
     feed = write_feed(tmp_path / "feed.json", _drafter_record())
-    sign_with_key(feed, key_pair[0])
+    sign_with_key(feed, feed_key_pair[0])
     return feed
 
 
-def _rules(key_pair, **options):
-    return FeedRules(signers=Signers((), (key_pair[1],)), **options)
+def _rules(feed_key_pair, **options):
+    return FeedRules(signers=Signers((), (feed_key_pair[1],)), **options)
 
 
-def test_feed_signed_with_accepted_key_passes(lock, signed_feed, key_pair):
-    report = run_audit(lock, [str(signed_feed)], rules=_rules(key_pair, allow_unsigned=False),
+def test_feed_signed_with_accepted_key_passes(lock, signed_feed, feed_key_pair):
+    report = run_audit(lock, [str(signed_feed)], rules=_rules(feed_key_pair, allow_unsigned=False),
                        now=NOW)
     assert report.feed_problems == ()
     [file] = report.feeds[0].files
     assert file.signatures[0].ok and file.signatures[0].signer.startswith("key feed-key.pub")
 
 
-def test_feed_tampered_signed_feed_is_refused(cli, lock, signed_feed, key_pair):
+def test_feed_tampered_signed_feed_is_refused(cli, lock, signed_feed, feed_key_pair):
     record = json.loads(signed_feed.read_text())
     record["affected"][0]["versions"] = ["c" * 40]  # hide the drafter from the advisory
     signed_feed.write_text(json.dumps(record))
-    report = run_audit(lock, [str(signed_feed)], rules=_rules(key_pair), now=NOW)
+    report = run_audit(lock, [str(signed_feed)], rules=_rules(feed_key_pair), now=NOW)
     assert report.findings == () and not report.passed
     assert "signature feed.json.sig refused" in report.feed_problems[0]
     result = cli("audit", "--lock", lock, "--advisories", signed_feed, "--public-key",
-                 key_pair[1], "--format", "json")
+                 feed_key_pair[1], "--format", "json")
     assert result.exit_code == 1 and json.loads(result.stdout)["feed_problems"]
 
 
@@ -71,10 +71,11 @@ def test_feed_signed_but_no_accepted_signer_is_refused(lock, signed_feed):
     assert "accepts no public key" in report.feed_problems[0]
 
 
-def test_feed_unsigned_refused_only_when_signatures_required(lock, tmp_path, key_pair):
+def test_feed_unsigned_refused_only_when_signatures_required(lock, tmp_path, feed_key_pair):
     feed = write_feed(tmp_path / "feed.json", _drafter_record())
-    assert run_audit(lock, [str(feed)], rules=_rules(key_pair), now=NOW).feed_problems == ()
-    report = run_audit(lock, [str(feed)], rules=_rules(key_pair, allow_unsigned=False), now=NOW)
+    assert run_audit(lock, [str(feed)], rules=_rules(feed_key_pair), now=NOW).feed_problems == ()
+    report = run_audit(lock, [str(feed)], rules=_rules(feed_key_pair, allow_unsigned=False),
+                       now=NOW)
     assert "not signed" in report.feed_problems[0]
 
 
@@ -90,16 +91,16 @@ def test_feed_stale_is_refused(cli, lock, tmp_path):
     assert result.exit_code == 1 and "stale" in result.stdout
 
 
-def test_feed_folder_skips_signature_files_and_has_a_listing_digest(lock, tmp_path, key_pair):
+def test_feed_folder_skips_signature_files_and_has_a_listing_digest(lock, tmp_path, feed_key_pair):
     folder = tmp_path / "feeds"
     folder.mkdir()
     write_feed(folder / "a.json", _drafter_record())
-    sign_with_key(folder / "a.json", key_pair[0])
+    sign_with_key(folder / "a.json", feed_key_pair[0])
     write_feed(folder / "b.json", osv("x_FEED-2", []))
-    report = run_audit(lock, [str(folder)], rules=_rules(key_pair), now=NOW)
+    report = run_audit(lock, [str(folder)], rules=_rules(feed_key_pair), now=NOW)
     assert [f.name for f in report.feeds[0].files] == ["a.json", "b.json"]
     assert report.ids(ADV_AFFECTED.id) == ["x_FEED-1"] and report.feed_problems == ()
-    strict = run_audit(lock, [str(folder)], rules=_rules(key_pair, allow_unsigned=False),
+    strict = run_audit(lock, [str(folder)], rules=_rules(feed_key_pair, allow_unsigned=False),
                        now=NOW)
     assert len(strict.feed_problems) == 1 and "b.json is not signed" in strict.feed_problems[0]
 
@@ -110,14 +111,14 @@ def test_feed_empty_folder_is_input_error(lock, tmp_path):
         run_audit(lock, [str(tmp_path / "empty")], now=NOW)
 
 
-def test_feed_url_from_loopback_with_its_signature(lock, tmp_path, signed_feed, key_pair):
+def test_feed_url_from_loopback_with_its_signature(lock, tmp_path, signed_feed, feed_key_pair):
     with serve_folder(tmp_path) as base:
         report = run_audit(lock, [f"{base}/feed.json"],
-                           rules=_rules(key_pair, allow_unsigned=False), now=NOW)
+                           rules=_rules(feed_key_pair, allow_unsigned=False), now=NOW)
         assert report.feed_problems == () and report.ids(ADV_AFFECTED.id) == ["x_FEED-1"]
         assert report.feeds[0].source == f"{base}/feed.json"
         signed_feed.write_text(signed_feed.read_text().replace(DRAFTER_COMMIT, "c" * 40))
-        tampered = run_audit(lock, [f"{base}/feed.json"], rules=_rules(key_pair), now=NOW)
+        tampered = run_audit(lock, [f"{base}/feed.json"], rules=_rules(feed_key_pair), now=NOW)
         assert tampered.feed_problems and tampered.findings == ()
         with pytest.raises(InputError, match="HTTP 404"):
             run_audit(lock, [f"{base}/missing.json"], now=NOW)
@@ -149,7 +150,7 @@ def test_feed_zip_as_osv_dev_publishes_it(lock, tmp_path):
         run_audit(lock, [str(archive)], now=NOW)
 
 
-def test_feed_changed_between_parse_and_verify_is_refused(lock, signed_feed, key_pair,
+def test_feed_changed_between_parse_and_verify_is_refused(lock, signed_feed, feed_key_pair,
                                                           monkeypatch):
     from dflash_guard.audit import feeds
 
@@ -157,12 +158,12 @@ def test_feed_changed_between_parse_and_verify_is_refused(lock, signed_feed, key
 
     def swap_then_verify(path, sig, keys, *, subject):
         path.write_text(path.read_text().replace(DRAFTER_COMMIT, "c" * 40))
-        sign_with_key(path, key_pair[0])  # a validly signed, different feed
+        sign_with_key(path, feed_key_pair[0])  # a validly signed, different feed
         return verify(path, sig, keys, subject=subject)
 
     monkeypatch.setattr(feeds, "verify_key_signature", swap_then_verify)
     with pytest.raises(InputError, match="changed while it was being read"):
-        run_audit(lock, [str(signed_feed)], rules=_rules(key_pair), now=NOW)
+        run_audit(lock, [str(signed_feed)], rules=_rules(feed_key_pair), now=NOW)
 
 
 @pytest.mark.parametrize("suffix", [".sigstore.json", ".sigstore"])

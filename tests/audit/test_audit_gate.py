@@ -16,29 +16,18 @@ from dflash_guard.pins.lockfile import Engine, write_lockfile
 from dflash_guard.trust.policy import builtin_policy_path, load_policy
 from dflash_guard.trust.signing import sign_with_key
 from tests.support.audit import ENGINE_URL, git_range, osv, write_feed
+from tests.support.fixtures import LockedPair
 
 ENGINE_COMMIT = "ab" * 20
 PROMPTS = [{"id": "loop", "prompt": "total = 0\nfor i in range(10):\n    total = total + i * "}]
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory):
-    """The built-in fixture pair locked with one engine: (lock, roots)."""
-    from dflash_guard.pins.resolve import build_lock
-    from kernels_ref.fixtures import make_fixture_pair
-
-    base = tmp_path_factory.mktemp("pair")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DFLASH_GUARD_CACHE_DIR", str(base / "cache"))
-        target, drafter = make_fixture_pair(base / "fixtures")
-        lock = build_lock({"target": str(target), "drafter": str(drafter)}).lock
+def engine_locked_pair(locked_pair: LockedPair) -> LockedPair:
+    """The locked built-in pair with one engine in its lock, the one the feeds name."""
     engine = Engine("engine", ENGINE_URL, ENGINE_COMMIT, "v1.0")
-    return dataclasses.replace(lock, engines=(engine,)), {"target": target, "drafter": drafter}
-
-
-@pytest.fixture(autouse=True)
-def _private_stat_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / ".dflash-guard-cache"))
+    return dataclasses.replace(locked_pair,
+                               lock=dataclasses.replace(locked_pair.lock, engines=(engine,)))
 
 
 def _policy(folder: Path, advisories: str) -> Path:
@@ -73,11 +62,10 @@ def _engine_record(advisory_id: str, severity: str, modified: dt.datetime | None
                severity=severity, modified=when)
 
 
-def _gate(tmp_path: Path, pair, policy: Path, **options):
-    lock, roots = pair
+def _gate(tmp_path: Path, pair: LockedPair, policy: Path, **options):
     lock_path = tmp_path / "dflash.lock"
-    write_lockfile(lock, lock_path)
-    return run_gate(GateOptions(lock_path, policy, roots, out=tmp_path / "approval.json",
+    write_lockfile(pair.lock, lock_path)
+    return run_gate(GateOptions(lock_path, policy, pair.roots, out=tmp_path / "approval.json",
                                 **options))
 
 
@@ -105,39 +93,39 @@ def test_policy_advisories_section_fails_closed(tmp_path, section, message):
     assert "policy.yaml:" in str(error.value) and "advisories" in str(error.value)
 
 
-def test_gate_refuses_stale_feed(tmp_path, pair):
+def test_gate_refuses_stale_feed(tmp_path, engine_locked_pair):
     old = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     write_feed(tmp_path / "feed.json", _engine_record("x_GATE-OLD", "LOW", old))
-    result = _gate(tmp_path, pair, _policy(tmp_path, _section(max_age_days=30)))
+    result = _gate(tmp_path, engine_locked_pair, _policy(tmp_path, _section(max_age_days=30)))
     assert not result.approved and result.checks[-1].name == "advisories"
     assert all(c.ok for c in result.checks[:-1])
     assert "stale" in result.reason and "re-check" in result.reason
     assert not (tmp_path / "approval.json").exists()
 
 
-def test_gate_refuses_affecting_advisory_at_fail_on(tmp_path, pair):
+def test_gate_refuses_affecting_advisory_at_fail_on(tmp_path, engine_locked_pair):
     write_feed(tmp_path / "feed.json", _engine_record("x_GATE-CRIT", "CRITICAL"))
-    result = _gate(tmp_path, pair, _policy(tmp_path, _section()))
+    result = _gate(tmp_path, engine_locked_pair, _policy(tmp_path, _section()))
     assert result.checks[-1].name == "advisories" and "x_GATE-CRIT" in result.reason
 
 
-def test_gate_refuses_tampered_signed_feed(tmp_path, pair, key_pair):
+def test_gate_refuses_tampered_signed_feed(tmp_path, engine_locked_pair, feed_key_pair):
     feed = write_feed(tmp_path / "feed.json", _engine_record("x_GATE-LOW", "LOW"))
-    sign_with_key(feed, key_pair[0])
+    sign_with_key(feed, feed_key_pair[0])
     feed.write_text(feed.read_text().replace("LOW", "NONE"))
-    signers = f"{{identities: [], public_keys: [{key_pair[1].name}]}}"
-    result = _gate(tmp_path, pair, _policy(tmp_path, _section(signers=signers,
-                                                              allow_unsigned="false")))
+    signers = f"{{identities: [], public_keys: [{feed_key_pair[1].name}]}}"
+    policy = _policy(tmp_path, _section(signers=signers, allow_unsigned="false"))
+    result = _gate(tmp_path, engine_locked_pair, policy)
     assert result.checks[-1].name == "advisories" and "refused" in result.reason
 
 
 @pytest.mark.slow
-def test_gate_records_feed_digests_and_matched_ids(tmp_path, pair, key_pair):
+def test_gate_records_feed_digests_and_matched_ids(tmp_path, engine_locked_pair, feed_key_pair):
     feed = write_feed(tmp_path / "feed.json", _engine_record("x_GATE-LOW", "LOW"))
-    sign_with_key(feed, key_pair[0])
-    signers = f"{{identities: [], public_keys: [{key_pair[1].name}]}}"
-    result = _gate(tmp_path, pair, _policy(tmp_path, _section(signers=signers,
-                                                              allow_unsigned="false")))
+    sign_with_key(feed, feed_key_pair[0])
+    signers = f"{{identities: [], public_keys: [{feed_key_pair[1].name}]}}"
+    policy = _policy(tmp_path, _section(signers=signers, allow_unsigned="false"))
+    result = _gate(tmp_path, engine_locked_pair, policy)
     assert result.approved, result.reason
     [check] = [c for c in result.checks if c.name == "advisories"]
     assert check.ok and not check.skipped and "below it" in check.detail
@@ -148,10 +136,10 @@ def test_gate_records_feed_digests_and_matched_ids(tmp_path, pair, key_pair):
     assert record["signers"][0].startswith("key feed-key.pub")
 
 
-def test_audit_cli_with_policy_section(cli, tmp_path, pair):
+def test_audit_cli_with_policy_section(cli, tmp_path, engine_locked_pair):
     write_feed(tmp_path / "feed.json", _engine_record("x_GATE-MED", "MODERATE"))
     lock_path = tmp_path / "dflash.lock"
-    write_lockfile(pair[0], lock_path)
+    write_lockfile(engine_locked_pair.lock, lock_path)
     high = _policy(tmp_path, _section(fail_on="high"))
     result = cli("audit", "--lock", lock_path, "--policy", high, "--format", "json")
     assert result.exit_code == 0, result.stderr

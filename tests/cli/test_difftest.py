@@ -32,8 +32,8 @@ def test_fixtures_make_writes_the_pair(cli, tmp_path: Path) -> None:
     assert cli("fixtures", "make", tmp_path / "file").exit_code == 2
 
 
-def test_identical_pair_exits_0_with_a_json_report(cli, fixture_pair, fast_prompts) -> None:
-    target, drafter = fixture_pair
+def test_identical_pair_exits_0_with_a_json_report(cli, builtin_pair, fast_prompts) -> None:
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     result = cli(
         "difftest",
         "local",
@@ -81,8 +81,8 @@ def test_identical_pair_exits_0_with_a_json_report(cli, fixture_pair, fast_promp
     assert text.exit_code == 0 and "identical" in text.stdout
 
 
-def test_injected_fault_exits_1(cli, fixture_pair, fast_prompts) -> None:
-    target, drafter = fixture_pair
+def test_injected_fault_exits_1(cli, builtin_pair, fast_prompts) -> None:
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     result = cli(
         "difftest",
         "local",
@@ -104,8 +104,8 @@ def test_injected_fault_exits_1(cli, fixture_pair, fast_prompts) -> None:
     assert report["overall"]["divergences"]
 
 
-def test_input_errors_exit_2(cli, tmp_path: Path, fixture_pair, fast_prompts) -> None:
-    target, drafter = fixture_pair
+def test_input_errors_exit_2(cli, tmp_path: Path, builtin_pair, fast_prompts) -> None:
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     cases = [
         ("--target", tmp_path / "missing", "--drafter", drafter),
         ("--target", target, "--drafter", drafter, "--inject", "no-such-fault"),
@@ -131,9 +131,9 @@ def test_mismatched_drafter_exits_2(cli, tmp_path: Path) -> None:
     assert "does not match its target" in result.stderr
 
 
-def test_block_size_beyond_the_context_exits_2(cli, fixture_pair, fast_prompts) -> None:
+def test_block_size_beyond_the_context_exits_2(cli, builtin_pair, fast_prompts) -> None:
     """A huge block size (flag or drafter config) used to hang building 1..N histograms."""
-    target, drafter = fixture_pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     result = cli("difftest", "local", "--target", target, "--drafter", drafter,
                  "--prompts", fast_prompts, "--block-size", "1000000000")
     assert result.exit_code == 2
@@ -232,7 +232,7 @@ def test_the_old_spelling_still_runs_with_a_warning(cli, tmp_path: Path) -> None
     assert "deprecated" in result.stderr and "difftest sampled" in result.stderr
 
 
-def test_threads_are_chosen_honoured_and_reported(cli, fixture_pair, fast_prompts,
+def test_threads_are_chosen_honoured_and_reported(cli, builtin_pair, fast_prompts,
                                                   monkeypatch) -> None:
     """The tiny pair runs on one thread by default; `--threads N` runs it on N; the JSON says
     which and why."""
@@ -248,7 +248,7 @@ def test_threads_are_chosen_honoured_and_reported(cli, fixture_pair, fast_prompt
         return real(*args, **kwargs)
 
     monkeypatch.setattr(local, "difftest_models", spy)
-    args = ("difftest", "local", "--target", fixture_pair[0], "--drafter", fixture_pair[1],
+    args = ("difftest", "local", "--target", builtin_pair.target, "--drafter", builtin_pair.drafter,
             "--prompts", fast_prompts, "--max-new-tokens", "4", "--format", "json")
     torch.set_num_threads(3)
     auto = cli(*args)

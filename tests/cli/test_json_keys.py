@@ -16,7 +16,6 @@ import pytest
 
 from tests.rollout.test_monitor import SERIES, replaying
 from tests.support.audit import git_range, osv, write_feed
-from tests.support.reference_server import running_server
 
 RETIRED = {"ok", "valid", "decision", "failed", "alarm", "approved"}
 # Names fixed by the formats the record follows (in-toto Statement v1 and its DigestSet).
@@ -38,23 +37,17 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(fixture_pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(locked_pair, reference_servers, tmp_path_factory: pytest.TempPathFactory) -> World:
     from dflash_guard.pins.lockfile import write_lockfile
-    from dflash_guard.pins.resolve import build_lock
 
     tmp = tmp_path_factory.mktemp("json-keys")
-    target, drafter = fixture_pair
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp / "cache"))
-        lock = build_lock({"target": str(target), "drafter": str(drafter)}).lock
-    assert lock is not None
-    write_lockfile(lock, tmp / "dflash.lock")
+    write_lockfile(locked_pair.lock, tmp / "dflash.lock")
     (tmp / "fast.jsonl").write_text(FAST)
     write_feed(tmp / "feed.json", osv("x_OTHER-1", [{"ranges": [git_range(
         "https://example.invalid/other", introduced="0")]}]))
-    with running_server(target) as baseline, running_server(target, drafter) as candidate:
-        yield World(target, drafter, tmp / "dflash.lock", tmp / "fast.jsonl", baseline.url,
-                    candidate.url, candidate.url + "/metrics", tmp)
+    baseline, candidate = reference_servers.urls
+    return World(locked_pair.target, locked_pair.drafter, tmp / "dflash.lock", tmp / "fast.jsonl",
+                 baseline, candidate, candidate + "/metrics", tmp)
 
 
 def _commands(w: World) -> dict[str, list[Any]]:

@@ -27,7 +27,7 @@ VLLM_SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
 def test_local_folders_lock_deterministically_wherever_they_live(cli, local_pair, tmp_path):
-    target, drafter = local_pair
+    target, drafter = local_pair.target, local_pair.drafter
     first, second = tmp_path / "a.lock", tmp_path / "b.lock"
     assert cli("lock", "--target", target, "--drafter", drafter, "-o", first).exit_code == 0
     moved = tmp_path / "elsewhere"
@@ -143,14 +143,14 @@ def test_offline_resolves_from_the_hf_cache(cli, hf_env, monkeypatch, tmp_path):
 def test_cache_snapshot_path_is_recorded_as_the_hub_repo(cli, hf_env, local_pair, tmp_path):
     snapshot = write_cache_snapshot(hf_env, TARGET_REPO, "e" * 40, target_files())
     out = tmp_path / "dflash.lock"
-    r = cli("lock", "--target", snapshot, "--drafter", local_pair[1], "-o", out)
+    r = cli("lock", "--target", snapshot, "--drafter", local_pair.drafter, "-o", out)
     assert r.exit_code == 0, r.stderr
     target = load_lockfile(out).artifact("target")
     assert (target.source, target.repo, target.commit) == ("hub", TARGET_REPO, "e" * 40)
 
 
 def test_escaping_symlink_in_a_local_folder_is_refused(cli, local_pair, tmp_path):
-    target, drafter = local_pair
+    target, drafter = local_pair.target, local_pair.drafter
     secret = write_folder(tmp_path / "outside", {"secret.py": b"x = 1\n"})
     (drafter / "modeling.py").symlink_to(secret / "secret.py")
     r = cli("lock", "--target", target, "--drafter", drafter, "-o", tmp_path / "x.lock")
@@ -168,8 +168,8 @@ def test_escaping_symlink_in_a_local_folder_is_refused(cli, local_pair, tmp_path
 )
 def test_short_or_missing_engine_sha_is_an_input_error(cli, local_pair, tmp_path, engine):
     out = tmp_path / "x.lock"
-    r = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1], "--engine", engine,
-            "-o", out)
+    r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,
+            "--engine", engine, "-o", out)
     assert r.exit_code == 2 and "--engine" in r.stderr
     assert not out.exists()
 
@@ -179,7 +179,7 @@ def test_packages_and_export_requirements(cli, local_pair, tmp_path):
     wheel.write_bytes(b"not really a wheel, only hashed")
     given = "a" * 64
     out = tmp_path / "dflash.lock"
-    r = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1],
+    r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,
             "--package", f"vllm==0.11.0@sha256:{given}", "--package", wheel, "-o", out)
     assert r.exit_code == 0, r.stderr
     req = tmp_path / "requirements.txt"
@@ -188,14 +188,14 @@ def test_packages_and_export_requirements(cli, local_pair, tmp_path):
     assert f"vllm==0.11.0 \\\n    --hash=sha256:{given}" in text
     wheel_sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert f"demo_pkg==1.2.0 \\\n    --hash=sha256:{wheel_sha}" in text
-    no_hash = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1],
+    no_hash = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,
                   "--package", "vllm==0.11.0", "-o", out)
     assert no_hash.exit_code == 2 and "no hash" in no_hash.stderr
 
 
 def test_lock_json_and_requirements_on_stdout(cli, local_pair, tmp_path):
     out = tmp_path / "dflash.lock"
-    r = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1], "--package",
+    r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter, "--package",
             f"torch==2.13.0@sha256:{'b' * 64}", "-o", out, "--format", "json")
     assert r.exit_code == 0
     report = json.loads(r.stdout)
@@ -204,7 +204,7 @@ def test_lock_json_and_requirements_on_stdout(cli, local_pair, tmp_path):
     r = cli("export", "requirements", "--lock", out)
     assert r.exit_code == 0 and f"torch==2.13.0 \\\n    --hash=sha256:{'b' * 64}" in r.stdout
     bare = tmp_path / "bare.lock"
-    r = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1], "-o", bare)
+    r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter, "-o", bare)
     assert r.exit_code == 0
     r = cli("export", "requirements", "--lock", bare)
     assert r.exit_code == 2 and "no packages" in r.stderr
@@ -212,7 +212,7 @@ def test_lock_json_and_requirements_on_stdout(cli, local_pair, tmp_path):
 
 def test_unwritable_output_is_one_error_line(cli, local_pair, tmp_path):
     # `-o` naming a folder once escaped as an IsADirectoryError ("internal error").
-    target, drafter = local_pair
+    target, drafter = local_pair.target, local_pair.drafter
     taken = tmp_path / "taken"
     taken.mkdir()
     r = cli("lock", "--target", target, "--drafter", drafter, "-o", taken)

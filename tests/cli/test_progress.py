@@ -11,12 +11,13 @@ import pytest
 
 from dflash_guard.formats.progress import size_text
 from dflash_guard.gate import STEPS
+from tests.support.fixtures import ModelPair
 
 ENGINE = "vllm=https://github.com/vllm-project/vllm@a1b2c3d4e5f60718293a4b5c6d7e8f9012345678#v0.11"
 
 
-def locked(cli, pair: tuple[Path, Path], folder: Path) -> Path:
-    target, drafter = pair
+def locked(cli, pair: ModelPair, folder: Path) -> Path:
+    target, drafter = pair.target, pair.drafter
     lock = folder / "dflash.lock"
     result = cli("lock", "--target", target, "--drafter", drafter, "--engine", ENGINE,
                  "-o", lock, "--quiet")
@@ -24,14 +25,13 @@ def locked(cli, pair: tuple[Path, Path], folder: Path) -> Path:
     return lock
 
 
-def roots(pair: tuple[Path, Path]) -> list[str]:
-    target, drafter = pair
-    return ["--root", f"target={target}", "--root", f"drafter={drafter}"]
+def roots(pair: ModelPair) -> list[str]:
+    return ["--root", f"target={pair.target}", "--root", f"drafter={pair.drafter}"]
 
 
-def command(cli, pair, tmp_path, name: str) -> list:
+def command(cli, pair: ModelPair, tmp_path: Path, name: str) -> list:
     """A quick command that does long work on a big deploy (every file hashed or scanned)."""
-    target, drafter = pair
+    target, drafter = pair.target, pair.drafter
     if name == "lock":
         return ["lock", "--target", target, "--drafter", drafter, "-o", tmp_path / "dflash.lock"]
     if name == "verify":
@@ -40,9 +40,9 @@ def command(cli, pair, tmp_path, name: str) -> list:
 
 
 @pytest.mark.parametrize("name", ["lock", "verify", "scan"])
-def test_quiet_leaves_stderr_empty_and_stdout_as_it_was(cli, fixture_pair, tmp_path, name,
+def test_quiet_leaves_stderr_empty_and_stdout_as_it_was(cli, builtin_pair, tmp_path, name,
                                                         monkeypatch):
-    args = command(cli, fixture_pair, tmp_path, name)
+    args = command(cli, builtin_pair, tmp_path, name)
     runs = []
     for flags in ([], ["--quiet"]):  # each with its own stat cache: both hash every file
         monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / f"cache{len(runs)}"))
@@ -53,9 +53,9 @@ def test_quiet_leaves_stderr_empty_and_stdout_as_it_was(cli, fixture_pair, tmp_p
     assert quiet.stdout == shown.stdout
 
 
-def test_hashing_reports_files_and_bytes(cli, fixture_pair, tmp_path):
-    target, drafter = fixture_pair
-    result = cli("verify", "--lock", locked(cli, fixture_pair, tmp_path), *roots(fixture_pair),
+def test_hashing_reports_files_and_bytes(cli, builtin_pair, tmp_path):
+    target, drafter = builtin_pair.target, builtin_pair.drafter
+    result = cli("verify", "--lock", locked(cli, builtin_pair, tmp_path), *roots(builtin_pair),
                  "--no-cache", "--format", "json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["passed"]
@@ -66,17 +66,17 @@ def test_hashing_reports_files_and_bytes(cli, fixture_pair, tmp_path):
             in result.stderr
 
 
-def test_scan_reports_files(cli, fixture_pair):
-    _, drafter = fixture_pair
+def test_scan_reports_files(cli, builtin_pair):
+    drafter = builtin_pair.drafter
     result = cli("scan", drafter, "--format", "json")
     files = len([f for f in drafter.iterdir() if f.is_file()])
     assert f"scanning {drafter}: {files}/{files} files (" in result.stderr
     assert json.loads(result.stdout)["summary"]
 
 
-def test_the_gate_names_each_check_as_it_runs(cli, fixture_pair, tmp_path):
-    lock = locked(cli, fixture_pair, tmp_path)
-    result = cli("gate", "--lock", lock, "--policy", "dev", *roots(fixture_pair),
+def test_the_gate_names_each_check_as_it_runs(cli, builtin_pair, tmp_path):
+    lock = locked(cli, builtin_pair, tmp_path)
+    result = cli("gate", "--lock", lock, "--policy", "dev", *roots(builtin_pair),
                  "--format", "json")
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
@@ -91,8 +91,8 @@ def test_the_gate_names_each_check_as_it_runs(cli, fixture_pair, tmp_path):
     assert f"tau {decoded.split('tau ')[1][:4]} " in difftest["detail"]
 
 
-def test_difftest_reports_prompts_tokens_and_tau(cli, fixture_pair):
-    target, drafter = fixture_pair
+def test_difftest_reports_prompts_tokens_and_tau(cli, builtin_pair):
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     result = cli("difftest", "local", "--target", target, "--drafter", drafter,
                  "--max-new-tokens", "4", "--format", "json")
     assert result.exit_code == 0, result.stderr

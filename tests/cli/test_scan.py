@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.scan_builders import gadget_pickle, make_pair, write_safetensors
+from tests.support.scan_builders import (
+    BENIGN_MODELING,
+    gadget_pickle,
+    make_pair,
+    write_safetensors,
+)
 
 
 def test_clean_folder_exits_0(cli, tmp_path: Path) -> None:
@@ -22,8 +27,8 @@ def test_finding_exits_1_and_fail_on_raises_the_bar(cli, tmp_path: Path) -> None
     assert cli("scan", tmp_path, "--fail-on", "high").exit_code == 1
 
 
-def test_low_notes_fail_only_with_fail_on_low(cli, tmp_path: Path, benign_modeling: str) -> None:
-    (tmp_path / "dflash.py").write_text(benign_modeling)
+def test_low_notes_fail_only_with_fail_on_low(cli, tmp_path: Path) -> None:
+    (tmp_path / "dflash.py").write_text(BENIGN_MODELING)
     assert cli("scan", tmp_path).exit_code == 0
     assert cli("scan", tmp_path, "--fail-on", "low").exit_code == 1
 
@@ -98,8 +103,8 @@ def test_text_report_to_file(cli, tmp_path: Path) -> None:
     assert "FAIL: 1 file, " in text and " findings (worst: critical" in text
 
 
-def test_text_verdict_counts_in_the_singular(cli, tmp_path: Path, benign_modeling: str) -> None:
-    (tmp_path / "dflash.py").write_text(benign_modeling)  # one note: DG-RC-UNREVIEWED
+def test_text_verdict_counts_in_the_singular(cli, tmp_path: Path) -> None:
+    (tmp_path / "dflash.py").write_text(BENIGN_MODELING)  # one note: DG-RC-UNREVIEWED
     result = cli("scan", tmp_path)
     assert "PASS: 1 file, 1 finding (worst: low" in result.stdout
 
@@ -114,13 +119,13 @@ def test_unwritable_output_is_an_input_error(cli, tmp_path: Path) -> None:
 
 
 def test_scan_writes_nothing_but_its_output(
-    cli, tmp_path: Path, monkeypatch, benign_modeling
+    cli, tmp_path: Path, monkeypatch
 ) -> None:
     model = tmp_path / "model"
     model.mkdir()
     write_safetensors(model / "model.safetensors")
     (model / "pytorch_model.bin").write_bytes(gadget_pickle("os", "system", protocol=2))
-    (model / "modeling_dflash.py").write_text(benign_modeling)
+    (model / "modeling_dflash.py").write_text(BENIGN_MODELING)
     (model / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
     workdir = tmp_path / "cwd"
     workdir.mkdir()

@@ -25,9 +25,9 @@ from tests.support.pins import (
 def locked(cli, local_pair, tmp_path):
     """A lockfile of the local pair; returns (lock path, target dir, drafter dir)."""
     out = tmp_path / "dflash.lock"
-    r = cli("lock", "--target", local_pair[0], "--drafter", local_pair[1], "-o", out)
+    r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter, "-o", out)
     assert r.exit_code == 0, r.stderr
-    return out, *local_pair
+    return out, local_pair.target, local_pair.drafter
 
 
 def unwrap(text: str) -> str:

@@ -10,7 +10,6 @@ import pytest
 from dflash_guard.lossless.local import difftest_models
 from dflash_guard.lossless.prompts import load_prompts
 from kernels_ref.checkpoint import eos_token_ids
-from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.tokenizer import load_tokenizer
 from tests.engine import test_llamacpp as v1
@@ -27,10 +26,10 @@ test_acceptance_agrees = v1.test_llamacpp_acceptance_agrees_with_kernels_ref
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
+def pair(dflash2_pair, tmp_path_factory):
     """(target, drafter, target.gguf, drafter.gguf, folder) of the built-in DFlash 2 pair."""
     folder = tmp_path_factory.mktemp("dflash2")
-    target, drafter = make_fixture_pair(folder / "hf", dflash2=True)
+    target, drafter = dflash2_pair.target, dflash2_pair.drafter
     gguf = folder / "gguf"
     convert(target, gguf / "target.gguf")
     convert(drafter, gguf / "drafter.gguf", target_dir=target)

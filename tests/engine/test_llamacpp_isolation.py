@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from kernels_ref.fixtures import make_fixture_pair
 from tests.support.llamacpp import build_server, convert, llama_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -30,9 +29,9 @@ CACHED = ("--cache-prompt", "--cache-reuse", "8", "--kv-unified")
 
 
 @pytest.fixture(scope="module")
-def gguf_pair(tmp_path_factory) -> tuple[Path, Path]:
+def gguf_pair(builtin_pair, tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("isolation")
-    target, drafter = make_fixture_pair(folder / "hf")
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     return (convert(target, folder / "target.gguf"),
             convert(drafter, folder / "drafter.gguf", target_dir=target))
 

@@ -18,7 +18,6 @@ import pytest
 
 from dflash_guard.lossless.endpoint import CompletionClient
 from dflash_guard.lossless.prompts import read_prompts
-from kernels_ref.fixtures import make_fixture_pair
 from tests.support.llamacpp import build_server, convert, llama_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -27,10 +26,10 @@ BLOCK = 8  # the built-in drafter's block: tau can be at most this
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+def servers(builtin_pair, tmp_path_factory):
     """(baseline URL, candidate URL) of two llama-servers on the built-in pair."""
     folder = tmp_path_factory.mktemp("rollout")
-    target, drafter = make_fixture_pair(folder / "hf")
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     target_gguf = convert(target, folder / "target.gguf")
     drafter_gguf = convert(drafter, folder / "drafter.gguf", target_dir=target)
     binary = build_server()

@@ -28,7 +28,6 @@ import pytest
 from dflash_guard.lossless.endpoint import CompletionClient
 from dflash_guard.lossless.prompts import read_prompts
 from dflash_guard.pins.resolve import build_lock
-from kernels_ref.fixtures import make_fixture_pair
 from tests.support.launch import LAUNCH
 from tests.support.llamacpp import free_port
 from tests.support.trust import write_lock, write_policy
@@ -45,11 +44,11 @@ TAU_RANGE = (2.0, 5.0)
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
+def pair(padded_pair, builtin_pair, tmp_path_factory):
     """(head_dim-64 target, drafter, its lock, the launch policy, the head_dim-16 target)."""
     folder = tmp_path_factory.mktemp("vllm")
-    target, drafter = make_fixture_pair(folder / "hd64", head_dim=64)
-    small_target, _ = make_fixture_pair(folder / "hd16")
+    target, drafter = padded_pair.target, padded_pair.drafter
+    small_target = builtin_pair.target
     lock = write_lock(build_lock({"target": str(target), "drafter": str(drafter)}).lock,
                       folder / "vllm.lock")
     policy = write_policy(folder / "policy")

@@ -27,16 +27,17 @@ VLLM = Engine("vllm", "https://github.com/vllm-project/vllm", "d" * 40, "v0.11.0
 
 
 @pytest.fixture(scope="module")
-def approved(pair, tmp_path_factory):
+def approved(locked_pair, tmp_path_factory):
     """One approving gate run, signed with a key, shared by the content tests."""
     folder = tmp_path_factory.mktemp("approved")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DFLASH_GUARD_CACHE_DIR", str(folder / "cache"))
         private, public = make_key_pair(folder)
         policy = write_policy(folder)
-        lock = write_lock(dataclasses.replace(pair.lock, engines=(VLLM,)), folder / "dflash.lock")
+        lock = write_lock(dataclasses.replace(locked_pair.lock, engines=(VLLM,)),
+                          folder / "dflash.lock")
         out = folder / "approval.json"
-        result = run_gate(GateOptions(lock, policy, pair.roots, out=out,
+        result = run_gate(GateOptions(lock, policy, locked_pair.roots, out=out,
                                       signing=ApprovalSigning(key=private)))
     return result, lock, policy, out, public
 
@@ -49,14 +50,14 @@ def test_gate_approves_the_clean_pair(approved):
     assert result.record == out and out.is_file()
 
 
-def test_gate_approval_record_content(approved, pair):
+def test_gate_approval_record_content(approved, locked_pair):
     result, lock, policy, out, _ = approved
     statement = read_approval(out)
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == PREDICATE_TYPE
     subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
     assert subjects.pop("dflash.lock") == hashlib.sha256(lock.read_bytes()).hexdigest()
-    expected = {f"{a.role}/{f.path}": f.sha256 for a in pair.lock.artifacts for f in a.files}
+    expected = {f"{a.role}/{f.path}": f.sha256 for a in locked_pair.lock.artifacts for f in a.files}
     assert subjects == expected and len(expected) >= 4
     predicate = statement["predicate"]
     assert predicate["passed"] is True
@@ -88,12 +89,12 @@ def test_gate_approval_record_is_signed_with_the_key(approved):
     assert not verify_key_signature(out, forged, [public]).ok
 
 
-def test_gate_cli_prints_the_table_and_refuses_json(cli, pair, tmp_path):
+def test_gate_cli_prints_the_table_and_refuses_json(cli, locked_pair, tmp_path):
     """Through the CLI: a refusal is exit 1 with the reason; --format json is parseable."""
     tampered_policy = write_policy(tmp_path, ("min_tau: 1.0", "min_tau: 99"))
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     result = cli("gate", "--lock", lock, "--policy", tampered_policy, "--root",
-                 f"target={pair.target}", "--root", f"drafter={pair.drafter}",
+                 f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
                  "--out", tmp_path / "approval.json", "--format", "json")
     assert result.exit_code == 1, result.stderr
     report = json.loads(result.stdout)

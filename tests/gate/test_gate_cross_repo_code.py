@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.pins.lockfile import load_lockfile
-from tests.pins.conftest import hf_env, hub  # noqa: F401  (fixtures, re-exported)
 from tests.support.hub_emulator import make_repo
 from tests.support.trust import write_policy
 
@@ -29,9 +28,9 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def cross_repo_lock(cli, hub, fixture_pair, tmp_path: Path):  # noqa: F811
+def cross_repo_lock(cli, hub, builtin_pair, tmp_path: Path):
     """The three repos on the emulator, locked at their commits and downloaded by verify."""
-    target, drafter = fixture_pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     files = files_of(drafter)
     config = json.loads(files["config.json"])
     config["auto_map"] = {"AutoModel": "z-lab/code--modeling.Model"}

@@ -1,7 +1,8 @@
 """The gate's endpoint step: the policy's `difftest.endpoints` diff two live engines.
 
-Three `kernels_ref.serve` reference engines over the fixture pair start once for the module: an
-autoregressive baseline, a speculative candidate, and a candidate with a planted verify bug.
+Three `kernels_ref.serve` reference engines over the fixture pair: the session's autoregressive
+baseline and speculative candidate (`reference_servers`), and, started once for the module, a
+candidate with a planted verify bug.
 """
 
 from __future__ import annotations
@@ -34,18 +35,16 @@ def endpoints_section(baseline: str, candidate: str, *extra: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def servers(pair):
-    with (
-        running_server(pair.target) as baseline,
-        running_server(pair.target, pair.drafter) as candidate,
-        running_server(pair.target, pair.drafter, inject="accept-off-by-one") as faulty,
-    ):
-        yield baseline.url, candidate.url, faulty.url
+def faulty_server(locked_pair):
+    """A speculative candidate with a planted verify bug (accept-off-by-one)."""
+    with running_server(locked_pair.target, locked_pair.drafter,
+                        inject="accept-off-by-one") as faulty:
+        yield faulty
 
 
 @pytest.fixture
-def lock(pair, tmp_path):
-    return write_lock(pair.lock, tmp_path / "dflash.lock")
+def lock(locked_pair, tmp_path):
+    return write_lock(locked_pair.lock, tmp_path / "dflash.lock")
 
 
 def closed_port_url() -> str:
@@ -56,8 +55,8 @@ def closed_port_url() -> str:
 
 
 def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
-        cli, pair, servers, lock, tmp_path, monkeypatch):
-    baseline, candidate, _ = servers
+        cli, locked_pair, reference_servers, lock, tmp_path, monkeypatch):
+    baseline, candidate = reference_servers.urls
     monkeypatch.setenv(KEY_ENV, SECRET)
     sent_keys = []
 
@@ -71,8 +70,9 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     out = tmp_path / "approval.json"
     # The key goes only where the operator sends it: the variable and both hosts on the
     # command line (issue 25: a policy names neither).
-    result = cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={pair.target}",
-                 "--root", f"drafter={pair.drafter}", "--out", out, "--format", "json",
+    result = cli("gate", "--lock", lock, "--policy", policy,
+                 "--root", f"target={locked_pair.target}",
+                 "--root", f"drafter={locked_pair.drafter}", "--out", out, "--format", "json",
                  "--api-key-env", KEY_ENV, "--baseline", baseline, "--candidate", candidate)
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -88,11 +88,12 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
         assert SECRET not in text
 
 
-def test_gate_endpoint_refuses_a_faulty_candidate(pair, servers, lock, tmp_path):
-    baseline, _, faulty = servers
+def test_gate_endpoint_refuses_a_faulty_candidate(locked_pair, reference_servers, faulty_server,
+                                                  lock, tmp_path):
+    baseline, faulty = reference_servers.baseline.url, faulty_server.url
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(baseline, faulty)))
     out = tmp_path / "approval.json"
-    result = run_gate(GateOptions(lock, policy, pair.roots, out=out))
+    result = run_gate(GateOptions(lock, policy, locked_pair.roots, out=out))
     assert not result.approved
     assert result.checks[-1].name == "endpoint diff" and not result.checks[-1].ok
     assert result.checks[-2].name == "difftest" and result.checks[-2].ok
@@ -102,15 +103,15 @@ def test_gate_endpoint_refuses_a_faulty_candidate(pair, servers, lock, tmp_path)
 
 
 @pytest.mark.parametrize(("max_near_ties", "approved"), [(0, False), (1, True)])
-def test_gate_endpoint_near_tie_allowance(pair, servers, lock, tmp_path, max_near_ties,
-                                          approved):
+def test_gate_endpoint_near_tie_allowance(locked_pair, reference_servers, faulty_server, lock,
+                                          tmp_path, max_near_ties, approved):
     """The planted bug turns prompt `code` into a near-tie only (the runner-up, at a margin
     under 0.1 nats): tolerated up to `max_near_ties`, refused beyond."""
-    baseline, _, faulty = servers
+    baseline, faulty = reference_servers.baseline.url, faulty_server.url
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
         baseline, faulty, "near_tie_margin: 0.1", f"max_near_ties: {max_near_ties}")))
     (tmp_path / "prompts.jsonl").write_text(json.dumps(GATE_PROMPTS[0]) + "\n")
-    result = run_gate(GateOptions(lock, policy, pair.roots, out=tmp_path / "approval.json"))
+    result = run_gate(GateOptions(lock, policy, locked_pair.roots, out=tmp_path / "approval.json"))
     assert result.approved is approved, result.reason
     if approved:
         step = next(c for c in result.checks if c.name == "endpoint diff")
@@ -122,13 +123,15 @@ def test_gate_endpoint_near_tie_allowance(pair, servers, lock, tmp_path, max_nea
                                  "policy's max_near_ties 0")
 
 
-def test_gate_endpoint_refuses_an_unreachable_candidate(cli, pair, servers, lock, tmp_path):
+def test_gate_endpoint_refuses_an_unreachable_candidate(cli, locked_pair, reference_servers, lock,
+                                                        tmp_path):
     """A closed port given at gate time (--candidate overrides the policy): refused, exit 1."""
-    baseline, candidate, _ = servers
+    baseline, candidate = reference_servers.urls
     policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(baseline, candidate)))
     out = tmp_path / "approval.json"
-    result = cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={pair.target}",
-                 "--root", f"drafter={pair.drafter}", "--out", out,
+    result = cli("gate", "--lock", lock, "--policy", policy,
+                 "--root", f"target={locked_pair.target}",
+                 "--root", f"drafter={locked_pair.drafter}", "--out", out,
                  "--candidate", closed_port_url())
     assert result.exit_code == 1, result.stdout + result.stderr
     text = one_line(result.stdout)
@@ -137,10 +140,11 @@ def test_gate_endpoint_refuses_an_unreachable_candidate(cli, pair, servers, lock
     assert not out.exists()
 
 
-def test_gate_endpoint_not_configured_says_so(cli, pair, lock, tmp_path):
+def test_gate_endpoint_not_configured_says_so(cli, locked_pair, lock, tmp_path):
     out = tmp_path / "approval.json"
     result = cli("gate", "--lock", lock, "--policy", write_policy(tmp_path), "--root",
-                 f"target={pair.target}", "--root", f"drafter={pair.drafter}", "--out", out)
+                 f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
+                 "--out", out)
     assert result.exit_code == 0, result.stdout + result.stderr
     row = next(line for line in result.stdout.splitlines() if "endpoint diff" in line)
     assert "not configured" in row and "pass" not in row

@@ -36,14 +36,15 @@ ENDPOINTS = DIFFTEST + ("  endpoints:\n    baseline: http://127.0.0.1:18111\n"
 # --- N8: the policy picks neither the variable nor the host ----------------------------------
 
 
-def test_a_policy_naming_any_variable_sends_nothing(cli, pair, tmp_path, monkeypatch):
+def test_a_policy_naming_any_variable_sends_nothing(cli, locked_pair, tmp_path, monkeypatch):
     """The doc's case: the policy asks for AWS_SECRET_ACCESS_KEY; the gate refuses to start."""
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI-EXAMPLEKEY")
     policy = write_policy(tmp_path, (DIFFTEST, ENDPOINTS + "    api_key_env: "
                                                            "AWS_SECRET_ACCESS_KEY\n"))
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
-    result = cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={pair.target}",
-                 "--root", f"drafter={pair.drafter}")
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    result = cli("gate", "--lock", lock, "--policy", policy,
+                 "--root", f"target={locked_pair.target}",
+                 "--root", f"drafter={locked_pair.drafter}")
     assert result.exit_code == 2
     assert "a key is sent only when the operator names it" in one_line(result.stderr)
     assert "EXAMPLEKEY" not in result.stdout + result.stderr
@@ -111,35 +112,35 @@ def test_rollout_refuses_more_tokens_than_asked_or_none_counted(payload):
 # --- N16: no output replaces an input, whichever option named it ----------------------------
 
 
-def test_gate_out_over_a_file_the_policy_names_is_refused(cli, pair, tmp_path, key_pair):
+def test_gate_out_over_a_file_the_policy_names_is_refused(cli, locked_pair, tmp_path, key_pair):
     """The doc's case: --out over the policy's public key (and the other files it names)."""
     _, public = key_pair
     prompts = tmp_path / "policy" / "prompts.jsonl"
     policy = write_policy(tmp_path / "policy", (
         "  lockfile: {identities: [], public_keys: []}",
         f"  lockfile: {{identities: [], public_keys: [{public}]}}"))
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     for target in (public, prompts):
         before = target.read_bytes()
         result = cli("gate", "--lock", lock, "--policy", policy, "--root",
-                     f"target={pair.target}", "--root", f"drafter={pair.drafter}",
+                     f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
                      "--out", target)
         assert result.exit_code == 2 and "overwrite an input" in one_line(result.stderr)
         assert target.read_bytes() == before
 
 
-def test_no_command_output_replaces_a_file_it_read(cli, pair, tmp_path):
+def test_no_command_output_replaces_a_file_it_read(cli, locked_pair, tmp_path):
     """Beyond the doc: the CLI refuses any write over a file the command read (the scanned
     code, a feed, a lockfile), whichever option named it."""
     drafter = tmp_path / "drafter"
     drafter.mkdir()
-    for path in pair.drafter.iterdir():
+    for path in locked_pair.drafter.iterdir():
         (drafter / path.name).write_bytes(path.read_bytes())
     code = drafter / "dflash.py"
     before = code.read_bytes()
     result = cli("scan", drafter, "--output", code, "--format", "json")
     assert result.exit_code == 2 and code.read_bytes() == before
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     feed = tmp_path / "feed.json"
     feed.write_text(json.dumps({"id": "x_A-1", "modified": "2026-11-30T00:00:00Z",
                                 "affected": [{"package": {"ecosystem": "PyPI",
@@ -154,22 +155,22 @@ def test_no_command_output_replaces_a_file_it_read(cli, pair, tmp_path):
 # --- a policy that names no signer approves nothing ------------------------------------------
 
 
-def test_builtin_strict_names_no_signer_and_the_gate_refuses_it(pair, tmp_path):
+def test_builtin_strict_names_no_signer_and_the_gate_refuses_it(locked_pair, tmp_path):
     strict = load_policy("strict")
     assert strict.lockfile_signers.empty and strict.model_signers.empty
     assert strict.approval_signers.empty and strict.unsatisfiable
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
-    result = run_gate(GateOptions(lock, "strict", pair.roots))
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    result = run_gate(GateOptions(lock, "strict", locked_pair.roots))
     assert not result.approved
     assert result.checks[-1].name == "lockfile signature"
     assert "names no lockfile signer" in result.reason and "extends: strict" in result.reason
 
 
-def test_a_policy_extending_strict_with_its_signers_passes_that_check(pair, tmp_path):
+def test_a_policy_extending_strict_with_its_signers_passes_that_check(locked_pair, tmp_path):
     private, public = make_key_pair(tmp_path, "lock")
     _, models = make_key_pair(tmp_path, "models")
-    hub = dataclasses.replace(pair.lock, artifacts=tuple(
-        as_hub(a, f"z-lab/{a.role}") for a in pair.lock.artifacts))
+    hub = dataclasses.replace(locked_pair.lock, artifacts=tuple(
+        as_hub(a, f"z-lab/{a.role}") for a in locked_pair.lock.artifacts))
     lock, _ = signed_lock(hub, tmp_path / "signed")
     (tmp_path / "signed" / "lock.pem").unlink()
     policy = tmp_path / "prod.yaml"
@@ -181,7 +182,7 @@ signatures:
 """)
     loaded = load_policy(policy)
     assert not loaded.unsatisfiable and loaded.tiers == load_policy("strict").tiers
-    result = run_gate(GateOptions(lock, policy, pair.roots))
+    result = run_gate(GateOptions(lock, policy, locked_pair.roots))
     assert result.checks[1].name == "lockfile signature" and result.checks[1].ok
     assert result.checks[1].detail.startswith("signed by key")
 
@@ -189,7 +190,7 @@ signatures:
 # --- vacuous verdicts -------------------------------------------------------------------------
 
 
-def test_a_difftest_with_nothing_compared_cannot_pass(pair, tmp_path, monkeypatch):
+def test_a_difftest_with_nothing_compared_cannot_pass(locked_pair, tmp_path, monkeypatch):
     from dflash_guard.lossless import local
 
     real = local.run_difftest
@@ -198,8 +199,8 @@ def test_a_difftest_with_nothing_compared_cannot_pass(pair, tmp_path, monkeypatc
         return dataclasses.replace(real(options, progress), results=())
 
     monkeypatch.setattr(local, "run_difftest", empty)
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
-    result = run_gate(GateOptions(lock, write_policy(tmp_path / "p"), pair.roots))
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    result = run_gate(GateOptions(lock, write_policy(tmp_path / "p"), locked_pair.roots))
     assert not result.approved and result.checks[-1].name == "difftest"
     assert "cannot tell" in result.reason
 
@@ -249,7 +250,7 @@ def test_a_sampled_test_with_no_degrees_of_freedom_cannot_pass():
     assert report(flat, some).passed and not report(flat, some).cannot_tell
 
 
-def test_verify_approval_refuses_an_edited_file_and_says_what_it_did_not_check(cli, pair,
+def test_verify_approval_refuses_an_edited_file_and_says_what_it_did_not_check(cli, locked_pair,
                                                                                 tmp_path):
     private, public = make_key_pair(tmp_path)
     keyed = f"{{identities: [], public_keys: [{public}]}}"
@@ -257,16 +258,16 @@ def test_verify_approval_refuses_an_edited_file_and_says_what_it_did_not_check(c
                                            f"  approvals: {keyed}"))
     drafter = tmp_path / "drafter"
     drafter.mkdir()
-    for path in pair.drafter.iterdir():
+    for path in locked_pair.drafter.iterdir():
         (drafter / path.name).write_bytes(path.read_bytes())
-    roots = {"target": pair.target, "drafter": drafter}
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    roots = {"target": locked_pair.target, "drafter": drafter}
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     record = tmp_path / "approval.json"
     result = run_gate(GateOptions(lock, policy, roots, out=record,
                                   signing=ApprovalSigning(key=private)))
     assert result.approved, result.reason
     args = ("verify-approval", record, "--policy", policy, "--lock", lock,
-            "--root", f"target={pair.target}", "--root", f"drafter={drafter}")
+            "--root", f"target={locked_pair.target}", "--root", f"drafter={drafter}")
     assert cli(*args).exit_code == 0
     partial = cli(*args[:6])
     assert partial.exit_code == 1 and "not checked (pass --root target=DIR)" in partial.stdout
@@ -283,16 +284,16 @@ def test_verify_approval_refuses_an_edited_file_and_says_what_it_did_not_check(c
 # --- N28: cross-repo remote code is judged by its locked commit ------------------------------
 
 
-def test_a_code_ref_without_a_revision_is_judged_by_its_commit(pair, tmp_path):
+def test_a_code_ref_without_a_revision_is_judged_by_its_commit(locked_pair, tmp_path):
     """The doc's N28: `lock` records no revision for a cross-repo `auto_map` (no flag pins it)
     but always its full commit (the lockfile schema requires it), which is what the gate
     judges; the code's locked sha256 is what `reviewed_code` covers."""
     from dflash_guard.pins.lockfile import CodeRef, LockedFile
 
     ref = CodeRef("z-lab/code", None, "7" * 40, (LockedFile("modeling.py", 10, "a" * 64),))
-    drafter = dataclasses.replace(pair.lock.artifact("drafter"), code_refs=(ref,))
-    lock = dataclasses.replace(pair.lock, artifacts=tuple(
-        drafter if a.role == "drafter" else a for a in pair.lock.artifacts))
+    drafter = dataclasses.replace(locked_pair.lock.artifact("drafter"), code_refs=(ref,))
+    lock = dataclasses.replace(locked_pair.lock, artifacts=tuple(
+        drafter if a.role == "drafter" else a for a in locked_pair.lock.artifacts))
     result = run_gate(GateOptions(write_lock(lock, tmp_path / "dflash.lock"),
-                                  write_policy(tmp_path / "p"), pair.roots))
+                                  write_policy(tmp_path / "p"), locked_pair.roots))
     assert result.checks[0].name == "lockfile" and result.checks[0].ok, result.reason

@@ -8,10 +8,10 @@ from tests.support.trust import make_key_pair, write_lock, write_policy
 
 
 @pytest.fixture
-def gate_inputs(pair, tmp_path):
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+def gate_inputs(locked_pair, tmp_path):
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     policy = write_policy(tmp_path / "policy")
-    roots = ("--root", f"target={pair.target}", "--root", f"drafter={pair.drafter}")
+    roots = ("--root", f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}")
     return lock, policy, roots
 
 
@@ -41,23 +41,23 @@ def test_gate_signature_output_cannot_be_the_lock(cli, gate_inputs, tmp_path):
     assert r.exit_code == 2 and "signature" in r.stderr
 
 
-def test_gate_out_inside_a_verified_folder_is_refused(cli, gate_inputs, pair):
+def test_gate_out_inside_a_verified_folder_is_refused(cli, gate_inputs, locked_pair):
     lock, policy, roots = gate_inputs
     r = cli("gate", "--lock", lock, "--policy", policy, *roots,
-            "--out", pair.drafter / "approval.json")
+            "--out", locked_pair.drafter / "approval.json")
     assert r.exit_code == 2 and "inside the input folder" in r.stderr
-    assert not (pair.drafter / "approval.json").exists()
+    assert not (locked_pair.drafter / "approval.json").exists()
 
 
-def test_lock_output_cannot_be_a_source_or_a_wheel(cli, pair, tmp_path):
+def test_lock_output_cannot_be_a_source_or_a_wheel(cli, locked_pair, tmp_path):
     wheel = tmp_path / "six-1.17.0-py2.py3-none-any.whl"
     wheel.write_bytes(b"wheel")
-    r = cli("lock", "--target", pair.target, "--drafter", pair.drafter,
+    r = cli("lock", "--target", locked_pair.target, "--drafter", locked_pair.drafter,
             "--package", wheel, "-o", wheel)
     assert r.exit_code == 2 and wheel.read_bytes() == b"wheel"
-    r = cli("lock", "--target", pair.target, "--drafter", pair.drafter,
-            "-o", pair.target / "dflash.lock")
-    assert r.exit_code == 2 and not (pair.target / "dflash.lock").exists()
+    r = cli("lock", "--target", locked_pair.target, "--drafter", locked_pair.drafter,
+            "-o", locked_pair.target / "dflash.lock")
+    assert r.exit_code == 2 and not (locked_pair.target / "dflash.lock").exists()
 
 
 def test_export_requirements_cannot_overwrite_its_lock(cli, gate_inputs):

@@ -34,9 +34,9 @@ def fake_snapshot(base, role: str, source) -> object:
 
 
 @pytest.fixture
-def snapshots(pair, tmp_path):
+def snapshots(locked_pair, tmp_path):
     return {role: fake_snapshot(tmp_path / "cache", role, folder)
-            for role, folder in pair.roots.items()}
+            for role, folder in locked_pair.roots.items()}
 
 
 def test_snapshot_path_is_locked_unconfirmed_and_gets_the_local_tier(cli, snapshots, tmp_path):
@@ -65,9 +65,9 @@ def test_gate_refuses_a_fake_snapshot_it_would_refuse_as_a_plain_folder(cli, sna
     assert not (tmp_path / "approval.json").exists()
 
 
-def test_confirmed_by_an_earlier_hub_lock(cli, pair, snapshots, tmp_path):
-    confirmed = dataclasses.replace(pair.lock, artifacts=tuple(
-        as_hub(a, f"z-lab/{a.role}", COMMITS[a.role]) for a in pair.lock.artifacts))
+def test_confirmed_by_an_earlier_hub_lock(cli, locked_pair, snapshots, tmp_path):
+    confirmed = dataclasses.replace(locked_pair.lock, artifacts=tuple(
+        as_hub(a, f"z-lab/{a.role}", COMMITS[a.role]) for a in locked_pair.lock.artifacts))
     earlier, signers = signed_lock(confirmed, tmp_path / "online")
     policy = write_policy(tmp_path / "p", LOCAL_IS_UNKNOWN, signers)
     out = tmp_path / "dflash.lock"

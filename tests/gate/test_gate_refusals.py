@@ -40,7 +40,7 @@ REQUIRE_MODEL_SIG = ("  official:\n    signature_required: false",
                      "  official:\n    signature_required: true")
 
 
-def _gate(tmp_path, pair, lock, *replacements, roots=None, reviewed=(), min_tau=None,
+def _gate(tmp_path, locked_pair, lock, *replacements, roots=None, reviewed=(), min_tau=None,
           signed=False, progress=NO_PROGRESS, **kwargs):
     """Gate `lock` under the default policy with `replacements`; `signed`: the lock signed by a
     key the policy accepts (so its hub-confirmed claims count)."""
@@ -52,7 +52,7 @@ def _gate(tmp_path, pair, lock, *replacements, roots=None, reviewed=(), min_tau=
     else:
         lock_path = write_lock(lock, tmp_path / "dflash.lock")
     policy = write_policy(tmp_path / "policy", *replacements, reviewed=reviewed)
-    return run_gate(GateOptions(lock_path, policy, roots or pair.roots,
+    return run_gate(GateOptions(lock_path, policy, roots or locked_pair.roots,
                                 out=tmp_path / "approval.json", **kwargs), progress)
 
 
@@ -69,22 +69,23 @@ def _model_key_policy(tmp_path):
             f"models: {{identities: [], public_keys: [{public}]}}")
 
 
-def test_gate_refuses_tampered_drafter(tmp_path, pair):
-    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+def test_gate_refuses_tampered_drafter(tmp_path, locked_pair):
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
     weights = next(p for p in drafter.iterdir() if p.suffix == ".safetensors")
     flip_byte(weights, weights.stat().st_size - 1)
-    result = _gate(tmp_path, pair, pair.lock, roots={"target": pair.target, "drafter": drafter})
+    result = _gate(tmp_path, locked_pair, locked_pair.lock,
+                   roots={"target": locked_pair.target, "drafter": drafter})
     assert f"drafter/{weights.name}: sha256 differs" in _refused_at(result, "verify")
     assert not (tmp_path / "approval.json").exists()
 
 
-def test_a_refused_gate_reports_each_check_it_ran_and_ends_them_all(tmp_path, pair):
-    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+def test_a_refused_gate_reports_each_check_it_ran_and_ends_them_all(tmp_path, locked_pair):
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
     weights = next(p for p in drafter.iterdir() if p.suffix == ".safetensors")
     flip_byte(weights, weights.stat().st_size - 1)
     recorder = Recorder()
-    _gate(tmp_path, pair, pair.lock, roots={"target": pair.target, "drafter": drafter},
-          progress=recorder)
+    _gate(tmp_path, locked_pair, locked_pair.lock,
+          roots={"target": locked_pair.target, "drafter": drafter}, progress=recorder)
     assert [(s.depth, s.name) for s in recorder.stages] == [
         (0, "gate"), (1, "lockfile"), (1, "lockfile signature"), (1, "verify"),
         (2, "hashing target"), (2, "hashing drafter")]
@@ -92,35 +93,38 @@ def test_a_refused_gate_reports_each_check_it_ran_and_ends_them_all(tmp_path, pa
     assert recorder.named("gate").amounts == [1, 1, 1]  # three checks ran, the last refused
 
 
-def test_gate_refuses_short_sha(tmp_path, pair):
-    short = as_hub(pair.lock.artifact("drafter"), "z-lab/Qwen3.8-27B-DFlash2", revision="abc1234")
-    result = _gate(tmp_path, pair, with_artifact(pair.lock, short))
+def test_gate_refuses_short_sha(tmp_path, locked_pair):
+    short = as_hub(locked_pair.lock.artifact("drafter"), "z-lab/Qwen3.8-27B-DFlash2",
+                   revision="abc1234")
+    result = _gate(tmp_path, locked_pair, with_artifact(locked_pair.lock, short))
     assert "revision 'abc1234' is not a full SHA" in _refused_at(result, "lockfile")
-    branch = as_hub(pair.lock.artifact("drafter"), "z-lab/Qwen3.8-27B-DFlash2", revision="main")
-    result = _gate(tmp_path, pair, with_artifact(pair.lock, branch))
+    branch = as_hub(locked_pair.lock.artifact("drafter"), "z-lab/Qwen3.8-27B-DFlash2",
+                    revision="main")
+    result = _gate(tmp_path, locked_pair, with_artifact(locked_pair.lock, branch))
     assert "revision 'main' is not a full SHA" in _refused_at(result, "lockfile")
 
 
-def test_gate_refuses_community_drafter_without_staging(tmp_path, pair):
-    community = as_hub(pair.lock.artifact("drafter"), COMMUNITY)
-    lock = with_artifact(pair.lock, community)
-    reason = _refused_at(_gate(tmp_path, pair, lock, signed=True), "policy")
+def test_gate_refuses_community_drafter_without_staging(tmp_path, locked_pair):
+    community = as_hub(locked_pair.lock.artifact("drafter"), COMMUNITY)
+    lock = with_artifact(locked_pair.lock, community)
+    reason = _refused_at(_gate(tmp_path, locked_pair, lock, signed=True), "policy")
     assert f"drafter {COMMUNITY}@cccccccccccc (community tier) has no recorded staging" in reason
     staged = ("staging_approvals: []\n", f"""staging_approvals:
   - artifact: {COMMUNITY}@{"c" * 40}
     approver: carol@example.com
     date: 2026-09-01
 """)
-    result = _gate(tmp_path, pair, lock, staged, REQUIRE_MODEL_SIG, _model_key_policy(tmp_path),
-                   signed=True)
+    result = _gate(tmp_path, locked_pair, lock, staged, REQUIRE_MODEL_SIG,
+                   _model_key_policy(tmp_path), signed=True)
     _refused_at(result, "model signatures")
     # The same lock unsigned: its hub-confirmed claim does not count, the drafter is a local
     # folder (official under the default policy), and the gate says why.
-    result = _gate(tmp_path, pair, lock, staged, REQUIRE_MODEL_SIG, _model_key_policy(tmp_path))
+    result = _gate(tmp_path, locked_pair, lock, staged, REQUIRE_MODEL_SIG,
+                   _model_key_policy(tmp_path))
     assert "hub-confirmed not trusted" in result.checks[1].detail
 
 
-def test_gate_refuses_expired_waiver(tmp_path, pair):
+def test_gate_refuses_expired_waiver(tmp_path, locked_pair):
     expired = ("waivers: []\n", """waivers:
   - id: W-7
     covers: engine:vllm
@@ -128,13 +132,13 @@ def test_gate_refuses_expired_waiver(tmp_path, pair):
     owner: alice@example.com
     expires: 2026-01-31
 """)
-    result = _gate(tmp_path, pair, pair.lock, expired, today=dt.date(2026, 2, 1))
+    result = _gate(tmp_path, locked_pair, locked_pair.lock, expired, today=dt.date(2026, 2, 1))
     assert "waiver W-7 (engine:vllm) expired on 2026-01-31" in _refused_at(result, "policy")
 
 
-def test_gate_refuses_pr_head_engine_without_waiver(tmp_path, pair):
-    lock = dataclasses.replace(pair.lock, engines=(PR_ENGINE,))
-    reason = _refused_at(_gate(tmp_path, pair, lock), "policy")
+def test_gate_refuses_pr_head_engine_without_waiver(tmp_path, locked_pair):
+    lock = dataclasses.replace(locked_pair.lock, engines=(PR_ENGINE,))
+    reason = _refused_at(_gate(tmp_path, locked_pair, lock), "policy")
     assert "engine vllm is a PR-head build (label 'refs/pull/52816/head'" in reason
     waiver = ("waivers: []\n", """waivers:
   - id: W-8
@@ -143,41 +147,42 @@ def test_gate_refuses_pr_head_engine_without_waiver(tmp_path, pair):
     owner: alice@example.com
     expires: 2099-12-31
 """)
-    result = _gate(tmp_path, pair, lock, waiver, REQUIRE_MODEL_SIG, _model_key_policy(tmp_path))
+    result = _gate(tmp_path, locked_pair, lock, waiver, REQUIRE_MODEL_SIG,
+                   _model_key_policy(tmp_path))
     _refused_at(result, "model signatures")
     no_pr = ("allow_pr_head: true", "allow_pr_head: false")
-    reason = _refused_at(_gate(tmp_path, pair, lock, waiver, no_pr), "policy")
+    reason = _refused_at(_gate(tmp_path, locked_pair, lock, waiver, no_pr), "policy")
     assert "the policy allows none" in reason
 
 
-def test_gate_refuses_non_release_engine_when_required(tmp_path, pair):
+def test_gate_refuses_non_release_engine_when_required(tmp_path, locked_pair):
     branch = Engine("sglang", "https://github.com/sgl-project/sglang", "f" * 40, "main")
-    lock = dataclasses.replace(pair.lock, engines=(branch,))
+    lock = dataclasses.replace(locked_pair.lock, engines=(branch,))
     release = ("require_release: false", "require_release: true")
-    reason = _refused_at(_gate(tmp_path, pair, lock, release), "policy")
+    reason = _refused_at(_gate(tmp_path, locked_pair, lock, release), "policy")
     assert "engine sglang is not a proven release build (label 'main', unverified" in reason
 
 
-def test_gate_refuses_unreviewed_remote_code(tmp_path, pair):
-    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+def test_gate_refuses_unreviewed_remote_code(tmp_path, locked_pair):
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
     code = drafter / "modeling_dflash.py"
     code.write_text("import torch\n\n\nclass DFlashDraftModel(torch.nn.Module):\n    pass\n")
-    lock = relock(pair, drafter)
-    roots = {"target": pair.target, "drafter": drafter}
-    reason = _refused_at(_gate(tmp_path, pair, lock, roots=roots), "scan")
+    lock = relock(locked_pair, drafter)
+    roots = {"target": locked_pair.target, "drafter": drafter}
+    reason = _refused_at(_gate(tmp_path, locked_pair, lock, roots=roots), "scan")
     assert "drafter/modeling_dflash.py" in reason and "unreviewed" in reason
     digest = hashlib.sha256(code.read_bytes()).hexdigest()
-    result = _gate(tmp_path, pair, lock, REQUIRE_MODEL_SIG, _model_key_policy(tmp_path),
+    result = _gate(tmp_path, locked_pair, lock, REQUIRE_MODEL_SIG, _model_key_policy(tmp_path),
                    roots=roots, reviewed=(digest,))
     _refused_at(result, "model signatures")
 
 
-def test_gate_refuses_pickle_weights_under_strict(tmp_path, pair):
+def test_gate_refuses_pickle_weights_under_strict(tmp_path, locked_pair):
     torch = pytest.importorskip("torch")
-    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
     torch.save({"w": torch.zeros(2)}, drafter / "pytorch_model.bin")
-    lock = relock(pair, drafter)
-    roots = {"target": pair.target, "drafter": drafter}
+    lock = relock(locked_pair, drafter)
+    roots = {"target": locked_pair.target, "drafter": drafter}
     private, public = make_key_pair(tmp_path)
     lock_path = write_lock(lock, tmp_path / "dflash.lock")
     sign_with_key(lock_path, private)
@@ -197,96 +202,97 @@ def test_gate_refuses_pickle_weights_under_strict(tmp_path, pair):
     assert result.checks[1].detail.startswith("signed by key")
 
 
-def test_gate_refuses_drafter_over_param_budget(tmp_path, pair):
+def test_gate_refuses_drafter_over_param_budget(tmp_path, locked_pair):
     """The budget is a policy rule: enforced whatever scan.fail_on says."""
     budget = ("max_params: 4000000000", "max_params: 1000")
-    reason = _refused_at(_gate(tmp_path, pair, pair.lock, budget), "scan")
+    reason = _refused_at(_gate(tmp_path, locked_pair, locked_pair.lock, budget), "scan")
     assert "parameters exceed the policy's budget of 1,000" in reason
 
 
-def test_gate_refuses_bad_lockfile_signature(tmp_path, pair):
+def test_gate_refuses_bad_lockfile_signature(tmp_path, locked_pair):
     private, public = make_key_pair(tmp_path)
-    lock_path = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock_path = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     sig = sign_with_key(lock_path, private)
     sig.write_bytes(flip_signature_byte(sig.read_bytes()))
     accepted = ("lockfile: {identities: [], public_keys: []}",
                 f"lockfile: {{identities: [], public_keys: [{public}]}}")
     policy = write_policy(tmp_path / "policy", accepted)
-    result = run_gate(GateOptions(lock_path, policy, pair.roots))
+    result = run_gate(GateOptions(lock_path, policy, locked_pair.roots))
     assert "dflash.lock.sig" in _refused_at(result, "lockfile signature")
 
 
-def test_gate_refuses_lockfile_signed_by_another_key(tmp_path, pair):
+def test_gate_refuses_lockfile_signed_by_another_key(tmp_path, locked_pair):
     private, _ = make_key_pair(tmp_path, "mallory")
     _, public = make_key_pair(tmp_path, "release")
-    lock_path = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock_path = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     sign_with_key(lock_path, private)
     accepted = ("lockfile: {identities: [], public_keys: []}",
                 f"lockfile: {{identities: [], public_keys: [{public}]}}")
     required = ("lockfile_required: false", "lockfile_required: true")
     result = run_gate(GateOptions(lock_path, write_policy(tmp_path / "p", accepted, required),
-                                  pair.roots))
+                                  locked_pair.roots))
     assert "Key mismatch" in _refused_at(result, "lockfile signature")
     (tmp_path / "dflash.lock.sig").unlink()
     result = run_gate(GateOptions(lock_path, write_policy(tmp_path / "p", accepted, required),
-                                  pair.roots))
+                                  locked_pair.roots))
     assert "requires a signed lockfile; none found" in _refused_at(result, "lockfile signature")
 
 
-def test_gate_refuses_model_signature_over_other_bytes(tmp_path, pair):
+def test_gate_refuses_model_signature_over_other_bytes(tmp_path, locked_pair):
     private, public = make_key_pair(tmp_path)
-    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
     sign_model_folder(drafter, private)
-    roots = {"target": pair.target, "drafter": drafter}
+    roots = {"target": locked_pair.target, "drafter": drafter}
     keys = ("models: {identities: [], public_keys: []}",
             f"models: {{identities: [], public_keys: [{public}]}}")
     # Signed as locked: the signature check passes (the gate goes on to the diff test).
-    signed = _gate(tmp_path, pair, relock(pair, drafter), keys, roots=roots, min_tau=99)
+    signed = _gate(tmp_path, locked_pair, relock(locked_pair, drafter), keys, roots=roots,
+                   min_tau=99)
     assert _refused_at(signed, "difftest")
     assert signed.checks[-2].detail.startswith("drafter by key key.pub")
     config = drafter / "config.json"
     config.write_text(config.read_text() + "\n")  # changed after signing, then locked
-    result = _gate(tmp_path, pair, relock(pair, drafter), keys, roots=roots)
+    result = _gate(tmp_path, locked_pair, relock(locked_pair, drafter), keys, roots=roots)
     reason = _refused_at(result, "model signatures")
     assert "drafter/model.sig" in reason and "config.json" in reason
 
 
-def test_gate_refuses_failing_difftest(tmp_path, pair):
-    result = _gate(tmp_path, pair, pair.lock, inject=Fault.ACCEPT_OFF_BY_ONE)
+def test_gate_refuses_failing_difftest(tmp_path, locked_pair):
+    result = _gate(tmp_path, locked_pair, locked_pair.lock, inject=Fault.ACCEPT_OFF_BY_ONE)
     assert "diverge from the target's greedy output" in _refused_at(result, "difftest")
     assert not (tmp_path / "approval.json").exists()
 
 
-def test_gate_input_errors_are_exit_2(cli, tmp_path, pair):
+def test_gate_input_errors_are_exit_2(cli, tmp_path, locked_pair):
     result = cli("gate", "--lock", tmp_path / "missing.lock", "--policy", DEFAULT_POLICY)
     assert result.exit_code == 2 and "cannot read lockfile" in one_line(result.stderr)
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     bad = tmp_path / "bad.yaml"
     bad.write_text(DEFAULT_POLICY.read_text().replace("scan:\n", "scans:\n"))
     result = cli("gate", "--lock", lock, "--policy", bad)
     assert result.exit_code == 2 and "scans: unknown field" in one_line(result.stderr)
     with pytest.raises(InputError, match="exclusive"):
-        run_gate(GateOptions(lock, DEFAULT_POLICY, pair.roots,
+        run_gate(GateOptions(lock, DEFAULT_POLICY, locked_pair.roots,
                              signing=ApprovalSigning(sigstore=True, key=tmp_path / "k.pem")))
 
 
-def test_gate_sign_without_credential_fails_before_any_check(tmp_path, pair, monkeypatch):
+def test_gate_sign_without_credential_fails_before_any_check(tmp_path, locked_pair, monkeypatch):
     for name in ("GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "CIRCLECI"):
         monkeypatch.delenv(name, raising=False)
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     with pytest.raises(InputError, match="no ambient OIDC credential"):
-        run_gate(GateOptions(lock, DEFAULT_POLICY, pair.roots, out=tmp_path / "a.json",
+        run_gate(GateOptions(lock, DEFAULT_POLICY, locked_pair.roots, out=tmp_path / "a.json",
                              signing=ApprovalSigning(sigstore=True)))
     assert not (tmp_path / "a.json").exists()
 
 
-def test_gate_text_report_shows_markup_like_names_verbatim(cli, tmp_path, pair):
+def test_gate_text_report_shows_markup_like_names_verbatim(cli, tmp_path, locked_pair):
     # A planted file listed as `w[/b]` once crashed the text table: exit 2, not a refusal.
-    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
     (drafter / "w[").mkdir()
     (drafter / "w[" / "b]").write_bytes(b"x")
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     result = cli("gate", "--lock", lock, "--policy", DEFAULT_POLICY, "--root",
-                 f"target={pair.target}", "--root", f"drafter={drafter}")
+                 f"target={locked_pair.target}", "--root", f"drafter={drafter}")
     assert result.exit_code == 1, result.stderr
     assert "drafter/w[/b]: not in the lock" in one_line(result.stdout)

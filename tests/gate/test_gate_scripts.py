@@ -18,10 +18,10 @@ def _run(*args, cwd):
                           capture_output=True, text=True, timeout=120)
 
 
-def test_gate_script_refuses_unsigned_lock_under_strict(pair, tmp_path):
-    write_lock(pair.lock, tmp_path / "dflash.lock")
-    result = _run("--root", f"target={pair.target}", "--root", f"drafter={pair.drafter}",
-                  cwd=tmp_path)
+def test_gate_script_refuses_unsigned_lock_under_strict(locked_pair, tmp_path):
+    write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    result = _run("--root", f"target={locked_pair.target}",
+                  "--root", f"drafter={locked_pair.drafter}", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert "pre-deploy gate: REFUSED" in result.stderr
     assert "names no lockfile signer" in " ".join(result.stdout.split())
@@ -34,13 +34,13 @@ def test_gate_script_input_error_is_exit_2(tmp_path):
     assert "pre-deploy gate: ERROR" in result.stderr
 
 
-def test_gate_script_strict_is_the_builtin_even_with_a_file_named_strict(pair, tmp_path):
+def test_gate_script_strict_is_the_builtin_even_with_a_file_named_strict(locked_pair, tmp_path):
     """Issue 15 item 2: a permissive file called `strict` in the working folder is not used."""
     dev = (REPO / "policies" / "dev.yaml").read_text()
     (tmp_path / "strict").write_text(dev.replace("name: dev", "name: strict", 1))
-    write_lock(pair.lock, tmp_path / "dflash.lock")
-    result = _run("--root", f"target={pair.target}", "--root", f"drafter={pair.drafter}",
-                  cwd=tmp_path)
+    write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    result = _run("--root", f"target={locked_pair.target}",
+                  "--root", f"drafter={locked_pair.drafter}", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert "names no lockfile signer" in " ".join(result.stdout.split())
     assert not (tmp_path / "approval.json").exists()

@@ -131,10 +131,10 @@ def test_runner_refuses_foreign_caches_and_overlong_requests(cpu_fixture_models)
         generate(runner.target, None, [1] * 20, max_new_tokens=30, stop_ids=set())
 
 
-def test_difftest_through_the_runner_on_cpu(cpu_fixture_models, fixture_pair) -> None:
+def test_difftest_through_the_runner_on_cpu(cpu_fixture_models, builtin_pair) -> None:
     target, drafter = cpu_fixture_models
     prompts = load_prompts(
-        DEFAULT_PROMPTS, load_tokenizer(fixture_pair[0]), target.config.vocab_size
+        DEFAULT_PROMPTS, load_tokenizer(builtin_pair.target), target.config.vocab_size
     )[:4]
     args = {"stop_ids": frozenset({EOS_ID}), "max_new_tokens": 24}
     graphed = difftest_models(target, drafter, prompts, cuda_graphs=True, **args)
@@ -148,8 +148,8 @@ def test_difftest_through_the_runner_on_cpu(cpu_fixture_models, fixture_pair) ->
         difftest_models(target, drafter, prompts, cuda_graphs=True, inject=Fault.STALE_KV, **args)
 
 
-def test_cuda_graphs_flag_needs_a_cuda_device(cli, fixture_pair) -> None:
-    target, drafter = fixture_pair
+def test_cuda_graphs_flag_needs_a_cuda_device(cli, builtin_pair) -> None:
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with pytest.raises(InputError, match="--device cuda"):
         run_difftest(LocalOptions(target, drafter, cuda_graphs=True))
     result = cli("difftest", "local", "--target", target, "--drafter", drafter, "--cuda-graphs")
@@ -158,9 +158,9 @@ def test_cuda_graphs_flag_needs_a_cuda_device(cli, fixture_pair) -> None:
 
 @pytest.mark.gpu
 @gpu_only
-def test_graph_replay_is_exact_on_cuda_in_float32(fixture_pair) -> None:
-    target = load_target(fixture_pair[0], "cuda")
-    drafter = load_drafter(fixture_pair[1], target, "cuda")
+def test_graph_replay_is_exact_on_cuda_in_float32(builtin_pair) -> None:
+    target = load_target(builtin_pair.target, "cuda")
+    drafter = load_drafter(builtin_pair.drafter, target, "cuda")
     runner = GraphRunner(target, drafter, max_len=128, block_sizes=(8, 16))
     assert runner.captured
     args = {"max_new_tokens": 48, "stop_ids": {EOS_ID}}
@@ -176,8 +176,9 @@ def test_graph_replay_is_exact_on_cuda_in_float32(fixture_pair) -> None:
 
 @pytest.mark.gpu
 @gpu_only
-def test_bfloat16_divergences_on_cuda_are_near_ties(fixture_pair) -> None:
+def test_bfloat16_divergences_on_cuda_are_near_ties(builtin_pair) -> None:
     report = run_difftest(
-        LocalOptions(*fixture_pair, device="cuda", dtype="bfloat16", cuda_graphs=True)
+        LocalOptions(builtin_pair.target, builtin_pair.drafter, device="cuda", dtype="bfloat16",
+                     cuda_graphs=True)
     )
     assert all(result.divergence.near_tie for result in report.divergences)

@@ -9,37 +9,24 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from dflash import model as zlab
 from safetensors.torch import load_file, save_file
 
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.prompts import Prompt, load_prompts
 from kernels_ref.drafter2 import BlockConv, CandidateSelector, Drafter2, Drafter2Config
 from kernels_ref.errors import RunnerError
-from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.fixtures_dflash2 import dflash2_config, dflash2_tensors
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.tokenizer import load_tokenizer
 from tests.kernels_ref.test_peer_zlab import assert_peer_equal
 from tests.support.kernels import random_configs, random_pair
 
-
-@pytest.fixture(autouse=True)
-def cpu_timer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """z-lab's timer synchronises CUDA; on the CPU a plain clock does."""
-    monkeypatch.setattr(zlab, "_cuda_time", time.perf_counter)
-
-
-@pytest.fixture(scope="module")
-def dflash2_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The built-in target with the built-in DFlash 2 drafter (`fixtures make --dflash2`)."""
-    return make_fixture_pair(tmp_path_factory.mktemp("dflash2-pair"), dflash2=True)
+pytestmark = pytest.mark.usefixtures("cpu_timer")  # z-lab's clock, on the CPU
 
 
 def make_v2(drafter_dir: Path, seed: int, context: int, **fields: Any) -> None:
@@ -69,7 +56,7 @@ def test_random_dflash2_drafter_equals_zlab_step_for_step(tmp_path: Path) -> Non
 
 
 def test_builtin_dflash2_drafter_equals_zlab_on_the_default_prompts(dflash2_pair) -> None:
-    target_dir, drafter_dir = dflash2_pair
+    target_dir, drafter_dir = dflash2_pair.target, dflash2_pair.drafter
     prompts = load_prompts(DEFAULT_PROMPTS, load_tokenizer(target_dir), 264)
     table = assert_peer_equal(target_dir, drafter_dir, prompts)
     assert table["tau_upstream"] >= 2.0  # the trained layers still draft through the v2 parts
@@ -86,7 +73,7 @@ def test_fixtures_make_dflash2_then_difftest_is_identical_with_a_tau(
     ]
     # Deterministic: the same bytes as the module's pair.
     for name in ("config.json", "model.safetensors"):
-        assert (drafter_dir / name).read_bytes() == (dflash2_pair[1] / name).read_bytes()
+        assert (drafter_dir / name).read_bytes() == (dflash2_pair.drafter / name).read_bytes()
     prompts = tmp_path / "fast.jsonl"
     prompts.write_text('{"id": "code", "prompt": "def mean(data):\\n    "}\n')
     result = cli(

@@ -335,13 +335,13 @@ def test_real_qwen3_and_zlab_configs_build_the_published_shapes() -> None:
     assert DrafterConfig.from_dict(flat, "flat").target_layer_ids == (1, 9, 17, 25, 33)
 
 
-def test_the_shape_check_does_not_import_torch_dynamo(fixture_pair):
+def test_the_shape_check_does_not_import_torch_dynamo(builtin_pair):
     """The meta-device build that checks shapes skips initialisation: torch's meta `normal_`
     imported torch._dynamo (seconds of every difftest and gate) to fill nothing."""
     import subprocess
     import sys
 
-    target, drafter = fixture_pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     code = ("import sys; from kernels_ref.load import load_drafter, load_target; "
             f"t = load_target({str(target)!r}); load_drafter({str(drafter)!r}, t); "
             "sys.exit('torch._dynamo' in sys.modules)")

@@ -19,15 +19,10 @@ from tests.support.kernels import random_pair
 PROMPTS = [b"def mean(data):\n    ", b"    return self.", b"x", b"abcabcabcabc"]
 
 
-@pytest.fixture(scope="module")
-def fixture_models(fixture_pair: tuple[Path, Path]):
-    target = load_target(fixture_pair[0])
-    return target, load_drafter(fixture_pair[1], target)
-
-
 @pytest.mark.parametrize("block_size", [2, 4, 8, 16])
-def test_fixture_pair_speculative_equals_autoregressive(fixture_models, block_size: int) -> None:
-    target, drafter = fixture_models
+def test_fixture_pair_speculative_equals_autoregressive(cpu_fixture_models,
+                                                        block_size: int) -> None:
+    target, drafter = cpu_fixture_models
     for prompt in PROMPTS:
         args = {"max_new_tokens": 40, "stop_ids": {EOS_ID}}
         ar = generate(target, None, list(prompt), **args)
@@ -36,8 +31,8 @@ def test_fixture_pair_speculative_equals_autoregressive(fixture_models, block_si
         assert len(ar.steps) == len(ar.tokens) - 1  # one target forward per token after prefill
 
 
-def test_fixture_drafter_is_trained(fixture_models) -> None:
-    target, drafter = fixture_models
+def test_fixture_drafter_is_trained(cpu_fixture_models) -> None:
+    target, drafter = cpu_fixture_models
     runs = [generate(target, drafter, list(p), max_new_tokens=64, stop_ids=set()) for p in PROMPTS]
     steps = [s for run in runs for s in run.steps]
     tau = sum(s.accepted + 1 for s in steps) / len(steps)
@@ -71,8 +66,8 @@ def test_float64_matches_too(tmp_path: Path) -> None:
     )
 
 
-def test_stop_token_inside_a_block_and_budget(fixture_models) -> None:
-    target, drafter = fixture_models
+def test_stop_token_inside_a_block_and_budget(cpu_fixture_models) -> None:
+    target, drafter = cpu_fixture_models
     prompt = list(b"def mean(data):\n    ")
     free = generate(target, None, prompt, max_new_tokens=48, stop_ids=set()).tokens
     stop = free[10]  # a token the greedy continuation reaches mid-way
@@ -89,8 +84,8 @@ def test_stop_token_inside_a_block_and_budget(fixture_models) -> None:
         assert budget.tokens == free[:5]
 
 
-def test_context_limit_and_single_token_prompt(fixture_models) -> None:
-    target, drafter = fixture_models
+def test_context_limit_and_single_token_prompt(cpu_fixture_models) -> None:
+    target, drafter = cpu_fixture_models
     limit = target.config.max_position_embeddings
     long_prompt = (list(b"abc ") * limit)[: limit - 3]
     ar = generate(target, None, long_prompt, max_new_tokens=50, stop_ids=set())
@@ -106,8 +101,8 @@ def test_context_limit_and_single_token_prompt(fixture_models) -> None:
     )
 
 
-def test_kv_cache_crop_is_exact(fixture_models) -> None:
-    target, _ = fixture_models
+def test_kv_cache_crop_is_exact(cpu_fixture_models) -> None:
+    target, _ = cpu_fixture_models
     ids = torch.tensor([list(b"hello world")])
     cache = target.new_cache()
     target(ids, torch.arange(11), cache)
@@ -138,8 +133,8 @@ def test_unknown_fault_is_refused_where_text_enters() -> None:
         Fault.parse("nope")
 
 
-def test_a_fault_of_the_other_decoding_is_refused(fixture_models) -> None:
-    target, drafter = fixture_models
+def test_a_fault_of_the_other_decoding_is_refused(cpu_fixture_models) -> None:
+    target, drafter = cpu_fixture_models
     args = {"max_new_tokens": 2, "stop_ids": set()}
     with pytest.raises(ValueError, match="sampler fault"):
         generate(target, drafter, [1], inject=Fault.RESAMPLE_FROM_P, **args)

@@ -11,19 +11,19 @@ import pytest
 import torch
 
 from kernels_ref.checkpoint import eos_token_ids
-from kernels_ref.fixtures import make_fixture_pair
 from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.pad import padding_problem
+from tests.support.fixtures import ModelPair
 from tests.support.hostile import one_line_error
 
 MAX_NEW_TOKENS = 32
 
 
 @pytest.fixture(scope="module")
-def pairs(tmp_path_factory) -> dict[int, tuple[Path, Path]]:
-    root = tmp_path_factory.mktemp("pad")
-    return {16: make_fixture_pair(root / "p16"), 64: make_fixture_pair(root / "p64", head_dim=64)}
+def pairs(builtin_pair: ModelPair, padded_pair: ModelPair) -> dict[int, ModelPair]:
+    """The built-in pair by head_dim: 16 as shipped, 64 zero-padded."""
+    return {16: builtin_pair, 64: padded_pair}
 
 
 def prompts() -> list[list[int]]:
@@ -34,15 +34,15 @@ def prompts() -> list[list[int]]:
 
 
 def test_configs_differ_only_in_head_dim(pairs) -> None:
-    for role in (0, 1):
-        small = json.loads((pairs[16][role] / "config.json").read_text())
-        padded = json.loads((pairs[64][role] / "config.json").read_text())
+    for role in ("target", "drafter"):
+        small = json.loads((pairs[16].roots[role] / "config.json").read_text())
+        padded = json.loads((pairs[64].roots[role] / "config.json").read_text())
         assert padded.pop("head_dim") == 64 and small.pop("head_dim") == 16
         assert padded == small
 
 
 def test_every_logit_within_4e5(pairs) -> None:
-    small, padded = load_target(pairs[16][0]), load_target(pairs[64][0])
+    small, padded = load_target(pairs[16].target), load_target(pairs[64].target)
     worst = 0.0
     with torch.inference_mode():
         for ids in prompts():
@@ -56,10 +56,10 @@ def test_every_logit_within_4e5(pairs) -> None:
 
 def test_greedy_tokens_and_acceptance_equal(pairs) -> None:
     runs = {}
-    for dim, (target_dir, drafter_dir) in pairs.items():
-        target = load_target(target_dir)
-        drafter = load_drafter(drafter_dir, target)
-        stops = eos_token_ids(target_dir)
+    for dim, pair in pairs.items():
+        target = load_target(pair.target)
+        drafter = load_drafter(pair.drafter, target)
+        stops = eos_token_ids(pair.target)
         runs[dim] = [generate(target, drafter, ids, max_new_tokens=MAX_NEW_TOKENS, stop_ids=stops)
                      for ids in prompts()]
     for small, padded in zip(runs[16], runs[64], strict=True):
@@ -71,8 +71,8 @@ def test_greedy_tokens_and_acceptance_equal(pairs) -> None:
 def test_padding_is_exact_in_bf16(pairs) -> None:
     from safetensors.torch import load_file
 
-    small = load_file(pairs[16][0] / "model.safetensors")
-    padded = load_file(pairs[64][0] / "model.safetensors")
+    small = load_file(pairs[16].target / "model.safetensors")
+    padded = load_file(pairs[64].target / "model.safetensors")
     name = "model.layers.0.self_attn."
     assert padded[name + "q_proj.weight"].shape == (4 * 64, 64)
     assert torch.equal(padded[name + "q_proj.weight"][0], small[name + "q_proj.weight"][0] * 2)

@@ -10,11 +10,9 @@ and kernels_ref stop there), is held explicit: z-lab gets the budget that fits.
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import pytest
-from dflash import model as zlab
 
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
 from dflash_guard.lossless.local import difftest_models
@@ -25,11 +23,7 @@ from kernels_ref.tokenizer import load_tokenizer
 from tests.support.kernels import random_pair
 from tests.support.zlab import RecordingDrafter, load_upstream, upstream_generate
 
-
-@pytest.fixture(autouse=True)
-def cpu_timer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """z-lab's timer synchronises CUDA; on the CPU a plain clock does."""
-    monkeypatch.setattr(zlab, "_cuda_time", time.perf_counter)
+pytestmark = pytest.mark.usefixtures("cpu_timer")  # z-lab's clock, on the CPU
 
 
 def assert_peer_equal(target_dir: Path, drafter_dir: Path, prompts: list[Prompt]) -> dict:
@@ -69,8 +63,8 @@ def assert_peer_equal(target_dir: Path, drafter_dir: Path, prompts: list[Prompt]
     }
 
 
-def test_builtin_pair_equals_zlab_step_for_step(fixture_pair) -> None:
-    target_dir, drafter_dir = fixture_pair
+def test_builtin_pair_equals_zlab_step_for_step(builtin_pair) -> None:
+    target_dir, drafter_dir = builtin_pair.target, builtin_pair.drafter
     tokenizer = load_tokenizer(target_dir)
     prompts = load_prompts(DEFAULT_PROMPTS, tokenizer, 264)
     table = assert_peer_equal(target_dir, drafter_dir, prompts)

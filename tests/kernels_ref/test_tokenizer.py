@@ -19,8 +19,8 @@ from tests.support.kernels import random_pair
 from tests.support.word_tokenizer import SPECIALS, write_word_tokenizer
 
 
-def test_builtin_byte_level_tokenizer_is_a_tokenizers_file(fixture_pair) -> None:
-    tokenizer = load_tokenizer(fixture_pair[0])
+def test_builtin_byte_level_tokenizer_is_a_tokenizers_file(builtin_pair) -> None:
+    tokenizer = load_tokenizer(builtin_pair.target)
     assert tokenizer is not None
     for spec in read_prompt_set(DEFAULT_PROMPTS):
         if isinstance(spec.prompt, str):  # id b is byte b, as the pair was trained
@@ -139,7 +139,7 @@ def test_endpoint_prompt_reader_refuses_messages(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("add_bos", [None, True])
-def test_text_and_chat_ids_equal_transformers(tmp_path: Path, fixture_pair, add_bos) -> None:
+def test_text_and_chat_ids_equal_transformers(tmp_path: Path, builtin_pair, add_bos) -> None:
     """(add_bos_token false with a BOS-adding post-processor is left out: transformers' generic
     PreTrainedTokenizerFast keeps the BOS, the Llama/Gemma classes drop it, as kernels_ref does.)"""
     from transformers import AutoTokenizer
@@ -152,7 +152,7 @@ def test_text_and_chat_ids_equal_transformers(tmp_path: Path, fixture_pair, add_
         {"role": "assistant", "content": "hello world"},
         {"role": "user", "content": "x ("},
     ]
-    for folder in (word, fixture_pair[0]):
+    for folder in (word, builtin_pair.target):
         theirs = AutoTokenizer.from_pretrained(folder)
         ours = load_tokenizer(folder)
         assert ours is not None

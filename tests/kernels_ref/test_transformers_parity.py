@@ -50,7 +50,7 @@ PROMPT = [1, *range(40, 140, 3), 7, 7, 7, 250]  # 39 tokens: past the llama3 sho
 
 
 @pytest.fixture(scope="module", params=sorted(CASES), ids=sorted(CASES))
-def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def parity_models(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """(folder, kernels_ref target, transformers model) for one case, loaded once."""
     case = dict(CASES[request.param])
     folder = write_hf_target(
@@ -62,8 +62,8 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return folder, load_target(folder), theirs
 
 
-def test_the_case_is_what_it_claims(pair) -> None:
-    folder, ours, _ = pair
+def test_the_case_is_what_it_claims(parity_models) -> None:
+    folder, ours, _ = parity_models
     raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     assert ours.config.head_dim != ours.config.hidden_size // ours.config.num_attention_heads
     assert ours.config.num_key_value_heads < ours.config.num_attention_heads
@@ -75,8 +75,8 @@ def test_the_case_is_what_it_claims(pair) -> None:
         assert (folder / "model.safetensors.index.json").is_file()
 
 
-def test_logits_and_hidden_states_match(pair) -> None:
-    _, ours, theirs = pair
+def test_logits_and_hidden_states_match(parity_models) -> None:
+    _, ours, theirs = parity_models
     ids = torch.tensor([PROMPT])
     with torch.inference_mode():
         logits, hidden = ours(ids, torch.arange(len(PROMPT)), ours.new_cache())
@@ -87,8 +87,8 @@ def test_logits_and_hidden_states_match(pair) -> None:
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=f"hidden state {index}")
 
 
-def test_greedy_continuations_are_equal(pair) -> None:
-    folder, ours, theirs = pair
+def test_greedy_continuations_are_equal(parity_models) -> None:
+    folder, ours, theirs = parity_models
     stops = eos_token_ids(folder)
     expected_stops = theirs.generation_config.eos_token_id
     assert stops == frozenset(

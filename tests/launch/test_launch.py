@@ -30,8 +30,8 @@ def launch(cli, lock: Path, *args: str):
     return cli("launch", *args[:1], "--lock", lock, *args[1:])
 
 
-def test_vllm_local_pair_command(cli, pair, policy) -> None:
-    target, drafter, lock = pair
+def test_vllm_local_pair_command(cli, padded_pair, padded_lock, policy) -> None:
+    target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     result = launch(cli, lock, "vllm", "--root", f"target={target}", "--root",
                     f"drafter={drafter}", "--policy", policy, "--", "--enforce-eager")
     assert result.exit_code == 0, result.stderr
@@ -48,8 +48,9 @@ def test_vllm_local_pair_command(cli, pair, policy) -> None:
     assert "--trust-remote-code" not in argv
 
 
-def test_a_folder_that_differs_from_the_lock_is_refused(cli, pair, policy, tmp_path) -> None:
-    target, drafter, lock = pair
+def test_a_folder_that_differs_from_the_lock_is_refused(cli, padded_pair, padded_lock, policy,
+                                                        tmp_path) -> None:
+    target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     changed = shutil.copytree(target, tmp_path / "changed")
     (changed / "config.json").write_text((target / "config.json").read_text() + " ")
     result = launch(cli, lock, "vllm", "--root", f"target={changed}", "--root",
@@ -70,13 +71,14 @@ def test_hub_artifacts_are_pinned_to_their_locked_commits(cli, tmp_path, policy)
     assert config["model"] == "z-lab/Qwen3-8B-DFlash-b16" and config["revision"] == COMMIT_D
 
 
-def test_a_local_artifact_needs_its_folder(cli, pair, policy) -> None:
-    message = one_line_error(launch(cli, pair[2], "vllm", "--policy", policy))
+def test_a_local_artifact_needs_its_folder(cli, padded_lock, policy) -> None:
+    message = one_line_error(launch(cli, padded_lock, "vllm", "--policy", policy))
     assert "--root target=DIR" in message
 
 
-def test_a_public_bind_needs_a_key_from_a_variable(cli, pair, policy, monkeypatch) -> None:
-    target, _, lock = pair
+def test_a_public_bind_needs_a_key_from_a_variable(cli, padded_pair, padded_lock, policy,
+                                                   monkeypatch) -> None:
+    target, lock = padded_pair.target, padded_lock
     args = ("vllm", "--baseline", "--root", f"target={target}", "--policy", policy,
             "--host", "0.0.0.0")
     refused = launch(cli, lock, *args)
@@ -91,8 +93,8 @@ def test_a_public_bind_needs_a_key_from_a_variable(cli, pair, policy, monkeypatc
     assert "--speculative-config" not in result.stdout  # --baseline: the target alone
 
 
-def test_trust_remote_code_only_over_reviewed_code(cli, pair, policy) -> None:
-    target, drafter, lock = pair
+def test_trust_remote_code_only_over_reviewed_code(cli, padded_pair, padded_lock, policy) -> None:
+    target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     args = ("vllm", "--root", f"target={target}", "--root", f"drafter={drafter}",
             "--trust-remote-code")
     refused = launch(cli, lock, *args, "--policy", "default", "--num-speculative-tokens", "7")
@@ -103,8 +105,9 @@ def test_trust_remote_code_only_over_reviewed_code(cli, pair, policy) -> None:
     assert "--trust-remote-code" in shlex.split(allowed.stdout)
 
 
-def test_engine_arguments_cannot_override_what_launch_sets(cli, pair, policy) -> None:
-    target, drafter, lock = pair
+def test_engine_arguments_cannot_override_what_launch_sets(cli, padded_pair, padded_lock,
+                                                           policy) -> None:
+    target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     for extra in (["--revision", "main"], ["--trust-remote-code"], ["--host=0.0.0.0"],
                   ["--max-num-seqs", "512"]):
         message = one_line_error(launch(cli, lock, "vllm", "--root", f"target={target}",
@@ -113,8 +116,8 @@ def test_engine_arguments_cannot_override_what_launch_sets(cli, pair, policy) ->
         assert "launch sets it" in message
 
 
-def test_the_policy_sets_the_token_count(cli, pair, policy) -> None:
-    target, drafter, lock = pair
+def test_the_policy_sets_the_token_count(cli, padded_pair, padded_lock, policy) -> None:
+    target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     args = ("vllm", "--root", f"target={target}", "--root", f"drafter={drafter}")
     other = launch(cli, lock, *args, "--policy", policy, "--num-speculative-tokens", "3")
     assert other.exit_code == 1 and "sets 7" in other.stderr
@@ -162,12 +165,13 @@ def test_a_bad_launch_section_is_an_input_error(cli, tmp_path, section) -> None:
     assert "launch" in one_line_error(cli("policy", "check", path))
 
 
-def test_an_unknown_engine_is_an_input_error(cli, pair) -> None:
-    assert "vllm, llama.cpp, sglang" in one_line_error(launch(cli, pair[2], "tgi"))
+def test_an_unknown_engine_is_an_input_error(cli, padded_lock) -> None:
+    assert "vllm, llama.cpp, sglang" in one_line_error(launch(cli, padded_lock, "tgi"))
 
 
-def test_exec_runs_the_command_with_the_key_in_the_engine_variable(pair, policy, tmp_path) -> None:
-    target, _, lock = pair
+def test_exec_runs_the_command_with_the_key_in_the_engine_variable(padded_pair, padded_lock, policy,
+                                                                   tmp_path) -> None:
+    target, lock = padded_pair.target, padded_lock
     program = tmp_path / "engine.sh"
     program.write_text('#!/bin/sh\necho "argv: $*"\necho "key: $VLLM_API_KEY"\n')
     program.chmod(0o755)

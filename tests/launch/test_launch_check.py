@@ -101,8 +101,8 @@ def test_trust_remote_code_over_unreviewed_code(cli, tmp_path, policy) -> None:
     assert "dflash.py" in json.loads(result.stdout)["findings"][0]["message"]
 
 
-def test_local_folders_are_verified(cli, pair, policy, tmp_path) -> None:
-    target, drafter, lock = pair
+def test_local_folders_are_verified(cli, padded_pair, padded_lock, policy, tmp_path) -> None:
+    target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     printed = cli("launch", "vllm", "--lock", lock, "--policy", policy, "--root",
                   f"target={target}", "--root", f"drafter={drafter}").stdout
     assert check(cli, lock, policy, shlex.split(printed)).exit_code == 0  # launch's own output

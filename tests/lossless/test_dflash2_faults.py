@@ -10,20 +10,14 @@ import pytest
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.local import run_difftest
-from dflash_guard.lossless.options import LocalOptions
 from kernels_ref.faults import Fault
-from kernels_ref.fixtures import make_fixture_pair
 from tests.lossless.test_difftest_faults import (
     ACCEPTANCE_FAULTS,
     ACCEPTANCE_PROMPTS,
     OUTPUT_FAULTS,
     default_subset,
+    local,
 )
-
-
-@pytest.fixture(scope="module")
-def dflash2_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return make_fixture_pair(tmp_path_factory.mktemp("dflash2-pair"), dflash2=True)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def acceptance_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def clean_v2(dflash2_pair, acceptance_prompts):
-    return run_difftest(LocalOptions(*dflash2_pair, prompts=acceptance_prompts))
+    return run_difftest(local(dflash2_pair, prompts=acceptance_prompts))
 
 
 def test_every_greedy_fault_is_covered() -> None:
@@ -44,18 +38,18 @@ def test_every_greedy_fault_is_covered() -> None:
 @pytest.mark.parametrize("fault", sorted(OUTPUT_FAULTS))
 def test_output_fault_fails_on_dflash2(dflash2_pair, tmp_path: Path, fault: Fault) -> None:
     prompts = default_subset(tmp_path, OUTPUT_FAULTS[fault])
-    report = run_difftest(LocalOptions(*dflash2_pair, prompts=prompts, inject=fault))
+    report = run_difftest(local(dflash2_pair, prompts=prompts, inject=fault))
     assert not report.identical
     assert {d.prompt_id for d in report.divergences} == set(OUTPUT_FAULTS[fault])
     assert not report.divergences[0].divergence.near_tie
-    assert run_difftest(LocalOptions(*dflash2_pair, prompts=prompts)).identical
+    assert run_difftest(local(dflash2_pair, prompts=prompts)).identical
 
 
 @pytest.mark.parametrize("fault", [*ACCEPTANCE_FAULTS, Fault.SELECTOR_NO_UNARY])
 def test_acceptance_fault_is_flagged_on_dflash2(
     dflash2_pair, acceptance_prompts, clean_v2, fault: Fault
 ) -> None:
-    report = run_difftest(LocalOptions(*dflash2_pair, prompts=acceptance_prompts, inject=fault))
+    report = run_difftest(local(dflash2_pair, prompts=acceptance_prompts, inject=fault))
     assert report.identical  # the target still verifies every token
     assert report.tau_reference == pytest.approx(clean_v2.tau)
     assert report.tau < 0.95 * clean_v2.tau
@@ -63,8 +57,8 @@ def test_acceptance_fault_is_flagged_on_dflash2(
     assert not clean_v2.warnings
 
 
-def test_the_dflash2_fault_is_refused_on_a_v1_drafter(fixture_pair, acceptance_prompts) -> None:
+def test_the_dflash2_fault_is_refused_on_a_v1_drafter(builtin_pair, acceptance_prompts) -> None:
     fault = Fault.SELECTOR_NO_UNARY
-    options = LocalOptions(*fixture_pair, prompts=acceptance_prompts, inject=fault)
+    options = local(builtin_pair, prompts=acceptance_prompts, inject=fault)
     with pytest.raises(InputError, match="needs a DFlash 2 drafter"):
         run_difftest(options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from kernels_ref.faults import Fault
 from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.tokenizer import load_tokenizer
+from tests.support.fixtures import ModelPair
 
 # Each fault with the default prompts that catch it: a subset keeps the suite fast, and a
 # subset that diverges proves the whole default set diverges too.
@@ -46,9 +48,14 @@ def default_subset(tmp_path: Path, ids: list[str]) -> Path:
     return path
 
 
+def local(pair: ModelPair, **options: Any) -> LocalOptions:
+    """A local diff test of `pair`'s two folders."""
+    return LocalOptions(pair.target, pair.drafter, **options)
+
+
 @pytest.fixture(scope="module")
-def clean_report(fixture_pair: tuple[Path, Path]):
-    return run_difftest(LocalOptions(*fixture_pair))
+def clean_report(builtin_pair: ModelPair):
+    return run_difftest(local(builtin_pair))
 
 
 def test_clean_pair_is_identical_and_quiet(clean_report) -> None:
@@ -65,10 +72,10 @@ def test_clean_pair_is_identical_and_quiet(clean_report) -> None:
 
 @pytest.mark.parametrize("fault", sorted(OUTPUT_FAULTS))
 def test_output_fault_makes_difftest_fail(
-    fixture_pair: tuple[Path, Path], tmp_path: Path, fault: str
+    builtin_pair: ModelPair, tmp_path: Path, fault: str
 ) -> None:
     prompts = default_subset(tmp_path, OUTPUT_FAULTS[fault])
-    report = run_difftest(LocalOptions(*fixture_pair, prompts=prompts, inject=fault))
+    report = run_difftest(local(builtin_pair, prompts=prompts, inject=fault))
     assert not report.identical
     assert {d.prompt_id for d in report.divergences} == set(OUTPUT_FAULTS[fault])
     first = report.divergences[0].divergence
@@ -76,18 +83,18 @@ def test_output_fault_makes_difftest_fail(
     assert first.reference_token != first.candidate_token
     assert first.margin is None or first.margin > 0
     assert not first.near_tie  # a logic bug, not a rounding tie
-    clean = run_difftest(LocalOptions(*fixture_pair, prompts=prompts))
+    clean = run_difftest(local(builtin_pair, prompts=prompts))
     assert clean.identical  # the clean path passes
 
 
 @pytest.mark.parametrize("fault", ACCEPTANCE_FAULTS)
 def test_acceptance_fault_is_flagged(
-    fixture_pair: tuple[Path, Path], tmp_path: Path, fault: str
+    builtin_pair: ModelPair, tmp_path: Path, fault: str
 ) -> None:
     prompts = default_subset(tmp_path, ACCEPTANCE_PROMPTS)
-    report = run_difftest(LocalOptions(*fixture_pair, prompts=prompts, inject=fault))
+    report = run_difftest(local(builtin_pair, prompts=prompts, inject=fault))
     assert report.identical  # the target still verifies every token
-    clean = run_difftest(LocalOptions(*fixture_pair, prompts=prompts))
+    clean = run_difftest(local(builtin_pair, prompts=prompts))
     assert report.tau_reference == pytest.approx(clean.tau)
     assert report.tau < 0.95 * clean.tau
     assert any("below the clean reference" in w for w in report.warnings)
@@ -113,12 +120,12 @@ class OracleDrafter:
         return (sequence[start + 1 : start + 1 + n] + [0] * n)[:n]
 
 
-def test_future_leakage_is_flagged(fixture_pair: tuple[Path, Path]) -> None:
-    target = load_target(fixture_pair[0])
-    drafter = load_drafter(fixture_pair[1], target)
-    tokenizer = load_tokenizer(fixture_pair[0])
+def test_future_leakage_is_flagged(builtin_pair: ModelPair) -> None:
+    target = load_target(builtin_pair.target)
+    drafter = load_drafter(builtin_pair.drafter, target)
+    tokenizer = load_tokenizer(builtin_pair.target)
     prompts = load_prompts(DEFAULT_PROMPTS, tokenizer, target.config.vocab_size)[:3]
-    stops = default_stop_ids(fixture_pair[0])
+    stops = default_stop_ids(builtin_pair.target)
     truth = {
         p.ids: generate(
             target, None, list(p.ids), max_new_tokens=64, stop_ids=stops | p.stop_ids

@@ -22,11 +22,12 @@ from kernels_ref.fixtures import EOS_ID, MASK_ID, TARGET_CONFIG
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.loop import Generation
 from kernels_ref.tokenizer import load_tokenizer
+from tests.support.fixtures import ModelPair
 from tests.support.kernels import random_pair
 
 
-def test_fixture_tokenizer_round_trips(fixture_pair: tuple[Path, Path]) -> None:
-    tokenizer = load_tokenizer(fixture_pair[0])
+def test_fixture_tokenizer_round_trips(builtin_pair: ModelPair) -> None:
+    tokenizer = load_tokenizer(builtin_pair.target)
     assert tokenizer is not None
     text = "déf f(x):\n\treturn x  # ünïcode"
     assert tokenizer.decode(tokenizer.encode(text)) == text
@@ -34,9 +35,9 @@ def test_fixture_tokenizer_round_trips(fixture_pair: tuple[Path, Path]) -> None:
     assert tokenizer.token_id("\n") == 10
     assert tokenizer.token_id("<|endoftext|>") == EOS_ID
     assert tokenizer.token_id("ab") is None
-    data = json.loads((fixture_pair[0] / "tokenizer.json").read_text())
+    data = json.loads((builtin_pair.target / "tokenizer.json").read_text())
     assert data["model"]["type"] == "BPE" and len(data["model"]["vocab"]) == 256
-    assert default_stop_ids(fixture_pair[0]) == {EOS_ID}
+    assert default_stop_ids(builtin_pair.target) == {EOS_ID}
 
 
 def test_targets_without_a_tokenizer_need_prompt_ids(tmp_path: Path) -> None:
@@ -73,16 +74,16 @@ def test_targets_without_a_tokenizer_need_prompt_ids(tmp_path: Path) -> None:
     ],
 )
 def test_malformed_prompt_files_are_refused(
-    tmp_path: Path, line: str, message: str, fixture_pair: tuple[Path, Path]
+    tmp_path: Path, line: str, message: str, builtin_pair: ModelPair
 ) -> None:
     path = tmp_path / "p.jsonl"
     path.write_text(line + "\n")
     with pytest.raises(InputError, match=message):
-        load_prompts(path, load_tokenizer(fixture_pair[0]), 264)
+        load_prompts(path, load_tokenizer(builtin_pair.target), 264)
 
 
-def test_default_prompt_set_covers_the_required_cases(fixture_pair: tuple[Path, Path]) -> None:
-    prompts = load_prompts(DEFAULT_PROMPTS, load_tokenizer(fixture_pair[0]), 264)
+def test_default_prompt_set_covers_the_required_cases(builtin_pair: ModelPair) -> None:
+    prompts = load_prompts(DEFAULT_PROMPTS, load_tokenizer(builtin_pair.target), 264)
     limit = TARGET_CONFIG["max_position_embeddings"]
     assert any(len(p.ids) == 1 for p in prompts)
     assert any(limit - 64 < len(p.ids) < limit for p in prompts)

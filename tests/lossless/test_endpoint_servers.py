@@ -1,7 +1,7 @@
 """`dflash-guard difftest endpoint` against `kernels_ref.serve` reference engines.
 
 The baseline decodes autoregressively, the candidate speculatively with the fixture drafter;
-both start once per module as subprocesses on 127.0.0.1 with free ports.
+both are the session's `reference_servers` (subprocesses on 127.0.0.1 with free ports).
 """
 
 from __future__ import annotations
@@ -26,11 +26,6 @@ OUTPUT_FAULTS = ("accept-off-by-one", "no-cumprod", "stale-kv", "skip-bonus", "d
 
 
 @pytest.fixture(scope="module")
-def pair(fixture_pair):
-    return fixture_pair
-
-
-@pytest.fixture(scope="module")
 def prompt_file(tmp_path_factory):
     rows = [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines() if line.strip()]
     path = tmp_path_factory.mktemp("prompts") / "subset.jsonl"
@@ -38,20 +33,13 @@ def prompt_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def servers(pair):
-    target, drafter = pair
-    with running_server(target) as baseline, running_server(target, drafter) as candidate:
-        yield baseline, candidate
-
-
 def diff(cli, baseline_url, candidate_url, prompt_file, *extra):
     return cli("difftest", "endpoint", "--baseline", baseline_url, "--candidate", candidate_url,
                "--prompts", prompt_file, "--max-new-tokens", "40", "--format", "json", *extra)
 
 
-def test_endpoint_reference_servers_identical(cli, servers, prompt_file):
-    baseline, candidate = servers
+def test_endpoint_reference_servers_identical(cli, reference_servers, prompt_file):
+    baseline, candidate = reference_servers.baseline, reference_servers.candidate
     result = diff(cli, baseline.url, candidate.url, prompt_file,
                   "--metrics", candidate.url + "/metrics", "--concurrency", "3")
     assert result.exit_code == 0, result.stderr
@@ -65,9 +53,10 @@ def test_endpoint_reference_servers_identical(cli, servers, prompt_file):
 
 
 @pytest.mark.parametrize("fault", OUTPUT_FAULTS)
-def test_endpoint_reference_fault_fails(cli, pair, servers, prompt_file, fault):
-    baseline, _ = servers
-    target, drafter = pair
+def test_endpoint_reference_fault_fails(cli, builtin_pair, reference_servers, prompt_file,
+                                        fault):
+    baseline = reference_servers.baseline
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with running_server(target, drafter, inject=fault) as faulty:
         result = diff(cli, baseline.url, faulty.url, prompt_file)
     assert result.exit_code == 1, result.stderr
@@ -75,9 +64,10 @@ def test_endpoint_reference_fault_fails(cli, pair, servers, prompt_file, fault):
     assert report["hard"] >= 1 and not report["passed"]
 
 
-def test_endpoint_killed_server_is_a_clear_error(cli, pair, servers, prompt_file):
-    baseline, _ = servers
-    with running_server(pair[0]) as doomed:
+def test_endpoint_killed_server_is_a_clear_error(cli, builtin_pair, reference_servers,
+                                                 prompt_file):
+    baseline = reference_servers.baseline
+    with running_server(builtin_pair.target) as doomed:
         doomed.process.kill()
         doomed.process.wait()
         result = diff(cli, baseline.url, doomed.url, prompt_file)
@@ -86,9 +76,10 @@ def test_endpoint_killed_server_is_a_clear_error(cli, pair, servers, prompt_file
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_endpoint_hanging_server_times_out(cli, pair, servers, prompt_file):
-    _, candidate = servers
-    with running_server(pair[0]) as frozen:
+def test_endpoint_hanging_server_times_out(cli, builtin_pair, reference_servers,
+                                           prompt_file):
+    candidate = reference_servers.candidate
+    with running_server(builtin_pair.target) as frozen:
         os.kill(frozen.process.pid, signal.SIGSTOP)  # accepts connections, never answers
         try:
             result = diff(cli, frozen.url, candidate.url, prompt_file, "--timeout", "1")
@@ -98,8 +89,9 @@ def test_endpoint_hanging_server_times_out(cli, pair, servers, prompt_file):
     assert "baseline endpoint" in result.stderr and "no answer within 1 s" in result.stderr
 
 
-def test_endpoint_malformed_answer_and_secret_key(cli, servers, prompt_file, monkeypatch):
-    _, candidate = servers
+def test_endpoint_malformed_answer_and_secret_key(cli, reference_servers, prompt_file,
+                                                  monkeypatch):
+    candidate = reference_servers.candidate
     secret = "sk-ref-0c9e44d2b1"
     monkeypatch.setenv("DG_ENGINE_KEY", secret)
     state = Behaviour(malformed=True)
@@ -111,16 +103,16 @@ def test_endpoint_malformed_answer_and_secret_key(cli, servers, prompt_file, mon
     assert state.seen_auth and all(a == f"Bearer {secret}" for a in state.seen_auth)
 
 
-def test_endpoint_cli_modes_are_exclusive(cli, pair):
+def test_endpoint_cli_modes_are_exclusive(cli, builtin_pair):
     result = cli("difftest", "endpoint", "--baseline", "http://127.0.0.1:9", "--candidate",
-                 "http://127.0.0.1:9", "--target", pair[0])
+                 "http://127.0.0.1:9", "--target", builtin_pair.target)
     assert result.exit_code == 2 and "No such option: --target" in result.stderr
     result = cli("difftest", "endpoint", "--baseline", "http://127.0.0.1:9")
     assert result.exit_code == 2 and "--candidate" in result.stderr
 
 
-def test_endpoint_reference_server_api(servers):
-    baseline, candidate = servers
+def test_endpoint_reference_server_api(reference_servers):
+    baseline, candidate = reference_servers.baseline, reference_servers.candidate
     with httpx2.Client(timeout=30) as http:
         assert http.get(baseline.url + "/health").json() == {"status": "ok"}
         name = http.get(candidate.url + "/v1/models").json()["data"][0]["id"]

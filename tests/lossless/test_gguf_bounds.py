@@ -26,14 +26,14 @@ def write_gguf(out: Path, tokens: list[str], merges: list[str] | None = None) ->
     return write_vocab_gguf(out, tokens, merges=merges)
 
 
-def test_the_targets_own_vocabulary_passes(fixture_pair, tmp_path: Path) -> None:
-    target, _ = fixture_pair
+def test_the_targets_own_vocabulary_passes(builtin_pair, tmp_path: Path) -> None:
+    target, _ = builtin_pair.target, builtin_pair.drafter
     path = write_gguf(tmp_path / "ok.gguf", target_vocab(target))
     assert tokenizer_mismatch(path, target) is None
 
 
-def test_more_tokens_than_the_target_is_refused_before_reading(fixture_pair, tmp_path) -> None:
-    target, _ = fixture_pair
+def test_more_tokens_than_the_target_is_refused_before_reading(builtin_pair, tmp_path) -> None:
+    target, _ = builtin_pair.target, builtin_pair.drafter
     tokens = target_vocab(target) + ["a"] * 200_000  # the target's ids first: only the count lies
     why = tokenizer_mismatch(write_gguf(tmp_path / "big.gguf", tokens), target)
     assert why is not None
@@ -41,10 +41,10 @@ def test_more_tokens_than_the_target_is_refused_before_reading(fixture_pair, tmp
            "the target allows 264" in why
 
 
-def test_merges_beyond_the_targets_are_refused(fixture_pair, tmp_path: Path) -> None:
+def test_merges_beyond_the_targets_are_refused(builtin_pair, tmp_path: Path) -> None:
     """The target has no merges: llama.cpp's converter writes one placeholder, so up to the
     vocabulary (264) pass; more cannot be a conversion of it."""
-    target, _ = fixture_pair
+    target, _ = builtin_pair.target, builtin_pair.drafter
     path = write_gguf(tmp_path / "one.gguf", target_vocab(target), ["<|bos|> <|endoftext|>"])
     assert tokenizer_mismatch(path, target) is None
     path = write_gguf(tmp_path / "merges.gguf", target_vocab(target), ["a b"] * 1000)
@@ -73,25 +73,25 @@ def string(text: str) -> bytes:
     ],
 )
 def test_a_header_that_does_not_fit_is_an_input_error(
-    fixture_pair, tmp_path: Path, data: bytes, message: str
+    builtin_pair, tmp_path: Path, data: bytes, message: str
 ) -> None:
     path = tmp_path / "bad.gguf"
     path.write_bytes(data)
     with pytest.raises(InputError, match=f"cannot read GGUF .*{message}"):
-        tokenizer_mismatch(path, fixture_pair[0])
+        tokenizer_mismatch(path, builtin_pair.target)
 
 
-def test_a_gguf_that_is_not_a_regular_file_is_an_input_error(fixture_pair, tmp_path) -> None:
+def test_a_gguf_that_is_not_a_regular_file_is_an_input_error(builtin_pair, tmp_path) -> None:
     import os
 
     os.mkfifo(tmp_path / "fifo.gguf")
     with pytest.raises(InputError, match="not a regular file"):
-        tokenizer_mismatch(tmp_path / "fifo.gguf", fixture_pair[0])
+        tokenizer_mismatch(tmp_path / "fifo.gguf", builtin_pair.target)
 
 
-def test_difftest_reference_refuses_the_oversized_gguf(cli, fixture_pair, tmp_path) -> None:
+def test_difftest_reference_refuses_the_oversized_gguf(cli, builtin_pair, tmp_path) -> None:
     """The finding's command: a refusal (exit 1) before any prompt goes to the candidate."""
-    target, _ = fixture_pair
+    target, _ = builtin_pair.target, builtin_pair.drafter
     path = write_gguf(tmp_path / "vocab.gguf", ["a"] * 100_000)
     result = cli("difftest", "--reference", target, "--candidate", "http://127.0.0.1:9",
                  "--gguf", path, "--max-new-tokens", "2", "--format", "json")

@@ -22,8 +22,8 @@ def isolation(cli, url: str, *extra: str):
                "--format", "json", *extra)
 
 
-def test_isolation_clean_engine_is_identical(cli, fixture_pair):
-    target, drafter = fixture_pair
+def test_isolation_clean_engine_is_identical(cli, builtin_pair):
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with running_server(target, drafter) as clean:
         result = isolation(cli, clean.url)
     assert result.exit_code == 0, result.stderr + result.stdout
@@ -35,8 +35,8 @@ def test_isolation_clean_engine_is_identical(cli, fixture_pair):
     assert f"among {report['tenants']} tenants: done (" in result.stderr
 
 
-def test_isolation_catches_the_cross_request_fault_the_plain_diff_misses(cli, fixture_pair):
-    target, drafter = fixture_pair
+def test_isolation_catches_the_cross_request_fault_the_plain_diff_misses(cli, builtin_pair):
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with running_server(target) as baseline, running_server(target, drafter,
                                                              inject=str(FAULT)) as faulty:
         plain = cli("difftest", "endpoint", "--baseline", baseline.url, "--candidate", faulty.url,
@@ -76,8 +76,8 @@ def test_isolation_flags_of_other_modes_are_refused(cli, flags, message):
     assert message in result.stderr
 
 
-def test_serve_fault_is_refused_by_the_local_runner(cli, fixture_pair):
-    target, drafter = fixture_pair
+def test_serve_fault_is_refused_by_the_local_runner(cli, builtin_pair):
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     result = cli("difftest", "local", "--target", str(target), "--drafter", str(drafter),
                  "--inject", str(FAULT))
     assert result.exit_code == 2 and "difftest isolation" in result.stderr

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fixtures import ModelPair
+
 LIMIT = 3 << 30  # bytes of address space: torch and the tiny pair fit, 12.8 GB does not
 
 
@@ -30,10 +32,10 @@ def _limit_memory() -> None:
     ],
 )
 def test_difftest_on_an_oversized_vocab_is_an_input_error(
-    tmp_path: Path, fixture_pair: tuple[Path, Path], vocab: int, message: str
+    tmp_path: Path, builtin_pair: ModelPair, vocab: int, message: str
 ) -> None:
     pair = {}
-    for role, source in zip(("target", "drafter"), fixture_pair, strict=True):
+    for role, source in builtin_pair.roots.items():
         folder = pair[role] = tmp_path / role
         shutil.copytree(source, folder)
         config = json.loads((folder / "config.json").read_text())

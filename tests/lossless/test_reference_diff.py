@@ -52,18 +52,18 @@ def prompt_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engines(fixture_pair, tmp_path_factory):
+def engines(builtin_pair, tmp_path_factory):
     """kernels_ref.serve on the target itself, and on another target with the same tokenizer."""
-    target, _ = fixture_pair
+    target, _ = builtin_pair.target, builtin_pair.drafter
     other, _ = random_pair(tmp_path_factory.mktemp("other"), seed=7)
     with running_server(target) as clean, running_server(other) as wrong:
         yield clean, wrong
 
 
 @pytest.fixture(scope="module")
-def gguf_folder(fixture_pair, tmp_path_factory):
+def gguf_folder(builtin_pair, tmp_path_factory):
     folder = tmp_path_factory.mktemp("gguf")
-    tokenizer_gguf(fixture_pair[0], folder / "target.gguf")
+    tokenizer_gguf(builtin_pair.target, folder / "target.gguf")
     return folder
 
 
@@ -72,9 +72,9 @@ def reference(cli, target, url, prompt_file, *extra):
                "--prompts", prompt_file, "--max-new-tokens", "12", "--format", "json", *extra)
 
 
-def test_reference_diff_identical_and_record_written(cli, fixture_pair, engines, prompt_file,
+def test_reference_diff_identical_and_record_written(cli, builtin_pair, engines, prompt_file,
                                                      gguf_folder, tmp_path):
-    target, _ = fixture_pair
+    target, _ = builtin_pair.target, builtin_pair.drafter
     record = tmp_path / "comparison.json"
     result = reference(cli, target, engines[0].url, prompt_file, "--gguf",
                        gguf_folder / "target.gguf", "--record", record)
@@ -89,9 +89,9 @@ def test_reference_diff_identical_and_record_written(cli, fixture_pair, engines,
     assert "gguf/target.gguf" in names and "target/model.safetensors" in names
 
 
-def test_reference_diff_catches_a_wrong_engine(cli, fixture_pair, engines, prompt_file,
+def test_reference_diff_catches_a_wrong_engine(cli, builtin_pair, engines, prompt_file,
                                                tmp_path):
-    target, _ = fixture_pair
+    target, _ = builtin_pair.target, builtin_pair.drafter
     record = tmp_path / "comparison.json"
     result = reference(cli, target, engines[1].url, prompt_file, "--record", record)
     assert result.exit_code == 1, result.stdout
@@ -100,9 +100,9 @@ def test_reference_diff_catches_a_wrong_engine(cli, fixture_pair, engines, promp
     assert read_comparison(record).predicate["passed"] is False
 
 
-def test_reference_diff_refuses_a_gguf_with_another_tokenizer(cli, fixture_pair, engines,
+def test_reference_diff_refuses_a_gguf_with_another_tokenizer(cli, builtin_pair, engines,
                                                               prompt_file, tmp_path):
-    target, _ = fixture_pair
+    target, _ = builtin_pair.target, builtin_pair.drafter
     swapped = tokenizer_gguf(target, tmp_path / "swapped.gguf", swap=(97, 98))
     result = reference(cli, target, engines[0].url, prompt_file, "--gguf", swapped)
     assert result.exit_code == 1
@@ -111,22 +111,22 @@ def test_reference_diff_refuses_a_gguf_with_another_tokenizer(cli, fixture_pair,
     assert "id 97" in report["refused"]
 
 
-def test_reference_flags_of_other_modes_are_refused(cli, fixture_pair, engines):
-    target, _ = fixture_pair
+def test_reference_flags_of_other_modes_are_refused(cli, builtin_pair, engines):
+    target, _ = builtin_pair.target, builtin_pair.drafter
     result = cli("difftest", "reference", "--target", target, "--candidate", engines[0].url,
                  "--samples", "5")
     assert result.exit_code == 2 and "No such option: --samples" in result.stderr
 
 
 @pytest.fixture(scope="module")
-def gated(fixture_pair, engines, prompt_file, gguf_folder, tmp_path_factory):
+def gated(builtin_pair, engines, prompt_file, gguf_folder, tmp_path_factory):
     """The fixture pair plus the GGUF folder, locked; a passing and a failing record."""
     from dflash_guard.lossless.endpoint.engine import EngineEndpoint
     from dflash_guard.lossless.options import ReferenceOptions
     from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
 
     folder = tmp_path_factory.mktemp("gated")
-    target, drafter = fixture_pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DFLASH_GUARD_CACHE_DIR", str(folder / "cache"))
         lock = build_lock({"target": str(target), "drafter": str(drafter),
@@ -143,9 +143,9 @@ def gated(fixture_pair, engines, prompt_file, gguf_folder, tmp_path_factory):
     return folder, write_lock(lock, folder / "dflash.lock"), lock, records
 
 
-def gate_with(gated, fixture_pair, gguf_folder, entries: str):
+def gate_with(gated, builtin_pair, gguf_folder, entries: str):
     folder, lock_path, _, _ = gated
-    target, drafter = fixture_pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     prompts = folder / "prompt-set.jsonl"  # the set the records compared (the gated fixture)
     policy = write_policy(folder / f"policy-{abs(hash(entries))}",
                           ("gguf_comparisons: []\n", f"gguf_comparisons:{entries}\n"),
@@ -157,15 +157,15 @@ def gate_with(gated, fixture_pair, gguf_folder, entries: str):
     return run_gate(GateOptions(lock_path, policy, roots))
 
 
-def test_gate_approves_with_a_comparison_record_and_refuses_without(gated, fixture_pair,
+def test_gate_approves_with_a_comparison_record_and_refuses_without(gated, builtin_pair,
                                                                     gguf_folder):
     _, _, lock, records = gated
     assert accepts(read_comparison(records["good"]), lock).ok
-    approved = gate_with(gated, fixture_pair, gguf_folder, f"\n  - record: {records['good']}")
+    approved = gate_with(gated, builtin_pair, gguf_folder, f"\n  - record: {records['good']}")
     assert approved.approved, approved.reason
-    refused = gate_with(gated, fixture_pair, gguf_folder, " []")
+    refused = gate_with(gated, builtin_pair, gguf_folder, " []")
     assert not refused.approved and "no recorded comparison" in (refused.reason or "")
-    failed = gate_with(gated, fixture_pair, gguf_folder, f"\n  - record: {records['bad']}")
+    failed = gate_with(gated, builtin_pair, gguf_folder, f"\n  - record: {records['bad']}")
     assert not failed.approved and "verdict is 'diverged'" in (failed.reason or "")
 
 

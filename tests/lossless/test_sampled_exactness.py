@@ -22,7 +22,7 @@ ALPHA = 0.01
 
 
 @pytest.fixture(scope="module")
-def pair() -> MarkovPair:
+def markov_pair() -> MarkovPair:
     return MarkovPair()
 
 
@@ -83,8 +83,8 @@ def test_sampled_verify_block_accepts_a_perfect_draft_in_full():
         (SamplingParams(temperature=1.3, top_p=0.8), False),
     ],
 )
-def test_sampled_exact_sampler_passes(pair, params, greedy_draft):
-    report = check_sampled(pair, PROMPTS, samples=6000, tokens=3, params=params,
+def test_sampled_exact_sampler_passes(markov_pair, params, greedy_draft):
+    report = check_sampled(markov_pair, PROMPTS, samples=6000, tokens=3, params=params,
                            greedy_draft=greedy_draft, alpha=ALPHA, seed=11)
     assert report.passed, [r.test.p_value for r in report.results]
     assert report.per_test_alpha == pytest.approx(ALPHA / (len(PROMPTS) * 4))
@@ -97,14 +97,14 @@ def test_sampled_exact_sampler_passes(pair, params, greedy_draft):
     [(fault, False) for fault in Fault if fault.sampling]
     + [(fault, True) for fault in Fault if fault.sampling and fault.runner],
 )
-def test_sampled_planted_biased_sampler_fails(pair, fault, greedy_draft):
-    report = check_sampled(pair, PROMPTS, samples=6000, tokens=3, greedy_draft=greedy_draft,
+def test_sampled_planted_biased_sampler_fails(markov_pair, fault, greedy_draft):
+    report = check_sampled(markov_pair, PROMPTS, samples=6000, tokens=3, greedy_draft=greedy_draft,
                            alpha=ALPHA, seed=11, inject=fault)
     assert not report.passed
     assert report.to_json()["passed"] is False
 
 
-def test_sampled_false_alarm_rate_within_binomial_bound(pair):
+def test_sampled_false_alarm_rate_within_binomial_bound(markov_pair):
     seeds = 20
     # The largest count of false alarms that 20 honest runs at level ALPHA exceed with
     # probability under 0.5%: more than this means the check is miscalibrated.
@@ -115,7 +115,7 @@ def test_sampled_false_alarm_rate_within_binomial_bound(pair):
         tail -= math.comb(seeds, bound) * ALPHA**bound * (1 - ALPHA) ** (seeds - bound)
     alarms = 0
     for seed in range(seeds):
-        report = check_sampled(pair, PROMPTS, samples=3000, tokens=2, alpha=ALPHA,
+        report = check_sampled(markov_pair, PROMPTS, samples=3000, tokens=2, alpha=ALPHA,
                                seed=100 + seed, greedy_draft=seed % 2 == 0)
         alarms += not report.passed
     assert bound == 2

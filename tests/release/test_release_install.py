@@ -92,7 +92,7 @@ def _run(venv_bin: Path, *args: object, cwd: Path) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def pair(venv_bin: Path, tmp_path_factory) -> Path:
+def installed_pair(venv_bin: Path, tmp_path_factory) -> Path:
     """The built-in pair, written by the installed tool (from the weights inside the wheel)."""
     folder = tmp_path_factory.mktemp("pair")
     assert _run(venv_bin, "dflash-guard", "fixtures", "make", folder, cwd=folder).returncode == 0
@@ -131,13 +131,13 @@ def test_the_venv_holds_exactly_the_locked_packages(venv_bin: Path, tmp_path: Pa
 
 
 def test_the_installed_tool_is_the_wheel_and_verifies_the_release_lock(
-    venv_bin: Path, pair: Path, tmp_path: Path
+    venv_bin: Path, installed_pair: Path, tmp_path: Path
 ):
     where = _run(venv_bin, venv_bin / "python", "-c",
                  "import dflash_guard; print(dflash_guard.__file__)", cwd=tmp_path)
     assert Path(where.stdout.strip()).is_relative_to(venv_bin.parent)
 
-    shutil.copytree(pair, tmp_path / "pair")  # `pair` was written by the installed tool
+    shutil.copytree(installed_pair, tmp_path / "pair")  # written by the installed tool
     roots = ("--root", f"target={tmp_path / 'pair' / 'target'}",
              "--root", f"drafter={tmp_path / 'pair' / 'drafter'}")
     verified = _run(venv_bin, "dflash-guard", "verify", "--lock", RELEASE_LOCK, *roots,
@@ -175,8 +175,8 @@ def _run_step(venv_bin: Path, inputs: dict[str, str], tmp_path: Path):
     return result, annotations, output.read_text() if output.exists() else ""
 
 
-def test_run_step_passes_a_verified_lock(venv_bin: Path, pair: Path, tmp_path: Path):
-    roots = f"target={pair / 'target'}\ndrafter={pair / 'drafter'}\n"
+def test_run_step_passes_a_verified_lock(venv_bin: Path, installed_pair: Path, tmp_path: Path):
+    roots = f"target={installed_pair / 'target'}\ndrafter={installed_pair / 'drafter'}\n"
     result, annotations, output = _run_step(
         venv_bin, {"command": "verify", "lockfile": str(RELEASE_LOCK), "roots": roots}, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -184,10 +184,11 @@ def test_run_step_passes_a_verified_lock(venv_bin: Path, pair: Path, tmp_path: P
     assert output == "exit-code=0\n"
 
 
-def test_run_step_annotates_a_tampered_lockfile(venv_bin: Path, pair: Path, tmp_path: Path):
+def test_run_step_annotates_a_tampered_lockfile(venv_bin: Path, installed_pair: Path,
+                                                tmp_path: Path):
     lock = tmp_path / "dflash.lock"
     lock.write_text(RELEASE_LOCK.read_text().replace("size: 709", "size: 710", 1))
-    roots = f"target={pair / 'target'}\ndrafter={pair / 'drafter'}"
+    roots = f"target={installed_pair / 'target'}\ndrafter={installed_pair / 'drafter'}"
     result, annotations, output = _run_step(
         venv_bin, {"command": "verify", "lockfile": str(lock), "roots": roots}, tmp_path)
     assert result.returncode == 2

@@ -16,7 +16,6 @@ from dflash_guard.rollout.bench import (
     parse_tiers,
     percentile,
 )
-from tests.support.reference_server import running_server
 
 
 def run(tokens_per_s: float) -> TierRun:
@@ -62,16 +61,9 @@ def test_unreachable_endpoint_is_one_line(cli):
     assert "Traceback" not in result.stderr
 
 
-@pytest.fixture(scope="module")
-def servers(fixture_pair):
-    target, drafter = fixture_pair
-    with running_server(target) as baseline, running_server(target, drafter) as candidate:
-        yield baseline, candidate
-
-
 @pytest.mark.slow
-def test_bench_reference_servers(cli, servers):
-    baseline, candidate = servers
+def test_bench_reference_servers(cli, reference_servers):
+    baseline, candidate = reference_servers.baseline, reference_servers.candidate
     result = cli("bench", "--baseline", baseline.url, "--candidate", candidate.url,
                  "--concurrency", "1,2", "--requests", "2", "--max-tokens", "8", "--format", "json")
     assert result.exit_code == 0, result.stderr
@@ -89,8 +81,8 @@ def test_bench_reference_servers(cli, servers):
 
 
 @pytest.mark.slow
-def test_bench_by_duration_and_table(cli, servers):
-    baseline, candidate = servers
+def test_bench_by_duration_and_table(cli, reference_servers):
+    baseline, candidate = reference_servers.baseline, reference_servers.candidate
     result = cli("bench", "--baseline", baseline.url, "--candidate", candidate.url,
                  "--concurrency", "2", "--duration", "0.2", "--max-tokens", "4", "--no-metrics")
     assert result.exit_code == 0, result.stderr

@@ -11,7 +11,6 @@ import pytest
 from dflash_guard.errors import InputError
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import read_approval
-from tests.support.reference_server import running_server
 from tests.support.trust import write_lock, write_policy
 
 DIFFTEST = "  near_tie_allowance: 0.0\n"
@@ -48,23 +47,17 @@ def test_rollout_section_parses(tmp_path):
     assert (rules.expected_concurrency, rules.min_speedup, rules.requests) == (2, 1.25, 2)
 
 
-@pytest.fixture(scope="module")
-def servers(pair):
-    with running_server(pair.target) as baseline, \
-            running_server(pair.target, pair.drafter) as candidate:
-        yield baseline.url, candidate.url
-
-
-def gate(cli, pair, policy, out):
-    lock = write_lock(pair.lock, policy.parent / "dflash.lock")
-    return cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={pair.target}",
-               "--root", f"drafter={pair.drafter}", "--out", out, "--format", "json")
+def gate(cli, locked_pair, policy, out):
+    lock = write_lock(locked_pair.lock, policy.parent / "dflash.lock")
+    return cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={locked_pair.target}",
+               "--root", f"drafter={locked_pair.drafter}", "--out", out, "--format", "json")
 
 
 @pytest.mark.slow
-def test_gate_approves_and_records_the_speedup(cli, pair, servers, tmp_path):
+def test_gate_approves_and_records_the_speedup(cli, locked_pair, reference_servers, tmp_path):
     out = tmp_path / "approval.json"
-    result = gate(cli, pair, rollout_policy(tmp_path, "0.01", servers), out)
+    policy = rollout_policy(tmp_path, "0.01", reference_servers.urls)
+    result = gate(cli, locked_pair, policy, out)
     assert result.exit_code == 0, result.stdout + result.stderr
     step = json.loads(result.stdout)["checks"][-1]
     assert step["name"] == "rollout" and step["passed"] and not step["skipped"]
@@ -76,9 +69,10 @@ def test_gate_approves_and_records_the_speedup(cli, pair, servers, tmp_path):
 
 
 @pytest.mark.slow
-def test_gate_refuses_with_the_numbers(cli, pair, servers, tmp_path):
+def test_gate_refuses_with_the_numbers(cli, locked_pair, reference_servers, tmp_path):
     out = tmp_path / "approval.json"
-    result = gate(cli, pair, rollout_policy(tmp_path, "1000", servers), out)
+    policy = rollout_policy(tmp_path, "1000", reference_servers.urls)
+    result = gate(cli, locked_pair, policy, out)
     assert result.exit_code == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["reason"].startswith("rollout: speedup ")
@@ -88,8 +82,8 @@ def test_gate_refuses_with_the_numbers(cli, pair, servers, tmp_path):
 
 
 @pytest.mark.slow
-def test_gate_refuses_a_rollout_section_without_engines(cli, pair, tmp_path):
+def test_gate_refuses_a_rollout_section_without_engines(cli, locked_pair, tmp_path):
     out = tmp_path / "approval.json"
-    result = gate(cli, pair, rollout_policy(tmp_path, "1.1"), out)
+    result = gate(cli, locked_pair, rollout_policy(tmp_path, "1.1"), out)
     assert result.exit_code == 1
     assert "rollout: the rollout section needs two engines" in json.loads(result.stdout)["reason"]

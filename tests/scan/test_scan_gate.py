@@ -12,7 +12,6 @@ import pytest
 from dflash_guard.gate import GateOptions, run_gate
 from tests.scan.adaptive import MALICIOUS, Case
 from tests.support.trust import REPO, copy_folder, make_key_pair, relock, write_lock, write_policy
-from tests.trust.conftest import pair  # noqa: F401  (fixture, re-exported)
 
 # strict's scan settings for a local folder treated as official (reviewed code allowed), no
 # lockfile signature: the refusal must come from what the scan finds, not from a missing key.
@@ -20,8 +19,8 @@ _STRICT = (("local_tier: unknown", "local_tier: official"),
            ("lockfile_required: true", "lockfile_required: false"))
 
 
-def _gate(tmp_path: Path, pair, case: Case, policy_name: str):  # noqa: F811
-    drafter = copy_folder(pair.drafter, tmp_path / "drafter")
+def _gate(tmp_path: Path, locked_pair, case: Case, policy_name: str):
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
     case.lay(drafter)
     reviewed = tuple(hashlib.sha256(p.read_bytes()).hexdigest() for p in drafter.rglob("*.py"))
     if policy_name == "strict":
@@ -35,15 +34,15 @@ def _gate(tmp_path: Path, pair, case: Case, policy_name: str):  # noqa: F811
             "max_new_tokens: 64", "max_new_tokens: 32"), reviewed=reviewed)
     else:
         policy = write_policy(tmp_path / "policy", reviewed=reviewed)
-    lock = write_lock(relock(pair, drafter), tmp_path / "dflash.lock")
-    roots = {"target": pair.target, "drafter": drafter}
+    lock = write_lock(relock(locked_pair, drafter), tmp_path / "dflash.lock")
+    roots = {"target": locked_pair.target, "drafter": drafter}
     return run_gate(GateOptions(lock, policy, roots, out=tmp_path / "approval.json"))
 
 
 @pytest.mark.parametrize("policy_name", ["default", "strict"])
 @pytest.mark.parametrize("case", MALICIOUS, ids=lambda c: c.name)
-def test_gate_refuses_every_malicious_case(tmp_path, pair, case, policy_name):  # noqa: F811
-    result = _gate(tmp_path, pair, case, policy_name)
+def test_gate_refuses_every_malicious_case(tmp_path, locked_pair, case, policy_name):
+    result = _gate(tmp_path, locked_pair, case, policy_name)
     assert not result.approved
     assert result.checks[-1].name == "scan", result.reason
     assert all(c.ok for c in result.checks[:-1]), result.reason

@@ -14,6 +14,8 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tests.support.fixtures import LockedPair
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_POLICY = REPO / "policies" / "default.yaml"
 
@@ -76,22 +78,6 @@ SMALL_DIFFTEST = ("  prompts: builtin\n  max_new_tokens: 32\n",
                   "  prompts: prompts.jsonl\n  max_new_tokens: 8\n")
 
 
-@dataclasses.dataclass(frozen=True)
-class Pair:
-    """The built-in fixture pair, locked once per module (read-only: copy before changing)."""
-
-    base: Path
-    target: Path
-    drafter: Path
-    lock: Any  # dflash_guard.pins.lockfile.Lockfile
-
-    @property
-    def roots(self) -> dict[str, Path]:
-        return {"target": self.target, "drafter": self.drafter}
-
-
-
-
 def fixture_code_sha256() -> str:
     """The sha256 of the fixture drafter's remote code (`dflash.py`, named by its auto_map)."""
     from kernels_ref.fixtures import WEIGHTS
@@ -133,7 +119,7 @@ def copy_folder(source: Path, dest: Path) -> Path:
     return dest
 
 
-def relock(pair: Pair, drafter: Path) -> Any:
+def relock(pair: LockedPair, drafter: Path) -> Any:
     """The pair's lock with the drafter re-locked from another folder."""
     from dflash_guard.pins.resolve import build_lock
 

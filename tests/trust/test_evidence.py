@@ -138,9 +138,9 @@ def test_a_policy_feed_url_in_upper_case_is_a_url_and_other_schemes_are_errors(t
 # --- lock --confirmed-by (N6) ----------------------------------------------------------------
 
 
-def test_confirmed_by_needs_a_lock_signed_by_a_policy_signer(pair, tmp_path):
-    hub = dataclasses.replace(pair.lock, artifacts=tuple(
-        as_hub(a, f"z-lab/{a.role}") for a in pair.lock.artifacts))
+def test_confirmed_by_needs_a_lock_signed_by_a_policy_signer(locked_pair, tmp_path):
+    hub = dataclasses.replace(locked_pair.lock, artifacts=tuple(
+        as_hub(a, f"z-lab/{a.role}") for a in locked_pair.lock.artifacts))
     signed, (old, new) = signed_lock(hub, tmp_path / "online")
     policy = tmp_path / "p.yaml"
     policy.write_text(f"extends: default\nname: p\nsignatures:\n{new}\n")
@@ -162,9 +162,9 @@ def test_confirmed_by_needs_a_lock_signed_by_a_policy_signer(pair, tmp_path):
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge"])
 @pytest.mark.parametrize("suffix", [".sig", ".sigstore.json"])
-def test_a_hostile_signature_file_is_a_refusal_not_a_hang(pair, tmp_path, kind, suffix,
+def test_a_hostile_signature_file_is_a_refusal_not_a_hang(locked_pair, tmp_path, kind, suffix,
                                                           key_pair):
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     sig = lock.with_name(lock.name + suffix)
     if kind == "dev-zero":
         sig.symlink_to("/dev/zero")
@@ -179,8 +179,8 @@ def test_a_hostile_signature_file_is_a_refusal_not_a_hang(pair, tmp_path, kind, 
     assert checks and not any(c.ok for c in checks)
 
 
-def test_signing_never_writes_through_a_planted_partial_link(pair, tmp_path, key_pair):
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+def test_signing_never_writes_through_a_planted_partial_link(locked_pair, tmp_path, key_pair):
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     victim = tmp_path / "victim.txt"
     victim.write_text("precious user data")
     (tmp_path / ".dflash.lock.sig.partial").symlink_to(victim)
@@ -194,20 +194,20 @@ def test_signing_never_writes_through_a_planted_partial_link(pair, tmp_path, key
 
 
 @pytest.fixture
-def gguf_lock(pair, tmp_path):
+def gguf_lock(locked_pair, tmp_path):
     gguf = tmp_path / "gguf"
     gguf.mkdir()
     (gguf / "model.gguf").write_bytes(b"GGUF" + bytes(60))
-    lock = build_lock({"target": str(pair.target), "drafter": str(pair.drafter),
+    lock = build_lock({"target": str(locked_pair.target), "drafter": str(locked_pair.drafter),
                        "gguf": str(gguf)}).lock
     return lock, gguf / "model.gguf"
 
 
-def _record(pair, gguf: Path, out: Path, **summary) -> Path:
+def _record(locked_pair, gguf: Path, out: Path, **summary) -> Path:
     base = {"passed": True, "verdict": "identical", "prompts": 12,
             "prompt_set": {"name": "builtin", "digest": {
                 "sha256": prompt_set_digest(load_policy("default"))}}}
-    statement = comparison_statement(target_dir=pair.target, gguf=gguf,
+    statement = comparison_statement(target_dir=locked_pair.target, gguf=gguf,
                                      summary={**base, **summary}, conversion=None)
     write_comparison(statement, out)
     return out
@@ -220,9 +220,9 @@ def _approvals_policy(tmp_path: Path, public: Path) -> Path:
     return policy
 
 
-def test_a_signed_complete_record_is_evidence(pair, gguf_lock, tmp_path, key_pair):
+def test_a_signed_complete_record_is_evidence(locked_pair, gguf_lock, tmp_path, key_pair):
     lock, gguf = gguf_lock
-    record = _record(pair, gguf, tmp_path / "rec.json")
+    record = _record(locked_pair, gguf, tmp_path / "rec.json")
     policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))
     assert "not signed" in accepts_record(record, policy, lock).reason
     sign_with_key(record, key_pair[0])
@@ -237,19 +237,20 @@ def test_a_signed_complete_record_is_evidence(pair, gguf_lock, tmp_path, key_pai
     ({"prompt_set": {"name": "x", "digest": {"sha256": "0" * 64}}}, "prompt set"),
     ({"passed": "yes"}, "verdict"),
 ])
-def test_a_signed_record_that_tested_nothing_or_other_prompts_is_not(pair, gguf_lock, tmp_path,
-                                                                     key_pair, change, reason):
+def test_a_signed_record_that_tested_nothing_or_other_prompts_is_not(locked_pair, gguf_lock,
+                                                                     tmp_path, key_pair, change,
+                                                                     reason):
     lock, gguf = gguf_lock
-    record = _record(pair, gguf, tmp_path / "rec.json", **change)
+    record = _record(locked_pair, gguf, tmp_path / "rec.json", **change)
     sign_with_key(record, key_pair[0])
     policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))
     assert reason in accepts_record(record, policy, lock).reason
 
 
-def test_a_signed_one_subject_record_is_not_evidence(pair, gguf_lock, tmp_path, key_pair):
+def test_a_signed_one_subject_record_is_not_evidence(locked_pair, gguf_lock, tmp_path, key_pair):
     """The doc's forged record: the GGUF and one target file, signed this time."""
     lock, gguf = gguf_lock
-    record = _record(pair, gguf, tmp_path / "rec.json")
+    record = _record(locked_pair, gguf, tmp_path / "rec.json")
     document = json.loads(record.read_text())
     document["subject"] = document["subject"][:2]
     record.write_text(json.dumps(document))
@@ -258,9 +259,9 @@ def test_a_signed_one_subject_record_is_not_evidence(pair, gguf_lock, tmp_path, 
     assert "does not cover the locked target" in accepts_record(record, policy, lock).reason
 
 
-def test_a_record_signed_by_another_key_is_not_evidence(pair, gguf_lock, tmp_path, key_pair):
+def test_a_record_signed_by_another_key_is_not_evidence(locked_pair, gguf_lock, tmp_path, key_pair):
     lock, gguf = gguf_lock
-    record = _record(pair, gguf, tmp_path / "rec.json")
+    record = _record(locked_pair, gguf, tmp_path / "rec.json")
     other, _ = make_key_pair(tmp_path, "other")
     sign_with_key(record, other)
     policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))

@@ -54,11 +54,11 @@ def test_a_hostile_front_matter_is_one_readable_error(tmp_path, text):
         read_card(_card(tmp_path, text))
 
 
-def test_the_policy_section_is_read_and_the_gate_enforces_it(pair, tmp_path):
+def test_the_policy_section_is_read_and_the_gate_enforces_it(locked_pair, tmp_path):
     rules = "model_card:\n  base_model: target\n  licenses: [apache-2.0]\n  datasets: required\n"
     policy = write_policy(tmp_path / "p", ("waivers: []\n", "waivers: []\n" + rules))
     assert load_policy(policy).model_card == ModelCardRules(True, ("apache-2.0",), True)
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
-    result = run_gate(GateOptions(lock, policy, pair.roots))
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    result = run_gate(GateOptions(lock, policy, locked_pair.roots))
     assert not result.approved and result.checks[-1].name == "policy"
     assert "drafter no model card" in result.reason

@@ -31,8 +31,8 @@ def guard(monkeypatch):
     return attempts
 
 
-def test_the_local_workflow_opens_no_connection(cli, guard, pair, tmp_path):
-    roots = ("--root", f"target={pair.target}", "--root", f"drafter={pair.drafter}")
+def test_the_local_workflow_opens_no_connection(cli, guard, locked_pair, tmp_path):
+    roots = ("--root", f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}")
     lock = tmp_path / "dflash.lock"
     private, public = make_key_pair(tmp_path)
     feed = tmp_path / "feed.json"
@@ -42,11 +42,12 @@ def test_the_local_workflow_opens_no_connection(cli, guard, pair, tmp_path):
                           ("  lockfile: {identities: [], public_keys: []}",
                            f"  lockfile: {keyed}"))
     commands = [
-        ("lock", "--target", pair.target, "--drafter", pair.drafter, "-o", lock, "--engine",
+        ("lock", "--target", locked_pair.target, "--drafter", locked_pair.drafter, "-o", lock,
+         "--engine",
          "vllm=https://github.com/vllm-project/vllm@" + "a" * 40 + "#v0.11.0",
          "--package", "torch==2.5.0+cpu@sha256:" + "4" * 64),
         ("verify", "--lock", lock, *roots),
-        ("scan", pair.drafter, "--target", pair.target),
+        ("scan", locked_pair.drafter, "--target", locked_pair.target),
         ("policy", "check", "strict"), ("policy", "show", "dev"),
         ("export", "requirements", "--lock", lock, "-o", tmp_path / "requirements.txt"),
         ("advisory", "new", "--id", "x_T-1", "--summary", "s", "--pypi", "torch", "--version",

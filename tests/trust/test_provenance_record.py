@@ -29,14 +29,15 @@ ENGINE = Engine("llama.cpp", "https://github.com/ggml-org/llama.cpp", "b" * 40,
 
 
 @pytest.fixture
-def statement(pair, tmp_path):
-    lock = write_lock(pair.lock, tmp_path / "dflash.lock")
+def statement(locked_pair, tmp_path):
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     return approval_statement(
-        lock, pair.lock.__class__(artifacts=pair.lock.artifacts, engines=(ENGINE,)),
+        lock, locked_pair.lock.__class__(artifacts=locked_pair.lock.artifacts, engines=(ENGINE,)),
         load_policy("default"), checks=[CheckResult("verify", True, "8 files")],
         scan_summary={"failing": 0}, difftest={"identical": True, "tau": 3.5},
         acceptance_length=3.5, tiers={"target": "official", "drafter": "official"},
-        digests={f"{a.role}/{f.path}": f.sha256 for a in pair.lock.artifacts for f in a.files},
+        digests={f"{a.role}/{f.path}": f.sha256
+                 for a in locked_pair.lock.artifacts for f in a.files},
         waivers_used=["W-1"], time=dt.datetime(2026, 9, 1, 12, 30, 5, 999, tzinfo=dt.UTC),
     )
 
@@ -48,12 +49,12 @@ def test_provenance_statement_is_in_toto_v1(statement):
     assert statement["predicateType"] == PREDICATE_TYPE
 
 
-def test_provenance_subjects_are_lockfile_and_every_locked_file(statement, pair, tmp_path):
+def test_provenance_subjects_are_lockfile_and_every_locked_file(statement, locked_pair, tmp_path):
     names = [s["name"] for s in statement["subject"]]
     assert names[0] == "dflash.lock"
     assert statement["subject"][0]["digest"]["sha256"] == hashlib.sha256(
         (tmp_path / "dflash.lock").read_bytes()).hexdigest()
-    locked = sorted(f"{a.role}/{f.path}" for a in pair.lock.artifacts for f in a.files)
+    locked = sorted(f"{a.role}/{f.path}" for a in locked_pair.lock.artifacts for f in a.files)
     assert sorted(names[1:]) == locked
 
 

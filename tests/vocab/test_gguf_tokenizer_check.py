@@ -21,10 +21,10 @@ SPLIT = {"type": "Split", "pattern": {"Regex": "\\\\p{L}+|\\\\s+"}, "behavior": 
 
 
 @pytest.fixture
-def target(fixture_pair, tmp_path) -> Path:
+def target(builtin_pair, tmp_path) -> Path:
     """The built-in target with one merge ("a b") and a splitting pre-tokenizer."""
     folder = tmp_path / "target"
-    shutil.copytree(fixture_pair[0], folder)
+    shutil.copytree(builtin_pair.target, folder)
     document = json.loads((folder / "tokenizer.json").read_text())
     document["model"]["vocab"]["ab"] = 264
     document["model"]["merges"] = ["a b"]
@@ -62,16 +62,16 @@ def test_other_merges_are_refused(target, tmp_path):
     assert why is not None and "the merges differ from merge 0 on (1 in the GGUF, 1 in" in why
 
 
-def test_a_vocabulary_without_a_split_pattern_needs_no_pre_tokenizer(fixture_pair, tmp_path):
-    target = fixture_pair[0]  # byte-level, no merges, no Split step: llama.cpp's default is fine
+def test_a_vocabulary_without_a_split_pattern_needs_no_pre_tokenizer(builtin_pair, tmp_path):
+    target = builtin_pair.target  # byte-level, no merges, no Split step: llama.cpp's default fits
     assert tokenizer_mismatch(write_gguf(target, tmp_path / "t.gguf", pre=None, merges=[]),
                               target) is None
 
 
-def test_a_merge_of_two_added_tokens_never_applies(fixture_pair, tmp_path):
+def test_a_merge_of_two_added_tokens_never_applies(builtin_pair, tmp_path):
     """scripts/llamacpp.py gives a merge-less vocabulary one merge of two special tokens (llama.cpp
     needs the key): it can never apply, so it is no difference."""
-    target = fixture_pair[0]
+    target = builtin_pair.target
     gguf_path = write_gguf(target, tmp_path / "t.gguf", pre="default",
                            merges=["<|bos|> <|endoftext|>"])
     assert tokenizer_mismatch(gguf_path, target) is None

@@ -80,8 +80,8 @@ def test_first_mismatch_names_the_position_and_both_texts():
 
 
 @pytest.mark.parametrize("flavour", ["llamacpp", "vllm"])
-def test_engine_prompt_ids_asks_each_engine_its_way(fixture_pair, flavour):
-    target, _ = fixture_pair
+def test_engine_prompt_ids_asks_each_engine_its_way(builtin_pair, flavour):
+    target, _ = builtin_pair.target, builtin_pair.drafter
     seen: list[str] = []
     chat = Chat(tuple(MESSAGES), (), (("enable_thinking", False),))
     with serve(fake_engine(target, flavour, seen)) as url, CompletionClient("c", url) as client:
@@ -98,8 +98,8 @@ def write_chat(path: Path) -> Path:
 
 @pytest.mark.parametrize("flavour", ["llamacpp", "vllm"])
 def test_a_different_rendering_stops_the_reference_diff_before_decoding(
-        fixture_pair, tmp_path, flavour):
-    target, _ = fixture_pair
+        builtin_pair, tmp_path, flavour):
+    target, _ = builtin_pair.target, builtin_pair.drafter
     seen: list[str] = []
     with serve(fake_engine(target, flavour, seen, damage="Hi  there")) as url:
         report = run_reference_diff(ReferenceOptions(target, EngineEndpoint(url),
@@ -112,9 +112,9 @@ def test_a_different_rendering_stops_the_reference_diff_before_decoding(
 
 
 @pytest.mark.parametrize("flavour", ["llamacpp", "vllm"])
-def test_an_engine_tokenizing_otherwise_is_refused_before_any_prompt(fixture_pair, tmp_path,
+def test_an_engine_tokenizing_otherwise_is_refused_before_any_prompt(builtin_pair, tmp_path,
                                                                     flavour):
-    target, _ = fixture_pair
+    target, _ = builtin_pair.target, builtin_pair.drafter
     seen: list[str] = []
     with serve(fake_engine(target, flavour, seen, other_tokenizer=True)) as url:
         report = run_reference_diff(ReferenceOptions(target, EngineEndpoint(url),

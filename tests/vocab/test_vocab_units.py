@@ -65,9 +65,9 @@ def test_chat_fields_are_checked(tmp_path, row, message):
         read_prompt_set(path)
 
 
-def test_tools_and_template_kwargs_reach_the_template(fixture_pair, tmp_path):
+def test_tools_and_template_kwargs_reach_the_template(builtin_pair, tmp_path):
     target = tmp_path / "target"
-    shutil.copytree(fixture_pair[0], target)
+    shutil.copytree(builtin_pair.target, target)
     (target / "chat_template.jinja").write_text(
         "{{ tools[0].name }}|{{ enable_thinking }}|{{ messages[0].content }}")
     messages = [{"role": "user", "content": "hi"}]

@@ -1,4 +1,6 @@
-"""Fixtures for the pins tests: an isolated HF cache, the Hub emulator, local folders."""
+"""The Hub fixtures the pins, CLI and gate tests share (a pytest plugin that `tests/conftest.py`
+registers): an isolated HF cache, the Hub emulator serving the tiny pair, and the tiny pair as
+local folders. Each is fresh for every test."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fixtures import ModelPair
 from tests.support.hub_emulator import HubEmulator, make_repo
 from tests.support.pins import (
     CODE_REPO,
@@ -69,9 +72,7 @@ def hub(tmp_path: Path, hf_env: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture
-def local_pair(tmp_path: Path) -> tuple[Path, Path]:
-    """The tiny target and drafter as plain local folders."""
-    return (write_folder(tmp_path / "models" / "tiny-target", target_files()),
-            write_folder(tmp_path / "models" / "tiny-drafter", drafter_files()))
-
-
+def local_pair(tmp_path: Path) -> ModelPair:
+    """The tiny target and drafter as plain local folders, fresh for each test."""
+    return ModelPair(write_folder(tmp_path / "models" / "tiny-target", target_files()),
+                     write_folder(tmp_path / "models" / "tiny-drafter", drafter_files()))
