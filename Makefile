@@ -54,8 +54,11 @@ engine-llamacpp: install
 engine-vllm: install
 	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/install-vllm.sh install
 
+# Two workers, a module at a time each, in the order tests/conftest.py sorts them (the longest
+# first; xdist would otherwise reorder by test count): two, not one per core, as an engine module
+# holds up to two 3-GB vLLM servers.
 test: install wheelhouse engine
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: install
 	$(BIN)/ruff check .
