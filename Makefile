@@ -57,7 +57,9 @@ engine-vllm: install
 # Two workers, a module at a time each, in the order tests/conftest.py sorts them (the longest
 # first; xdist would otherwise reorder by test count): two, not one per core, as an engine module
 # holds up to two 3-GB vLLM servers.
-test: install wheelhouse engine
+# The wheelhouse download goes beside the engines too; each is a no-op once done.
+test: install
+	$(MAKE) --no-print-directory -j3 wheelhouse engine-llamacpp engine-vllm
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: install
