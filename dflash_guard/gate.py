@@ -278,11 +278,11 @@ def _problem(kind: str) -> str:
 
 
 def check_scan(inputs: GateInputs) -> Checked:
-    from dflash_guard.scan import Severity, scan_paths
+    from dflash_guard.scan import scan_paths
 
     assert inputs.lock is not None
     judge, problems = inputs.judge(), []
-    fail_on = Severity.parse(inputs.policy.fail_on)
+    fail_on = judge.fail_on
     totals = {"findings": 0, "failing": 0, "remote_code": 0, "pickle_files": 0}
     per_role: dict[str, object] = {}
     for artifact in inputs.lock.artifacts:

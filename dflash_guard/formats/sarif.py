@@ -58,6 +58,19 @@ def _log(described: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict
     }
 
 
+def _descriptor(rule: rules.Rule, worst: Severity | None = None) -> dict[str, Any]:
+    """`rule` as a SARIF rule descriptor; with `worst`, the level and security severity its
+    findings reached (the audit's carry the advisory's severity on each result instead)."""
+    properties: dict[str, object] = {"tags": ["security"]}
+    descriptor: dict[str, Any] = {"id": rule.id, "name": rule.id.replace("-", ""),
+                                  "shortDescription": {"text": rule.description},
+                                  "help": {"text": rule.help}, "properties": properties}
+    if worst is not None:
+        descriptor["defaultConfiguration"] = {"level": _LEVEL[worst]}
+        properties["security-severity"] = _SECURITY_SEVERITY[worst]
+    return descriptor
+
+
 def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
     """A SARIF 2.1.0 log with one run, its rules (from the registry) and one result per finding.
 
@@ -68,20 +81,7 @@ def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
     for finding in findings:
         worst[finding.rule_id] = max(worst.get(finding.rule_id, finding.severity), finding.severity)
     rule_ids = sorted(worst)
-    described = [
-        {
-            "id": rule_id,
-            "name": rule_id.replace("-", ""),
-            "shortDescription": {"text": rules.rule(rule_id).description},
-            "help": {"text": rules.rule(rule_id).help},
-            "defaultConfiguration": {"level": _LEVEL[worst[rule_id]]},
-            "properties": {
-                "security-severity": _SECURITY_SEVERITY[worst[rule_id]],
-                "tags": ["security"],
-            },
-        }
-        for rule_id in rule_ids
-    ]
+    described = [_descriptor(rules.rule(rule_id), worst[rule_id]) for rule_id in rule_ids]
     results = []
     for finding in findings:
         location: dict[str, object] = {"artifactLocation": {"uri": finding.file}}
@@ -122,9 +122,7 @@ def audit_log(report: AuditReport) -> dict[str, object]:
                            "security-severity": _SECURITY_SEVERITY[severity], **properties},
         }
 
-    described = [{"id": r.id, "name": r.id.replace("-", ""),
-                  "shortDescription": {"text": r.description}, "help": {"text": r.help},
-                  "properties": {"tags": ["security"]}} for r in rules.AUDIT_RULES]
+    described = [_descriptor(rule) for rule in rules.AUDIT_RULES]
     results = [result(f.rule_id, f.severity, f"{f.subject}: {f.message}",
                       {"advisory": f.advisory, "aliases": list(f.aliases)})
                for f in report.findings]

@@ -289,7 +289,6 @@ def difftest_models(
     models: tuple[Any, Any] = (target, drafter)
     if cuda_graphs:
         models = _graph_models(target, drafter, prompts, max(budgets), size, inject)
-    tokens, steps, accepted = 0, 0, 0  # so far, for `progress`
     with stage(progress, "decoding", len(prompts), "prompts"):
         for prompt, budget in zip(prompts, budgets, strict=True):
             stops = stop_ids | prompt.stop_ids
@@ -303,10 +302,8 @@ def difftest_models(
                                                stop_ids=stops))
             spec_runs.append(spec)
             results.append(compare(ar, spec, prompt, tokenizer, size, near_tie))
-            tokens += len(spec.tokens)
-            steps += len(spec.acceptance)
-            accepted += sum(spec.acceptance)
-            progress.advanced(1, f"{tokens} tokens, tau {accepted / max(steps, 1):.2f}")
+            tokens = sum(len(run.tokens) for run in spec_runs)
+            progress.advanced(1, f"{tokens} tokens, tau {mean_acceptance(spec_runs):.2f}")
     histogram = Counter(length for gen in spec_runs for length in gen.acceptance)
     tau_reference = mean_acceptance(reference_runs) if reference_runs else None
     warnings = acceptance_warnings(spec_runs, size, tau_reference)

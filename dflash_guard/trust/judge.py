@@ -38,6 +38,11 @@ class Judge:
         """The artifact's trust tier under the policy, given what the signature check found."""
         return self.policy.artifact_tier(artifact, self.provenance_trusted)
 
+    @property
+    def fail_on(self) -> Severity:
+        """The scan severity at and above which a finding fails (the policy's `fail_on`)."""
+        return Severity.parse(self.policy.fail_on)
+
     def waived(self, kind: str, target: str) -> bool:
         """Whether an unexpired waiver covers `kind:target` (its id is added to `used`)."""
         waiver = self.policy.waiver(kind, target, self.today)
@@ -50,8 +55,7 @@ class Judge:
         artifact's scan: failing findings, remote code its tier denies or nobody reviewed,
         pickle weights its tier forbids, a drafter over the parameter budget."""
         policy, tier = self.policy, self.tier(artifact)
-        rule = policy.rule(tier)
-        fail_on = Severity.parse(policy.fail_on)
+        rule, fail_on = policy.rule(tier), self.fail_on
         # Code another repo serves (`auto_map` `ORG/REPO--module.Class`) is locked with its
         # commit and digests, and verified byte for byte before the scan: a reviewer can cover
         # it in `reviewed_code` by the locked sha256, which then answers "the scan cannot see it".
