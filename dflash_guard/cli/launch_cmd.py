@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from dflash_guard import formats
-from dflash_guard.cli.common import stderr
+from dflash_guard.cli.common import progress, stderr
+from dflash_guard.cli.options import Quiet
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.formats import OutputFormat
@@ -55,6 +56,7 @@ def launch(
         "--check", help="Lint the command after `--` against the lock and policy.")] = False,
     fmt: Annotated[OutputFormat, typer.Option(
         "--format", help="text or json (--check: also sarif).")] = OutputFormat.text,
+    quiet: Quiet = False,
 ) -> None:
     """Print the serve command that loads exactly the locked artifacts, or refuse (exit 1).
 
@@ -78,7 +80,8 @@ def launch(
                  "--program": program, "--api-key-env": api_key_env}
         if mixed := [flag for flag, value in given.items() if value]:
             raise InputError(f"{mixed[0]}: not with --check (it lints the command after `--`)")
-        report = check_command(lock, loaded_policy, engine, list(command or []))
+        with progress(quiet) as shown:
+            report = check_command(lock, loaded_policy, engine, list(command or []), shown)
         typer.echo(formats.render(report, fmt), nl=False)
         if not report.passed:
             raise typer.Exit(EXIT_FINDING)
@@ -90,7 +93,8 @@ def launch(
         api_key_env=api_key_env, trust_remote_code=trust_remote_code, baseline=baseline,
         num_speculative_tokens=tokens, program=program, extra=tuple(command or []))
     try:
-        result = build_command(plan_launch(lock, loaded_policy, options))
+        with progress(quiet) as shown:
+            result = build_command(plan_launch(lock, loaded_policy, options, shown))
     except LaunchRefused as refused:
         stderr.print(f"[bold red]refused:[/] {markup_safe(str(refused))}", highlight=False)
         raise typer.Exit(EXIT_FINDING) from None

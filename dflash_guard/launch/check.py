@@ -27,8 +27,9 @@ from dflash_guard.launch.plan import (
     verify_folder,
 )
 from dflash_guard.patterns import COMMIT_RE
-from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.pins.hashing import hash_files
 from dflash_guard.pins.lockfile import Artifact, Lockfile
+from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan.interface import Finding
 from dflash_guard.trust.policy import Policy
 
@@ -64,20 +65,22 @@ def _finding(rule: rules.Rule, flag: str, message: str) -> Finding:
 
 
 def _compare(lock: Lockfile, artifact: Artifact, location: str | None, revision: str | None,
-             flag: str, revision_flag: str | None) -> list[Finding]:
-    """Whether `location` (at `revision`) is the locked `artifact`."""
+             flag: str, revision_flag: str | None, progress: Progress) -> list[Finding]:
+    """Whether `location` (at `revision`) is the locked `artifact` (hashing a file or folder on
+    this machine as a stage of `progress`)."""
     if location is None:
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag,
                          f"no {flag}: the {artifact.role} is not named")]
     path = Path(location).expanduser()
     if path.is_file():  # a GGUF file: its sha256 must be a locked file's
-        if sha256_file(path) in {f.sha256 for f in artifact.files}:
+        hashed = hash_files([path], progress=progress, stage_name=f"hashing {artifact.role}")
+        if hashed[path] in {f.sha256 for f in artifact.files}:
             return []
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag, f"{location}: its sha256 is none of the "
                          f"locked {artifact.role} {artifact.label}'s files")]
     if path.is_dir():
         try:
-            verify_folder(lock, artifact, path)
+            verify_folder(lock, artifact, path, progress)
         except LaunchRefused as refused:
             return [_finding(rules.LAUNCH_NOT_LOCKED, flag, str(refused))]
         return []
@@ -178,9 +181,10 @@ def _bind(engine: str, flags: dict[str, list[str | None]]) -> list[Finding]:
                      f"use the model{note}")]
 
 
-def check_command(lock: Lockfile, policy: Policy, engine: str,
-                  command: list[str]) -> LaunchCheckReport:
-    """Lint `command` (a serve command line of `engine`) against `lock` and `policy`."""
+def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str],
+                  progress: Progress = NO_PROGRESS) -> LaunchCheckReport:
+    """Lint `command` (a serve command line of `engine`) against `lock` and `policy`; hashing
+    the files and folders it names is a stage of `progress` each."""
     if engine not in ENGINES:
         raise InputError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if not command:
@@ -197,7 +201,7 @@ def check_command(lock: Lockfile, policy: Policy, engine: str,
         model = positionals[positionals.index("serve") + 1]
     revision_flag = "--" + spec.revision.replace("_", "-") if spec.revision else None
     findings = _compare(lock, target, model, _last(flags, spec.revision),
-                        "--" + spec.model.replace("_", "-"), revision_flag)
+                        "--" + spec.model.replace("_", "-"), revision_flag, progress)
     tokenizer_revision = _last(flags, "tokenizer_revision")
     if tokenizer_revision and tokenizer_revision != target.commit:
         findings.append(_finding(rules.LAUNCH_NOT_LOCKED, "--tokenizer-revision",
@@ -210,7 +214,8 @@ def check_command(lock: Lockfile, policy: Policy, engine: str,
         flag = "--" + spec.drafter.replace("_", "-")
         revision = drafter["revision"]
         findings += _compare(lock, drafter_artifact, str(drafter["model"] or "") or None,
-                             str(revision) if revision is not None else None, flag, flag)
+                             str(revision) if revision is not None else None, flag, flag,
+                             progress)
         findings += _speculative(policy, engine, drafter)
     if "trust_remote_code" in flags:
         findings += [_finding(rules.LAUNCH_REMOTE_CODE, "--trust-remote-code", problem)

@@ -18,6 +18,7 @@ from pathlib import Path
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.pins.verify import verify_lock
+from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.trust.policy import ENV_NAME_RE, Policy, RemoteCode
 
 ENGINES = ("vllm", "llama.cpp", "sglang")
@@ -99,9 +100,12 @@ def remote_code_problems(lock: Lockfile, policy: Policy, roles: list[str]) -> li
     return problems
 
 
-def verify_folder(lock: Lockfile, artifact: Artifact, root: Path) -> None:
-    """Refuse unless `root` holds exactly the locked files of `artifact`."""
-    report = verify_lock(dataclasses.replace(lock, artifacts=(artifact,)), {artifact.role: root})
+def verify_folder(lock: Lockfile, artifact: Artifact, root: Path,
+                  progress: Progress = NO_PROGRESS) -> None:
+    """Refuse unless `root` holds exactly the locked files of `artifact` (its hashing a stage of
+    `progress`)."""
+    report = verify_lock(dataclasses.replace(lock, artifacts=(artifact,)), {artifact.role: root},
+                         progress=progress)
     if not report.passed:
         listed = "; ".join(f"{p.path}: {p.kind}" for p in report.problems[:5])
         more = f" (and {len(report.problems) - 5} more)" if len(report.problems) > 5 else ""
@@ -118,14 +122,15 @@ def _single_gguf(artifact: Artifact, root: Path) -> Path:
     return root / ggufs[0]
 
 
-def _load(lock: Lockfile, artifact: Artifact, options: LaunchOptions) -> tuple[Load, bool]:
+def _load(lock: Lockfile, artifact: Artifact, options: LaunchOptions,
+          progress: Progress) -> tuple[Load, bool]:
     """Where `artifact` is loaded from, and whether its folder was verified."""
     root = options.roots.get(artifact.role)
     if root is None and artifact.source == "local":
         raise InputError(f"{artifact.role} was locked from a local folder ({artifact.name!r}): "
                          f"pass --root {artifact.role}=DIR")
     if root is not None:
-        verify_folder(lock, artifact, root)
+        verify_folder(lock, artifact, root, progress)
         path = _single_gguf(artifact, root) if options.engine == "llama.cpp" else root
         return Load(artifact.role, str(path.resolve())), True
     if options.engine == "llama.cpp":
@@ -151,8 +156,10 @@ def _api_key_env(options: LaunchOptions) -> str | None:
     return name
 
 
-def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions) -> LaunchPlan:
-    """Resolve `lock` and `policy` into a `LaunchPlan`, or raise `LaunchRefused`/`InputError`."""
+def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
+                progress: Progress = NO_PROGRESS) -> LaunchPlan:
+    """Resolve `lock` and `policy` into a `LaunchPlan`, or raise `LaunchRefused`/`InputError`;
+    verifying a local folder is a stage of `progress` (`hashing ROLE`)."""
     if options.engine not in ENGINES:
         raise InputError(f"engine {options.engine!r}: expected one of {', '.join(ENGINES)}")
     unknown = sorted(set(options.roots) - {a.role for a in lock.artifacts})
@@ -170,7 +177,7 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions) -> Launc
     loaded = [target] if options.baseline else [target, drafter]
     loads, verified = [], []
     for artifact in loaded:
-        load, checked = _load(lock, artifact, options)
+        load, checked = _load(lock, artifact, options, progress)
         loads.append(load)
         if checked:
             verified.append(artifact.role)

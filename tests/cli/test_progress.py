@@ -36,10 +36,13 @@ def command(cli, pair: ModelPair, tmp_path: Path, name: str) -> list:
         return ["lock", "--target", target, "--drafter", drafter, "-o", tmp_path / "dflash.lock"]
     if name == "verify":
         return ["verify", "--lock", locked(cli, pair, tmp_path), *roots(pair), "--no-cache"]
+    if name == "launch":
+        return ["launch", "vllm", "--lock", locked(cli, pair, tmp_path), *roots(pair),
+                "--num-speculative-tokens", "4"]
     return ["scan", drafter, "--target", target]
 
 
-@pytest.mark.parametrize("name", ["lock", "verify", "scan"])
+@pytest.mark.parametrize("name", ["lock", "verify", "scan", "launch"])
 def test_quiet_leaves_stderr_empty_and_stdout_as_it_was(cli, builtin_pair, tmp_path, name,
                                                         monkeypatch):
     args = command(cli, builtin_pair, tmp_path, name)
@@ -64,6 +67,25 @@ def test_hashing_reports_files_and_bytes(cli, builtin_pair, tmp_path):
         size = size_text(sum(f.stat().st_size for f in files))
         assert f"hashing {role}: {size}/{size}, {len(files)}/{len(files)} files (" \
             in result.stderr
+
+
+def test_launch_reports_the_hashing_of_what_it_verifies(cli, builtin_pair, tmp_path,
+                                                        monkeypatch):
+    """Verifying a local folder before a launch, and the file a `--check`ed command names, hash
+    what the stat cache does not know: a large model's minutes, shown."""
+    lock = locked(cli, builtin_pair, tmp_path)
+    monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / "empty-cache"))
+    result = cli("launch", "vllm", "--lock", lock, *roots(builtin_pair),
+                 "--num-speculative-tokens", "4")
+    assert result.exit_code == 0, result.stderr
+    assert "hashing target: " in result.stderr and "hashing drafter: " in result.stderr
+    assert "hashing" not in result.stdout
+    weights = builtin_pair.drafter / "model.safetensors"
+    checked = cli("launch", "--check", "llama.cpp", "--lock", lock, "--format", "json", "--",
+                  "llama-server", "-m", builtin_pair.target, "-md", weights)
+    size = size_text(weights.stat().st_size)
+    assert f"hashing drafter: {size}/{size}, 1/1 files (" in checked.stderr
+    assert "findings" in json.loads(checked.stdout)  # the report alone on stdout
 
 
 def test_scan_reports_files(cli, builtin_pair):
