@@ -76,11 +76,11 @@ def quota_cores(root: Path = CGROUP, own: Path = OWN_CGROUP) -> int | None:
         return None
     folders = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers and "cpu" not in controllers.split(","):
-            continue
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        relative = PurePosixPath(path.strip().lstrip("/"))
+        if (controllers and "cpu" not in controllers.split(",")) or ".." in relative.parts:
+            continue  # not the cpu hierarchy, or above the namespace's root (not ours to read)
         mount = root if not controllers else root / "cpu"
-        relative = PurePosixPath(path.strip()).relative_to("/")
         folders += [mount / part for part in (relative, *relative.parents)]
     quotas = [quota for folder in folders if (quota := cgroup_quota(folder)) is not None]
     return max(1, math.ceil(min(quotas))) if quotas else None

@@ -99,6 +99,8 @@ V1 = "4:cpu,cpuacct:/kubepods/pod1\n3:cpuset:/other\n0::/\n"
         # a nested cgroup: the tightest quota on the way up holds
         ("0::/a/b\n", {"a/cpu.max": "300000 100000\n", "a/b/cpu.max": "max 100000\n"}, 3),
         ("0::/a/b\n", {"cpu.max": "100000 100000\n", "a/b/cpu.max": "800000 100000\n"}, 1),
+        ("0::/../x\n", {"cpu.max": "100000 100000\n"}, None),  # outside the namespace: unread
+        ("garbage\n0::/\n", {"cpu.max": "200000 100000\n"}, 2),  # a line it cannot parse
         # cgroup v1: the cpu hierarchy, -1 for no quota; the cpuset line is not its path
         (V1, {"cpu/kubepods/pod1/cpu.cfs_quota_us": "-1\n",
               "cpu/kubepods/pod1/cpu.cfs_period_us": "100000\n"}, None),
