@@ -121,15 +121,18 @@ def cpu_times(stat: str, cpus: set[int]) -> tuple[int, int]:
 def busy_cores(seconds: float = SAMPLE_SECONDS) -> float:
     """How many of this process's CPUs other work kept busy over the next `seconds`, in cores:
     their busy time in /proc/stat less this process's own CPU time (torch's idle threads may
-    still spin). Where /proc/stat cannot be read (not Linux), the one-minute load average less
-    this process."""
+    still spin). Where /proc/stat cannot be read or lacks one of them (not Linux; lxcfs), the
+    one-minute load average less this process; where neither can, none."""
     try:
         cpus = os.sched_getaffinity(0)
         before, own = cpu_times(STAT.read_text(), cpus), time.process_time()
         time.sleep(seconds)
         after, own = cpu_times(STAT.read_text(), cpus), time.process_time() - own
     except (AttributeError, OSError, ValueError):
-        return max(0.0, os.getloadavg()[0] - 1)
+        try:
+            return max(0.0, os.getloadavg()[0] - 1)
+        except (AttributeError, OSError):  # no load average either (Windows)
+            return 0.0
     tick = os.sysconf("SC_CLK_TCK")
     busy, total = (after[0] - before[0]) / tick - own, (after[1] - before[1]) / tick
     return max(0.0, len(cpus) * busy / total) if total > 0 else 0.0
@@ -156,7 +159,10 @@ def choose_threads(
         if requested < 1:
             raise ValueError("threads must be at least 1")
         return ThreadChoice(requested, f"--threads {requested}")
-    cpus, usable = (affinity_cores(), usable_cores()) if cores is None else (cores, cores)
+    if cores is None:
+        cpus, usable = affinity_cores(), usable_cores()
+    else:
+        cpus = usable = max(1, cores)
     millions = f"{parameters / 1e6:.1f}M parameters"
     if parameters < SINGLE_THREAD_PARAMS:
         why = f"below {SINGLE_THREAD_PARAMS // 10**6}M"
