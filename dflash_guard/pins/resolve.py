@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dflash_guard.errors import HubError, InputError, shorten
+from dflash_guard.fileio import open_binary
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
@@ -188,7 +189,8 @@ def _fetch_checked(
     """Download a non-LFS file, check it is the blob the Hub listed (size and git blob id), and
     lock it from the bytes already read: (downloaded path, locked file)."""
     path = hub.download(repo, commit, f.path, staging)
-    data = path.read_bytes()
+    with open_binary(path) as handle:
+        data = handle.read(f.size + 1)  # a longer file is a mismatch: read no further
     if len(data) != f.size or (f.blob_id and git_blob_id(data) != f.blob_id):
         raise HubError(
             f"hub: {repo}@{commit}: {f.path}: downloaded content does not match the listed "

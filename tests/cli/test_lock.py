@@ -124,6 +124,19 @@ def test_truncated_download_is_a_hub_error_with_nothing_left(cli, hub, hf_env, t
     assert list(tmp_path.glob(".dflash.lock.*")) == []
 
 
+@pytest.mark.parametrize("served", [b"{}", b"{" + b" " * 4_000_000 + b"}"],
+                         ids=["other-bytes", "far-longer-than-listed"])
+def test_a_download_other_than_listed_is_a_hub_error(cli, hub, hf_env, tmp_path, served):
+    """A Hub (or a mirror) serving config.json with other bytes than its listing names, or far
+    more of them: refused, and nothing is left behind."""
+    hub.served["config.json"] = served
+    out = tmp_path / "dflash.lock"
+    r = cli("lock", "--target", TARGET_REPO, "--drafter", DRAFTER_REPO, "-o", out)
+    assert r.exit_code == 2, r.stdout
+    assert "config.json: downloaded content does not match the listed size/blob id" in r.stderr
+    assert not out.exists() and cache_leftovers(hf_env) == []
+
+
 def test_offline_resolves_from_the_hf_cache(cli, hf_env, monkeypatch, tmp_path):
     commit = "c" * 40
     write_cache_snapshot(hf_env, TARGET_REPO, commit, target_files())

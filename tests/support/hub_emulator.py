@@ -259,7 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
             })
             return self._send(302, b"", headers, "text/plain")
         headers["ETag"] = f'"{git_blob_id(data)}"'
-        self._send(200, data, headers, "application/octet-stream")
+        self._send(200, emulator.served.get(path, data), headers, "application/octet-stream")
 
     def _cdn(self, parts: list[str]) -> None:
         data = self.server.emulator.blobs.get(parts[-1]) if parts[:1] == ["blobs"] else None
@@ -284,6 +284,7 @@ class HubEmulator:
         self.root = Path(root)
         self.requests: list[str] = []
         self.blobs: dict[str, bytes] = {}
+        self.served: dict[str, bytes] = {}  # a non-LFS path served with other bytes than listed
         self.hang_seconds = 5.0
         self._fault: tuple[str, str | None] | None = None
         self._hub = _HubServer(self, port, is_cdn=False)
