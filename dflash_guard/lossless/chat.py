@@ -26,6 +26,8 @@ from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from dflash_guard.errors import InputError
+from dflash_guard.fileio import read_input_json, read_input_text
+from dflash_guard.scan.jsonfile import MAX_JSON_BYTES
 from dflash_guard.scan.template_check import check_template
 from dflash_guard.scan.templates import templates_in_config
 
@@ -70,7 +72,7 @@ def read_chat_template(target_dir: Path) -> tuple[str, str]:
     """`(where, source)` of the target's chat template; `InputError` when it has none."""
     jinja = target_dir / "chat_template.jinja"
     if jinja.is_file():
-        return str(jinja), jinja.read_text(encoding="utf-8")
+        return str(jinja), read_input_text(jinja, "chat template")
     config_path = target_dir / "tokenizer_config.json"
     config = _read_config(config_path)
     templates = dict(templates_in_config(config))
@@ -83,10 +85,7 @@ def read_chat_template(target_dir: Path) -> tuple[str, str]:
 def _read_config(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+    config = read_input_json(path, "tokenizer config", MAX_JSON_BYTES)
     return config if isinstance(config, dict) else {}
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dflash_guard.errors import HubError, InputError
+from dflash_guard.fileio import read_regular
 from dflash_guard.patterns import COMMIT_RE, REPO_AT_REV_RE
 
 if TYPE_CHECKING:
@@ -131,8 +132,8 @@ def cached_commit(repo: str, revision: str | None, cache: Path | None = None) ->
     if COMMIT_RE.match(rev):
         return rev if cached_snapshot(repo, rev, cache) else None
     ref = repo_folder(repo, cache) / "refs" / rev
-    with contextlib.suppress(OSError):
-        commit = ref.read_text(encoding="utf-8").strip()
+    with contextlib.suppress(OSError, InputError, UnicodeDecodeError):  # a ref is 40 hex digits
+        commit = read_regular(ref, 1024).decode("utf-8").strip()
         if COMMIT_RE.match(commit):
             return commit
     return None

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from dflash_guard.errors import HubError, InputError, shorten
-from dflash_guard.fileio import open_binary
+from dflash_guard.fileio import open_binary, read_input_json
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
@@ -40,6 +39,7 @@ from dflash_guard.pins.lockfile import (
     package_problem,
 )
 from dflash_guard.progress import NO_PROGRESS, Progress
+from dflash_guard.scan.jsonfile import MAX_JSON_BYTES
 from dflash_guard.urls import check_recorded_url
 
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
@@ -206,10 +206,7 @@ def auto_map_refs(config_files: dict[str, Path]) -> dict[str, set[str]]:
     """Remote repos named by `auto_map` entries (`org/repo--module.Class`) -> module files."""
     refs: dict[str, set[str]] = {}
     for rel, path in config_files.items():
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise InputError(f"{path}: cannot read {rel}: {error}") from None
+        config = read_input_json(path, rel, MAX_JSON_BYTES)
         auto_map = config.get("auto_map") if isinstance(config, dict) else None
         if not isinstance(auto_map, dict):
             continue

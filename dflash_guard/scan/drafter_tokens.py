@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dflash_guard.scan import jsonfile
+from dflash_guard.scan import formats, jsonfile
+from dflash_guard.scan.regular import read_regular
 
 _SPECIAL_KEYS = ("pad_token", "eos_token", "bos_token", "unk_token", "sep_token", "cls_token")
 _ID_KEYS = ("pad_token_id", "eos_token_id", "bos_token_id", "stop_token_ids")
@@ -127,6 +128,6 @@ def _template_sources(folder: Path, tokenizer: dict[str, Any]) -> list[str]:
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
         # an unreadable template is reported by the template detector
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            sources.append(jinja.read_text(encoding="utf-8"))
+        with contextlib.suppress(OSError, ValueError):
+            sources.append(read_regular(jinja, formats.MAX_TEXT_BYTES).decode("utf-8"))
     return sources

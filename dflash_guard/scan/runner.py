@@ -164,9 +164,8 @@ class _Run:
 
     def python_file(self, path: Path, display: str) -> None:
         try:
-            with open_regular(path) as handle:
-                source = handle.read()
-        except OSError as error:
+            source = read_regular(path, formats.MAX_TEXT_BYTES)
+        except (OSError, ValueError) as error:  # unreadable, or over the limit
             self.unscannable(display, f"cannot read: {error}", remote_code.DETECTOR)
             return
         digest = hashlib.sha256(source).hexdigest()

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from dflash_guard import rules
-from dflash_guard.scan import jsonfile
+from dflash_guard.scan import formats, jsonfile
 from dflash_guard.scan.interface import Finding, Severity
+from dflash_guard.scan.regular import read_regular
 
 
 def scan_jinja_file(path: Path, display: str) -> list[Finding]:
@@ -18,8 +19,8 @@ def scan_jinja_file(path: Path, display: str) -> list[Finding]:
     from dflash_guard.scan.template_check import DETECTOR, check_template
 
     try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        source = read_regular(path, formats.MAX_TEXT_BYTES).decode("utf-8")
+    except (OSError, ValueError) as error:  # unreadable, over the limit, or not UTF-8
         return [
             Finding(
                 rules.UNSCANNABLE.id,

@@ -15,14 +15,13 @@ accepts it for the locked GGUF only when `accepts` finds its subjects equal to t
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import write_atomic
+from dflash_guard.fileio import read_input_json, read_input_text, write_atomic
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Lockfile
@@ -46,10 +45,7 @@ def target_subjects(target_dir: Path) -> list[Subject]:
 
 def read_conversion(path: Path, gguf_sha256: str) -> dict[str, Any]:
     """A conversion record (`scripts/llamacpp.py`) whose output is the GGUF with `gguf_sha256`."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise InputError(f"cannot read conversion record {path}: {error}") from None
+    record = read_input_json(path, "conversion record")
     output = record.get("output") if isinstance(record, dict) else None
     if not isinstance(record, dict) or not isinstance(output, dict) or (
         output.get("sha256") != gguf_sha256
@@ -92,10 +88,7 @@ def write_comparison(statement: Statement, out: Path) -> None:
 
 def read_comparison(path: Path) -> Statement:
     """Read a GGUF comparison record; `InputError` when it is missing or not one."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as error:
-        raise InputError(f"cannot read GGUF comparison record {path}: {error}") from None
+    text = read_input_text(path, "GGUF comparison record")
     try:
         return Statement.loads(text, PREDICATE_TYPE, "a dflash-guard GGUF comparison")
     except ValueError as error:

@@ -76,6 +76,21 @@ def test_open_regular_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
         jsonfile.read(fifo)
 
 
+@pytest.mark.parametrize("name", ["chat_template.jinja", "modeling_drafter.py"])
+def test_a_text_file_over_the_limit_is_unscannable_not_read_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Templates and remote code are read up to `MAX_TEXT_BYTES` (a 10 GB `.jinja` would fill
+    memory): past it the file is not scanned, and says so."""
+    from dflash_guard.scan import formats
+
+    monkeypatch.setattr(formats, "MAX_TEXT_BYTES", 1024)
+    (tmp_path / name).write_text("x = 1\n" * 400)
+    report = scan_paths([tmp_path])
+    unscannable = [f.message for f in report.findings if f.rule_id == "DG-UNSCANNABLE"]
+    assert unscannable == ["cannot read: over the 1024 bytes this kind of file may have"]
+    assert report.fails()
+
+
 def _hidden_payloads(folder: Path) -> None:
     """N1: a module and a pickle in nested `.cache`/`.git` folders, an index naming the pickle."""
     (folder / "ckpt" / ".cache").mkdir(parents=True)

@@ -75,3 +75,14 @@ def test_tools_and_template_kwargs_reach_the_template(builtin_pair, tmp_path):
         "f|False|hi")
     with pytest.raises(InputError, match="chat_template_kwargs may not set 'messages'"):
         render_chat(target, messages, None, {"messages": []})
+
+
+def test_a_chat_template_or_config_too_large_is_refused_not_read_whole(builtin_pair, tmp_path):
+    """The chat template a diff renders is read up to 16 MiB, its tokenizer config up to the
+    scan's JSON limit: a 17 MiB (sparse) template is one input error, not 17 MiB in memory."""
+    target = tmp_path / "target"
+    shutil.copytree(builtin_pair.target, target)
+    with (target / "chat_template.jinja").open("wb") as handle:
+        handle.truncate(17 * 1024 * 1024)
+    with pytest.raises(InputError, match=r"chat template .*larger than 16,777,216 bytes"):
+        render_chat(target, [{"role": "user", "content": "hi"}])
