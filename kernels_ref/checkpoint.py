@@ -20,6 +20,7 @@ from torch.overrides import TorchFunctionMode
 from kernels_ref.errors import RunnerError
 
 T = TypeVar("T")
+MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any config (the scan's limit too)
 
 DTYPES = {
     "float32": torch.float32,
@@ -49,12 +50,17 @@ def parse_device(name: str | torch.device) -> torch.device:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON object, raising `RunnerError` naming the file when it is missing or malformed."""
+    """Read a JSON object of at most MAX_JSON_BYTES, raising `RunnerError` naming the file when
+    it is missing, larger, or malformed (nested past the parser's recursion limit included)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise RunnerError(f"{path}: larger than {MAX_JSON_BYTES:,} bytes")
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise RunnerError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise RunnerError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise RunnerError(f"{path}: expected a JSON object")

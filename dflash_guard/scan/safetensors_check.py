@@ -20,6 +20,7 @@ from dflash_guard.pins.folder import IGNORED_DIRS
 from dflash_guard.scan import jsonfile
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.payloads import MAX_CHECKED, serialized_payload, too_large
+from dflash_guard.scan.regular import read_regular
 
 DETECTOR = "safetensors"
 _DESERIALIZE_BELOW = 16 << 20  # bytes: read whole and validated in memory below this size
@@ -264,8 +265,8 @@ def _library_check(path: Path, check: _Checker) -> None:
     from safetensors import deserialize, safe_open
 
     try:
-        if path.stat().st_size < _DESERIALIZE_BELOW:
-            deserialize(path.read_bytes())  # type: ignore[no-untyped-call]  # stub unannotated
+        if path.stat().st_size < _DESERIALIZE_BELOW:  # read no further, should it grow
+            deserialize(read_regular(path, _DESERIALIZE_BELOW))  # type: ignore[no-untyped-call]
         else:
             with safe_open(str(path), framework="numpy") as handle:
                 handle.keys()

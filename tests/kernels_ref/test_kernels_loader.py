@@ -255,6 +255,21 @@ def test_missing_folder_and_corrupt_weights(tmp_path: Path) -> None:
         load_target(target_dir)
 
 
+def test_a_config_too_large_or_too_deep_is_refused_not_read_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernels_ref import checkpoint
+
+    target_dir, _ = random_pair(tmp_path, seed=10)
+    config = target_dir / "config.json"
+    monkeypatch.setattr(checkpoint, "MAX_JSON_BYTES", config.stat().st_size - 1)
+    with pytest.raises(RunnerError, match=r"config.json: larger than"):
+        load_target(target_dir)
+    monkeypatch.undo()
+    config.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(RunnerError, match="config.json: not valid JSON"):
+        load_target(target_dir)
+
+
 def test_fixture_pair_is_byte_deterministic(tmp_path: Path) -> None:
     def digest(folder: Path) -> dict[str, str]:
         return {
