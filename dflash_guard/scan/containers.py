@@ -66,7 +66,7 @@ def zip_disagreements(stream: IO[bytes], archive: zipfile.ZipFile) -> list[str]:
                         "zip at byte 0 reads something else)")
     tail_start = max(0, size - _EOCD_SEARCH)
     stream.seek(tail_start)
-    tail = stream.read()
+    tail = stream.read(_EOCD_SEARCH)  # no further, should the file grow
     records = [tail_start + i for i in _find_all(tail, _EOCD)]
     outside = [r for r in records if not any(s <= r < e for s, e, _ in spans)]
     if len(outside) > 1:
