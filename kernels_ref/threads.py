@@ -96,8 +96,8 @@ def affinity_cores() -> int:
 
 def usable_cores() -> int:
     """The CPUs this process may use at once: its affinity mask, capped by its cgroup's quota."""
-    quota = quota_cores()
-    return affinity_cores() if quota is None else min(affinity_cores(), quota)
+    cores, quota = affinity_cores(), quota_cores()
+    return cores if quota is None else min(cores, quota)
 
 
 def cpu_times(stat: str, cpus: set[int]) -> tuple[int, int]:

@@ -14,8 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dflash_guard.scan import formats, jsonfile
-from dflash_guard.scan.regular import read_regular
+from dflash_guard.scan import jsonfile
 
 _SPECIAL_KEYS = ("pad_token", "eos_token", "bos_token", "unk_token", "sep_token", "cls_token")
 _ID_KEYS = ("pad_token_id", "eos_token_id", "bos_token_id", "stop_token_ids")
@@ -121,7 +120,7 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
 
 
 def _template_sources(folder: Path, tokenizer: dict[str, Any]) -> list[str]:
-    from dflash_guard.scan.templates import templates_in_config
+    from dflash_guard.scan.templates import read_jinja, templates_in_config
 
     sources = [text for _, text in templates_in_config(tokenizer)]
     sources += [text for _, text in templates_in_config(read_json(folder / "chat_template.json"))]
@@ -129,5 +128,5 @@ def _template_sources(folder: Path, tokenizer: dict[str, Any]) -> list[str]:
     if jinja.is_file():
         # an unreadable template is reported by the template detector
         with contextlib.suppress(OSError, ValueError):
-            sources.append(read_regular(jinja, formats.MAX_TEXT_BYTES).decode("utf-8"))
+            sources.append(read_jinja(jinja))
     return sources

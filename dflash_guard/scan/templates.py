@@ -14,13 +14,19 @@ from dflash_guard.scan.interface import Finding, Severity
 from dflash_guard.scan.regular import read_regular
 
 
+def read_jinja(path: Path) -> str:
+    """The text of a `.jinja` template, read up to the scan's text limit: `OSError` when it
+    cannot be read, `ValueError` when it is larger or not UTF-8."""
+    return read_regular(path, formats.MAX_TEXT_BYTES).decode("utf-8")
+
+
 def scan_jinja_file(path: Path, display: str) -> list[Finding]:
     """A `chat_template.jinja` (or any `.jinja`) file."""
     from dflash_guard.scan.template_check import DETECTOR, check_template
 
     try:
-        source = read_regular(path, formats.MAX_TEXT_BYTES).decode("utf-8")
-    except (OSError, ValueError) as error:  # unreadable, over the limit, or not UTF-8
+        source = read_jinja(path)
+    except (OSError, ValueError) as error:
         return [
             Finding(
                 rules.UNSCANNABLE.id,
