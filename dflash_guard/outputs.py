@@ -40,3 +40,20 @@ def refuse_outputs_over_inputs(
             if not source.is_dir() and _same_file(out, source):
                 raise InputError(f"{out_name} {out}: is the input {in_name} {source}; refusing "
                                  "to overwrite an input")
+
+
+def refuse_unwritable(outputs: Iterable[tuple[str, Path | None]]) -> None:
+    """Raise `InputError` for an output (`(option, path)`) that could not be written: its folder
+    missing, not a folder or not writable, or the path itself something other than a regular
+    file (the atomic writer replaces nothing else). Run before any work, so a long run never
+    ends in "cannot write"."""
+    for name, out in ((n, Path(p)) for n, p in outputs if p is not None):
+        folder = out.parent
+        if not folder.is_dir():
+            what = "is not a folder" if folder.exists() else "does not exist"
+            raise InputError(f"{name} {out}: the folder {folder} {what}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise InputError(f"{name} {out}: the folder {folder} is not writable")
+        if (out.exists() or out.is_symlink()) and (out.is_symlink() or not out.is_file()):
+            raise InputError(f"{name} {out}: exists and is not a regular file; refusing to "
+                             "replace it")

@@ -44,8 +44,9 @@ for subject in statement["subject"][:3]:
     print("   ", subject["name"], subject["digest"]["sha256"][:16] + "...")
 print("policy:       ", predicate["policy"]["name"], predicate["policy"]["digest"]["sha256"][:16] + "...")
 print("engines:      ", [e["uri"] for e in predicate["engines"]])
-print("difftest:     ", "identical" if predicate["difftest"]["identical"] else "DIVERGED",
-      f"over {predicate['difftest']['prompts']} prompts, tau {predicate['acceptance_length']}")
+difftest = next(c["evidence"] for c in predicate["checks"] if c["name"] == "difftest")
+print("difftest:     ", "identical" if difftest["identical"] else "DIVERGED",
+      f"over {difftest['prompts']} prompts, tau {difftest['acceptance_length']}")
 print("approved_at:  ", predicate["approved_at"])
 PY
 

@@ -1,5 +1,5 @@
-"""`dflash-guard verify-approval RECORD`: is this approval signed by the policy's approval
-signers, and are the approved bytes the ones on disk?"""
+"""`dflash-guard verify-approval RECORD`: is this approval about the policy it is checked under,
+signed by an accepted signer, and is the disk exactly what it approved?"""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish
+from dflash_guard.cli.options import Identities, Issuer, PublicKeys, extra_signers
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.approval import render_approval
@@ -19,29 +20,40 @@ from dflash_guard.trust.provenance import check_approval
 def verify_approval(
     record: Annotated[Path, typer.Argument(help="The approval record `gate --out` wrote.")],
     policy: Annotated[str | None, typer.Option(
-        "--policy", help="The policy whose signatures.approvals signers must have signed it "
-                         "(a built-in name, or a file given as a path).")] = None,
+        "--policy", help="The policy the record must have been approved under, whose "
+                         "signatures.approvals signers must have signed it (a built-in name, "
+                         "or a file given as a path).")] = None,
+    accept_policy_digest: Annotated[list[str] | None, typer.Option(
+        "--accept-policy-digest", help="Also accept a record approved under the policy with "
+                                       "this digest (sha256:HEX; repeatable).")] = None,
     root: Annotated[list[str] | None, typer.Option(
-        "--root", help="ROLE=DIR: check the approved files of that role against this folder "
-                       "(repeatable; give every role the record names).")] = None,
-    lock: Annotated[Path | None, typer.Option(
-        "--lock", help="The approved lockfile, checked against the record.")] = None,
+        "--root", help="ROLE=DIR: where that artifact lives (repeatable; a role not given is "
+                       "looked up in the HF cache, as `verify` does).")] = None,
+    lock: Annotated[Path, typer.Option(
+        "--lock", help="The approved lockfile: its folders are compared with the record.")
+    ] = Path("dflash.lock"),
+    public_key: PublicKeys = None,
+    identity: Identities = None,
+    issuer: Issuer = None,
     trust_root: Annotated[Path | None, typer.Option(
         "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
     signature_only: Annotated[bool, typer.Option(
-        "--signature-only", metavar="", help="Check the signature, not the files on disk.")
+        "--signature-only", metavar="", help="Check the policy and signature, not the disk.")
     ] = False,
     fmt: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
                    ] = PlainFormat.text,
 ) -> None:
-    """Check an approval record's signature and its subjects; exit 0 verified, 1 not.
+    """Check an approval record's policy, signature and files; exit 0 verified, 1 not.
 
-    Example: dflash-guard verify-approval approval.json --policy ./prod.yaml --signature-only
+    Example: dflash-guard verify-approval approval.json --policy ./prod.yaml --lock dflash.lock
+    --root target=models/target --root drafter=models/drafter
     """
+    accepted = load_policy(policy)
     verdict = check_approval(
-        record, load_policy(policy),
-        roots=None if signature_only else parse_roots(root or []),
-        lock_path=lock, trust_root=trust_root)
+        record, accepted, roots=None if signature_only else parse_roots(root or []),
+        lock_path=None if signature_only else lock,
+        signers=accepted.approval_signers | extra_signers(public_key, identity, issuer),
+        accepted_policies=tuple(accept_policy_digest or ()), trust_root=trust_root)
     finish(verdict, fmt, render_approval)
 
 

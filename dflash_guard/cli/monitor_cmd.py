@@ -18,7 +18,6 @@ from dflash_guard.rollout.monitor import (
     DEFAULT_MAX_DROP_PCT,
     DEFAULT_MIN_TAU,
     MonitorOptions,
-    baseline_from_approval,
     json_line,
     watch,
 )
@@ -31,11 +30,17 @@ def verified_baseline(record: Path, policy: str | None) -> float:
     from dflash_guard.trust.provenance import check_approval
 
     verdict = check_approval(record, load_policy(policy), roots=None)
+    if verdict.policy_problem is not None:
+        raise InputError(f"--record {record}: {verdict.policy_problem}")
     if not verdict.passed:
         reasons = "; ".join(c.reason for c in verdict.signatures if not c.ok)
         raise InputError(f"--record {record}: not signed by an approval signer of the policy "
                          f"({reasons}); check it with `dflash-guard verify-approval`")
-    return baseline_from_approval(record)
+    tau = verdict.acceptance_length
+    if tau is None or tau < 1:
+        raise InputError(f"--record {record}: the approval record holds no acceptance length "
+                         "(tau)")
+    return tau
 
 
 def monitor(

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.lossless.defaults import DEFAULT_RETRIES
 
 if TYPE_CHECKING:  # the endpoint client imports an HTTP stack: `scan` and `lock` do not pay it
     from dflash_guard.lossless.endpoint.engine import EngineEndpoint
+    from dflash_guard.trust.policy import Signers
 
 Target = Annotated[Path, typer.Option("--target", help="Target model folder (HF layout).")]
 Drafter = Annotated[Path, typer.Option("--drafter", help="DFlash drafter folder (HF layout).")]
@@ -58,3 +60,29 @@ def engine(url: str, *, model: str | None, api_key_env: str | None, timeout: flo
 
     return EngineEndpoint.from_env(url, api_key_env=api_key_env, model=model, timeout=timeout,
                                    retries=retries, metrics_url=metrics)
+
+
+PublicKeys = Annotated[list[Path] | None, typer.Option(
+    "--public-key", help="Also accept signatures by this ECDSA public key (PEM; repeatable), as "
+                         "cosign's --key does.")]
+Identities = Annotated[list[str] | None, typer.Option(
+    "--identity", "--cert-identity", help="Also accept signatures by this Sigstore identity "
+                                          "(repeatable; with --issuer).")]
+Issuer = Annotated[str | None, typer.Option(
+    "--issuer", "--cert-oidc-issuer", help="The OIDC issuer of the --identity signers.")]
+
+
+def extra_signers(public_keys: list[Path] | None, identities: list[str] | None,
+                  issuer: str | None) -> Signers:
+    """The signers the operator accepts on the command line, beside the policy's."""
+    from dflash_guard.trust.policy import Identity, Signers
+
+    if identities and not issuer:
+        raise InputError("--identity needs --issuer (the signer's OIDC issuer URL)")
+    if issuer and not identities:
+        raise InputError("--issuer needs --identity (the signer's certificate identity)")
+    for key in public_keys or ():
+        if not key.is_file():
+            raise InputError(f"--public-key {key}: no such file")
+    return Signers(tuple(Identity(i, issuer or "") for i in identities or ()),
+                   tuple(public_keys or ()))

@@ -31,6 +31,14 @@ class FileProblem:
     expected: str | None
     actual: str | None
 
+    def describe(self) -> str:
+        """`ROLE/PATH: what is wrong`, as the gate and `verify-approval` say it."""
+        what = {"size": "size differs from the lock", "sha256": "sha256 differs from the lock",
+                "missing": "missing", "extra": "not in the lock",
+                "symlink": f"unsafe symlink ({self.actual})",
+                "path": f"unsafe path ({self.actual})"}.get(self.kind, self.kind)
+        return f"{self.role}/{self.path}: {what}"
+
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -70,6 +78,19 @@ class _Target:
     folder: Path
     boundary: Path | None
     files: tuple[LockedFile, ...]
+
+
+def locked_files(lock: Lockfile) -> dict[str, str]:
+    """Every file `verify_lock` compares, as `ROLE/PATH` -> the locked sha256: each artifact's
+    files, and each pinned remote-code repo's as `ROLE:code:REPO/PATH`. The one listing of what
+    a lock covers: the approval record's subjects and `verify-approval` use it too."""
+    named = {}
+    for artifact in lock.artifacts:
+        named.update({f"{artifact.role}/{f.path}": f.sha256 for f in artifact.files})
+        for ref in artifact.code_refs:
+            named.update({f"{artifact.role}:code:{ref.repo}/{f.path}": f.sha256
+                          for f in ref.files})
+    return named
 
 
 def verify_lock(

@@ -17,7 +17,6 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
@@ -159,16 +158,6 @@ def alarms_for(reading: IntervalReading, options: MonitorOptions) -> tuple[Alarm
         alarms.append(Alarm(LEAKAGE, "every drafted token was accepted: the drafter may see the "
                                      "target's future (leakage)"))
     return tuple(alarms)
-
-
-def baseline_from_approval(path: Path) -> float:
-    """The difftest tau an approval record holds (`acceptance_length`)."""
-    from dflash_guard.trust.provenance import read_approval
-
-    tau = read_approval(path)["predicate"].get("acceptance_length")
-    if isinstance(tau, bool) or not isinstance(tau, int | float) or tau < 1:
-        raise InputError(f"{path}: the approval record holds no acceptance length (tau)")
-    return float(tau)
 
 
 def watch(

@@ -110,6 +110,11 @@ class Signers:
     def empty(self) -> bool:
         return not self.identities and not self.public_keys
 
+    def __or__(self, other: Signers) -> Signers:
+        """These signers and `other`'s (the policy's, and those the operator adds)."""
+        return Signers(tuple(dict.fromkeys((*self.identities, *other.identities))),
+                       tuple(dict.fromkeys((*self.public_keys, *other.public_keys))))
+
 
 @dataclasses.dataclass(frozen=True)
 class ReviewedCode:

@@ -17,6 +17,7 @@ from dflash_guard.trust.policy import builtin_policy_path, load_policy
 from dflash_guard.trust.signing import sign_with_key
 from tests.support.audit import ENGINE_URL, git_range, osv, write_feed
 from tests.support.fixtures import LockedPair
+from tests.support.trust import recorded
 
 ENGINE_COMMIT = "ab" * 20
 PROMPTS = [{"id": "loop", "prompt": "total = 0\nfor i in range(10):\n    total = total + i * "}]
@@ -98,7 +99,7 @@ def test_gate_refuses_stale_feed(tmp_path, engine_locked_pair):
     write_feed(tmp_path / "feed.json", _engine_record("x_GATE-OLD", "LOW", old))
     result = _gate(tmp_path, engine_locked_pair, _policy(tmp_path, _section(max_age_days=30)))
     assert not result.approved and result.checks[-1].name == "advisories"
-    assert all(c.ok for c in result.checks[:-1])
+    assert all(c.outcome.ok for c in result.checks[:-1])
     assert "stale" in result.reason and "re-check" in result.reason
     assert not (tmp_path / "approval.json").exists()
 
@@ -128,8 +129,8 @@ def test_gate_records_feed_digests_and_matched_ids(tmp_path, engine_locked_pair,
     result = _gate(tmp_path, engine_locked_pair, policy)
     assert result.approved, result.reason
     [check] = [c for c in result.checks if c.name == "advisories"]
-    assert check.ok and not check.skipped and "below it" in check.detail
-    record = json.loads((tmp_path / "approval.json").read_text())["predicate"]["advisories"]
+    assert check.outcome.verdict == "passed" and "below it" in check.outcome.reason
+    record = recorded(tmp_path / "approval.json", "advisories")
     digest = hashlib.sha256(feed.read_bytes()).hexdigest()
     assert record["feeds"][0]["digest"] == {"sha256": digest}
     assert record["affected"] == ["x_GATE-LOW"] and record["unknown"] == []

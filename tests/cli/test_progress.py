@@ -110,7 +110,7 @@ def test_the_gate_names_each_check_as_it_runs(cli, builtin_pair, tmp_path):
     assert re.match(r"    decoding: 12/12 prompts, \d+ tokens, tau \d\.\d\d \(", decoded)
     report = json.loads(result.stdout)  # stdout is the report alone
     difftest = next(c for c in report["checks"] if c["name"] == "difftest")
-    assert f"tau {decoded.split('tau ')[1][:4]} " in difftest["detail"]
+    assert f"tau {decoded.split('tau ')[1][:4]} " in difftest["reason"]
 
 
 def test_difftest_reports_prompts_tokens_and_tau(cli, builtin_pair):

@@ -26,14 +26,15 @@ from dflash_guard.formats.text.gate import render_gate
 from dflash_guard.formats.text.monitor import interval_line
 from dflash_guard.formats.text.verify import render_verify
 from dflash_guard.gate import STEPS, GateResult
+from dflash_guard.gate.record import CheckRow
 from dflash_guard.lossless.endpoint import EndpointDiffReport
 from dflash_guard.lossless.isolation import IsolationReport
 from dflash_guard.lossless.reference_diff import ReferenceDiffReport
 from dflash_guard.lossless.result import Divergence, PromptResult, SpeculationStats
+from dflash_guard.outcome import Outcome
 from dflash_guard.pins.verify import FileProblem, VerifyReport
 from dflash_guard.rollout.bench import BenchReport, TierResult, TierRun
 from dflash_guard.rollout.monitor import Alarm, IntervalReading
-from dflash_guard.trust.provenance import CheckResult
 from dflash_guard.trust.verified import VerifiedLock
 
 SAME = PromptResult("same", None)
@@ -100,8 +101,8 @@ def test_local_view_and_fail_on_warning():
 
 
 def test_gate_view_lists_the_checks_not_run():
-    result = GateResult(False, (CheckResult("lockfile", True, "2 artifacts"),
-                                CheckResult("lockfile signature", False, "bad")),
+    result = GateResult(False, (CheckRow("lockfile", Outcome.passed("2 artifacts")),
+                                CheckRow("lockfile signature", Outcome.refused("bad"))),
                         reason="lockfile signature: bad")
     shown = text(render_gate, result)
     assert "REFUSED: lockfile signature: bad" in shown

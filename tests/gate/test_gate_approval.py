@@ -46,7 +46,7 @@ def test_gate_approves_the_clean_pair(approved):
     result, _, _, out, _ = approved
     assert result.approved, result.reason
     assert [c.name for c in result.checks] == list(STEPS)
-    assert all(c.ok for c in result.checks)
+    assert all(c.outcome.ok for c in result.checks)
     assert result.record == out and out.is_file()
 
 
@@ -67,11 +67,16 @@ def test_gate_approval_record_content(approved, locked_pair):
     assert predicate["engines"] == [{
         "name": "vllm", "uri": f"git+{VLLM.url}@{VLLM.commit}",
         "digest": {"gitCommit": VLLM.commit}, "annotations": {"ref": "v0.11.0"}}]
-    assert predicate["difftest"]["identical"] is True and predicate["difftest"]["prompts"] == 2
-    assert predicate["acceptance_length"] == predicate["difftest"]["tau"] >= 1.0
-    assert predicate["scan"]["failing"] == 0 and set(predicate["scan"]["roles"]) == {
+    evidence = {c["name"]: c["evidence"] for c in predicate["checks"]}
+    assert evidence["difftest"]["identical"] is True and evidence["difftest"]["prompts"] == 2
+    assert evidence["difftest"]["acceptance_length"] == evidence["difftest"]["tau"] >= 1.0
+    assert evidence["scan"]["failing"] == 0 and set(evidence["scan"]["roles"]) == {
         "target", "drafter"}
     assert [c["name"] for c in predicate["checks"]] == list(STEPS)
+    # One row per check in run order; evidence for each that ran, none for the skipped ones.
+    assert {c["verdict"] for c in predicate["checks"]} <= {"passed", "skipped"}
+    assert [c["evidence"] is not None for c in predicate["checks"]] == [
+        c["verdict"] == "passed" for c in predicate["checks"]]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", predicate["approved_at"])
     assert {a["role"]: a["tier"] for a in predicate["artifacts"]} == {
         "target": "official", "drafter": "official"}

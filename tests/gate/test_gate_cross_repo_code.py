@@ -63,7 +63,7 @@ def test_reviewed_cross_repo_code_is_approved(cli, cross_repo_lock, tmp_path: Pa
     report = json.loads(result.stdout)
     assert report["passed"] is True
     scan = next(check for check in report["checks"] if check["name"] == "scan")
-    assert "2 remote-code files" in scan["detail"]  # dflash.py and z-lab/code's modeling.py
+    assert "2 remote-code files" in scan["reason"]  # dflash.py and z-lab/code's modeling.py
 
 
 def test_unreviewed_cross_repo_code_is_refused(cli, cross_repo_lock, tmp_path: Path) -> None:

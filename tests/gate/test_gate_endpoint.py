@@ -17,9 +17,8 @@ from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless import endpoint as endpoint_diff
 from dflash_guard.lossless.endpoint import run_endpoint_diff
 from dflash_guard.trust.policy import load_policy
-from dflash_guard.trust.provenance import read_approval
 from tests.support.reference_server import running_server
-from tests.support.trust import GATE_PROMPTS, one_line, write_lock, write_policy
+from tests.support.trust import GATE_PROMPTS, one_line, recorded, write_lock, write_policy
 
 pytestmark = pytest.mark.slow  # reference-server subprocesses, about 3 s each
 
@@ -77,8 +76,8 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     step = next(c for c in report["checks"] if c["name"] == "endpoint diff")
-    assert step["passed"] and not step["skipped"]
-    summary = read_approval(out)["predicate"]["endpoint_diff"]
+    assert step["verdict"] == "passed"
+    summary = recorded(out, "endpoint diff")
     assert summary["baseline"] == baseline and summary["candidate"] == candidate
     assert summary["prompts"] == 2 and summary["identical"] is True
     assert summary["hard"] == 0 and summary["near_ties"] == 0
@@ -95,8 +94,8 @@ def test_gate_endpoint_refuses_a_faulty_candidate(locked_pair, reference_servers
     out = tmp_path / "approval.json"
     result = run_gate(GateOptions(lock, policy, locked_pair.roots, out=out))
     assert not result.approved
-    assert result.checks[-1].name == "endpoint diff" and not result.checks[-1].ok
-    assert result.checks[-2].name == "difftest" and result.checks[-2].ok
+    assert result.checks[-1].name == "endpoint diff" and not result.checks[-1].outcome.ok
+    assert result.checks[-2].name == "difftest" and result.checks[-2].outcome.ok
     assert result.reason.startswith("endpoint diff: 1 of 2 prompts diverge between baseline "
                                     "and candidate (first: loop at token")
     assert not out.exists()
@@ -115,8 +114,8 @@ def test_gate_endpoint_near_tie_allowance(locked_pair, reference_servers, faulty
     assert result.approved is approved, result.reason
     if approved:
         step = next(c for c in result.checks if c.name == "endpoint diff")
-        assert "1 near-ties tolerated" in step.detail
-        summary = read_approval(tmp_path / "approval.json")["predicate"]["endpoint_diff"]
+        assert "1 near-ties tolerated" in step.outcome.reason
+        summary = recorded(tmp_path / "approval.json", "endpoint diff")
         assert (summary["near_ties"], summary["hard"], summary["identical"]) == (1, 0, False)
     else:
         assert result.reason == ("endpoint diff: 1 near-tie divergences (code), more than the "
@@ -148,7 +147,7 @@ def test_gate_endpoint_not_configured_says_so(cli, locked_pair, lock, tmp_path):
     assert result.exit_code == 0, result.stdout + result.stderr
     row = next(line for line in result.stdout.splitlines() if "endpoint diff" in line)
     assert "not configured" in row and "pass" not in row
-    assert read_approval(out)["predicate"]["endpoint_diff"] is None
+    assert recorded(out, "endpoint diff") is None
 
 
 @pytest.mark.parametrize(("section", "message"), [

@@ -183,8 +183,8 @@ signatures:
     loaded = load_policy(policy)
     assert not loaded.unsatisfiable and loaded.tiers == load_policy("strict").tiers
     result = run_gate(GateOptions(lock, policy, locked_pair.roots))
-    assert result.checks[1].name == "lockfile signature" and result.checks[1].ok
-    assert result.checks[1].detail.startswith("signed by key")
+    assert result.checks[1].name == "lockfile signature" and result.checks[1].outcome.ok
+    assert result.checks[1].outcome.reason.startswith("signed by key")
 
 
 # --- vacuous verdicts -------------------------------------------------------------------------
@@ -269,16 +269,16 @@ def test_verify_approval_refuses_an_edited_file_and_says_what_it_did_not_check(c
     args = ("verify-approval", record, "--policy", policy, "--lock", lock,
             "--root", f"target={locked_pair.target}", "--root", f"drafter={drafter}")
     assert cli(*args).exit_code == 0
-    partial = cli(*args[:6])
-    assert partial.exit_code == 1 and "not checked (pass --root target=DIR)" in partial.stdout
+    partial = cli(*args[:6])  # a local folder is found only where the operator says
+    assert partial.exit_code == 2 and "pass --root target=DIR" in partial.stderr
     assert cli(*args[:6], "--signature-only").exit_code == 0
     assert cli("verify-approval", record, "--policy", "default",
-               "--signature-only").exit_code == 1  # the default policy accepts no signer
+               "--signature-only").exit_code == 1  # another policy, and it accepts no signer
     (drafter / "config.json").write_text((drafter / "config.json").read_text() + " ")
     edited = cli(*args, "--format", "json")
     assert edited.exit_code == 1
     assert json.loads(edited.stdout)["problems"] == [
-        "drafter/config.json: differs from the approved bytes"]
+        "drafter/config.json: size differs from the lock"]
 
 
 # --- N28: cross-repo remote code is judged by its locked commit ------------------------------
@@ -296,4 +296,4 @@ def test_a_code_ref_without_a_revision_is_judged_by_its_commit(locked_pair, tmp_
         drafter if a.role == "drafter" else a for a in locked_pair.lock.artifacts))
     result = run_gate(GateOptions(write_lock(lock, tmp_path / "dflash.lock"),
                                   write_policy(tmp_path / "p"), locked_pair.roots))
-    assert result.checks[0].name == "lockfile" and result.checks[0].ok, result.reason
+    assert result.checks[0].name == "lockfile" and result.checks[0].outcome.ok, result.reason

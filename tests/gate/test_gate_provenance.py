@@ -79,7 +79,8 @@ def test_confirmed_by_an_earlier_hub_lock(cli, locked_pair, snapshots, tmp_path)
     assert {a.provenance for a in lock.artifacts} == {HUB_CONFIRMED}
     # The new lock's own claims count only once it is signed by a policy signer too.
     unsigned = run_gate(GateOptions(out, policy, snapshots))
-    assert not unsigned.approved and "hub-confirmed not trusted" in unsigned.checks[1].detail
+    assert not unsigned.approved
+    assert "hub-confirmed not trusted" in unsigned.checks[1].outcome.reason
     private = earlier.parent / "lock.pem"
     from dflash_guard.trust.signing import sign_with_key
     sign_with_key(out, private)

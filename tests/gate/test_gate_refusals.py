@@ -59,7 +59,7 @@ def _gate(tmp_path, locked_pair, lock, *replacements, roots=None, reviewed=(), m
 def _refused_at(result, step: str) -> str:
     assert not result.approved
     assert result.checks[-1].name == step, result.reason
-    assert all(c.ok for c in result.checks[:-1])
+    assert all(c.outcome.ok for c in result.checks[:-1])
     return result.reason
 
 
@@ -121,7 +121,7 @@ def test_gate_refuses_community_drafter_without_staging(tmp_path, locked_pair):
     # folder (official under the default policy), and the gate says why.
     result = _gate(tmp_path, locked_pair, lock, staged, REQUIRE_MODEL_SIG,
                    _model_key_policy(tmp_path))
-    assert "hub-confirmed not trusted" in result.checks[1].detail
+    assert "hub-confirmed not trusted" in result.checks[1].outcome.reason
 
 
 def test_gate_refuses_expired_waiver(tmp_path, locked_pair):
@@ -199,7 +199,7 @@ def test_gate_refuses_pickle_weights_under_strict(tmp_path, locked_pair):
     result = run_gate(GateOptions(lock_path, policy, roots, out=tmp_path / "approval.json"))
     assert "pickle-format weights are not allowed for the unknown tier" in _refused_at(
         result, "scan")
-    assert result.checks[1].detail.startswith("signed by key")
+    assert result.checks[1].outcome.reason.startswith("signed by key")
 
 
 def test_gate_refuses_drafter_over_param_budget(tmp_path, locked_pair):
@@ -249,7 +249,7 @@ def test_gate_refuses_model_signature_over_other_bytes(tmp_path, locked_pair):
     signed = _gate(tmp_path, locked_pair, relock(locked_pair, drafter), keys, roots=roots,
                    min_tau=99)
     assert _refused_at(signed, "difftest")
-    assert signed.checks[-2].detail.startswith("drafter by key key.pub")
+    assert signed.checks[-2].outcome.reason.startswith("drafter by key key.pub")
     config = drafter / "config.json"
     config.write_text(config.read_text() + "\n")  # changed after signing, then locked
     result = _gate(tmp_path, locked_pair, relock(locked_pair, drafter), keys, roots=roots)

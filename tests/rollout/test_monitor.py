@@ -14,6 +14,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from dflash_guard.trust.intoto import Statement, Subject
+from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import PREDICATE_TYPE
 from dflash_guard.trust.signing import sign_with_key
 from tests.support.endpoint_fakes import serve
@@ -112,14 +113,21 @@ def test_text_output_names_the_alarm(cli):
 
 def test_baseline_from_the_approval_record(cli, tmp_path):
     record = tmp_path / "approval.json"
-    statement = Statement((Subject("target", {"sha256": "0" * 64}),), PREDICATE_TYPE,
-                          {"acceptance_length": 6.0})
-    record.write_bytes(statement.dumps())
     private, public = make_key_pair(tmp_path)
-    sign_with_key(record, private)
     policy = tmp_path / "p.yaml"
     policy.write_text(f"extends: default\nname: mine\nsignatures:\n  approvals: "
                       f"{{identities: [], public_keys: [{public}]}}\n")
+
+    def write_record(policy_digest: str) -> None:
+        difftest = {"name": "difftest", "verdict": "passed", "reason": "",
+                    "evidence": {"acceptance_length": 6.0}}
+        statement = Statement((Subject("target", {"sha256": "0" * 64}),), PREDICATE_TYPE,
+                              {"policy": {"name": "mine", "digest": {"sha256": policy_digest}},
+                               "checks": [difftest]})
+        record.write_bytes(statement.dumps())
+        sign_with_key(record, private)
+
+    write_record(load_policy(str(policy)).digest.removeprefix("sha256:"))
     signed = ("--record", record, "--policy", policy)
     with replaying(SERIES["healthy"]) as url:  # tau 5.0 is 17% below 6.0
         loose = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed)
@@ -133,6 +141,11 @@ def test_baseline_from_the_approval_record(cli, tmp_path):
     with replaying(SERIES["healthy"]) as url:
         edited = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed)
     assert edited.exit_code == 2 and "not signed by an approval signer" in edited.stderr
+    # A signed record approved under another policy is no baseline under this one (P4).
+    write_record("f" * 64)
+    with replaying(SERIES["healthy"]) as url:
+        other = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed)
+    assert other.exit_code == 2 and "not under 'mine'" in other.stderr
     with replaying(SERIES["healthy"]) as url:  # the built-in default policy accepts nobody
         unsigned = cli("monitor", "--metrics", url, "--interval", "0", "--once", "--record",
                        record)

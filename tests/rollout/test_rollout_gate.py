@@ -10,8 +10,7 @@ import pytest
 
 from dflash_guard.errors import InputError
 from dflash_guard.trust.policy import load_policy
-from dflash_guard.trust.provenance import read_approval
-from tests.support.trust import write_lock, write_policy
+from tests.support.trust import recorded, write_lock, write_policy
 
 DIFFTEST = "  near_tie_allowance: 0.0\n"
 
@@ -60,12 +59,12 @@ def test_gate_approves_and_records_the_speedup(cli, locked_pair, reference_serve
     result = gate(cli, locked_pair, policy, out)
     assert result.exit_code == 0, result.stdout + result.stderr
     step = json.loads(result.stdout)["checks"][-1]
-    assert step["name"] == "rollout" and step["passed"] and not step["skipped"]
-    recorded = read_approval(out)["predicate"]["rollout"]
-    assert recorded["expected_concurrency"] == recorded["concurrency"] == 2
-    assert recorded["min_speedup"] == 0.01 and recorded["speedup"] > 0.01
-    assert recorded["baseline"]["requests"] == recorded["candidate"]["requests"] == 2
-    assert recorded["tau"] > 1
+    assert step["name"] == "rollout" and step["verdict"] == "passed"
+    measured = recorded(out, "rollout")
+    assert measured["expected_concurrency"] == measured["concurrency"] == 2
+    assert measured["min_speedup"] == 0.01 and measured["speedup"] > 0.01
+    assert measured["baseline"]["requests"] == measured["candidate"]["requests"] == 2
+    assert measured["tau"] > 1
 
 
 @pytest.mark.slow

@@ -45,5 +45,5 @@ def test_gate_refuses_every_malicious_case(tmp_path, locked_pair, case, policy_n
     result = _gate(tmp_path, locked_pair, case, policy_name)
     assert not result.approved
     assert result.checks[-1].name == "scan", result.reason
-    assert all(c.ok for c in result.checks[:-1]), result.reason
+    assert all(c.outcome.ok for c in result.checks[:-1]), result.reason
     assert case.shows_in(result.reason), result.reason

@@ -164,3 +164,11 @@ def signed_lock(lock: Any, folder: Path) -> tuple[Path, tuple[str, str]]:
     private, public = make_key_pair(folder, "lock")
     sign_with_key(path, private)
     return path, (LOCK_SIGNERS, f"  lockfile: {{identities: [], public_keys: [{public}]}}")
+
+
+def recorded(record: Path, check: str) -> Any:
+    """The evidence an approval record holds for one check (None: skipped or not run)."""
+    from dflash_guard.trust.provenance import read_approval
+
+    rows = read_approval(record)["predicate"]["checks"]
+    return next((row["evidence"] for row in rows if row["name"] == check), None)

@@ -10,12 +10,13 @@ import pytest
 from sigstore.dsse import Statement
 
 from dflash_guard.errors import InputError
+from dflash_guard.gate.evidence import DifftestEvidence, PolicyEvidence, VerifiedFiles
+from dflash_guard.gate.record import CheckRow, approval_statement
+from dflash_guard.outcome import Outcome
 from dflash_guard.pins.lockfile import Engine
 from dflash_guard.trust.policy import Signers, load_policy
 from dflash_guard.trust.provenance import (
     PREDICATE_TYPE,
-    CheckResult,
-    approval_statement,
     dumps_statement,
     read_approval,
     sign_approval,
@@ -31,14 +32,18 @@ ENGINE = Engine("llama.cpp", "https://github.com/ggml-org/llama.cpp", "b" * 40,
 @pytest.fixture
 def statement(locked_pair, tmp_path):
     lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    digests = {f"{a.role}/{f.path}": f.sha256 for a in locked_pair.lock.artifacts for f in a.files}
+    rows = [
+        CheckRow("verify", Outcome.passed("8 files"), VerifiedFiles({}, digests)),
+        CheckRow("policy", Outcome.passed("tiers"),
+                 PolicyEvidence({"target": "official", "drafter": "official"}, ("W-1",))),
+        CheckRow("advisories", Outcome.skipped("not configured")),
+        CheckRow("difftest", Outcome.passed("identical"),
+                 DifftestEvidence({"identical": True, "tau": 3.5}, 3.5, 32, 1.0)),
+    ]
     return approval_statement(
         lock, locked_pair.lock.__class__(artifacts=locked_pair.lock.artifacts, engines=(ENGINE,)),
-        load_policy("default"), checks=[CheckResult("verify", True, "8 files")],
-        scan_summary={"failing": 0}, difftest={"identical": True, "tau": 3.5},
-        acceptance_length=3.5, tiers={"target": "official", "drafter": "official"},
-        digests={f"{a.role}/{f.path}": f.sha256
-                 for a in locked_pair.lock.artifacts for f in a.files},
-        waivers_used=["W-1"], time=dt.datetime(2026, 9, 1, 12, 30, 5, 999, tzinfo=dt.UTC),
+        load_policy("default"), rows, time=dt.datetime(2026, 9, 1, 12, 30, 5, 999, tzinfo=dt.UTC),
     )
 
 
@@ -67,9 +72,12 @@ def test_provenance_predicate_fields(statement):
     assert predicate["policy"]["name"] == "default"
     assert predicate["policy"]["uri"] == "builtin:default"
     assert predicate["policy"]["digest"]["sha256"] == load_policy("default").digest[7:]
-    assert predicate["acceptance_length"] == 3.5 and predicate["waivers"] == ["W-1"]
-    assert predicate["checks"] == [{"name": "verify", "passed": True, "detail": "8 files",
-                                   "skipped": False}]
+    assert predicate["waivers"] == ["W-1"]
+    assert predicate["checks"][3]["evidence"]["acceptance_length"] == 3.5
+    assert [a["tier"] for a in predicate["artifacts"]] == ["official", "official"]
+    # A skipped check is a row saying so, never "passed", and has no evidence.
+    assert predicate["checks"][2] == {"name": "advisories", "verdict": "skipped",
+                                      "reason": "not configured", "evidence": None}
 
 
 def test_provenance_write_read_roundtrip(statement, tmp_path):

@@ -1,4 +1,4 @@
-"""Text view of `verify-approval`: each signature, each subject that differs, one verdict line."""
+"""Text view of `verify-approval`: the record's policy, each signature, the files, one verdict."""
 
 from __future__ import annotations
 
@@ -12,16 +12,28 @@ if TYPE_CHECKING:
 
 
 def render_approval(verdict: ApprovalVerdict, console: Console) -> None:
-    """`approval record R under policy P:`, a line per signature and problem, then
-    `VERIFIED` (with the files checked) or `NOT VERIFIED`."""
+    """`approval record R (policy P, uri, digest):`, the policy binding, a line per signature and
+    per file problem, how many approved files match, then `VERIFIED` or `NOT VERIFIED`."""
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    say(f"approval record {verdict.record} under policy {verdict.policy}:")
+    named = verdict.record_policy
+    digest = str(named.get("digest", {}).get("sha256", "?"))[:12]
+    say(f"approval record {verdict.record} (policy {named.get('name')}, {named.get('uri')}, "
+        f"sha256:{digest}...):")
+    if verdict.policy_problem is None:
+        say(f"  policy: the record is about {verdict.policy}")
+    else:
+        say(f"  WRONG POLICY: {verdict.policy_problem}")
     for check in verdict.signatures:
+        if not check.signature:
+            say(f"  NOT SIGNED: {check.reason}")
+            continue
         line = f"signed by {check.signer}" if check.ok else f"BAD SIGNATURE: {check.reason}"
         say(f"  {Path(check.signature).name}: {line}")
     for problem in verdict.problems:
         say(f"  {problem}")
-    files = f", {verdict.checked} approved files match the disk" if verdict.checked else ""
-    say(("VERIFIED" + files) if verdict.passed else "NOT VERIFIED")
+    if verdict.checked is not None:
+        say(f"  files: {verdict.checked} approved files match the disk"
+            + (f", {len(verdict.problems)} problem(s)" if verdict.problems else ", nothing else"))
+    say("VERIFIED" if verdict.passed else "NOT VERIFIED")
