@@ -78,5 +78,6 @@ def one_thread():
 
 @pytest.fixture(autouse=True)
 def _private_stat_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Never write dflash-guard's stat cache under the home folder during tests."""
+    """Never write dflash-guard's stat cache or its key under the home folder during tests."""
     monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(tmp_path / ".dflash-guard-cache"))
+    monkeypatch.setenv("DFLASH_GUARD_STATE_DIR", str(tmp_path / ".dflash-guard-state"))

@@ -45,6 +45,17 @@ def cache_dir() -> Path:
     return Path(base) / "dflash-guard"
 
 
+def state_dir() -> Path:
+    """Where dflash-guard keeps per-user state that must not travel with its cache (the stat
+    cache's key): `$DFLASH_GUARD_STATE_DIR`, else `$XDG_STATE_HOME/dflash-guard`, else
+    `~/.local/state/dflash-guard`; read from the environment each call."""
+    if explicit := os.environ.get("DFLASH_GUARD_STATE_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                             "state")
+    return Path(base) / "dflash-guard"
+
+
 def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:
     """The sha256 of a regular file, read in chunks into one buffer (memory bounded by
     CHUNK_BYTES); a file under SMALL_BUFFER_BYTES is read with plain `os.read` calls (no buffer
@@ -111,39 +122,48 @@ def _read_private(path: Path, limit: int) -> bytes | None:
         return handle.read(limit + 1)[:limit]
 
 
-def _cache_key(folder: Path) -> bytes | None:
-    """The per-user secret that authenticates the stat cache: `statcache.key` (32 random bytes,
-    created 0600 on first use). None when it exists but is not private to this user: then the
-    cache is neither read nor written."""
-    path = folder / KEY_FILE
+def _cache_key(path: Path) -> bytes | None:
+    """The per-user secret that authenticates the stat cache: the key file's 32 random bytes
+    (created 0600 on first use) bound to the key file's own identity (device, inode, change
+    time), so a key copied elsewhere, or restored with a cache folder, is another key. None when
+    the file exists but is not private to this user: then the cache is neither read nor
+    written."""
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         key = _read_private(path, KEY_BYTES)
-        return key if key is not None and len(key) == KEY_BYTES else None
+        if key is None or len(key) != KEY_BYTES:
+            return None
     except OSError:
         return None
-    key = secrets.token_bytes(KEY_BYTES)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key)
-    return key
+    else:
+        key = secrets.token_bytes(KEY_BYTES)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(key)
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return key + f"\0{st.st_dev}\0{st.st_ino}\0{st.st_ctime_ns}".encode()
 
 
 class StatCache:
     """(dev, inode, size, mtime_ns, ctime_ns, path) -> sha256, persisted as one file.
 
     The trust boundary: the cache can only save time, never change a verdict. The file is
-    authenticated with HMAC-SHA256 under a per-user secret key (`statcache.key`, 0600, owner
-    and mode checked); a file whose MAC does not verify, including any entry planted by
-    someone without the key (a CI cache restored from another branch), is ignored as a whole
-    and costs a full hash. Entries are bound to the file's identity (`_stat_key`). The gate
-    does not use the cache at all: it hashes every file, and its record carries those digests.
+    authenticated with HMAC-SHA256 under a per-user secret key kept outside the cache folder
+    (`state_dir()/statcache.key`, 0600, owner and mode checked) and bound to that key file's
+    device, inode and change time: nothing a copy can carry. A cache whose MAC does not verify,
+    including any entry planted by someone without the key and a cache folder restored with a
+    key of its own (a CI cache, a copied home), is ignored as a whole and costs a full hash.
+    Entries are bound to each file's identity (`_stat_key`). The gate does not use the cache at
+    all: it hashes every file, and its record carries those digests.
     """
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, key_file: Path | None = None) -> None:
         self.path = path if path is not None else cache_dir() / "statcache.json"
-        self._key = _cache_key(self.path.parent)
+        self._key = _cache_key(key_file if key_file is not None else state_dir() / KEY_FILE)
         self._entries: dict[str, str] = {}
         self._dirty = False
         data = _read_private(self.path, CACHE_MAX_BYTES) if self._key is not None else None
@@ -200,6 +220,7 @@ class StatCache:
             entries = dict(list(entries.items())[-STAT_CACHE_MAX_ENTRIES:])
         body = json.dumps(entries, separators=(",", ":")).encode()
         try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_atomic(self.path, f"{CACHE_MAGIC} {self._mac(body)}\n".encode() + body,
                          own_state=True)
             os.chmod(self.path, 0o600)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -51,25 +52,43 @@ def test_forged_cache_entry_does_not_make_a_tampered_file_pass(cli, local_pair, 
 def test_cache_written_by_us_is_used_and_bound_to_the_key(tmp_path):
     path = tmp_path / "w.bin"
     path.write_bytes(b"abc")
-    store = tmp_path / "cache" / "statcache.json"
-    cache = StatCache(store)
+    store, key = tmp_path / "cache" / "statcache.json", tmp_path / "state" / hashing.KEY_FILE
+    cache = StatCache(store, key)
     hash_files([path], cache=cache)
     cache.save()
-    assert (store.parent / hashing.KEY_FILE).stat().st_mode & 0o777 == 0o600
-    assert StatCache(store).get(path) == sha256_file(path)
-    (store.parent / hashing.KEY_FILE).write_bytes(os.urandom(hashing.KEY_BYTES))  # another key
-    assert StatCache(store).get(path) is None
+    assert key.stat().st_mode & 0o777 == 0o600 and not (store.parent / hashing.KEY_FILE).exists()
+    assert StatCache(store, key).get(path) == sha256_file(path)
+    key.write_bytes(os.urandom(hashing.KEY_BYTES))  # another key
+    assert StatCache(store, key).get(path) is None
+
+
+def test_a_cache_restored_with_its_key_is_rehashed_not_believed(tmp_path):
+    """Issue 34: a cache folder and key copied from elsewhere (a CI cache, a copied home)
+    carry bytes, never the key file's identity, so none of their entries is believed."""
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"abc")
+    store, key = tmp_path / "home" / "statcache.json", tmp_path / "home" / hashing.KEY_FILE
+    cache = StatCache(store, key)
+    hash_files([path], cache=cache)
+    cache.save()
+    assert StatCache(store, key).get(path) is not None
+    restored = tmp_path / "restored"
+    shutil.copytree(store.parent, restored)  # the same bytes, key and cache, somewhere else
+    assert StatCache(restored / store.name, restored / key.name).get(path) is None
+    key.rename(tmp_path / "aside")  # the same key file put back by a copy: another inode
+    shutil.copy2(tmp_path / "aside", key)
+    assert StatCache(store, key).get(path) is None
 
 
 def test_a_key_others_can_read_disables_the_cache(tmp_path):
     path = tmp_path / "w.bin"
     path.write_bytes(b"abc")
-    store = tmp_path / "cache" / "statcache.json"
-    cache = StatCache(store)
+    store, key = tmp_path / "cache" / "statcache.json", tmp_path / "state" / hashing.KEY_FILE
+    cache = StatCache(store, key)
     hash_files([path], cache=cache)
     cache.save()
-    (store.parent / hashing.KEY_FILE).chmod(0o644)
-    exposed = StatCache(store)
+    key.chmod(0o644)
+    exposed = StatCache(store, key)
     assert exposed.get(path) is None
     store.unlink()
     hash_files([path], cache=exposed)
