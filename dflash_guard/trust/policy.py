@@ -36,6 +36,7 @@ import yaml
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_text
 from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
+from dflash_guard.pins.lockfile import CACHE_UNCONFIRMED
 from dflash_guard.schema import Field, Fields, read_document
 from dflash_guard.severity import Severity
 from dflash_guard.trust.model_card import ModelCardRules
@@ -230,6 +231,9 @@ class Policy:
     community_orgs: tuple[str, ...]
     local_tier: str
     tiers: Mapping[str, TierRule]
+    # An HF-cache snapshot no Hub answer confirmed: the org in a cache path is a label, so it
+    # is trusted neither as that org nor as a folder built in house.
+    cache_tier: str
     require_full_sha: bool
     gguf_requires_comparison: bool
     allow_pr_head: bool
@@ -272,8 +276,11 @@ class Policy:
     def artifact_tier(self, artifact: Artifact, provenance_trusted: bool = True) -> TrustTier:
         """The tier of a locked artifact (`dflash_guard.pins.lockfile.Artifact`): its Hub
         organisation's only when its Hub provenance was confirmed and the claim is trusted (a
-        signed lockfile, see `trust.evidence`); a `cache-unconfirmed` snapshot (a path proves
-        nothing) is trusted as a local folder."""
+        signed lockfile, see `trust.evidence`); a confirmed claim in an unsigned lock is trusted
+        as a local folder; a `cache-unconfirmed` snapshot (the org in a path proves nothing)
+        gets `cache_tier`."""
+        if artifact.source == "hub" and artifact.provenance == CACHE_UNCONFIRMED:
+            return TrustTier(self.cache_tier)
         confirmed = artifact.hub_confirmed and provenance_trusted
         return self.tier_of("hub" if confirmed else "local", artifact.repo)
 
@@ -570,7 +577,8 @@ def _model_card_rules(field: Field) -> ModelCardRules:
 
 
 TOP_LEVEL = (
-    "policy_version", "name", "description", "orgs", "local_tier", "tiers", "artifacts",
+    "policy_version", "name", "description", "orgs", "local_tier", "cache_tier", "tiers",
+    "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
     "gguf_comparisons", "waivers", "advisories", "rollout", "launch", "model_card",
 )
@@ -688,6 +696,8 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         official_orgs=_orgs(orgs["official"]),
         community_orgs=_orgs(orgs["community"]),
         local_tier=f["local_tier"].choice(TIERS),
+        cache_tier=(cached.choice(TIERS) if (cached := f.optional("cache_tier")) is not None
+                    else TrustTier.unknown.value),
         tiers=tiers,
         require_full_sha=artifacts["require_full_sha"].flag(),
         gguf_requires_comparison=artifacts["gguf_requires_comparison"].flag(),

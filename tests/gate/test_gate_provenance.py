@@ -1,8 +1,9 @@
 """Issue 15 item 3: Hub provenance is established, not inferred from a folder's path.
 
 A plain folder laid out as `models--z-lab--NAME/snapshots/<40 hex>` must not get z-lab's trust
-tier: it is locked `cache-unconfirmed` and trusted as a local folder, unless an earlier lock
-confirmed against the Hub lists the same files at that commit."""
+tier: it is locked `cache-unconfirmed` and gets the policy's `cache_tier` (`unknown` in every
+built-in policy: issue 34, not even the local tier), unless an earlier lock confirmed against the
+Hub lists the same files at that commit."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def snapshots(locked_pair, tmp_path):
             for role, folder in locked_pair.roots.items()}
 
 
-def test_snapshot_path_is_locked_unconfirmed_and_gets_the_local_tier(cli, snapshots, tmp_path):
+def test_snapshot_path_is_locked_unconfirmed_and_gets_the_cache_tier(cli, snapshots, tmp_path):
     out = tmp_path / "dflash.lock"
     r = cli("lock", "--target", snapshots["target"], "--drafter", snapshots["drafter"], "-o", out)
     assert r.exit_code == 0, r.stderr
@@ -48,17 +49,21 @@ def test_snapshot_path_is_locked_unconfirmed_and_gets_the_local_tier(cli, snapsh
     drafter = lock.artifact("drafter")
     assert (drafter.source, drafter.repo, drafter.provenance) == (
         "hub", "z-lab/drafter", CACHE_UNCONFIRMED)
-    policy = load_policy(write_policy(tmp_path / "p", LOCAL_IS_UNKNOWN))
-    assert policy.artifact_tier(drafter) == "unknown"  # not z-lab's `official`
+    policy = load_policy(write_policy(tmp_path / "p"))  # local_tier: official
+    assert policy.artifact_tier(drafter) == "unknown"  # neither z-lab's nor the local tier
     assert policy.artifact_tier(dataclasses.replace(drafter, provenance=HUB_CONFIRMED)) == (
         "official")
+    trusting = load_policy(write_policy(tmp_path / "q", ("cache_tier: unknown",
+                                                          "cache_tier: community")))
+    assert trusting.artifact_tier(drafter) == "community"  # only when the policy says so
 
 
-def test_gate_refuses_a_fake_snapshot_it_would_refuse_as_a_plain_folder(cli, snapshots, tmp_path):
+def test_gate_refuses_a_fake_snapshot_it_would_approve_as_a_plain_folder(cli, snapshots,
+                                                                        tmp_path):
     out = tmp_path / "dflash.lock"
     assert cli("lock", "--target", snapshots["target"], "--drafter", snapshots["drafter"],
                "-o", out).exit_code == 0
-    policy = write_policy(tmp_path / "p", LOCAL_IS_UNKNOWN)
+    policy = write_policy(tmp_path / "p")  # the same pair as local folders is approved
     result = run_gate(GateOptions(out, policy, snapshots, out=tmp_path / "approval.json"))
     assert not result.approved
     assert "unknown tier" in result.reason, result.reason
@@ -100,5 +105,6 @@ def test_version_1_lockfiles_still_load_with_hub_artifacts_unconfirmed():
     lock = parse_lockfile(text, "example-qwen3-8b.lock")
     assert lock.lockfile_version == 1
     assert all(a.source == "hub" and not a.hub_confirmed for a in lock.artifacts)
-    assert load_policy("default").artifact_tier(lock.artifacts[0]) == "official"  # local tier
+    # Unconfirmed, so the org in the repo name counts for nothing: the cache tier (issue 34).
+    assert load_policy("default").artifact_tier(lock.artifacts[0]) == "unknown"
     assert load_policy("strict").artifact_tier(lock.artifacts[0]) == "unknown"

@@ -23,7 +23,9 @@ PINNED = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen
 @pytest.fixture
 def policy(tmp_path: Path) -> Path:
     path = write_policy(tmp_path / "policy")
-    path.write_text(path.read_text() + LAUNCH.replace("  num_speculative_tokens: 7\n",
+    # The lock's Hub artifacts are unconfirmed snapshots; this policy trusts those as its own.
+    text = path.read_text().replace("cache_tier: unknown", "cache_tier: official")
+    path.write_text(text + LAUNCH.replace("  num_speculative_tokens: 7\n",
                                                       "  speculative_method: dflash\n"
                                                       "  num_speculative_tokens: 7\n"))
     return path
