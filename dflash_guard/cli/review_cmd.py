@@ -31,11 +31,14 @@ def review(
     root: Annotated[list[str] | None, typer.Option(
         "--root", metavar="ROLE=DIR", help="Where that artifact lives (repeatable).")] = None,
     extends: Annotated[str, typer.Option(
-        "--extends", metavar="NAME", help="Built-in policy to extend: default, strict or dev.")] = "default",
+        "--extends", metavar="NAME",
+        help="Built-in policy to extend: default, strict or dev.")] = "default",
     reviewer: Annotated[str | None, typer.Option(
-        "--reviewer", metavar="NAME", help="Who reviewed the code (needed with --output).")] = None,
+        "--reviewer", metavar="NAME",
+        help="Who reviewed the code (needed with --output).")] = None,
     name: Annotated[str | None, typer.Option(
-        "--name", metavar="NAME", help="Name of the written policy (default: NAME-reviewed).")] = None,
+        "--name", metavar="NAME",
+        help="Name of the written policy (default: NAME-reviewed).")] = None,
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE",
         help="Write the policy recording the review here (atomically; never over an input).")
