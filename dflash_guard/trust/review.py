@@ -22,6 +22,7 @@ from dflash_guard import rules
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
+from dflash_guard.scan import remote_code
 from dflash_guard.scan.interface import Finding
 from dflash_guard.trust.judge import locked_code_sha256
 from dflash_guard.trust.policy import BUILTIN_POLICIES, load_policy
@@ -98,7 +99,7 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
             if sha256 in policy.reviewed_sha256:
                 continue
             found = tuple(f for f in report.findings if f.file == code.path
-                          and f.rule_id.startswith("DG-RC-")
+                          and f.detector == remote_code.DETECTOR
                           and f.rule_id != rules.RC_UNREVIEWED.id)
             files.append(CodeToReview(artifact.role, code.path, sha256, found, scanned))
     return Review(base, tuple(files))
