@@ -49,11 +49,10 @@ def review(
     """Show what each unreviewed remote-code file can do; with --output, write a policy that
     extends a built-in one with their sha256s (exit 1 while code is left unreviewed).
 
-    Run it without --output, read each file and its report, then run it again with
-    --reviewer and --output, and gate with --policy ./FILE.
+    Read each file and its report, then run it again with --reviewer NAME -o FILE.
+    Then gate with --policy ./FILE.
 
-    Example: dflash-guard review --lock dflash.lock --root target=pair/target
-    --root drafter=pair/drafter --reviewer you@example.com -o my-policy.yaml
+    Example: dflash-guard review --root target=pair/target --root drafter=pair/drafter
     """
     if output is not None and not reviewer:
         raise InputError("--output: give --reviewer NAME too (it is recorded with each entry)")
