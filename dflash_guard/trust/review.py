@@ -24,8 +24,9 @@ from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan import remote_code
 from dflash_guard.scan.interface import Finding
+from dflash_guard.severity import Severity
 from dflash_guard.trust.judge import locked_code_sha256
-from dflash_guard.trust.policy import BUILTIN_POLICIES, load_policy
+from dflash_guard.trust.policy import BUILTIN_POLICIES, RemoteCode, load_policy
 
 REVIEW_COMMAND = "dflash-guard review"
 
@@ -58,6 +59,8 @@ class Review:
     base: str  # the built-in policy the written one extends
     files: tuple[CodeToReview, ...]
     written: str | None = None
+    fail_on: Severity = Severity.high  # the base's scan.fail_on: a finding at it still fails
+    denied: tuple[str, ...] = ()  # roles whose tier denies remote code, reviewed or not
 
     @property
     def reviewable(self) -> tuple[CodeToReview, ...]:
@@ -73,7 +76,14 @@ class Review:
 
     def to_json(self) -> dict[str, object]:
         return {"passed": self.passed, "extends": self.base, "written": self.written,
+                "fail_on": self.fail_on.name, "denied_roles": list(self.denied),
                 "unreviewed": [f.to_json() for f in self.files]}
+
+    def still_failing(self, code: CodeToReview) -> list[str]:
+        """The rules of the file's findings the gate refuses even once it is reviewed (at
+        `fail_on`+, unless a `scan:RULE` waiver covers them), each once."""
+        return list(dict.fromkeys(f.rule_id for f in code.capabilities
+                                  if f.severity >= self.fail_on))
 
 
 def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
@@ -84,9 +94,12 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
 
     policy = load_policy(_builtin(base))
     files: list[CodeToReview] = []
+    denied: list[str] = []
     for artifact in lock.artifacts:
         folder = locations.get(artifact.role)
-        if folder is None:
+        # The tier an unsigned lock gives (a signed one may give a Hub artifact its org's).
+        rule = policy.rule(policy.artifact_tier(artifact, provenance_trusted=False))
+        if folder is None or rule.remote_code is RemoteCode.allow:
             continue
         is_drafter = artifact.role == "drafter"
         report = scan_paths([folder], target=locations.get("target") if is_drafter else None,
@@ -102,7 +115,10 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
                           and f.detector == remote_code.DETECTOR
                           and f.rule_id != rules.RC_UNREVIEWED.id)
             files.append(CodeToReview(artifact.role, code.path, sha256, found, scanned))
-    return Review(base, tuple(files))
+            if rule.remote_code is RemoteCode.deny and artifact.role not in denied:
+                denied.append(artifact.role)
+    return Review(base, tuple(files), fail_on=Severity.parse(policy.fail_on),
+                  denied=tuple(denied))
 
 
 def _builtin(name: str) -> str:
@@ -119,7 +135,15 @@ def _comment(text: str) -> str:
                           else f"\\u{ord(c):04x}" for c in text)
 
 
-def _capabilities(code: CodeToReview) -> list[str]:
+def _capabilities(review: Review, code: CodeToReview) -> list[str]:
+    failing = review.still_failing(code)
+    notes = [_comment(f"  the gate still refuses {', '.join(failing)} at fail_on "
+                      f"{review.fail_on.name}, reviewed or not (a waiver scan:RULE covers it)")
+             ] if failing else []
+    return _found(code) + notes
+
+
+def _found(code: CodeToReview) -> list[str]:
     if not code.scanned:
         return [_comment("  not scanned: another repository serves it; the lock pins its bytes "
                          "(read it there)")]
@@ -140,6 +164,8 @@ def policy_text(review: Review, reviewer: str, today: dt.date, name: str) -> str
                  f"`{review.base}` policy"),
         "# plus the remote code reviewed below, by sha256 (a changed file is unreviewed again).",
         "# Check it with `dflash-guard policy check FILE`; gate with `--policy ./FILE`.",
+        *(_comment(f"Note: `{review.base}` denies remote code for the {role}'s tier: the gate "
+                   "refuses it, reviewed or not (see local_tier)") for role in review.denied),
         yaml.safe_dump({"extends": review.base, "name": name}, sort_keys=False).rstrip("\n"),
         "reviewed_code:",
     ]
@@ -150,7 +176,7 @@ def policy_text(review: Review, reviewer: str, today: dt.date, name: str) -> str
         lines += _entries(kept)
     for code in review.reviewable:
         lines.append(_comment(f"{code.name} (sha256 {code.sha256})"))
-        lines += _capabilities(code)
+        lines += _capabilities(review, code)
         lines += _entries([{"sha256": code.sha256, "path": code.name, "reviewer": reviewer,
                             "date": today}])
     return "\n".join(lines) + "\n"

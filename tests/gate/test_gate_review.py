@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 from dflash_guard.trust.policy import load_policy, parse_policy
 from dflash_guard.trust.review import CodeToReview, Review, policy_text
@@ -69,6 +70,9 @@ def test_a_file_changed_after_the_review_is_refused(cli, tmp_path, locked_pair):
     (entry,) = json.loads(shown.stdout)["unreviewed"]
     assert entry["sha256"] != fixture_code_sha256()
     assert "DG-RC-NETWORK" in {c["rule_id"] for c in entry["capabilities"]}
+    text = " ".join(cli("review", "--lock", tampered, *new_roots, "-q").stdout.split())
+    assert re.search(r"high DG-RC-NETWORK line \d+: ", text)
+    assert "the gate still refuses DG-RC-NETWORK at fail_on high, reviewed or not" in text
     # The old lock over the changed folder: nothing is reviewed from bytes the lock does not pin.
     mismatch = cli("review", "--lock", lock, *new_roots, "--reviewer", "me",
                    "-o", tmp_path / "c.yaml", "-q")
@@ -82,3 +86,18 @@ def test_a_scanned_name_cannot_forge_a_policy_key():
     policy = parse_policy(policy_text(review, "me", dt.date(2026, 12, 2), "mine"))
     assert not policy.waivers
     assert "a" * 64 in policy.reviewed_sha256
+
+
+def test_a_tier_that_denies_remote_code_is_named(cli, tmp_path, locked_pair):
+    """Under strict a local folder is `unknown`, whose remote code is denied: reviewing it
+    cannot get the gate past that, and the review says so (in the policy file too)."""
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    roots = _roots(locked_pair.target, locked_pair.drafter)
+    shown = cli("review", "--lock", lock, *roots, "--extends", "strict", "-q")
+    assert "`strict` denies remote code for the drafter's tier" in " ".join(shown.stdout.split())
+    policy = tmp_path / "strict-reviewed.yaml"
+    assert cli("review", "--lock", lock, *roots, "--extends", "strict", "--reviewer", "me",
+               "-o", policy, "-q").exit_code == 0
+    assert "# Note: `strict` denies remote code for the drafter's tier" in policy.read_text()
+    assert load_policy(policy).extends == "strict"
+    assert cli("review", "--lock", lock, *roots, "--extends", "dev", "-q").exit_code == 0

@@ -32,6 +32,16 @@ def render_review(review: Review, console: Console) -> None:
             line = f" line {finding.line}" if finding.line else ""
             console.print(f"  {finding.severity.name} {finding.rule_id}{line}: "
                           f"{markup_safe(finding.message)}", highlight=False, soft_wrap=True)
+        failing = ", ".join(review.still_failing(code))
+        if failing:
+            console.print(f"  [yellow]note[/]: the gate still refuses {failing} at fail_on "
+                          f"{review.fail_on.name}, reviewed or not (a waiver scan:RULE covers "
+                          "it)", highlight=False, soft_wrap=True)
+    for role in review.denied:
+        console.print(f"[yellow]note[/]: `{review.base}` denies remote code for the {role}'s "
+                      "tier: reviewed or not, the gate refuses it (the tier comes from "
+                      "local_tier or the Hub organisation: docs/policies.md)", highlight=False,
+                      soft_wrap=True)
     count = len(review.files)
     files = "file" if count == 1 else "files"
     if review.written is not None:
