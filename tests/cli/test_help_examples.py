@@ -19,6 +19,7 @@ EXAMPLES = [
     (("scan",), 0),  # one low finding (unreviewed code), failing at medium+
     (("review",), 1),  # the drafter's code is unreviewed: shown, nothing written
     (("policy", "show"), 0),
+    (("policy", "check"), 0),
 ]
 
 
