@@ -27,6 +27,7 @@ COMMAND_MODULES = {
     "fixtures": "fixtures_cmd",
     "policy": "policy_cmd",
     "sign": "sign_cmd",
+    "review": "review_cmd",
     "gate": "gate_cmd",
     "audit": "audit_cmd",
     "advisory": "advisory_cmd",

@@ -17,7 +17,7 @@ from dflash_guard.cli.common import stderr, stdout
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat, exit_code
-from dflash_guard.formats.terminal import safe_console
+from dflash_guard.formats.terminal import OFF_TERMINAL_WIDTH, safe_console
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
@@ -123,7 +123,8 @@ def audit(
                                        identity or [], issuer, trust_root)
         report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
     if fmt is OutputFormat.text:
-        console = safe_console(record=True, width=120, file=io.StringIO()) if output else stdout
+        console = (safe_console(record=True, width=OFF_TERMINAL_WIDTH, file=io.StringIO())
+                   if output else stdout)
         render_audit(report, console)
         text = console.export_text() if output else ""
     else:

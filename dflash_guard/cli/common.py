@@ -29,9 +29,11 @@ def __getattr__(name: str) -> Console:
     """`stdout` and `stderr`: rich consoles, made once, when first imported or used."""
     if name not in ("stdout", "stderr"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from dflash_guard.formats.terminal import safe_console
+    from dflash_guard.formats.terminal import safe_console, stream_width
 
-    console = globals()[name] = safe_console(stderr=name == "stderr", soft_wrap=True)
+    stream = sys.stderr if name == "stderr" else sys.stdout
+    console = globals()[name] = safe_console(stderr=name == "stderr", soft_wrap=True,
+                                             width=stream_width(stream))
     return console
 
 

@@ -63,7 +63,7 @@ def local(
 ) -> None:
     """Greedy speculative vs autoregressive decoding on the reference runner.
 
-    Example: dflash-guard difftest local --target out/target --drafter out/drafter
+    Example: dflash-guard difftest local --target pair/target --drafter pair/drafter
     """
     import dataclasses
 
@@ -102,7 +102,7 @@ def sampled(
 ) -> None:
     """Sampled speculative decoding must draw from the target's law (chi-square tests).
 
-    Example: dflash-guard difftest sampled --target out/target --drafter out/drafter
+    Example: dflash-guard difftest sampled --target pair/target --drafter pair/drafter
     """
     from dflash_guard.lossless.options import SampledOptions
     from dflash_guard.lossless.sampled import run_sampled_difftest

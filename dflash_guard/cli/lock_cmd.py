@@ -61,7 +61,10 @@ def lock(
 ) -> None:
     """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile.
 
-    Example: dflash-guard lock --target Qwen/Qwen3-8B --drafter z-lab/Qwen3-8B-DFlash-b16
+    A Hub repo is ORG/NAME@COMMIT, with the full 40-hex commit.
+    ORG/NAME alone locks `main`, which the default and strict policies refuse.
+
+    Example: dflash-guard lock --target pair/target --drafter pair/drafter -o dflash.lock
     """
     if not output.parent.is_dir():
         raise InputError(f"-o {output}: folder {output.parent} does not exist")

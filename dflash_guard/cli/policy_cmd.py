@@ -28,7 +28,7 @@ def check(
 ) -> None:
     """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid.
 
-    Example: dflash-guard policy check policies/strict.yaml
+    Example: dflash-guard policy check strict
     """
     policy = load_policy(file)
     finish(PolicyCheck(policy, policy.expired_waivers(dt.datetime.now(dt.UTC).date())),

@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Scan checkpoints, chat templates and remote code; exit 1 on findings at --fail-on+.
 
-        Example: dflash-guard scan models/drafter --target models/target --format sarif
+        Example: dflash-guard scan pair/drafter --target pair/target --format sarif
         """
         refuse_outputs_over_inputs([("--output", output)],
                                    [*(("PATH", Path(p)) for p in paths), ("--target", target)])

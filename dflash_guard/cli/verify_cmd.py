@@ -65,7 +65,7 @@ def verify(
 ) -> None:
     """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch).
 
-    Example: dflash-guard verify --lock dflash.lock --root target=models/target --policy strict
+    Example: dflash-guard verify --root target=pair/target --root drafter=pair/drafter
     """
     lockfile = load_lockfile(lock_path)
     accepted = load_policy(policy)  # a bad policy fails before any hashing

@@ -42,6 +42,11 @@ class FindingsReport(Report, Protocol):
         """One line: the verdict and the counts."""
         ...
 
+    def artifact_path(self, finding: Finding) -> str | None:
+        """The path of `finding`'s file from the working folder, or None when it is not a
+        file (a flag of a command line)."""
+        ...
+
 
 class RecordedReport(Report, Protocol):
     """A report the gate puts into the approval record (the local and endpoint diffs)."""

@@ -1,11 +1,20 @@
 """SARIF 2.1.0 (as GitHub code scanning accepts it): the one SARIF writer, for the scan's
 findings (`sarif_log`) and the advisory audit's (`audit_log`, located at the lockfile).
+
+A file is located by a URI relative to `SRCROOT`, the working folder (the repository root in
+CI), which `run.originalUriBaseIds` defines as an absolute `file:` URI (SARIF 2.1.0 §3.14.14),
+so code scanning places `models/drafter/dflash.py` where it is, whichever folder was scanned.
+A file outside the working folder gets its absolute `file:` URI (nothing in the repository to
+place it on). A finding about a flag of a command line (`launch --check`) has no file: it is
+a logical location of kind `parameter`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_guard import __version__, rules
@@ -17,6 +26,7 @@ if TYPE_CHECKING:
     from dflash_guard.audit.run import AuditReport
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SRCROOT = "SRCROOT"
 
 _LEVEL = {
     Severity.critical: "error",
@@ -34,7 +44,8 @@ _SECURITY_SEVERITY = {
 
 def render(report: FindingsReport) -> str:
     """`report`'s findings (a scan's) as a SARIF 2.1.0 log (indented JSON, keys sorted)."""
-    return json.dumps(sarif_log(report.findings), indent=2, sort_keys=True) + "\n"
+    return json.dumps(sarif_log(report.findings, report.artifact_path), indent=2,
+                      sort_keys=True) + "\n"
 
 
 def render_audit(report: AuditReport) -> str:
@@ -52,10 +63,27 @@ def _log(described: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict
                     "driver": {"name": "dflash-guard", "version": __version__,
                                "rules": described}
                 },
+                "originalUriBaseIds": {SRCROOT: {"uri": _working_folder_uri()}},
                 "results": results,
             }
         ],
     }
+
+
+def _working_folder_uri() -> str:
+    """The working folder as an absolute `file:` URI ending in `/` (as SARIF wants a base)."""
+    return Path.cwd().resolve().as_uri().rstrip("/") + "/"
+
+
+def artifact_location(path: str) -> dict[str, str]:
+    """`path` (from the working folder, or absolute) as a SARIF `artifactLocation`: relative to
+    `SRCROOT` when it is inside the working folder, else its absolute `file:` URI."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        relative = absolute.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return {"uri": absolute.as_uri()}
+    return {"uri": relative.as_posix(), "uriBaseId": SRCROOT}
 
 
 def _descriptor(rule: rules.Rule, worst: Severity | None = None) -> dict[str, Any]:
@@ -71,8 +99,11 @@ def _descriptor(rule: rules.Rule, worst: Severity | None = None) -> dict[str, An
     return descriptor
 
 
-def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
-    """A SARIF 2.1.0 log with one run, its rules (from the registry) and one result per finding.
+def sarif_log(findings: Iterable[Finding],
+              artifact_path: Callable[[Finding], str | None] = lambda f: f.file,
+              ) -> dict[str, object]:
+    """A SARIF 2.1.0 log with one run, its rules (from the registry) and one result per finding;
+    `artifact_path` says where a finding's file is from the working folder (None: not a file).
 
     Raises `KeyError` for a rule id that is not registered: it never renders as itself.
     """
@@ -84,9 +115,15 @@ def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
     described = [_descriptor(rules.rule(rule_id), worst[rule_id]) for rule_id in rule_ids]
     results = []
     for finding in findings:
-        location: dict[str, object] = {"artifactLocation": {"uri": finding.file}}
-        if finding.line:
-            location["region"] = {"startLine": finding.line}
+        path = artifact_path(finding)
+        if path is None:
+            location: dict[str, object] = {
+                "logicalLocations": [{"name": finding.file, "kind": "parameter"}]}
+        else:
+            physical: dict[str, object] = {"artifactLocation": artifact_location(path)}
+            if finding.line:
+                physical["region"] = {"startLine": finding.line}
+            location = {"physicalLocation": physical}
         message = (
             finding.message
             if not finding.member
@@ -98,7 +135,7 @@ def sarif_log(findings: Iterable[Finding]) -> dict[str, object]:
                 "ruleIndex": rule_ids.index(finding.rule_id),
                 "level": _LEVEL[finding.severity],
                 "message": {"text": message},
-                "locations": [{"physicalLocation": location}],
+                "locations": [location],
                 "properties": {"severity": finding.severity.name, "detector": finding.detector},
             }
         )
@@ -109,6 +146,7 @@ def audit_log(report: AuditReport) -> dict[str, object]:
     """A SARIF log with one run: the audit rules and one result per finding or refused feed,
     each located at the lockfile."""
     ids = [r.id for r in rules.AUDIT_RULES]
+    lock = artifact_location(report.lock)
 
     def result(rule_id: str, severity: Severity, text: str,
                properties: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +155,7 @@ def audit_log(report: AuditReport) -> dict[str, object]:
             "ruleIndex": ids.index(rule_id),
             "level": _LEVEL[severity],
             "message": {"text": text},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": report.lock}}}],
+            "locations": [{"physicalLocation": {"artifactLocation": lock}}],
             "properties": {"severity": severity.name,
                            "security-severity": _SECURITY_SEVERITY[severity], **properties},
         }

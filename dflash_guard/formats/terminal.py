@@ -50,6 +50,23 @@ def markup_safe(text: object) -> str:
     return escape(terminal_safe(str(text)))
 
 
+# The width of tables printed off a terminal (a CI log, a pipe, a file): wide enough that no row
+# wraps, so a sha256 a user pastes into a policy and a file name stay whole on one line (rich
+# would fold them at 80 columns). A table is as wide as its content, never this wide.
+OFF_TERMINAL_WIDTH = 4096
+
+
+def stream_width(stream: Any) -> int | None:
+    """The console width for `stream`: None (rich asks the terminal) on a terminal or when
+    `COLUMNS` says, `OFF_TERMINAL_WIDTH` otherwise."""
+    import os
+
+    isatty = getattr(stream, "isatty", None)
+    if os.environ.get("COLUMNS") or (isatty is not None and isatty()):
+        return None
+    return OFF_TERMINAL_WIDTH
+
+
 def safe_console(**options: Any) -> Console:
     """A rich `Console(**options)` that passes every string it renders through `terminal_safe`
     (newlines kept), whether printed directly, as a table cell or as a title."""

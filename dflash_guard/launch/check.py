@@ -52,6 +52,10 @@ class LaunchCheckReport:
         return {"engine": self.engine, "command": list(self.command), "passed": self.passed,
                 "findings": [f.to_json() for f in self.findings], "summary": self.summary()}
 
+    def artifact_path(self, finding: Finding) -> None:
+        """None: a finding is about a flag of the command line, not a file."""
+        return None
+
     def summary(self) -> str:
         if self.passed:
             return f"launch check: passed ({self.engine}: the command loads what the lock pins)"

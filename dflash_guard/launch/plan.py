@@ -94,7 +94,8 @@ def remote_code_problems(lock: Lockfile, policy: Policy, roles: list[str]) -> li
                             f"({artifact.role} {artifact.label})")
         elif rule is RemoteCode.reviewed_only:
             problems += [f"{artifact.role}/{f.path} (sha256 {f.sha256[:12]}) is not in the "
-                         "policy's reviewed_code"
+                         "policy's reviewed_code (`dflash-guard review` writes a policy that "
+                         "lists it)"
                          for f in artifact.files
                          if f.path.endswith(".py") and f.sha256 not in policy.reviewed_sha256]
     return problems

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from pathlib import PurePosixPath
 
 from dflash_guard import __version__
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
@@ -21,6 +22,22 @@ class ScanReport:
     param_count: int | None
     files_scanned: int
     fail_on: Severity = DEFAULT_FAIL_ON
+    # (shown as, path given): how a finding's `file` maps back to the disk. A folder scanned
+    # alone is shown as "" (its files by their path inside it), one of several by its name,
+    # a file by the path given.
+    roots: tuple[tuple[str, str], ...] = ()
+
+    def artifact_path(self, finding: Finding) -> str | None:
+        """Where `finding`'s file is, as a path from the working folder (as the scan was
+        given it), or None when no scanned root names it."""
+        for shown, given in self.roots:
+            if not shown:
+                return str(PurePosixPath(given, finding.file))
+            if finding.file == shown:
+                return given
+            if finding.file.startswith(f"{shown}/"):
+                return str(PurePosixPath(given, finding.file[len(shown) + 1:]))
+        return None
 
     @property
     def max_severity(self) -> Severity | None:

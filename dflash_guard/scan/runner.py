@@ -301,12 +301,15 @@ def scan_paths(
         raise InputError(f"{target}: --target must be a model folder")
     run = _Run(frozenset(reviewed_sha256))
     folders: list[tuple[Path, str, dict[str, list[int]]]] = []
+    roots: list[tuple[str, str]] = []
     for raw in paths:
         root = Path(raw)
         prefix = root.name if len(paths) > 1 else ""
         if root.is_file():
             run.scan_file(root, str(raw))
+            roots.append((str(raw), str(raw)))
             continue
+        roots.append((prefix, str(raw)))
         files, unsafe = _files(root)
         loaded_as = _index_shards(files)
         run.shapes = {}
@@ -342,6 +345,7 @@ def scan_paths(
         run.pickle_files,
         run.param_count,
         run.files,
+        roots=tuple(roots),
     )
 
 

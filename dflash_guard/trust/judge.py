@@ -23,6 +23,17 @@ from dflash_guard.trust.model_card import card_problems
 from dflash_guard.trust.policy import Policy, RemoteCode
 
 MAX_LISTED = 3
+# How a reviewer gets past an unreviewed-code refusal (`dflash_guard/trust/review.py`).
+REVIEW_HINT = ("dflash-guard review --lock LOCK --root ROLE=DIR ... --reviewer YOU "
+               "--output my-policy.yaml")
+
+
+def locked_code_sha256(artifact: Artifact) -> dict[str, str]:
+    """`ORG/REPO--module.py` -> sha256 of the code another repo serves (`auto_map`
+    `ORG/REPO--module.Class`): locked with its commit and digests and verified byte for byte
+    before the scan, so a reviewer can cover it in `reviewed_code` by the locked sha256, which
+    then answers "the scan cannot see it"."""
+    return {f"{ref.repo}--{f.path}": f.sha256 for ref in artifact.code_refs for f in ref.files}
 
 
 @dataclasses.dataclass
@@ -56,11 +67,7 @@ class Judge:
         pickle weights its tier forbids, a drafter over the parameter budget."""
         policy, tier = self.policy, self.tier(artifact)
         rule, fail_on = policy.rule(tier), self.fail_on
-        # Code another repo serves (`auto_map` `ORG/REPO--module.Class`) is locked with its
-        # commit and digests, and verified byte for byte before the scan: a reviewer can cover
-        # it in `reviewed_code` by the locked sha256, which then answers "the scan cannot see it".
-        locked_code = {f"{ref.repo}--{f.path}": f.sha256
-                       for ref in artifact.code_refs for f in ref.files}
+        locked_code = locked_code_sha256(artifact)
         reviewed_repos = {entry.split("--", 1)[0] for entry, sha in locked_code.items()
                           if sha in policy.reviewed_sha256}
         reviewed_repos -= {entry.split("--", 1)[0] for entry, sha in locked_code.items()
@@ -83,7 +90,8 @@ class Judge:
                 problems.append(f"{role}/{code.path}: remote code is denied for the {tier} tier")
             elif not code.reviewed:
                 problems.append(f"{role}/{code.path}: unreviewed remote code "
-                                f"(sha256 {code.sha256}); add it to reviewed_code after review")
+                                f"(sha256 {code.sha256}); review it with `{REVIEW_HINT}`, "
+                                "which writes a policy listing it in reviewed_code")
         if report.pickle_files and not rule.pickle_allowed and not self.waived(
                 "pickle", artifact_key(artifact)):
             problems.append(f"{role}: pickle-format weights are not allowed for the {tier} "

@@ -21,6 +21,7 @@ from tests.support.audit import (
     write_feed,
     write_lock,
 )
+from tests.support.sarif import placed_files
 
 
 def _audit(tmp_path: Path, engine_commit: str, *records, clone: Path | None = None,
@@ -193,6 +194,19 @@ def test_audit_cli_json_and_sarif(cli, tmp_path, history):
     text = cli("audit", "--lock", lock, "--advisories", feed, "--engine-repo",
                f"engine={history.path}", "--format", "text")
     assert text.exit_code == 1 and "FAIL" in text.stdout and "x_TEST-ENGINE-1" in text.stdout
+
+
+def test_audit_sarif_places_its_results_on_the_lockfile(cli, tmp_path, history, monkeypatch):
+    lock = write_lock(tmp_path / "dflash.lock", engine_commit=history.inside)
+    feed = write_feed(tmp_path / "feed.json", _engine_advisory(
+        history, introduced=history.intro, fixed=history.fix))
+    monkeypatch.chdir(tmp_path)
+    log = json.loads(cli("audit", "--lock", "dflash.lock", "--advisories", feed,
+                         "--format", "sarif").stdout)
+    [location] = log["runs"][0]["results"][0]["locations"]
+    assert location["physicalLocation"]["artifactLocation"] == {"uri": "dflash.lock",
+                                                                "uriBaseId": "SRCROOT"}
+    assert placed_files(log) == [lock.resolve()]
 
 
 def test_audit_cli_clean_exits_zero(cli, tmp_path, history):

@@ -74,12 +74,13 @@ def test_json_schema(cli, tmp_path: Path) -> None:
     }
 
 
-def test_sarif_and_atomic_output(cli, tmp_path: Path) -> None:
+def test_sarif_and_atomic_output(cli, tmp_path: Path, monkeypatch) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "modeling.py").write_text("import os\nos.system('id')\n")
     out = tmp_path / "report.sarif"
-    result = cli("scan", model, "--format", "sarif", "--output", out)
+    monkeypatch.chdir(tmp_path)
+    result = cli("scan", "model", "--format", "sarif", "--output", out)
     assert result.exit_code == 1 and result.stdout == ""
     sarif = json.loads(out.read_text())
     assert sarif["version"] == "2.1.0"
@@ -89,7 +90,7 @@ def test_sarif_and_atomic_output(cli, tmp_path: Path) -> None:
     result0 = next(r for r in run["results"] if r["ruleId"] == "DG-RC-PROCESS")
     assert result0["level"] == "error"
     location = result0["locations"][0]["physicalLocation"]
-    assert location["artifactLocation"]["uri"] == "modeling.py"
+    assert location["artifactLocation"] == {"uri": "model/modeling.py", "uriBaseId": "SRCROOT"}
     assert location["region"]["startLine"] == 2
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 

@@ -260,3 +260,19 @@ def test_download_counts_each_locked_file_once(cli, hub, hf_env, tmp_path):
     r = cli("verify", "--lock", lock, "--download", "--format", "json")
     assert r.exit_code == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["files_checked"] == total
+
+
+def test_first_verify_after_lock_says_why_the_cache_answered(cli, locked):
+    """`lock` hashes every file and fills the stat cache, so the README's first `verify` is
+    answered by it: the OK line says so, and what `--no-cache` does, not a bare count."""
+    lock, target, drafter = locked
+    roots = ("--root", f"target={target}", "--root", f"drafter={drafter}")
+    first = cli("verify", "--lock", lock, *roots, "-q")
+    assert first.exit_code == 0
+    assert "files match the lockfile (8 unchanged since an earlier lock or verify hashed them: " \
+           "the stat cache; --no-cache hashes every byte)" in " ".join(first.stdout.split())
+    forced = cli("verify", "--lock", lock, *roots, "-q", "--no-cache")
+    assert "files match the lockfile, every byte hashed" in forced.stdout
+    (target / "config.json").write_bytes((target / "config.json").read_bytes())  # new ctime
+    mixed = cli("verify", "--lock", lock, *roots, "-q")
+    assert "(1 hashed now, 7 unchanged since" in mixed.stdout

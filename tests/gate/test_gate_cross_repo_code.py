@@ -72,3 +72,21 @@ def test_unreviewed_cross_repo_code_is_refused(cli, cross_repo_lock, tmp_path: P
     assert result.exit_code == 1, result.stdout + result.stderr
     assert json.loads(result.stdout)["passed"] is False
     assert "drafter/z-lab/code--modeling.py: unreviewed remote code" in result.stdout
+
+
+def test_review_covers_cross_repo_code_by_its_locked_sha256(cli, cross_repo_lock,
+                                                           tmp_path: Path) -> None:
+    """`review` lists the other repo's module by the sha256 the lock pins (not scanned: the
+    folder does not hold it), and the policy it writes gets the same lock approved."""
+    shown = json.loads(cli("review", "--lock", cross_repo_lock, "--format", "json",
+                           "-q").stdout)
+    by_path = {entry["path"]: entry for entry in shown["unreviewed"]}
+    assert by_path["z-lab/code--modeling.py"]["sha256"] == hashlib.sha256(CODE).hexdigest()
+    assert by_path["z-lab/code--modeling.py"]["scanned"] is False
+    assert by_path["dflash.py"]["scanned"] is True
+    policy = tmp_path / "reviewed.yaml"
+    assert cli("review", "--lock", cross_repo_lock, "--reviewer", "me", "-o", policy,
+               "-q").exit_code == 0
+    assert "not scanned: another repository serves it" in policy.read_text()
+    result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "-q")
+    assert result.exit_code == 0, result.stdout + result.stderr

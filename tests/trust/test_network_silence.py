@@ -48,6 +48,7 @@ def test_the_local_workflow_opens_no_connection(cli, guard, locked_pair, tmp_pat
          "--package", "torch==2.5.0+cpu@sha256:" + "4" * 64),
         ("verify", "--lock", lock, *roots),
         ("scan", locked_pair.drafter, "--target", locked_pair.target),
+        ("review", "--lock", lock, *roots, "--reviewer", "me", "-o", tmp_path / "r.yaml"),
         ("policy", "check", "strict"), ("policy", "show", "dev"),
         ("export", "requirements", "--lock", lock, "-o", tmp_path / "requirements.txt"),
         ("advisory", "new", "--id", "x_T-1", "--summary", "s", "--pypi", "torch", "--version",

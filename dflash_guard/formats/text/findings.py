@@ -1,5 +1,5 @@
-"""Text rendering of a findings report (scan): a table per file, worst findings first, then
-the report's one-line summary.
+"""Text rendering of a findings report (scan, launch --check): one table, a row per finding
+(by file, worst first; the file in `where`), then the report's one-line summary.
 Untrusted strings (file names, messages) are escaped for the terminal (`formats.terminal`).
 
 rich is imported only when there is a finding to tabulate: a clean report is one plain line.
@@ -11,7 +11,7 @@ import io
 from typing import TYPE_CHECKING
 
 from dflash_guard.formats.interface import FindingsReport
-from dflash_guard.formats.terminal import markup_safe, safe_console
+from dflash_guard.formats.terminal import OFF_TERMINAL_WIDTH, markup_safe, safe_console
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
@@ -29,37 +29,42 @@ SEVERITY_STYLE = {
 
 
 def print_report(report: FindingsReport, console: Console) -> None:
-    """Print `report` on `console` (with colours when the console has them)."""
-    for file in sorted({f.file for f in report.findings}):  # rich loads with the first table
-        console.print(_file_table(file, [f for f in report.findings if f.file == file]))
+    """Print `report` on `console` (with colours when the console has them): one table, a row
+    per finding, by file and worst first, the file (member, line) in `where`."""
+    if report.findings:  # rich loads with the first table
+        console.print(_table(sorted(report.findings, key=lambda f: f.file)))
     console.print(report.summary(), markup=False, emoji=False, highlight=False)
 
 
-def _file_table(file: str, findings: list[Finding]) -> Table:
+def where(finding: Finding) -> str:
+    """`FILE`, `FILE[MEMBER]` (inside an archive), then `:LINE` when there is one."""
+    shown = f"{finding.file}[{finding.member}]" if finding.member else finding.file
+    return f"{shown}:{finding.line}" if finding.line else shown
+
+
+def _table(findings: list[Finding]) -> Table:
     from rich.table import Table
 
-    table = Table(title=markup_safe(file), title_justify="left", show_lines=False, expand=False)
-    table.add_column("severity")
-    table.add_column("rule")
-    table.add_column("where")
+    table = Table(show_lines=False, expand=False)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("rule", no_wrap=True)
+    table.add_column("where", overflow="fold")
     table.add_column("message", overflow="fold")
     for finding in findings:
-        where = finding.member or ""
-        if finding.line:
-            where = f"{where} line {finding.line}".strip()
         table.add_row(
             f"[{SEVERITY_STYLE[finding.severity]}]{finding.severity.name}[/]",
             finding.rule_id,
-            markup_safe(where),
+            markup_safe(where(finding)),
             markup_safe(finding.message),
         )
     return table
 
 
 def render(report: FindingsReport) -> str:
-    """`report` as plain text, tables 120 columns wide (a clean report is its summary line)."""
+    """`report` as plain text for a file, no row wrapped (a clean report is its summary
+    line)."""
     if not report.findings:
         return report.summary() + "\n"
-    console = safe_console(record=True, width=120, file=io.StringIO())
+    console = safe_console(record=True, width=OFF_TERMINAL_WIDTH, file=io.StringIO())
     print_report(report, console)
     return console.export_text()

@@ -12,7 +12,20 @@ from dflash_guard.formats.terminal import markup_safe, terminal_safe
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dflash_guard.pins.verify import VerifyReport
     from dflash_guard.trust.verified import VerifiedLock
+
+
+def _how_checked(report: VerifyReport) -> str:
+    """How the digests were got: all hashed now, or some from the stat cache. The cache answers
+    for a file hashed before (by `lock` too, so on the first `verify` after it) whose size,
+    mtime, ctime and inode are unchanged; the gate never reads it."""
+    cached, hashed = report.cache_hits, report.files_checked - report.cache_hits
+    if not cached:
+        return ", every byte hashed"
+    now = f"{hashed} hashed now, " if hashed else ""
+    return (f" ({now}{cached} unchanged since an earlier lock or verify hashed them: "
+            "the stat cache; --no-cache hashes every byte)")
 
 
 def render_verify(result: VerifiedLock, console: Console) -> None:
@@ -21,8 +34,8 @@ def render_verify(result: VerifiedLock, console: Console) -> None:
     for role, folder in sorted(report.locations.items()):
         console.print(f"{role:8} {terminal_safe(str(folder))}", highlight=False, markup=False)
     if report.passed:
-        console.print(f"[green]OK[/]: {report.files_checked} files match the lockfile "
-                      f"({report.cache_hits} from the stat cache)")
+        console.print(f"[green]OK[/]: {report.files_checked} files match the lockfile"
+                      f"{_how_checked(report)}", highlight=False, soft_wrap=True)
     else:
         table = Table(title="files that differ from the lockfile")
         for column in ("role", "path", "problem", "expected", "actual"):

@@ -70,7 +70,8 @@ def unreviewed(display: str, sha256: str) -> Finding:
     """The note that a code file has not been reviewed (by its sha256)."""
     return Finding.of(
         rules.RC_UNREVIEWED, display,
-        f"remote code not reviewed (sha256 {sha256}); review it and add the digest",
+        f"remote code not reviewed (sha256 {sha256}); the gate refuses it at any severity "
+        "until the policy's reviewed_code lists it (`dflash-guard review` writes that policy)",
         severity=Severity.low, detector=DETECTOR,
     )
 

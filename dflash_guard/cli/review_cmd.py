@@ -1,0 +1,85 @@
+"""`dflash-guard review`: the capability report of each unreviewed remote-code file, and the
+policy that records the review (`dflash_guard/trust/review.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dflash_guard.cli.common import finish, progress
+from dflash_guard.cli.options import Format, Quiet
+from dflash_guard.cli.verify_cmd import parse_roots
+from dflash_guard.errors import EXIT_FINDING, InputError
+from dflash_guard.fileio import write_atomic
+from dflash_guard.formats import PlainFormat
+from dflash_guard.formats.text.review import render_review
+from dflash_guard.outputs import refuse_outputs_over_inputs
+from dflash_guard.pins.lockfile import load_lockfile
+from dflash_guard.pins.verify import verify_lock
+from dflash_guard.trust.policy import parse_policy
+from dflash_guard.trust.review import find_unreviewed, policy_text
+
+
+def review(
+    lock_path: Annotated[Path, typer.Option(
+        "--lock", metavar="FILE", help="Lockfile of the pair.")] = Path(
+        "dflash.lock"),
+    root: Annotated[list[str] | None, typer.Option(
+        "--root", metavar="ROLE=DIR", help="Where that artifact lives (repeatable).")] = None,
+    extends: Annotated[str, typer.Option(
+        "--extends", metavar="NAME",
+        help="Built-in policy to extend: default, strict or dev.")] = "default",
+    reviewer: Annotated[str | None, typer.Option(
+        "--reviewer", metavar="NAME",
+        help="Who reviewed the code (needed with --output).")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", metavar="NAME",
+        help="Name of the written policy (default: NAME-reviewed).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", metavar="FILE",
+        help="Write the policy recording the review here (atomically; never over an input).")
+    ] = None,
+    fmt: Format = PlainFormat.text,
+    quiet: Quiet = False,
+) -> None:
+    """Show what each unreviewed remote-code file can do; with --output, write a policy that
+    extends a built-in one with their sha256s (exit 1 while code is left unreviewed).
+
+    Read each file and its report, then run it again with --reviewer NAME -o FILE.
+    Then gate with --policy ./FILE.
+
+    Example: dflash-guard review --root target=pair/target --root drafter=pair/drafter
+    """
+    if output is not None and not reviewer:
+        raise InputError("--output: give --reviewer NAME too (it is recorded with each entry)")
+    lock = load_lockfile(lock_path)
+    roots = parse_roots(root or [])
+    refuse_outputs_over_inputs([("--output", output)],
+                               [("--lock", lock_path),
+                                *((f"--root {role}", folder) for role, folder in roots.items())])
+    with progress(quiet) as shown:
+        # Every byte hashed (no stat cache): the digests written are the locked ones.
+        verified = verify_lock(lock, roots, use_cache=False, progress=shown)
+        if not verified.passed:
+            listed = "; ".join(f"{p.role}/{p.path}: {p.kind}" for p in verified.problems[:3])
+            typer.echo(f"MISMATCH: the files differ from the lock ({listed}); run dflash-guard "
+                       "verify, then review what is locked", err=True)
+            raise typer.Exit(EXIT_FINDING)
+        found = find_unreviewed(lock, verified.locations, extends, progress=shown)
+    if output is not None and found.reviewable:
+        assert reviewer is not None
+        text = policy_text(found, reviewer, dt.datetime.now(dt.UTC).date(),
+                           name or f"{extends}-reviewed")
+        parse_policy(text, str(output), base=output.parent)  # what the gate will load
+        write_atomic(output, text)
+        found = dataclasses.replace(found, written=str(output))
+    finish(found, fmt, render_review)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `review` to `app`."""
+    app.command("review")(review)

@@ -1,0 +1,55 @@
+"""Text view of `review`: each unreviewed remote-code file with its full sha256 and capability
+report, then what was written or what to do next."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dflash_guard.formats.terminal import markup_safe
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dflash_guard.trust.review import Review
+
+
+def render_review(review: Review, console: Console) -> None:
+    """One block per file (name, sha256, one line per capability), then the verdict line."""
+    if not review.files:
+        console.print(f"[green]OK[/]: no unreviewed remote code under `{review.base}`",
+                      highlight=False)
+        return
+    for code in review.files:
+        digest = code.sha256 or "no bytes to review (missing)"
+        console.print(f"[bold]{markup_safe(code.name)}[/]  sha256 {digest}", highlight=False,
+                      soft_wrap=True)
+        if not code.scanned:
+            console.print("  not scanned: another repository serves it; the lock pins its "
+                          "bytes: read it there", highlight=False, soft_wrap=True)
+        elif not code.capabilities:
+            console.print("  capabilities: none the scan could see", highlight=False)
+        for finding in code.capabilities:
+            line = f" line {finding.line}" if finding.line else ""
+            console.print(f"  {finding.severity.name} {finding.rule_id}{line}: "
+                          f"{markup_safe(finding.message)}", highlight=False, soft_wrap=True)
+        failing = ", ".join(review.still_failing(code))
+        if failing:
+            console.print(f"  [yellow]note[/]: the gate still refuses {failing} at fail_on "
+                          f"{review.fail_on.name}, reviewed or not (a waiver scan:RULE covers "
+                          "it)", highlight=False, soft_wrap=True)
+    for role in review.denied:
+        console.print(f"[yellow]note[/]: `{review.base}` denies remote code for the {role}'s "
+                      "tier: reviewed or not, the gate refuses it (the tier comes from "
+                      "local_tier or the Hub organisation: docs/policies.md)", highlight=False,
+                      soft_wrap=True)
+    count = len(review.files)
+    files = "file" if count == 1 else "files"
+    if review.written is not None:
+        console.print(f"[green]WRITTEN[/]: {markup_safe(review.written)} extends "
+                      f"`{review.base}` with {len(review.reviewable)} reviewed {files}; gate "
+                      f"with --policy ./{markup_safe(review.written)}", highlight=False,
+                      soft_wrap=True)
+    if not review.passed:
+        console.print(f"[red]UNREVIEWED[/]: {count} remote-code {files}; read each, then run "
+                      "again with --reviewer YOU --output my-policy.yaml", highlight=False,
+                      soft_wrap=True)

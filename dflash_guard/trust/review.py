@@ -1,0 +1,187 @@
+"""The reviewer's way past `reviewed_code`: the remote code the gate would refuse as unreviewed,
+each file with what the scan found it can do (its capability report), and the policy file that
+records the review: a built-in policy extended with the reviewed sha256s, commented.
+
+The files are verified against the lock first (every byte hashed, no stat cache), so a digest
+written here is the locked one; a policy only ever names code by sha256, so a file changed
+afterwards is unreviewed again. The capability report is a review aid, not a verdict: the
+static rules see what `ast` can resolve (see `scan/remote_code`), and the reviewer still reads
+the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from dflash_guard import rules
+from dflash_guard.errors import InputError
+from dflash_guard.pins.lockfile import Lockfile
+from dflash_guard.progress import NO_PROGRESS, Progress
+from dflash_guard.scan import remote_code
+from dflash_guard.scan.interface import Finding
+from dflash_guard.severity import Severity
+from dflash_guard.trust.judge import locked_code_sha256
+from dflash_guard.trust.policy import BUILTIN_POLICIES, RemoteCode, load_policy
+
+REVIEW_COMMAND = "dflash-guard review"
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeToReview:
+    """One remote-code file nobody has reviewed under the policy, as the gate names it."""
+
+    role: str
+    path: str  # inside the role's folder, or `ORG/REPO--module.py` for code another repo serves
+    sha256: str  # "" when there are no bytes to review (the file is missing)
+    capabilities: tuple[Finding, ...]  # the scan's remote-code findings on the file
+    scanned: bool  # False: served by another repository, verified by the lock, not scanned
+
+    @property
+    def name(self) -> str:
+        """`ROLE/PATH`, as the gate's refusal names it."""
+        return f"{self.role}/{self.path}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"role": self.role, "path": self.path, "sha256": self.sha256 or None,
+                "scanned": self.scanned,
+                "capabilities": [f.to_json() for f in self.capabilities]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Review:
+    """What `review` found and, once written, where the policy that records it is."""
+
+    base: str  # the built-in policy the written one extends
+    files: tuple[CodeToReview, ...]
+    written: str | None = None
+    fail_on: Severity = Severity.high  # the base's scan.fail_on: a finding at it still fails
+    denied: tuple[str, ...] = ()  # roles whose tier denies remote code, reviewed or not
+
+    @property
+    def reviewable(self) -> tuple[CodeToReview, ...]:
+        """The files with bytes to review (a missing file has none)."""
+        return tuple(f for f in self.files if f.sha256)
+
+    @property
+    def passed(self) -> bool:
+        """Nothing is left unreviewed: there was nothing, or the policy covering it is written
+        (and no file lacked the bytes to review)."""
+        return not self.files or (self.written is not None
+                                  and len(self.reviewable) == len(self.files))
+
+    def to_json(self) -> dict[str, object]:
+        return {"passed": self.passed, "extends": self.base, "written": self.written,
+                "fail_on": self.fail_on.name, "denied_roles": list(self.denied),
+                "unreviewed": [f.to_json() for f in self.files]}
+
+    def still_failing(self, code: CodeToReview) -> list[str]:
+        """The rules of the file's findings the gate refuses even once it is reviewed (at
+        `fail_on`+, unless a `scan:RULE` waiver covers them), each once."""
+        return list(dict.fromkeys(f.rule_id for f in code.capabilities
+                                  if f.severity >= self.fail_on))
+
+
+def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
+                    progress: Progress = NO_PROGRESS) -> Review:
+    """The remote code of every located artifact that the built-in policy `base` does not list
+    in `reviewed_code`, with the scan's capability findings for each file."""
+    from dflash_guard.scan import scan_paths
+
+    policy = load_policy(_builtin(base))
+    files: list[CodeToReview] = []
+    denied: list[str] = []
+    for artifact in lock.artifacts:
+        folder = locations.get(artifact.role)
+        # The tier an unsigned lock gives (a signed one may give a Hub artifact its org's).
+        rule = policy.rule(policy.artifact_tier(artifact, provenance_trusted=False))
+        if folder is None or rule.remote_code is RemoteCode.allow:
+            continue
+        is_drafter = artifact.role == "drafter"
+        report = scan_paths([folder], target=locations.get("target") if is_drafter else None,
+                            reviewed_sha256=policy.reviewed_sha256, progress=progress)
+        locked = locked_code_sha256(artifact)
+        for code in report.remote_code:
+            sha256, scanned = code.sha256, bool(code.sha256)
+            if not sha256 and code.path in locked:
+                sha256 = locked[code.path]
+            if sha256 in policy.reviewed_sha256:
+                continue
+            found = tuple(f for f in report.findings if f.file == code.path
+                          and f.detector == remote_code.DETECTOR
+                          and f.rule_id != rules.RC_UNREVIEWED.id)
+            files.append(CodeToReview(artifact.role, code.path, sha256, found, scanned))
+            if rule.remote_code is RemoteCode.deny and artifact.role not in denied:
+                denied.append(artifact.role)
+    return Review(base, tuple(files), fail_on=Severity.parse(policy.fail_on),
+                  denied=tuple(denied))
+
+
+def _builtin(name: str) -> str:
+    if name not in BUILTIN_POLICIES:
+        raise InputError(f"--extends {name!r}: expected a built-in policy "
+                         f"({', '.join(BUILTIN_POLICIES)})")
+    return name
+
+
+def _comment(text: str) -> str:
+    """`text` as one YAML comment line: a line break or control character in a scanned name
+    could otherwise end the comment and forge a policy key."""
+    return "# " + "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100
+                          else f"\\u{ord(c):04x}" for c in text)
+
+
+def _capabilities(review: Review, code: CodeToReview) -> list[str]:
+    failing = review.still_failing(code)
+    notes = [_comment(f"  the gate still refuses {', '.join(failing)} at fail_on "
+                      f"{review.fail_on.name}, reviewed or not (a waiver scan:RULE covers it)")
+             ] if failing else []
+    return _found(code) + notes
+
+
+def _found(code: CodeToReview) -> list[str]:
+    if not code.scanned:
+        return [_comment("  not scanned: another repository serves it; the lock pins its bytes "
+                         "(read it there)")]
+    if not code.capabilities:
+        return [_comment("  capabilities: none the scan could see")]
+    return [_comment(f"  {f.severity.name} {f.rule_id}"
+                     f"{f' line {f.line}' if f.line else ''}: {f.message}")
+            for f in code.capabilities]
+
+
+def policy_text(review: Review, reviewer: str, today: dt.date, name: str) -> str:
+    """The policy file recording `review`: `extends` the base, its own reviewed entries kept
+    (a list in an extending policy replaces the base's), each new entry with its capability
+    report as comments. Loading it back must give the same digests (checked by the caller)."""
+    base = load_policy(_builtin(review.base))
+    lines = [
+        _comment(f"Written by `{REVIEW_COMMAND}` on {today.isoformat()}: the built-in "
+                 f"`{review.base}` policy"),
+        "# plus the remote code reviewed below, by sha256 (a changed file is unreviewed again).",
+        "# Check it with `dflash-guard policy check FILE`; gate with `--policy ./FILE`.",
+        *(_comment(f"Note: `{review.base}` denies remote code for the {role}'s tier: the gate "
+                   "refuses it, reviewed or not (see local_tier)") for role in review.denied),
+        yaml.safe_dump({"extends": review.base, "name": name}, sort_keys=False).rstrip("\n"),
+        "reviewed_code:",
+    ]
+    kept = [{"sha256": r.sha256, "path": r.path, "reviewer": r.reviewer, "date": r.date}
+            for r in base.reviewed_code]
+    if kept:
+        lines.append(_comment(f"  kept from the built-in `{review.base}` policy"))
+        lines += _entries(kept)
+    for code in review.reviewable:
+        lines.append(_comment(f"{code.name} (sha256 {code.sha256})"))
+        lines += _capabilities(review, code)
+        lines += _entries([{"sha256": code.sha256, "path": code.name, "reviewer": reviewer,
+                            "date": today}])
+    return "\n".join(lines) + "\n"
+
+
+def _entries(entries: list[dict[str, object]]) -> list[str]:
+    dumped = yaml.safe_dump(entries, sort_keys=False, default_flow_style=False, width=10_000)
+    return ["  " + line for line in dumped.splitlines()]

@@ -1,0 +1,55 @@
+"""SARIF that code scanning can place: file locations relative to `SRCROOT` (the working folder,
+defined in `originalUriBaseIds`), whichever folder was scanned and however many; `launch --check`
+findings about flags are logical locations, never a file called `--host`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.support.sarif import placed_files
+from tests.support.trust import write_lock
+
+
+@pytest.mark.parametrize("scanned", [["models/drafter"], ["models"],
+                                     ["models/drafter", "models/target"],
+                                     ["models/drafter/dflash.py"]])
+def test_scan_results_resolve_to_the_scanned_files(cli, tmp_path, monkeypatch, builtin_pair,
+                                                   scanned):
+    shutil.copytree(builtin_pair.drafter, tmp_path / "models" / "drafter")
+    shutil.copytree(builtin_pair.target, tmp_path / "models" / "target")
+    monkeypatch.chdir(tmp_path)
+    result = cli("scan", *scanned, "--format", "sarif", "-q")
+    log = json.loads(result.stdout)
+    base = log["runs"][0]["originalUriBaseIds"]["SRCROOT"]["uri"]
+    assert base == tmp_path.resolve().as_uri() + "/"
+    placed = placed_files(log)
+    assert tmp_path.resolve() / "models" / "drafter" / "dflash.py" in placed
+    for location in (r["locations"][0] for r in log["runs"][0]["results"]):
+        artifact = location["physicalLocation"]["artifactLocation"]
+        assert artifact["uriBaseId"] == "SRCROOT" and artifact["uri"].startswith("models/")
+
+
+def test_a_file_outside_the_working_folder_gets_its_absolute_uri(cli, tmp_path, monkeypatch,
+                                                                  builtin_pair):
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    log = json.loads(cli("scan", builtin_pair.drafter, "--format", "sarif", "-q").stdout)
+    [location] = [r["locations"][0] for r in log["runs"][0]["results"]]
+    assert "uriBaseId" not in location["physicalLocation"]["artifactLocation"]
+    assert placed_files(log) == [(builtin_pair.drafter / "dflash.py").resolve()]
+
+
+def test_launch_check_flags_are_logical_locations(cli, tmp_path, locked_pair):
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    result = cli("launch", "--check", "vllm", "--lock", lock, "--format", "sarif", "--",
+                 "vllm", "serve", "Qwen/Qwen3-8B", "--host", "0.0.0.0")
+    assert result.exit_code == 1
+    log = json.loads(result.stdout)
+    locations = [r["locations"] for r in log["runs"][0]["results"]]
+    assert {"--host", "--model"} <= {loc["logicalLocations"][0]["name"]
+                                     for [loc] in locations}
+    assert all("physicalLocation" not in loc for [loc] in locations)
+    assert placed_files(log) == []

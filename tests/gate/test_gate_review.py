@@ -1,0 +1,103 @@
+"""`dflash-guard review`: the reviewer's path past the gate's unreviewed-code refusal. The first
+gate on the built-in pair under `default` refuses and names the command; the policy it writes
+makes the same gate approve; a code file changed and re-locked afterwards is refused again."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+
+from dflash_guard.trust.policy import load_policy, parse_policy
+from dflash_guard.trust.review import CodeToReview, Review, policy_text
+from tests.support.trust import copy_folder, fixture_code_sha256, relock, write_lock
+
+NETWORK_CODE = b"\nimport socket\n\n\ndef phone_home():\n    socket.create_connection(('x', 1))\n"
+
+
+def _roots(target, drafter) -> list[str]:
+    return ["--root", f"target={target}", "--root", f"drafter={drafter}"]
+
+
+def _gate(cli, lock, policy, roots, out):
+    return cli("gate", "--lock", lock, "--policy", policy, *roots, "--out", out, "-q")
+
+
+def test_review_writes_the_policy_the_gate_approves(cli, tmp_path, locked_pair):
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    roots = _roots(locked_pair.target, locked_pair.drafter)
+    refused = _gate(cli, lock, "default", roots, tmp_path / "a.json")
+    assert refused.exit_code == 1
+    assert "dflash-guard review --lock" in refused.stdout
+
+    shown = cli("review", "--lock", lock, *roots, "-q")
+    assert shown.exit_code == 1  # unreviewed code left, nothing written
+    assert f"drafter/dflash.py  sha256 {fixture_code_sha256()}" in shown.stdout
+    assert "UNREVIEWED: 1 remote-code file" in shown.stdout
+
+    policy = tmp_path / "reviewed.yaml"
+    written = cli("review", "--lock", lock, *roots, "--reviewer", "me@example.com",
+                  "-o", policy, "-q")
+    assert written.exit_code == 0, written.stdout + written.stderr
+    text = policy.read_text()
+    assert text.startswith("# Written by `dflash-guard review`")
+    assert "extends: default\n" in text
+    loaded = load_policy(policy)
+    assert loaded.extends == "default" and loaded.name == "default-reviewed"
+    assert fixture_code_sha256() in loaded.reviewed_sha256
+    assert _gate(cli, lock, str(policy), roots, tmp_path / "a.json").exit_code == 0
+    assert cli("review", "--lock", lock, *roots, "--extends", str(policy)).exit_code == 2
+    again = cli("review", "--lock", lock, *roots, "--reviewer", "me", "-o", lock, "-q")
+    assert again.exit_code == 2 and "overwrite an input" in again.stderr
+
+
+def test_a_file_changed_after_the_review_is_refused(cli, tmp_path, locked_pair):
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    roots = _roots(locked_pair.target, locked_pair.drafter)
+    policy = tmp_path / "reviewed.yaml"
+    assert cli("review", "--lock", lock, *roots, "--reviewer", "me", "-o", policy,
+               "-q").exit_code == 0
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
+    with (drafter / "dflash.py").open("ab") as code:
+        code.write(NETWORK_CODE)
+    tampered = write_lock(relock(locked_pair, drafter), tmp_path / "tampered.lock")
+    new_roots = _roots(locked_pair.target, drafter)
+    result = _gate(cli, tampered, str(policy), new_roots, tmp_path / "b.json")
+    assert result.exit_code == 1
+    assert "drafter/dflash.py: unreviewed remote code" in result.stdout.replace("\n", " ")
+
+    shown = cli("review", "--lock", tampered, *new_roots, "--format", "json", "-q")
+    (entry,) = json.loads(shown.stdout)["unreviewed"]
+    assert entry["sha256"] != fixture_code_sha256()
+    assert "DG-RC-NETWORK" in {c["rule_id"] for c in entry["capabilities"]}
+    text = " ".join(cli("review", "--lock", tampered, *new_roots, "-q").stdout.split())
+    assert re.search(r"high DG-RC-NETWORK line \d+: ", text)
+    assert "the gate still refuses DG-RC-NETWORK at fail_on high, reviewed or not" in text
+    # The old lock over the changed folder: nothing is reviewed from bytes the lock does not pin.
+    mismatch = cli("review", "--lock", lock, *new_roots, "--reviewer", "me",
+                   "-o", tmp_path / "c.yaml", "-q")
+    assert mismatch.exit_code == 1 and "MISMATCH" in mismatch.stderr
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_a_scanned_name_cannot_forge_a_policy_key():
+    forged = "dflash.py\nwaivers:\n- {id: w, kind: scan, target: DG-RC-NETWORK}"
+    review = Review("default", (CodeToReview("drafter", forged, "a" * 64, (), True),))
+    policy = parse_policy(policy_text(review, "me", dt.date(2026, 12, 2), "mine"))
+    assert not policy.waivers
+    assert "a" * 64 in policy.reviewed_sha256
+
+
+def test_a_tier_that_denies_remote_code_is_named(cli, tmp_path, locked_pair):
+    """Under strict a local folder is `unknown`, whose remote code is denied: reviewing it
+    cannot get the gate past that, and the review says so (in the policy file too)."""
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    roots = _roots(locked_pair.target, locked_pair.drafter)
+    shown = cli("review", "--lock", lock, *roots, "--extends", "strict", "-q")
+    assert "`strict` denies remote code for the drafter's tier" in " ".join(shown.stdout.split())
+    policy = tmp_path / "strict-reviewed.yaml"
+    assert cli("review", "--lock", lock, *roots, "--extends", "strict", "--reviewer", "me",
+               "-o", policy, "-q").exit_code == 0
+    assert "# Note: `strict` denies remote code for the drafter's tier" in policy.read_text()
+    assert load_policy(policy).extends == "strict"
+    assert cli("review", "--lock", lock, *roots, "--extends", "dev", "-q").exit_code == 0
