@@ -23,15 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gguf import GGUFReader  # noqa: E402
 
 from dflash_guard.scan.gguf_check import scan_gguf_file  # noqa: E402
-from dflash_guard.scan.gguf_layout import check_layout  # noqa: E402
+from kernels_ref.gguf_reader import read_gguf  # noqa: E402
 from tests.support.llamacpp import source_tree  # noqa: E402
 
 VOCABS = ("qwen2", "llama-bpe")
 
 
 def walk(path: Path) -> None:
-    with path.open("rb") as handle:
-        check_layout(handle, os.fstat(handle.fileno()).st_size)
+    with path.open("rb") as handle, read_gguf(handle):
+        pass
 
 
 def read(path: Path) -> None:
