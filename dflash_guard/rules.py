@@ -33,8 +33,8 @@ UNSCANNABLE = Rule(
     "leaving the folder, a symlinked folder, a special file (FIFO, device), a zip member over "
     "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep, a GGUF "
     "header over 4,096 keys, 65,536 tensors, 2^22 array items or a 64 MiB string, a pickle "
-    "walk over 120 s, a compressed stream decompressing past 1 GiB (or lz4 without the `lz4` package), a tar or zip with over "
-    "100,000 members",
+    "walk over 120 s, a compressed stream decompressing past 1 GiB (or lz4 without the `lz4` "
+    "package), a tar or zip with over 100,000 members",
 )
 FORMAT_UNKNOWN = Rule(
     "DG-FORMAT-UNKNOWN", Severity.high,

@@ -176,6 +176,8 @@ def declared_problems(gguf: GGUF) -> list[str]:
         if heads and kv_heads is not None and (kv_heads == 0 or heads % kv_heads):
             problems.append(f"{arch}.attention.head_count_kv {kv_heads} does not divide "
                             f"head_count {heads}")
+        elif heads and width is not None:
+            problems += _attention_shapes(gguf, arch, width, heads, kv_heads or heads)
     tokens = gguf.find(TOKENS)
     count = tokens.count if tokens is not None and tokens.type == ARRAY else None
     named = {t.name: t for t in tensors}
@@ -192,6 +194,24 @@ def declared_problems(gguf: GGUF) -> list[str]:
             rows = shape[1] if len(shape) > 1 else 1
             problems.append(f"{name} has {rows} rows but the vocabulary holds {count} tokens")
     return problems
+
+
+def _attention_shapes(gguf: GGUF, arch: str, width: int, heads: int, kv_heads: int) -> list[str]:
+    """Each block's separate q/k/v/output projections against the shapes llama.cpp creates them
+    with (`src/models/{llama,qwen2,qwen3}.cpp`): head sizes from `key_length`/`value_length`,
+    else the embedding over the heads; qwen2's query and output are square."""
+    head_k = _number(gguf, f"{arch}.attention.key_length") or width // heads
+    head_v = _number(gguf, f"{arch}.attention.value_length") or width // heads
+    query = width if arch == "qwen2" else head_k * heads
+    expected = {"attn_q.weight": [width, query], "attn_k.weight": [width, head_k * kv_heads],
+                "attn_v.weight": [width, head_v * kv_heads], "attn_output.weight": [query, width]}
+    problems = []
+    for tensor in gguf.tensors:
+        match = _BLOCK.match(tensor.name)
+        if match and match.group(2) in expected and list(tensor.dims) != expected[match.group(2)]:
+            problems.append(f"{tensor.name} is {list(tensor.dims)} but the head counts make it "
+                            f"{expected[match.group(2)]}: llama.cpp's loader refuses the shape")
+    return problems[:4]
 
 
 def vocab_problems(gguf: GGUF) -> list[str]:
