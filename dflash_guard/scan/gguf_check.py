@@ -164,7 +164,9 @@ def declared_problems(gguf: GGUF) -> list[str]:
     heads, kv_heads = (_number(gguf, f"{arch}.attention.{k}") for k in ("head_count",
                                                                         "head_count_kv"))
     attention = any(_ATTENTION.fullmatch(name) for names in by_block.values() for name in names)
-    if attention and arch in UNIFORM_BLOCKS:
+    per_layer = any((f := gguf.find(f"{arch}.attention.{k}")) is not None and f.type == ARRAY
+                    for k in ("head_count", "head_count_kv"))  # per-layer counts: not modelled
+    if attention and arch in UNIFORM_BLOCKS and not per_layer:
         if not heads:
             problems.append(f"{arch}.attention.head_count is missing or 0: llama.cpp sizes "
                             "every attention tensor from it")

@@ -138,3 +138,18 @@ def test_every_vocabulary_gguf_of_the_pinned_llamacpp_tree_is_clean() -> None:
     files = _vocab_files()
     assert {"ggml-vocab-qwen2.gguf", "ggml-vocab-llama-bpe.gguf"} <= {f.name for f in files}
     _clean(files)
+
+
+def test_per_layer_head_counts_are_not_taken_for_missing(tmp_path: Path) -> None:
+    """llama.cpp reads `head_count` as one number or one per layer (`get_key_or_arr`)."""
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("llama.block_count", 1)
+    writer.add_uint32("llama.embedding_length", 8)
+    writer.add_array("llama.attention.head_count", [2])
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((8, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert _loud(path) == []
