@@ -150,3 +150,25 @@ def test_what_llamacpp_refuses_to_load_the_scan_reports(server, converted, tmp_p
     assert any(words in message for message in loud), loud
     refused = loads(server, bad)
     assert refused is not None and "llama-server exited" in refused
+
+
+def _renamed(old: str, new: str) -> Edit:
+    def edit(_: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        tensors[new] = tensors.pop(old)
+    return edit
+
+
+def test_what_llamacpps_gguf_reader_refuses_the_scan_refuses(server, converted, tmp_path) -> None:
+    """Two refusals of `ggml/src/gguf.cpp` itself, before any model loader: version 1, and a
+    tensor name of 64 bytes (GGML_MAX_NAME counts the NUL)."""
+    old = tmp_path / "v1.gguf"
+    data = bytearray(converted.read_bytes())
+    data[4:8] = (1).to_bytes(4, "little")
+    old.write_bytes(bytes(data))
+    long = rewrite(converted, tmp_path / "long.gguf", _renamed("output_norm.weight", "n" * 64))
+    for bad, words in ((old, "version 1"), (long, "64 bytes")):
+        findings = scan_gguf_file(bad, bad.name)
+        assert [f.rule_id for f in findings] == ["DG-GGUF-MALFORMED"], findings
+        assert words in findings[0].message
+        refused = loads(server, bad)
+        assert refused is not None and "llama-server exited" in refused
