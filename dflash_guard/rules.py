@@ -32,9 +32,9 @@ UNSCANNABLE = Rule(
     "encrypted/corrupt zip member, 7z/rar/gzip, unreadable file, bad `.npy` header, a symlink "
     "leaving the folder, a symlinked folder, a special file (FIFO, device), a zip member over "
     "1 GiB, a JSON file over 64 MiB or nested too deep, a template nested too deep, a GGUF "
-    "header over 2^23 array items or nested arrays, a pickle walk over 120 s, a compressed "
-    "stream decompressing past 1 GiB (or lz4 without the `lz4` package), a tar or zip with over "
-    "100,000 members",
+    "header over 4,096 keys, 65,536 tensors, 2^22 array items or a 64 MiB string, a pickle "
+    "walk over 120 s, a compressed stream decompressing past 1 GiB (or lz4 without the `lz4` "
+    "package), a tar or zip with over 100,000 members",
 )
 FORMAT_UNKNOWN = Rule(
     "DG-FORMAT-UNKNOWN", Severity.high,
@@ -187,19 +187,23 @@ ST_INDEX_TENSOR = Rule(
 )
 GGUF_MALFORMED = Rule(
     "DG-GGUF-MALFORMED", Severity.high,
-    "The gguf reader rejects the file.",
-    "GGUF rejected by the `gguf` reader",
+    "A GGUF header llama.cpp's reader refuses or that does not fit the file.",
+    "GGUF refused by the bounded reader (llama.cpp's own refusals: version, empty or repeated "
+    "key, nested arrays, unknown type, alignment, tensor names, dimensions, blocks; counts past "
+    "the end of the file)",
 )
 GGUF_TENSORS = Rule(
     "DG-GGUF-TENSORS", Severity.high,
     "A GGUF tensor table llama.cpp would refuse or misread.",
-    "duplicate names; data misaligned, out of order, overlapping, with a gap or past the end "
-    "of the file; `block_count`/`embedding_length`/vocabulary against the tensors (or missing)",
+    "data misaligned, out of order, overlapping, with a gap or past the end of the file; "
+    "`block_count`, attention head counts, a block missing a tensor the others have, "
+    "`embedding_length` and the vocabulary against `token_embd`/`output` (or missing)",
 )
 GGUF_METADATA = Rule(
     "DG-GGUF-METADATA", Severity.high,
     "GGUF metadata missing or of the wrong type.",
-    "unreadable or non-string chat template field; medium: no `general.architecture`",
+    "unreadable or non-string chat template field; token scores or types of the wrong type or "
+    "shorter than the tokens, tokens or merges not strings; medium: no `general.architecture`",
 )
 TPL_SYNTAX = Rule(
     "DG-TPL-SYNTAX", Severity.medium,

@@ -144,6 +144,16 @@ def write_pair(
     return target_dir, drafter_dir
 
 
+def readable_by_all(*folders: Path) -> None:
+    """`folders` mode 0755 and every file in them 0644, whatever the umask: an engine running
+    as another user reads the pair (the safetensors writer makes 0600)."""
+    for folder in folders:
+        folder.chmod(0o755)
+        for path in folder.iterdir():
+            if path.is_file() and not path.is_symlink():
+                path.chmod(0o644)
+
+
 def make_fixture_pair(
     out_dir: Path, *, force: bool = False, dflash2: bool = False, head_dim: int | None = None
 ) -> tuple[Path, Path]:
@@ -182,6 +192,7 @@ def make_fixture_pair(
             target_weights=target_weights,
             drafter_weights=drafter_weights,
         )
+        readable_by_all(*staged)
         for folder in staged:
             final = out_dir / folder.name
             if final.is_dir() and not final.is_symlink():

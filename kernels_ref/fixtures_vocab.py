@@ -17,6 +17,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,12 @@ import torch
 
 from kernels_ref.config import ModelConfig
 from kernels_ref.drafter import Drafter, DrafterConfig
-from kernels_ref.fixtures import DRAFTER_CONFIG, write_pair
+from kernels_ref.fixtures import DRAFTER_CONFIG, readable_by_all, write_pair
 from kernels_ref.model import Target
 from kernels_ref.vocab import RealVocab, cached_tokenizer_json, real_vocab, tokenizer_config
 
 SEED = 23
+Stage = Callable[[str], AbstractContextManager[object]]  # one step of the work, for progress
 MAX_POSITIONS = 4096
 SHAPE: dict[str, Any] = {
     "hidden_size": 64,
@@ -90,13 +93,18 @@ def _weights(target: dict[str, Any], drafter: dict[str, Any]) -> tuple[dict, dic
     return models[0].state_dict(), models[1].state_dict()
 
 
+def _no_stage(_: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
 def make_vocab_pair(out_dir: Path, name: str, tree: Path, cache_dir: Path, *,
-                    force: bool = False) -> tuple[Path, Path]:
+                    force: bool = False, stage: Stage = _no_stage) -> tuple[Path, Path]:
     """Write the `name` pair (`qwen3`, `llama3`) to `out_dir/{target,drafter}`; return both.
 
     `tree` is the llama.cpp source tree (its `models/` holds the vocab GGUFs and templates);
     the built tokenizer is cached in `cache_dir`. An existing `target` or `drafter` is a
-    `FileExistsError` unless `force`, which replaces both.
+    `FileExistsError` unless `force`, which replaces both. Each step runs inside
+    `stage(its name)` (the CLI shows them as progress). Every file written is mode 0644.
     """
     vocab = real_vocab(name)
     models = Path(tree) / "models"
@@ -107,9 +115,10 @@ def make_vocab_pair(out_dir: Path, name: str, tree: Path, cache_dir: Path, *,
         if not force and (existing.exists() or existing.is_symlink()):
             raise FileExistsError(errno.EEXIST, "exists; pass --force to delete and rewrite it",
                                   str(existing))
-    tokenizer = cached_tokenizer_json(models, vocab, cache_dir)
+    with stage(f"tokenizer from {vocab.gguf} (built once, then cached)"):
+        tokenizer = cached_tokenizer_json(models, vocab, cache_dir)
+        added = _added_ids(tokenizer)
     source = template.read_bytes()
-    added = _added_ids(tokenizer)
     bos_id = None if vocab.bos_token is None else added[vocab.bos_token]
     eos_id = added[vocab.eos_token]
     pad_id = None if vocab.pad_token is None else added[vocab.pad_token]
@@ -118,10 +127,12 @@ def make_vocab_pair(out_dir: Path, name: str, tree: Path, cache_dir: Path, *,
     drafter = drafter_config(target, mask_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".fixtures-") as staging:
-        target_weights, drafter_weights = _weights(target, drafter)
-        staged_target, staged_drafter = write_pair(
-            Path(staging), target_config=target, drafter_config=drafter,
-            target_weights=target_weights, drafter_weights=drafter_weights)
+        with stage(f"seeded weights for {vocab.size:,} ids"):
+            target_weights, drafter_weights = _weights(target, drafter)
+        with stage("writing the pair"):
+            staged_target, staged_drafter = write_pair(
+                Path(staging), target_config=target, drafter_config=drafter,
+                target_weights=target_weights, drafter_weights=drafter_weights)
         shutil.copyfile(tokenizer, staged_target / "tokenizer.json")
         (staged_target / "chat_template.jinja").write_bytes(source)
         generation = {"bos_token_id": bos_id, "do_sample": False, "eos_token_id": eos_id,
@@ -131,6 +142,7 @@ def make_vocab_pair(out_dir: Path, name: str, tree: Path, cache_dir: Path, *,
                               (staged_target / "tokenizer_config.json", config)):
             path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n",
                             encoding="utf-8")
+        readable_by_all(staged_target, staged_drafter)
         for staged in (staged_target, staged_drafter):
             final = out_dir / staged.name
             if final.is_dir() and not final.is_symlink():

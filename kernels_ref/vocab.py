@@ -17,7 +17,7 @@ file, `read_vectors` reads the vectors that prove it:
   keeps for that pre-tokenizer name, `ignore_merges`, and BOS added as llama.cpp adds it.
 
 Building takes minutes (transformers' loader) or seconds; callers cache the result
-(`cached_tokenizer_json`). Needs `gguf` and transformers (the test extra).
+(`cached_tokenizer_json`). Needs transformers (the test extra).
 """
 
 from __future__ import annotations
@@ -82,28 +82,21 @@ def read_vectors(gguf_path: Path) -> list[tuple[str, list[int]]]:
 
 
 def _gguf_tokenizer(path: Path) -> dict[str, Any]:
-    """The tokenizer keys of a GGUF, read with llama.cpp's own `gguf` package."""
-    from gguf import GGUFReader
+    """The tokenizer keys of a GGUF, read with the bounded reader (`gguf_reader`)."""
+    from kernels_ref.gguf_reader import GGUFError, read_gguf
 
-    reader = GGUFReader(path)
-
-    def strings(key: str) -> list[str]:
-        field = reader.fields[key]
-        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-
-    def scalar(key: str) -> Any:
-        field = reader.fields.get(key)
-        return field.contents() if field is not None else None
-
-    types = reader.fields["tokenizer.ggml.token_type"]
-    return {
-        "model": scalar("tokenizer.ggml.model"),
-        "pre": scalar("tokenizer.ggml.pre"),
-        "tokens": strings("tokenizer.ggml.tokens"),
-        "types": [int(types.parts[i][0]) for i in types.data],
-        "merges": strings("tokenizer.ggml.merges"),
-        "bos_id": scalar("tokenizer.ggml.bos_token_id"),
-    }
+    try:
+        with path.open("rb") as handle, read_gguf(handle) as gguf:
+            return {
+                "model": gguf.value("tokenizer.ggml.model"),
+                "pre": gguf.value("tokenizer.ggml.pre"),
+                "tokens": gguf.array("tokenizer.ggml.tokens"),
+                "types": gguf.array("tokenizer.ggml.token_type"),
+                "merges": gguf.array("tokenizer.ggml.merges"),
+                "bos_id": gguf.value("tokenizer.ggml.bos_token_id"),
+            }
+    except GGUFError as error:
+        raise RunnerError(f"{path}: {error}") from None
 
 
 def _transformers_json(models_dir: Path, vocab: RealVocab) -> str:

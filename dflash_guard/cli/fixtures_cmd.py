@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import stdout
+from dflash_guard.cli.common import progress, stdout
+from dflash_guard.cli.options import Quiet
 from dflash_guard.errors import InputError
 
 
@@ -33,6 +34,7 @@ def register(app: typer.Typer) -> None:
         llamacpp_tree: Annotated[Path | None, typer.Option(
             "--llamacpp-tree", help="The pinned llama.cpp source tree, for --vocab (printed by "
             "`scripts/build-llamacpp.sh tree`).")] = None,
+        quiet: Quiet = False,
     ) -> None:
         """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR.
 
@@ -64,7 +66,7 @@ def register(app: typer.Typer) -> None:
             raise InputError("--vocab pairs have head_dim 32 already: no --head-dim")
         try:
             if vocab is not None and llamacpp_tree is not None:
-                target, drafter = _vocab_pair(out_dir, vocab, llamacpp_tree, force)
+                target, drafter = _vocab_pair(out_dir, vocab, llamacpp_tree, force, quiet)
             else:
                 target, drafter = make_fixture_pair(out_dir, force=force, dflash2=dflash2,
                                                     head_dim=head_dim)
@@ -77,12 +79,16 @@ def register(app: typer.Typer) -> None:
     app.add_typer(fixtures, name="fixtures")
 
 
-def _vocab_pair(out_dir: Path, vocab: str, tree: Path, force: bool) -> tuple[Path, Path]:
+def _vocab_pair(out_dir: Path, vocab: str, tree: Path, force: bool,
+                quiet: bool) -> tuple[Path, Path]:
     from dflash_guard.pins.hashing import cache_dir
+    from dflash_guard.progress import stage
     from kernels_ref.errors import RunnerError
     from kernels_ref.fixtures_vocab import make_vocab_pair
 
     try:
-        return make_vocab_pair(out_dir, vocab, tree, cache_dir() / "vocab", force=force)
+        with progress(quiet) as shown:
+            return make_vocab_pair(out_dir, vocab, tree, cache_dir() / "vocab", force=force,
+                                   stage=lambda name: stage(shown, name))
     except RunnerError as exc:
         raise InputError(str(exc)) from None

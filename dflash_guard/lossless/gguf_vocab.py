@@ -2,16 +2,16 @@
 
 A diff of an engine against the reference runner sends token ids, so a GGUF whose vocabulary or
 special tokens differ would be compared on ids that mean other things: such a GGUF is refused
-before any prompt is sent. The GGUF side is read with the `gguf` package (`tokenizer.ggml.tokens`,
+before any prompt is sent. The GGUF side is its `tokenizer.ggml.tokens`,
 the EOS/BOS ids); the target side is `tokenizer.json` (`model.vocab` plus `added_tokens`) and the
 EOS ids of `generation_config.json` / `config.json`. Ids the GGUF pads beyond the Hugging Face
 vocabulary (`[PAD<i>]`, written by llama.cpp's converter) are not compared. A byte-level BPE
 GGUF must also carry the target's merges, in order, and name its pre-tokenizer
 (`tokenizer.ggml.pre`): without one (or with `default`, as early Llama 3 conversions had it)
 llama.cpp splits text with its default pattern, not the one the target's `tokenizer.json`
-splits with, and the same text becomes other ids. Every file is read bounded (`fileio`), and
-the GGUF's counts are checked against the target before the reader walks them (`gguf_bounds`).
-Torch-free.
+splits with, and the same text becomes other ids. Every file is read bounded (`fileio`); the
+GGUF's header is walked by the one bounded reader (`kernels_ref.gguf_reader`) and its array
+counts are checked against the target before any array is read. Torch-free.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import read_input_json
-from dflash_guard.lossless.gguf_bounds import TooManyItems, check_counts
+from dflash_guard.fileio import open_binary, read_input_json
+from kernels_ref.gguf_reader import ARRAY, GGUF, GGUFError, read_gguf
 
 MAX_LISTED = 3
 MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # far above any real tokenizer.json (Gemma 3: 33 MB)
@@ -101,25 +101,35 @@ class GGUFTokenizer:
     merges: list[str] | None
 
 
-def _gguf_tokenizer(gguf_path: Path) -> GGUFTokenizer:
-    from gguf import GGUFReader
+def _gguf_tokenizer(gguf: GGUF) -> GGUFTokenizer:
+    def text(key: str) -> str | None:
+        value = gguf.value(key)
+        return value if isinstance(value, str) else None
 
-    try:
-        fields = GGUFReader(gguf_path).fields
-
-        def value(key: str) -> Any:
-            field = fields.get(key)
-            return field.contents() if field is not None else None
-
-        tokens = [str(t) for t in value("tokenizer.ggml.tokens") or []]
-        eos, model, pre = (value(f"tokenizer.ggml.{k}") for k in ("eos_token_id", "model", "pre"))
-        merges = value("tokenizer.ggml.merges")
-    except Exception as error:  # noqa: BLE001 - the reader raises many types on bad input
-        raise InputError(f"cannot read GGUF {gguf_path}: {type(error).__name__}: {error}") from None
-    return GGUFTokenizer(tokens, int(eos) if isinstance(eos, int) else None,
-                         model if isinstance(model, str) else None,
-                         pre if isinstance(pre, str) else None,
+    eos = gguf.value("tokenizer.ggml.eos_token_id")
+    tokens, merges = (gguf.array(key) if (field := gguf.find(key)) and field.type == ARRAY
+                      else None for key in ("tokenizer.ggml.tokens", MERGES))
+    return GGUFTokenizer([str(t) for t in tokens or []],
+                         int(eos) if isinstance(eos, int) and not isinstance(eos, bool) else None,
+                         text("tokenizer.ggml.model"), text("tokenizer.ggml.pre"),
                          [str(m) for m in merges] if merges is not None else None)
+
+
+def _read_tokenizer(gguf_path: Path, hf: HFTokenizer) -> GGUFTokenizer | str:
+    """The GGUF's tokenizer keys, or why it cannot be a conversion of the target: an array
+    longer than the target allows, found from the header before any array is read."""
+    try:
+        with open_binary(gguf_path) as handle, read_gguf(handle) as gguf:
+            for key, field in gguf.fields.items():
+                limit = hf.allowed_items(key)
+                if field.type == ARRAY and field.count > limit:
+                    return (f"{gguf_path.name} is not a conversion of the target: {key} has "
+                            f"{field.count:,} items; the target allows {limit:,}")
+            return _gguf_tokenizer(gguf)
+    except GGUFError as error:
+        raise InputError(f"cannot read GGUF {gguf_path}: {error}") from None
+    except OSError as error:
+        raise InputError(f"cannot read GGUF {gguf_path}: {error.strerror or error}") from None
 
 
 def _bpe_problems(gguf: GGUFTokenizer, hf: HFTokenizer) -> list[str]:
@@ -148,14 +158,12 @@ def _bpe_problems(gguf: GGUFTokenizer, hf: HFTokenizer) -> list[str]:
 def tokenizer_mismatch(gguf_path: Path, target_dir: Path) -> str | None:
     """Why the GGUF's tokenizer is not the target's (None when they agree).
 
-    The GGUF's header counts are bounded by the target first (`gguf_bounds`): an array longer
-    than the target's vocabulary (or its merges) is a disagreement, found before it is read."""
+    The GGUF's array counts are bounded by the target first: an array longer than the
+    target's vocabulary (or its merges) is a disagreement, found before it is read."""
     hf = _hf_tokenizer(target_dir)
-    try:
-        check_counts(gguf_path, hf.allowed_items)
-    except TooManyItems as error:
-        return f"{gguf_path.name} is not a conversion of the target: {error}"
-    gguf = _gguf_tokenizer(gguf_path)
+    gguf = _read_tokenizer(gguf_path, hf)
+    if isinstance(gguf, str):
+        return gguf
     gguf_tokens, gguf_eos = gguf.tokens, gguf.eos
     if not gguf_tokens:
         return f"{gguf_path.name} has no tokenizer.ggml.tokens"

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
+
+import pytest
 
 from tests.support.hostile import one_line_error
 
@@ -31,3 +35,19 @@ def test_fixtures_make_force_rewrites_both(cli, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert not (mine / "stale.bin").exists()
     assert (mine / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("extra", [(), ("--head-dim", "64"), ("--dflash2",)])
+def test_the_pair_is_readable_by_all_whatever_the_umask(cli, tmp_path: Path, extra) -> None:
+    """An engine running as another user reads the pair: folders 0755, files 0644 (the
+    safetensors writer alone makes 0600)."""
+    old = os.umask(0o077)
+    try:
+        result = cli("fixtures", "make", tmp_path / "pair", *extra)
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.stderr
+    for folder in (tmp_path / "pair" / "target", tmp_path / "pair" / "drafter"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+        assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes

@@ -1,5 +1,6 @@
-"""N24: a GGUF's header counts are bounded by the target before the `gguf` reader walks them
-(the reference diff's tokenizer check), so a huge vocabulary costs neither time nor memory."""
+"""N24: a GGUF's array counts are bounded by the target before any array is read (the reference
+diff's tokenizer check, through the bounded `kernels_ref.gguf_reader`), so a huge vocabulary
+costs neither time nor memory."""
 
 from __future__ import annotations
 

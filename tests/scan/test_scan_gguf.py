@@ -9,8 +9,9 @@ import gguf
 import numpy as np
 import pytest
 
-from dflash_guard.scan import Severity, gguf_layout
+from dflash_guard.scan import Severity
 from dflash_guard.scan.gguf_check import scan_gguf_file
+from kernels_ref import gguf_reader
 
 
 def write_gguf(path: Path, template: str | None) -> Path:
@@ -94,7 +95,7 @@ def test_other_header_counts_beyond_the_file(tmp_path: Path, pair: bytes) -> Non
 def test_too_many_array_items_is_a_limit_finding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gguf_layout, "MAX_ARRAY_ITEMS", 10)
+    monkeypatch.setattr(gguf_reader, "MAX_ARRAY_ITEMS", 10)
     items = _string(b"x.items") + struct.pack("<IIQ", 9, 8, 20) + _string(b"t") * 20
     path = tmp_path / "many.gguf"
     path.write_bytes(_kv_gguf([_arch(), items]))

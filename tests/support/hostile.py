@@ -1,9 +1,11 @@
-"""Helpers for the hostile-input tests: the one-line-error contract and a FIFO guard."""
+"""Helpers for the hostile-input tests: the one-line-error contract, a FIFO guard, deep folders
+and the GGUF of attack N24."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,3 +73,17 @@ def remove_deep_folder(base: Path) -> None:
         shutil.rmtree(base / "d")
         os.rename(lifted, base / "d")
     shutil.rmtree(base)
+
+
+def n24_gguf(path: Path, tokens: int = 3_000_000) -> Path:
+    """Attack N24 (2026-12-01): a GGUF of `tokens` one-byte tokens (27 MB for 3,000,000)."""
+
+    def string(text: bytes) -> bytes:
+        return struct.pack("<Q", len(text)) + text
+
+    with path.open("wb") as out:
+        out.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 2))
+        out.write(string(b"general.architecture") + struct.pack("<I", 8) + string(b"llama"))
+        out.write(string(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, tokens))
+        out.write(string(b"a") * tokens)
+    return path

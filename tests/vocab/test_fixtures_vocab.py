@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,28 @@ def test_the_local_diff_of_chat_prompts_is_identical(vocab_pair, cli):
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["overall"]["identical"] is True and len(report["prompts"]) == 3
+
+
+def test_the_cli_shows_each_step_and_writes_files_readable_by_all(
+    cli, tree, vocab_cache, tmp_path, monkeypatch
+) -> None:
+    """Progress on stderr, step by step (the tokenizer comes from the cache: no rebuild), none
+    with --quiet; every file 0644 whatever the umask, so an engine under another user reads it."""
+    monkeypatch.setenv("DFLASH_GUARD_CACHE_DIR", str(vocab_cache.parent))
+    out = tmp_path / "pair"
+    old = os.umask(0o077)
+    try:
+        result = cli("fixtures", "make", out, "--vocab", "qwen3", "--llamacpp-tree", tree)
+        quiet = cli("fixtures", "make", out, "--force", "--quiet", "--vocab", "qwen3",
+                    "--llamacpp-tree", tree)
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0 and quiet.exit_code == 0, (result.stderr, quiet.stderr)
+    steps = [line for line in result.stderr.splitlines() if ": done" in line]
+    assert [step.split(":")[0] for step in steps] == [
+        "tokenizer from ggml-vocab-qwen2.gguf (built once, then cached)",
+        "seeded weights for 151,936 ids", "writing the pair"]
+    assert quiet.stderr == ""
+    for folder in (out / "target", out / "drafter"):
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+        assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
