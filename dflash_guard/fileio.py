@@ -32,7 +32,8 @@ class NotRegularFileError(InputError, OSError):
     input error for the CLI, and an `OSError` for callers that treat any unreadable file alike."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for a message: `a FIFO`, `a folder`, `a symlink`..."""
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
@@ -71,7 +72,7 @@ def open_regular(path: str | os.PathLike[str], *, nofollow: bool = False) -> int
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise NotRegularFileError(f"{path}: {_kind(info.st_mode)}, not a regular file")
+        raise NotRegularFileError(f"{path}: {file_kind(info.st_mode)}, not a regular file")
     if _read_files is not None:
         _read_files.add((info.st_dev, info.st_ino))
     return fd
@@ -166,7 +167,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *,
         except FileNotFoundError:
             existing = None
         if existing is not None and not stat.S_ISREG(existing):
-            raise WriteError(f"cannot write {target}: it is {_kind(existing)}; refusing to "
+            raise WriteError(f"cannot write {target}: it is {file_kind(existing)}; refusing to "
                              "replace anything but a regular file")
         if existing is not None and _read_files is not None and not own_state:
             info = os.stat(target)

@@ -9,10 +9,12 @@ an `InputError` (exit 2).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from dflash_guard.errors import InputError
+from dflash_guard.fileio import file_kind
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -54,6 +56,10 @@ def refuse_unwritable(outputs: Iterable[tuple[str, Path | None]]) -> None:
             raise InputError(f"{name} {out}: the folder {folder} {what}")
         if not os.access(folder, os.W_OK | os.X_OK):
             raise InputError(f"{name} {out}: the folder {folder} is not writable")
-        if (out.exists() or out.is_symlink()) and (out.is_symlink() or not out.is_file()):
-            raise InputError(f"{name} {out}: exists and is not a regular file; refusing to "
-                             "replace it")
+        try:
+            mode = os.lstat(out).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{name} {out}: cannot write: it is {file_kind(mode)}; refusing to "
+                             "replace anything but a regular file")

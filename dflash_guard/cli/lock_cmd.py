@@ -7,17 +7,17 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import progress, stderr, stdout
+from dflash_guard.cli.common import finish, progress
 from dflash_guard.cli.options import Quiet
-from dflash_guard.errors import EXIT_FINDING, InputError
+from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import PlainFormat
-from dflash_guard.formats.json import print_json
-from dflash_guard.formats.terminal import markup_safe
 from dflash_guard.formats.text.lock import render_lock
-from dflash_guard.outputs import refuse_outputs_over_inputs
+from dflash_guard.outputs import refuse_outputs_over_inputs, refuse_unwritable
+from dflash_guard.pins.hub import cached_snapshot
 from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
-from dflash_guard.pins.resolve import build_lock, requirements_text
+from dflash_guard.pins.resolve import LockReport, build_lock, requirements_text
+from dflash_guard.pins.roles import refuse_swapped_roles
 
 export_app = typer.Typer(help="Export parts of a lockfile.", no_args_is_help=True)
 
@@ -66,11 +66,12 @@ def lock(
 
     Example: dflash-guard lock --target pair/target --drafter pair/drafter -o dflash.lock
     """
-    if not output.parent.is_dir():
-        raise InputError(f"-o {output}: folder {output.parent} does not exist")
+    refuse_unwritable([("-o", output)])
     sources = {"target": target, "drafter": drafter}
     if gguf:
         sources["gguf"] = gguf
+    refuse_swapped_roles({role: Path(src).expanduser() for role, src in sources.items()
+                          if Path(src).expanduser().is_dir()})
     refuse_outputs_over_inputs(
         [("-o", output)],
         [("--confirmed-by", confirmed_by),
@@ -92,23 +93,12 @@ def lock(
     with progress(quiet) as shown:
         result = build_lock(sources, engine or [], package or [], confirmed_by=earlier,
                             progress=shown)
-    if result.lock is None:
-        stderr.print(f"[bold red]refused:[/] {markup_safe(result.outcome.reason)}", highlight=False)
-        raise typer.Exit(EXIT_FINDING)
-    lockfile = result.lock
-    write_lockfile(lockfile, output)
-    if fmt is PlainFormat.json:
-        print_json(
-            {
-                "passed": True,
-                "lockfile": str(output),
-                "digest": lockfile.digest(),
-                "artifacts": {a.role: a.label for a in lockfile.artifacts},
-                "provenance": {a.role: a.provenance for a in lockfile.artifacts},
-            }
-        )
-        return
-    render_lock(lockfile, output, stdout)
+    if result.lock is not None:  # a Hub snapshot's roles are known once it is fetched
+        refuse_swapped_roles({a.role: snapshot for a in result.lock.artifacts
+                              if a.source == "hub" and a.repo and a.commit
+                              and (snapshot := cached_snapshot(a.repo, a.commit)) is not None})
+        write_lockfile(result.lock, output)
+    finish(LockReport(result.outcome, output, result.lock), fmt, render_lock)
 
 
 @export_app.command("requirements")

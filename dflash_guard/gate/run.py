@@ -14,6 +14,7 @@ from dflash_guard.gate.evidence import JSON
 from dflash_guard.gate.inputs import GateInputs, GateOptions
 from dflash_guard.gate.record import CheckRow, approval_statement
 from dflash_guard.outputs import refuse_outputs_over_inputs, refuse_unwritable
+from dflash_guard.pins.roles import refuse_swapped_roles
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.trust.policy import Policy, load_policy
 from dflash_guard.trust.provenance import sign_approval, write_approval
@@ -97,6 +98,7 @@ def run_gate(options: GateOptions, progress: Progress = NO_PROGRESS) -> GateResu
     for role, folder in options.roots.items():
         if not Path(folder).is_dir():
             raise InputError(f"--root {role}={folder}: no such folder")
+    refuse_swapped_roles(options.roots, "--root {role}=")
     policy = load_policy(options.policy)
     _check_outputs(options, policy)
     endpoints = resolve_endpoints(policy, options.endpoints)

@@ -57,6 +57,31 @@ class LockResult:
     lock: Lockfile | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class LockReport:
+    """`lock`'s report: the outcome and, when it passed, the lockfile written to `output`."""
+
+    outcome: Outcome
+    output: Path
+    lock: Lockfile | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.lock is not None
+
+    def to_json(self) -> dict[str, object]:
+        lock = self.lock
+        return {
+            "passed": self.passed,
+            "reason": None if self.passed else self.outcome.reason,
+            "lockfile": str(self.output) if lock is not None else None,
+            "digest": lock.digest() if lock is not None else None,
+            "artifacts": {a.role: a.label for a in lock.artifacts} if lock is not None else {},
+            "provenance": ({a.role: a.provenance for a in lock.artifacts}
+                           if lock is not None else {}),
+        }
+
+
 class _Refused(Exception):
     """Raised where a source turns out unsafe to lock; `build_lock` turns it into an outcome."""
 

@@ -90,7 +90,7 @@ def test_remote_auto_map_repo_that_cannot_be_pinned_is_refused(cli, hub, tmp_pat
     out = tmp_path / "dflash.lock"
     r = cli("lock", "--target", TARGET_REPO, "--drafter", drafter, "-o", out)
     assert r.exit_code == 1
-    assert "refused" in r.stderr and "acme/gone" in r.stderr
+    assert "refused" in r.stdout and "acme/gone" in r.stdout
     assert not out.exists()
 
 
@@ -167,7 +167,7 @@ def test_escaping_symlink_in_a_local_folder_is_refused(cli, local_pair, tmp_path
     secret = write_folder(tmp_path / "outside", {"secret.py": b"x = 1\n"})
     (drafter / "modeling.py").symlink_to(secret / "secret.py")
     r = cli("lock", "--target", target, "--drafter", drafter, "-o", tmp_path / "x.lock")
-    assert r.exit_code == 1 and "modeling.py" in r.stderr
+    assert r.exit_code == 1 and "modeling.py" in r.stdout
 
 
 @pytest.mark.parametrize(
@@ -233,3 +233,31 @@ def test_unwritable_output_is_one_error_line(cli, local_pair, tmp_path):
     assert "cannot write" in r.stderr and "internal error" not in r.stderr
     assert taken.is_dir() and list(taken.iterdir()) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".taken")] == []
+
+
+def test_swapped_target_and_drafter_are_a_usage_error_at_lock_and_gate(cli, local_pair,
+                                                                       tmp_path):
+    """Newcomer P5: the roles are read from the configs, so the swap is caught before any
+    hashing or check, with the fix in the message."""
+    target, drafter = local_pair.target, local_pair.drafter
+    out = tmp_path / "swapped.lock"
+    r = cli("lock", "--target", drafter, "--drafter", target, "-o", out)
+    assert r.exit_code == 2 and "did you swap the target and the drafter" in r.stderr
+    assert "DFlashDraftModel" in r.stderr and not out.exists()
+    lock = tmp_path / "dflash.lock"
+    assert cli("lock", "--target", target, "--drafter", drafter, "-o", lock).exit_code == 0
+    g = cli("gate", "--lock", lock, "--policy", "dev", "--root", f"target={drafter}",
+            "--root", f"drafter={target}")
+    assert g.exit_code == 2 and g.stdout == "" and "--root target=" in g.stderr
+
+
+def test_a_lock_refusal_is_a_json_document(cli, local_pair, tmp_path):
+    """`--format json` always writes a document, a refusal included (issue 34)."""
+    secret = write_folder(tmp_path / "outside", {"secret.py": b"x = 1\n"})
+    (local_pair.drafter / "modeling.py").symlink_to(secret / "secret.py")
+    r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,
+            "-o", tmp_path / "x.lock", "--format", "json")
+    assert r.exit_code == 1
+    report = json.loads(r.stdout)
+    assert report["passed"] is False and "modeling.py" in report["reason"]
+    assert report["lockfile"] is None and not (tmp_path / "x.lock").exists()

@@ -193,7 +193,7 @@ def test_lock_and_scan_fail_closed_on_a_path_past_path_max(cli, deep_target, tmp
     drafter = write_folder(tmp_path / "drafter", drafter_files())
     lock = cli("lock", "--target", deep_target, "--drafter", drafter, "-o", tmp_path / "x.lock")
     assert lock.exit_code == 1, lock.stderr
-    assert "refus" in lock.stderr
+    assert "refus" in lock.stdout
     assert cli("scan", deep_target).exit_code == 1
 
 
@@ -218,7 +218,7 @@ def test_lock_refuses_a_folder_it_cannot_enter(cli, tmp_path, unlistable):
     drafter = write_folder(tmp_path / "drafter", drafter_files())
     lock = cli("lock", "--target", target, "--drafter", drafter, "-o", tmp_path / "x.lock")
     assert lock.exit_code == 1, lock.stderr
-    assert "secret" in lock.stderr and "cannot be listed" in lock.stderr.replace("\n", "")
+    assert "secret" in lock.stdout and "cannot be listed" in lock.stdout.replace("\n", "")
 
 
 def test_verify_and_scan_report_a_folder_they_cannot_enter(cli, locked, unlistable):
