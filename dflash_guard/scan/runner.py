@@ -19,6 +19,7 @@ from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import (
+    channels,
     drafter_config,
     formats,
     gguf_check,
@@ -58,12 +59,8 @@ _ST_BROKEN = frozenset(
 _TEMPLATE_CONFIGS = frozenset(
     {"tokenizer_config.json", "chat_template.json", "processor_config.json"}
 )
-# Every config file transformers reads an `auto_map` from (in any folder of the walk).
-_AUTO_MAP_CONFIGS = frozenset(
-    {"config.json", "tokenizer_config.json", "processor_config.json",
-     "preprocessor_config.json", "image_processor_config.json", "feature_extractor_config.json",
-     "video_preprocessor_config.json"}
-)
+# Every config file a loader reads a code reference from (`channels.CHANNELS`).
+_CODE_CONFIGS = channels.AUTO_MAP_CONFIGS | {"adapter_config.json", "modules.json"}
 
 
 class _Run:
@@ -90,8 +87,8 @@ class _Run:
             return
         if name in _TEMPLATE_CONFIGS:
             self.findings += templates.scan_config_templates(path, display)
-        if name in _AUTO_MAP_CONFIGS or name == "adapter_config.json":
-            self.auto_map(path, display)
+        if name in _CODE_CONFIGS:
+            self.code_channels(path, display)
         if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
             self.findings += safetensors_check.check_index(path, display)
         if suffix == ".jinja":
@@ -175,7 +172,8 @@ class _Run:
         if not reviewed:
             self.add(remote_code.unreviewed(display, digest))
 
-    def auto_map(self, path: Path, display: str) -> None:
+    def code_channels(self, path: Path, display: str) -> None:
+        """The code references of a config file (`channels.CHANNELS`)."""
         try:
             config = jsonfile.read(path)
         except (OSError, UnicodeDecodeError, ValueError) as error:
@@ -195,44 +193,46 @@ class _Run:
                 rules.RC_NESTED_REMOTE_CODE.id, Severity.high, display,
                 f"auto_mapping makes PEFT import {library[:80]!r} by name and load from it",
                 detector=remote_code.DETECTOR))
-        for target in remote_code.auto_map_targets(config):
-            repo, _, reference = target.rpartition("--")
-            module_name = reference.rpartition(".")[0]
-            if not repo and not module_name.replace("_", "a").replace(".", "a").isalnum():
-                self.add(Finding(
-                    rules.RC_MISSING.id, Severity.high, display,
-                    f"auto_map {target[:120]!r} names a module outside the folder",
-                    detector=remote_code.DETECTOR))
-                continue
-            module = module_name.replace(".", "/") + ".py"
-            if repo:
-                entry = f"{repo}--{module}"
-                self.remote_code.setdefault(entry, RemoteCodeFile(entry, "", False))
-                self.add(
-                    Finding(
-                        rules.RC_REMOTE_REPO.id,
-                        Severity.high,
-                        display,
-                        f"auto_map {target!r} loads code from the repository {repo!r}, "
-                        "which this scan cannot see",
-                        detector=remote_code.DETECTOR,
-                    )
-                )
-                continue
-            local = path.parent / module
-            shown = str(Path(display).parent / module)
-            if not local.is_file():
-                self.remote_code.setdefault(shown, RemoteCodeFile(shown, "", False))
-                self.add(
-                    Finding(
-                        rules.RC_MISSING.id,
-                        Severity.high,
-                        display,
-                        f"auto_map {target!r} needs {module}, which is not in the folder "
-                        "(a loader would fetch unscanned code)",
-                        detector=remote_code.DETECTOR,
-                    )
-                )
+        if path.name == "modules.json":
+            for module_path in channels.module_paths(config):
+                parts = PurePosixPath(module_path.replace("\\", "/")).parts
+                if module_path.startswith(("/", "\\")) or ".." in parts or ":" in module_path:
+                    self.add(Finding(
+                        rules.RC_MISSING.id, Severity.high, display,
+                        f"modules.json loads a module from {module_path[:120]!r}, outside the "
+                        "folder", detector=remote_code.DETECTOR))
+        for key, target in channels.code_references(path.name, config):
+            self.code_reference(path, display, key, target)
+
+    def code_reference(self, path: Path, display: str, key: str, target: str) -> None:
+        """A class reference a loader imports (`key` says which channel): its module must be a
+        file in the folder (reviewed code); another repository or a missing file is high."""
+        repo, _, reference = target.rpartition("--")
+        module_name = reference.rpartition(".")[0]
+        if not repo and not module_name.replace("_", "a").replace(".", "a").isalnum():
+            self.add(Finding(
+                rules.RC_MISSING.id, Severity.high, display,
+                f"{key} {target[:120]!r} names a module outside the folder",
+                detector=remote_code.DETECTOR))
+            return
+        module = module_name.replace(".", "/") + ".py"
+        if repo:
+            entry = f"{repo}--{module}"
+            self.remote_code.setdefault(entry, RemoteCodeFile(entry, "", False))
+            self.add(Finding(
+                rules.RC_REMOTE_REPO.id, Severity.high, display,
+                f"{key} {target!r} loads code from the repository {repo!r}, which this scan "
+                "cannot see", detector=remote_code.DETECTOR))
+            return
+        local = path.parent / module
+        shown = str(Path(display).parent / module)
+        if not local.is_file():
+            self.remote_code.setdefault(shown, RemoteCodeFile(shown, "", False))
+            self.add(Finding(
+                rules.RC_MISSING.id, Severity.high, display,
+                f"{key} {target!r} needs {module}, which is not in the folder (a loader would "
+                "fetch unscanned code or import an installed module by that name)",
+                detector=remote_code.DETECTOR))
 
     def safetensors(self, path: Path, display: str, fmt: Format) -> str | None:
         findings, header = safetensors_check.check_safetensors(path, display)
