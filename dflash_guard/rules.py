@@ -247,6 +247,12 @@ CONFIG_INVALID = Rule(
     "A config file that cannot be read.",
     "unreadable config JSON",
 )
+TOKENIZER_REGEX = Rule(
+    "DG-TOKENIZER-REGEX", Severity.high,
+    "A tokenizer.json regex the tokenizers library fails or hangs on.",
+    "a pattern the real library, in a child with a deadline and a memory cap, cannot compile "
+    "or panics or runs past the deadline on a probe (medium: the library refuses the file)",
+)
 RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,
     "Remote code runs processes.",

@@ -27,6 +27,7 @@ from dflash_guard.scan import (
     remote_code,
     safetensors_check,
     templates,
+    tokenizer_regex,
 )
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
 from dflash_guard.scan.regular import open_regular, read_regular
@@ -93,6 +94,8 @@ class _Run:
             self.findings += safetensors_check.check_index(path, display)
         if suffix == ".jinja":
             self.findings += templates.scan_jinja_file(path, display)
+        if name == "tokenizer.json":
+            self.findings += tokenizer_regex.check_tokenizer_json(path, display)
         try:
             problem = self.identify(path, display, suffix, loaded_as)
         except OSError as error:
