@@ -39,10 +39,10 @@ UNSCANNABLE = Rule(
 FORMAT_UNKNOWN = Rule(
     "DG-FORMAT-UNKNOWN", Severity.high,
     "A file not positively identified as a format no loader unpickles: a possible pickle.",
-    "an unknown binary, a truncated or object `.npy`, `.npz`, an image, a `tokenizer.model`, a "
-    "compressed or archived stream not fully decoded, a link inside an archive, invalid "
-    "safetensors/GGUF/JSON, a shard an index names that is not its loader's format; counted "
-    "with the pickle files, so `pickle_allowed: false` refuses it",
+    "an unknown binary, a truncated or object `.npy`, an `.npz`, image or `tokenizer.model` "
+    "that does not parse whole, a compressed or archived stream not fully decoded, a link "
+    "inside an archive, invalid safetensors/GGUF/JSON, a shard an index names that is not "
+    "its loader's format; counted with the pickle files, so `pickle_allowed: false` refuses it",
 )
 EXECUTABLE = Rule(
     "DG-EXECUTABLE", Severity.high,

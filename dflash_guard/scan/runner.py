@@ -19,6 +19,7 @@ from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import (
+    binformats,
     channels,
     drafter_config,
     formats,
@@ -120,6 +121,9 @@ class _Run:
             return "not a valid GGUF file" if any(f.rule_id in broken for f in findings) else None
         if fmt is Format.numpy:
             return formats.npy_file_problem(path)
+        parsed = self.parsed_binary(path, display, fmt, suffix)
+        if parsed is not None:
+            return parsed or None
         if fmt is not Format.unknown or suffix in PICKLE_SUFFIXES:
             return f"{fmt.value} content" if fmt is not Format.unknown else "a pickle-family name"
         if suffix in (".json", ".jsonl"):
@@ -128,6 +132,27 @@ class _Run:
         if problem is None and self.probe_pickle(path, display):
             return "text that an unpickler reads as a pickle"
         return problem
+
+    def parsed_binary(self, path: Path, display: str, fmt: Format, suffix: str) -> str | None:
+        """For a file shaped like a numeric `.npz`, an image, or (named `.model`) a
+        sentencepiece model: "" when it parses whole as that format and holds no pickle stream,
+        else why not; None when it is shaped like none of them (`binformats`)."""
+        with open_regular(path) as handle:
+            head = handle.read(12)
+        kind = binformats.image_kind(head)
+        if fmt is Format.zip:
+            problem, what = binformats.npz_problem(path), "a numeric .npz"
+        elif kind is not None:
+            problem, what = binformats.image_problem(path, kind), f"a {kind} image"
+        elif suffix == ".model" and fmt is Format.unknown:
+            problem, what = binformats.sentencepiece_problem(path), "a sentencepiece model"
+        else:
+            return None
+        if problem is not None:
+            return f"not {what}: {problem}"
+        if self.probe_pickle(path, display):
+            return f"{what} that an unpickler also reads as a pickle"
+        return ""
 
     def possible_pickle(self, path: Path, display: str, why: str) -> None:
         """A file no allowlisted format accepts: scanned for every pickle stream a loader could
@@ -154,7 +179,8 @@ class _Run:
 
         findings = scan_pickle_file(path, display, probe=True)
         self.findings += findings
-        return bool(findings)
+        # modelscan's own notes (it cannot read an .npz, say) are not a pickle stream
+        return any(f.detector != "modelscan" or f.severity >= Severity.medium for f in findings)
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
