@@ -17,6 +17,7 @@ Each function returns why the file is not that format, or None.
 from __future__ import annotations
 
 import math
+import re
 import struct
 import zipfile
 import zlib
@@ -34,6 +35,7 @@ MAX_NPZ_MEMBER = containers.MAX_BYTES
 MAX_INFLATED = containers.MAX_BYTES  # PNG image data counted (never kept) up to here
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _CHUNK = 1 << 20
+MAX_CHUNKS = 100_000  # PNG/WebP chunks or JPEG segments walked; real images have dozens
 
 
 def image_kind(head: bytes) -> str | None:
@@ -77,12 +79,13 @@ def npz_problem(path: Path) -> str | None:
                 problem = _npz_member(archive, info)
                 if problem is not None:
                     return f"member {info.filename[:80]!r}: {problem}"
-    try:  # numpy's own reader over the whole file, each member refused if it would unpickle
-        with np.load(path, allow_pickle=False) as npz:
-            for key in npz.files:
-                npz[key]
-    except Exception as error:  # noqa: BLE001 - numpy raises many types on a bad archive
-        return f"numpy.load(allow_pickle=False) refuses it: {type(error).__name__}: {error}"
+        handle.seek(0)
+        try:  # numpy's own reader over the whole file, each member refused if it would unpickle
+            with np.load(handle, allow_pickle=False) as npz:
+                for key in npz.files:
+                    npz[key]
+        except Exception as error:  # noqa: BLE001 - numpy raises many types on a bad archive
+            return f"numpy.load(allow_pickle=False) refuses it: {type(error).__name__}: {error}"
     return None
 
 
@@ -189,6 +192,8 @@ def _png(data: bytes) -> str | None:
                 return f"PNG image data inflates to over {MAX_INFLATED} bytes"
         pos += 12 + length
         chunks += 1
+        if chunks > MAX_CHUNKS:
+            return f"PNG of over {MAX_CHUNKS} chunks"
         if kind == b"IEND":
             break
     if pos != len(data):
@@ -206,13 +211,17 @@ def _png(data: bytes) -> str | None:
     return None
 
 
+_JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")  # in scan data: not stuffing, not RSTn
 _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 _JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def _jpeg(data: bytes) -> str | None:
-    pos, frame = 2, False
+    pos, frame, segments = 2, False, 0
     while True:
+        segments += 1
+        if segments > MAX_CHUNKS:
+            return f"JPEG of over {MAX_CHUNKS} segments"
         if data[pos] != 0xFF:
             return f"JPEG: no marker at {pos}"
         while data[pos] == 0xFF:  # fill bytes
@@ -231,13 +240,10 @@ def _jpeg(data: bytes) -> str | None:
         if marker == 0xDA:  # entropy-coded data up to the next marker that is not RSTn
             if not frame:
                 return "JPEG scan before any frame header"
-            while True:
-                pos = data.index(b"\xff", pos)
-                following = data[pos + 1]
-                if following == 0x00 or following in range(0xD0, 0xD8) or following == 0xFF:
-                    pos += 1 if following == 0xFF else 2
-                    continue
-                break
+            found = _JPEG_MARKER.search(data, pos)
+            if found is None:
+                return "JPEG scan data runs to the end without EOI"
+            pos = found.start()
     if pos != len(data):
         return f"{len(data) - pos} bytes after the JPEG's end"
     return None if frame else "JPEG without a frame header"
@@ -251,8 +257,11 @@ def _webp(data: bytes) -> str | None:
     (size,) = struct.unpack("<I", data[4:8])
     if size + 8 != len(data):
         return f"WebP RIFF size {size} does not cover the file of {len(data)} bytes"
-    pos, first = 12, True
+    pos, first, chunks = 12, True, 0
     while pos < len(data):
+        chunks += 1
+        if chunks > MAX_CHUNKS:
+            return f"WebP of over {MAX_CHUNKS} chunks"
         kind = data[pos:pos + 4]
         (length,) = struct.unpack("<I", data[pos + 4:pos + 8])
         body = data[pos + 8:pos + 8 + length]

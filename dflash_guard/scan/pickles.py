@@ -412,16 +412,22 @@ def _read_capped(handle: IO[bytes]) -> bytes:
     return data
 
 
+# Modules whose import alone runs something: transformers' cache of Hub code (another repo's
+# unreviewed modules, importable once loaded) and the standard library's import-time toys.
+_IMPORT_RUNS_CODE = frozenset({"transformers_modules", "antigravity", "this", "idlelib"})
+
+
 def _unpickles(result: StreamResult) -> bool:
     """Whether an unpickler given this stream runs something: it parses to STOP (a complete
     pickle, whose following streams a loader reads too), calls an object before its fault, or
-    imports a global a state dict never needs (`classify_global` critical: importing runs the
-    module). Text that merely starts with an opcode letter (`checkpoint: x` reads as GLOBAL
-    `heckpoint: x`) faults before any of these."""
+    imports a global the allowlist calls dangerous or a module whose import runs code
+    (`_IMPORT_RUNS_CODE`). Text that merely starts with an opcode letter (`checkpoint: x`
+    reads as GLOBAL `heckpoint: x`) faults before any of these."""
     if result.complete or result.timed_out or result.calls:
         return True
-    return any(g.module is not None and classify_global(g.module, g.name or "") is
-               Severity.critical for g in result.globals)
+    return any(g.module is not None and (
+        classify_global(g.module, g.name or "") is Severity.critical
+        or g.module.split(".")[0] in _IMPORT_RUNS_CODE) for g in result.globals)
 
 
 def _peek(stream: IO[bytes], count: int) -> bytes:

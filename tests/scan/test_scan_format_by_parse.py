@@ -96,3 +96,9 @@ def test_a_complete_pickle_in_text_is_a_pickle(tmp_path: Path) -> None:
     pickletools.dis(data, out=io.StringIO())
     (tmp_path / "hparams.txt").write_bytes(data)
     assert scan_paths([tmp_path]).pickle_files == ["hparams.txt"]
+
+
+def test_text_importing_hub_code_before_its_fault_is_a_pickle(tmp_path: Path) -> None:
+    """Importing transformers' cache of another repo's code runs it, even with no call after."""
+    (tmp_path / "notes.txt").write_bytes(b"ctransformers_modules.evil.mod\nX\n# no STOP\n")
+    assert ("notes.txt", "DG-PICKLE-GLOBAL") in _loud(scan_paths([tmp_path]))
