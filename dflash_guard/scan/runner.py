@@ -95,7 +95,7 @@ class _Run:
             self.findings += safetensors_check.check_index(path, display)
         if suffix == ".jinja":
             self.findings += templates.scan_jinja_file(path, display)
-        if name == "tokenizer.json":
+        if suffix == ".json" and loaded_as is None:  # any name a config could point at
             self.findings += tokenizer_regex.check_tokenizer_json(path, display)
         try:
             problem = self.identify(path, display, suffix, loaded_as)

@@ -89,12 +89,22 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MAX_MEMORY, MAX_MEMORY))
 
 
+def is_tokenizer(name: str, document: object) -> bool:
+    """Whether a JSON file is one the tokenizers library loads: named `tokenizer.json`, or
+    shaped like one (a `model` and a normalizer or pre-tokenizer), since a config can point
+    a loader at any file name (`tokenizer_file`)."""
+    return name == "tokenizer.json" or isinstance(document, dict) and "model" in document and (
+        "pre_tokenizer" in document or "normalizer" in document)
+
+
 def check_tokenizer_json(path: Path, display: str) -> list[Finding]:
-    """Findings for the regexes of one `tokenizer.json` (none when it has no regex; a file that
-    is not JSON is reported by the format allowlist)."""
+    """Findings for the regexes of one tokenizer file (none when it has no regex or is not a
+    tokenizer; a file that is not JSON is reported by the format allowlist)."""
     try:
         document = jsonfile.read(path)
     except (OSError, UnicodeDecodeError, ValueError):
+        return []
+    if not is_tokenizer(path.name, document):
         return []
     found = patterns(document)
     if not found:

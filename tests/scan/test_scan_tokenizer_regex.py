@@ -69,7 +69,8 @@ def test_catastrophic_and_invalid_regexes_are_high(tmp_path: Path) -> None:
     for label, document in cases.items():
         folder = tmp_path / label
         folder.mkdir()
-        (folder / "tokenizer.json").write_text(json.dumps(document))
+        name = "tokenizer.json" if label != "alternation" else "tok-v2.json"  # any name
+        (folder / name).write_text(json.dumps(document))
         loud = [f for f in scan_paths([folder]).findings if f.rule_id == "DG-TOKENIZER-REGEX"]
         assert loud and loud[0].severity >= Severity.medium, label
 
