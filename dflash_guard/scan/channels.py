@@ -56,6 +56,10 @@ CHANNELS = (
             "sentence_transformers/SentenceTransformer.py _load_sbert_model and "
             "_load_module_class_from_ref: a type outside sentence_transformers goes to "
             "get_class_from_dynamic_module (for any local folder), then import_from_string"),
+    Channel("transformers", frozenset({"audio_tokenizer_config.json", "processor_config.json"}),
+            "audio_tokenizer.audio_tokenizer_name_or_path", "another repository (from_pretrained)",
+            "transformers/processing_utils.py ProcessorMixin.get_processor_dict: "
+            "audio_tokenizer_class.from_pretrained(audio_tokenizer_name_or_path)"),
     Channel("tokenizers", frozenset({"tokenizer.json"}),
             "normalizer / pre_tokenizer (nested Sequence) pattern.Regex",
             "a regex compiled at load and run on every request",
@@ -84,6 +88,22 @@ def code_references(name: str, config: object) -> list[tuple[str, str]]:
             if not (isinstance(kind, str) and _ST_OWN.fullmatch(kind)):
                 refs.append(("modules.json type", kind if isinstance(kind, str) else repr(kind)))
     return refs
+
+
+def repository_references(name: str, config: object) -> list[tuple[str, str]]:
+    """`(key, repository or path)` for every other model a loader reads from this config."""
+    if not isinstance(config, dict):
+        return []
+    if name == "audio_tokenizer_config.json":
+        entry: object = config
+    elif name == "processor_config.json":
+        entry = config.get("audio_tokenizer")
+    else:
+        return []
+    target = entry.get("audio_tokenizer_name_or_path") if isinstance(entry, dict) else None
+    if target is None:
+        return []
+    return [("audio_tokenizer_name_or_path", target if isinstance(target, str) else repr(target))]
 
 
 def module_paths(config: object) -> list[str]:

@@ -62,7 +62,8 @@ _TEMPLATE_CONFIGS = frozenset(
     {"tokenizer_config.json", "chat_template.json", "processor_config.json"}
 )
 # Every config file a loader reads a code reference from (`channels.CHANNELS`).
-_CODE_CONFIGS = channels.AUTO_MAP_CONFIGS | {"adapter_config.json", "modules.json"}
+_CODE_CONFIGS = channels.AUTO_MAP_CONFIGS | {"adapter_config.json", "modules.json",
+                                              "audio_tokenizer_config.json"}
 
 
 class _Run:
@@ -232,6 +233,13 @@ class _Run:
                         "folder", detector=remote_code.DETECTOR))
         for key, target in channels.code_references(path.name, config):
             self.code_reference(path, display, key, target)
+        for key, target in channels.repository_references(path.name, config):
+            # from_pretrained resolves it against the Hub or the process's working directory,
+            # never against this folder: another model, unscanned
+            self.add(Finding(
+                rules.RC_REMOTE_REPO.id, Severity.high, display,
+                f"{key} {target[:120]!r} makes the loader read another model, which this scan "
+                "cannot see", detector=remote_code.DETECTOR))
 
     def code_reference(self, path: Path, display: str, key: str, target: str) -> None:
         """A class reference a loader imports (`key` says which channel): its module must be a

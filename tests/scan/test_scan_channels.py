@@ -87,3 +87,21 @@ def test_a_custom_module_shipped_in_the_folder_is_reviewed_code(tmp_path: Path) 
     report = scan_paths([tmp_path])
     assert [(r.path, r.reviewed) for r in report.remote_code] == [("decay_pooling.py", False)]
     assert _loud(tmp_path) == set()
+
+
+def test_an_audio_tokenizer_in_another_repository_is_high(tmp_path: Path) -> None:
+    """transformers' processors load `audio_tokenizer_name_or_path` with from_pretrained."""
+    entry = {"audio_tokenizer_class": "DacModel", "audio_tokenizer_name_or_path": "evil/codec"}
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "audio_tokenizer_config.json").write_text(json.dumps(entry))
+    assert ("audio_tokenizer_config.json", "DG-RC-REMOTE-REPO") in _loud(bad)
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    (nested / "processor_config.json").write_text(json.dumps({"audio_tokenizer": entry}))
+    assert ("processor_config.json", "DG-RC-REMOTE-REPO") in _loud(nested)
+    plain = tmp_path / "plain"  # a processor without one (the Qwen2-VL shape) stays quiet
+    plain.mkdir()
+    (plain / "processor_config.json").write_text(json.dumps(
+        {"processor_class": "Qwen2VLProcessor"}))
+    assert _loud(plain) == set()
