@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -32,10 +31,12 @@ PROBE_CHARS = 1024
 MAX_PATTERNS = 256
 
 _CHILD = r"""
-import json, sys
+import json, resource, sys
+
+path, patterns, length, memory = json.loads(sys.stdin.read())
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))  # before the library allocates
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-path, patterns, length = json.loads(sys.stdin.read())
 def say(*parts):
     print(json.dumps(parts), flush=True)
 try:
@@ -85,10 +86,6 @@ def patterns(document: object) -> list[str]:
     return found
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MAX_MEMORY, MAX_MEMORY))
-
-
 def is_tokenizer(name: str, document: object) -> bool:
     """Whether a JSON file is one the tokenizers library loads: named `tokenizer.json`, or
     shaped like one (a `model` and a normalizer or pre-tokenizer), since a config can point
@@ -118,11 +115,10 @@ def check_tokenizer_json(path: Path, display: str) -> list[Finding]:
         return finding(f"{len(found)} regexes, over the {MAX_PATTERNS} the check runs")
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1",
            "RUST_BACKTRACE": "0"}
-    request = json.dumps([str(path.resolve()), found, PROBE_CHARS])
+    request = json.dumps([str(path.resolve()), found, PROBE_CHARS, MAX_MEMORY])
     try:
         done = subprocess.run([sys.executable, "-c", _CHILD], input=request.encode(),
-                              capture_output=True, timeout=MAX_SECONDS, env=env,
-                              preexec_fn=_limit_memory, check=False)
+                              capture_output=True, timeout=MAX_SECONDS, env=env, check=False)
         output, timed_out, code = done.stdout, False, done.returncode
     except subprocess.TimeoutExpired as expired:
         output, timed_out, code = expired.stdout or b"", True, None
@@ -146,5 +142,5 @@ def check_tokenizer_json(path: Path, display: str) -> list[Finding]:
                             "(catastrophic backtracking hangs every request that meets it)")
     elif not events or events[-1] != ["done"]:
         problems += finding(f"{shown(current)}: the tokenizers process died (exit {code}; over "
-                            f"{MAX_MEMORY >> 30} GiB of memory, or a crash)")
+                            f"{MAX_MEMORY >> 20} MiB of memory, or a crash)")
     return problems

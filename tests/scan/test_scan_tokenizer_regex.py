@@ -81,3 +81,20 @@ def test_a_tokenizer_without_regexes_is_not_run(tmp_path: Path) -> None:
                                  "trim_offsets": True, "use_regex": True}
     (tmp_path / "tokenizer.json").write_text(json.dumps(document))
     assert check_tokenizer_json(tmp_path / "tokenizer.json", "tokenizer.json") == []
+
+
+def test_a_child_that_dies_or_runs_out_of_time_is_high(tmp_path: Path, monkeypatch) -> None:
+    """Fail closed: the memory cap (here too small to even import the library) and the
+    deadline each end in a finding, never in a pass."""
+    from dflash_guard.scan import tokenizer_regex
+
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(_tokenizer_json(["\\s+"])))
+    assert check_tokenizer_json(path, "tokenizer.json") == []
+    monkeypatch.setattr(tokenizer_regex, "MAX_MEMORY", 16 << 20)
+    died = check_tokenizer_json(path, "tokenizer.json")
+    assert [f.severity for f in died] == [Severity.high] and "died" in died[0].message
+    monkeypatch.setattr(tokenizer_regex, "MAX_MEMORY", 4 << 30)
+    monkeypatch.setattr(tokenizer_regex, "MAX_SECONDS", 0.01)
+    late = check_tokenizer_json(path, "tokenizer.json")
+    assert [f.severity for f in late] == [Severity.high] and "still running" in late[0].message
