@@ -11,6 +11,8 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+import pytest
+from google.protobuf.message import DecodeError
 from transformers.utils import sentencepiece_model_pb2_new as sentencepiece_pb2
 
 from dflash_guard.scan import Severity, scan_paths
@@ -102,6 +104,9 @@ def test_sentencepiece_model_parsed_whole_is_quiet(tmp_path: Path) -> None:
     unknown_field = b"\x80\x02" + data  # tag 32: protobuf skips it, and \x80\x02 is PROTO 2
     cases = {"truncated": data[: len(data) // 2], "garbage": b"\x0a\x0b\x0c" * 20,
              "unknown-field": unknown_field, "pickle": gadget_pickle("os", "system")}
+    for label in ("truncated", "garbage"):  # the real schema refuses them too
+        with pytest.raises(DecodeError):
+            sentencepiece_pb2.ModelProto.FromString(cases[label])
     for label, payload in cases.items():
         loud = _loud(_folder(tmp_path, label, {"tokenizer.model": payload}))
         assert ("tokenizer.model", "DG-FORMAT-UNKNOWN") in loud or (
