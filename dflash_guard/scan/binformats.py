@@ -8,7 +8,8 @@ whole file parses as that format (the runner then still probes it for a pickle s
   normalizer specs are walked as protobuf wire format, not checked field by field);
 - images of a model card: PNG (every chunk's CRC, IHDR first, IEND last, the image data's zlib
   stream inflated to its end and sized by IHDR), JPEG (marker segments to EOI, entropy-coded
-  data skipped) and WebP (RIFF chunks covering the file exactly). JPEG and WebP pixels are not
+  data skipped), WebP (RIFF chunks covering the file exactly) and GIF (blocks and sub-blocks
+  from the screen descriptor to the trailer at the very end). JPEG, WebP and GIF pixels are not
   decoded.
 
 Each function returns why the file is not that format, or None.
@@ -39,13 +40,15 @@ MAX_CHUNKS = 100_000  # PNG/WebP chunks or JPEG segments walked; real images hav
 
 
 def image_kind(head: bytes) -> str | None:
-    """`png`, `jpeg` or `webp` when `head` (a file's first 12 bytes) starts like one."""
+    """`png`, `jpeg`, `webp` or `gif` when `head` (a file's first 12 bytes) starts like one."""
     if head.startswith(PNG_MAGIC):
         return "png"
     if head.startswith(b"\xff\xd8\xff"):
         return "jpeg"
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
     return None
 
 
@@ -166,7 +169,7 @@ def image_problem(path: Path, kind: str) -> str | None:
     if isinstance(data, str):
         return data
     try:
-        return {"png": _png, "jpeg": _jpeg, "webp": _webp}[kind](data)
+        return {"png": _png, "jpeg": _jpeg, "webp": _webp, "gif": _gif}[kind](data)
     except (struct.error, IndexError, ValueError, zlib.error) as error:
         return f"not a complete {kind}: {error}"
 
@@ -275,3 +278,42 @@ def _webp(data: bytes) -> str | None:
         pos += 8 + length + (length & 1)
     return None if pos == len(data) and not first else "WebP chunks do not end at the file's end"
 
+
+
+def _gif(data: bytes) -> str | None:
+    (flags,) = struct.unpack("<B", data[10:11])
+    pos = 13 + (3 * (2 << (flags & 7)) if flags & 0x80 else 0)  # the global colour table
+    frames = blocks = 0
+    while True:
+        blocks += 1
+        if blocks > MAX_CHUNKS:
+            return f"GIF of over {MAX_CHUNKS} blocks"
+        block = data[pos]
+        pos += 1
+        if block == 0x3B:  # trailer
+            break
+        if block == 0x21:  # extension: a label, then sub-blocks
+            pos = _gif_sub_blocks(data, pos + 1)
+        elif block == 0x2C:  # image descriptor, local colour table, LZW code size, data
+            (local,) = struct.unpack("<B", data[pos + 8:pos + 9])
+            pos += 9 + (3 * (2 << (local & 7)) if local & 0x80 else 0)
+            if not 2 <= data[pos] <= 11:
+                return f"GIF image with an LZW code size of {data[pos]}"
+            pos = _gif_sub_blocks(data, pos + 1)
+            frames += 1
+        else:
+            return f"GIF: unknown block {block:#x} at {pos - 1}"
+    if pos != len(data):
+        return f"{len(data) - pos} bytes after the GIF trailer"
+    return None if frames else "GIF without an image"
+
+
+def _gif_sub_blocks(data: bytes, pos: int) -> int:
+    """The position after the sub-blocks starting at `pos` (IndexError past the end)."""
+    while True:
+        size = data[pos]
+        pos += 1 + size
+        if size == 0:
+            return pos
+        if pos > len(data):
+            raise IndexError("GIF sub-block runs past the end")

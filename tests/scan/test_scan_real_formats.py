@@ -117,7 +117,8 @@ def test_model_card_images_are_quiet_and_broken_ones_are_not(tmp_path: Path) -> 
     tree = Path(_script("tree", timeout=600))
     images = [p for p in sorted(tree.rglob("*"))
               if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp") and p.is_file()]
-    assert {p.suffix.lower() for p in images} == {".png", ".jpg", ".jpeg", ".webp"}
+    images += sorted((CORPUS / "formats").glob("*.gif"))  # CPython's IDLE icons
+    assert {p.suffix.lower() for p in images} == {".png", ".jpg", ".jpeg", ".webp", ".gif"}
     folder = tmp_path / "real"
     folder.mkdir()
     for number, path in enumerate(images):
@@ -128,12 +129,14 @@ def test_model_card_images_are_quiet_and_broken_ones_are_not(tmp_path: Path) -> 
     png = next(p for p in images if p.suffix == ".png").read_bytes()
     jpeg = next(p for p in images if p.suffix == ".jpeg").read_bytes()
     webp = next(p for p in images if p.suffix == ".webp").read_bytes()
+    gif = next(p for p in images if p.suffix == ".gif").read_bytes()
     zipped = io.BytesIO()
     with zipfile.ZipFile(zipped, "w") as archive:
         archive.writestr("archive/data.pkl", gadget_pickle("os", "system"))
     broken = {"truncated.png": png[:-20], "crc.png": png[:40] + bytes([png[40] ^ 1]) + png[41:],
               "tail.png": png + b"x", "truncated.jpeg": jpeg[: len(jpeg) // 2],
               "tail.jpeg": jpeg + gadget_pickle("os", "system"), "truncated.webp": webp[:-10],
+              "truncated.gif": gif[:-5], "tail.gif": gif + b"cos\nsystem\n",
               "zip-after.png": png + zipped.getvalue()}
     for name, payload in broken.items():
         report = scan_paths([_folder(tmp_path, name, {name: payload})])
