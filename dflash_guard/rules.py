@@ -39,10 +39,10 @@ UNSCANNABLE = Rule(
 FORMAT_UNKNOWN = Rule(
     "DG-FORMAT-UNKNOWN", Severity.high,
     "A file not positively identified as a format no loader unpickles: a possible pickle.",
-    "an unknown binary, a truncated or object `.npy`, `.npz`, an image, a `tokenizer.model`, a "
-    "compressed or archived stream not fully decoded, a link inside an archive, invalid "
-    "safetensors/GGUF/JSON, a shard an index names that is not its loader's format; counted "
-    "with the pickle files, so `pickle_allowed: false` refuses it",
+    "an unknown binary, a truncated or object `.npy`, an `.npz`, image or `tokenizer.model` "
+    "that does not parse whole, a compressed or archived stream not fully decoded, a link "
+    "inside an archive, invalid safetensors/GGUF/JSON, a shard an index names that is not "
+    "its loader's format; counted with the pickle files, so `pickle_allowed: false` refuses it",
 )
 EXECUTABLE = Rule(
     "DG-EXECUTABLE", Severity.high,
@@ -250,6 +250,12 @@ CONFIG_INVALID = Rule(
     "DG-CONFIG-INVALID", Severity.medium,
     "A config file that cannot be read.",
     "unreadable config JSON",
+)
+TOKENIZER_REGEX = Rule(
+    "DG-TOKENIZER-REGEX", Severity.high,
+    "A tokenizer.json regex the tokenizers library fails or hangs on.",
+    "a pattern the real library, in a child with a deadline and a memory cap, cannot compile "
+    "or panics or runs past the deadline on a probe (medium: the library refuses the file)",
 )
 RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,

@@ -2,12 +2,13 @@
 loader unpickles and parses completely as that format.
 
 The runner tries, in order: safetensors (valid header, exact spans, the library's own check),
-GGUF (a valid layout), JSON, a complete `.npy` array without objects, and text (UTF-8 without
-control bytes, so no zip record, tar header or binary pickle opcode can hide in it). Whatever
-none of them accepts (an unknown binary, a compressed or archived stream, a truncated file, an
-image, a `tokenizer.model`, whose protobuf no declared dependency validates) is a possible pickle:
-reported as DG-FORMAT-UNKNOWN (high) and counted with the pickle files, so a policy with
-`pickle_allowed: false` refuses it whatever its name or first bytes.
+GGUF (a valid layout), a complete `.npy` array without objects, the binary formats of
+`binformats` (numeric `.npz`, sentencepiece models, PNG/JPEG/WebP), JSON, and text (UTF-8 without
+control bytes, so no zip record, tar header or binary pickle opcode can hide in it, and not a
+pickle to an unpickler). Whatever none of them accepts (an unknown binary, a compressed or
+archived stream, a truncated file) is a possible pickle: reported as DG-FORMAT-UNKNOWN (high)
+and counted with the pickle files, so a policy with `pickle_allowed: false` refuses it whatever
+its name or first bytes.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ _JOBLIB_WRAPPERS = frozenset({"joblib.numpy_pickle.NumpyArrayWrapper",
                               "sklearn.externals.joblib.numpy_pickle.NumpyArrayWrapper"})
 _DTYPE = re.compile(r"[<>|=]?[biufcmMUSV]\d{0,6}")
 _CHECK_EVERY = 1 << 16  # opcodes between two looks at the clock
+# Opcodes with which the unpickler calls an object the stream chose (a class, a reduce function,
+# __setstate__): once one has run, a stream that faults later has already executed code.
+# PERSID/BINPERSID call the loader's own persistent_load, not something the stream names.
+_CALL_OPCODES = frozenset({"REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +54,12 @@ class StreamResult:
     timed_out: bool = False
     ints: list[int] = dataclasses.field(default_factory=list)
     builds_on_globals: list[str] = dataclasses.field(default_factory=list)
+    calls: int = 0  # opcodes that call something (REDUCE, BUILD, INST...) the unpickler ran
+
+    @property
+    def complete(self) -> bool:
+        """Whether the stream parsed to its STOP."""
+        return self.error is None
 
 
 class _Malformed(ValueError):
@@ -150,6 +160,8 @@ def read_stream(stream: IO[bytes], _depth: int = 0) -> StreamResult:
             if result.opcodes % _CHECK_EVERY == 0 and time.monotonic() > deadline:
                 raise _TimeUp(f"stopped after {MAX_SECONDS:g} s ({result.opcodes} opcodes)")
             _step(op, arg, pos, stack, memo, result)
+            if op.name in _CALL_OPCODES:  # `_step` raised first when the call cannot happen
+                result.calls += 1
             if op.name == "BUILD" and stack and isinstance(stack[-1], _Built) and (
                 _qualified(stack[-1].source) in _JOBLIB_WRAPPERS
             ):

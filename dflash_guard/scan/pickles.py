@@ -64,9 +64,13 @@ class _Scan:
         self, stream: IO[bytes], member: str | None, *, from_extension: bool, probe: bool = False
     ) -> None:
         """Every consecutive pickle in `stream` (legacy torch files hold five, a loader may call
-        `pickle.load` again and again). `probe`: a file no loader treats as a pickle by name,
-        reported only when its stream imports something."""
+        `pickle.load` again and again). `probe`: a file of another format (text, say), reported
+        only when an unpickler reads it as a pickle (`_unpickles`): its first stream parses to
+        STOP, or it calls or imports something dangerous before the fault. A later stream
+        carrying the payload is read either way."""
         first = read_stream(stream)
+        if probe and not _unpickles(first):
+            return  # text an unpickler fails on before it has run anything
         if first.error and not first.timed_out and first.opcodes <= 1 and not first.globals:
             if from_extension:
                 self.add(
@@ -84,8 +88,6 @@ class _Scan:
                     member,
                 )
             return
-        if probe and not any(not g.opcode.startswith("EXT") for g in first.globals):
-            return  # data: an unpickler imports nothing (EXT codes need a registry entry)
         self.report_stream(first, member, index=0, strict=True)
         legacy = _LEGACY_TORCH_MAGIC in first.ints
         index = 1
@@ -408,6 +410,24 @@ def _read_capped(handle: IO[bytes]) -> bytes:
     if len(data) > MAX_MEMBER_BYTES:
         raise ValueError(f"it decompresses to over {MAX_MEMBER_BYTES} bytes")
     return data
+
+
+# Modules whose import alone runs something: transformers' cache of Hub code (another repo's
+# unreviewed modules, importable once loaded) and the standard library's import-time toys.
+_IMPORT_RUNS_CODE = frozenset({"transformers_modules", "antigravity", "this", "idlelib"})
+
+
+def _unpickles(result: StreamResult) -> bool:
+    """Whether an unpickler given this stream runs something: it parses to STOP (a complete
+    pickle, whose following streams a loader reads too), calls an object before its fault, or
+    imports a global the allowlist calls dangerous or a module whose import runs code
+    (`_IMPORT_RUNS_CODE`). Text that merely starts with an opcode letter (`checkpoint: x`
+    reads as GLOBAL `heckpoint: x`) faults before any of these."""
+    if result.complete or result.timed_out or result.calls:
+        return True
+    return any(g.module is not None and (
+        classify_global(g.module, g.name or "") is Severity.critical
+        or g.module.split(".")[0] in _IMPORT_RUNS_CODE) for g in result.globals)
 
 
 def _peek(stream: IO[bytes], count: int) -> bytes:

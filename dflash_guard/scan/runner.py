@@ -19,6 +19,8 @@ from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import (
+    binformats,
+    channels,
     drafter_config,
     formats,
     gguf_check,
@@ -26,6 +28,7 @@ from dflash_guard.scan import (
     remote_code,
     safetensors_check,
     templates,
+    tokenizer_regex,
 )
 from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
 from dflash_guard.scan.regular import open_regular, read_regular
@@ -58,12 +61,9 @@ _ST_BROKEN = frozenset(
 _TEMPLATE_CONFIGS = frozenset(
     {"tokenizer_config.json", "chat_template.json", "processor_config.json"}
 )
-# Every config file transformers reads an `auto_map` from (in any folder of the walk).
-_AUTO_MAP_CONFIGS = frozenset(
-    {"config.json", "tokenizer_config.json", "processor_config.json",
-     "preprocessor_config.json", "image_processor_config.json", "feature_extractor_config.json",
-     "video_preprocessor_config.json"}
-)
+# Every config file a loader reads a code reference from (`channels.CHANNELS`).
+_CODE_CONFIGS = channels.AUTO_MAP_CONFIGS | {"adapter_config.json", "modules.json",
+                                              "audio_tokenizer_config.json"}
 
 
 class _Run:
@@ -90,12 +90,14 @@ class _Run:
             return
         if name in _TEMPLATE_CONFIGS:
             self.findings += templates.scan_config_templates(path, display)
-        if name in _AUTO_MAP_CONFIGS or name == "adapter_config.json":
-            self.auto_map(path, display)
+        if name in _CODE_CONFIGS:
+            self.code_channels(path, display)
         if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
             self.findings += safetensors_check.check_index(path, display)
         if suffix == ".jinja":
             self.findings += templates.scan_jinja_file(path, display)
+        if suffix == ".json" and loaded_as is None:  # any name a config could point at
+            self.findings += tokenizer_regex.check_tokenizer_json(path, display)
         try:
             problem = self.identify(path, display, suffix, loaded_as)
         except OSError as error:
@@ -120,6 +122,9 @@ class _Run:
             return "not a valid GGUF file" if any(f.rule_id in broken for f in findings) else None
         if fmt is Format.numpy:
             return formats.npy_file_problem(path)
+        parsed = self.parsed_binary(path, display, fmt, suffix)
+        if parsed is not None:
+            return parsed or None
         if fmt is not Format.unknown or suffix in PICKLE_SUFFIXES:
             return f"{fmt.value} content" if fmt is not Format.unknown else "a pickle-family name"
         if suffix in (".json", ".jsonl"):
@@ -128,6 +133,27 @@ class _Run:
         if problem is None and self.probe_pickle(path, display):
             return "text that an unpickler reads as a pickle"
         return problem
+
+    def parsed_binary(self, path: Path, display: str, fmt: Format, suffix: str) -> str | None:
+        """For a file shaped like a numeric `.npz`, an image, or (named `.model`) a
+        sentencepiece model: "" when it parses whole as that format and holds no pickle stream,
+        else why not; None when it is shaped like none of them (`binformats`)."""
+        with open_regular(path) as handle:
+            head = handle.read(12)
+        kind = binformats.image_kind(head)
+        if fmt is Format.zip:
+            problem, what = binformats.npz_problem(path), "a numeric .npz"
+        elif kind is not None:
+            problem, what = binformats.image_problem(path, kind), f"a {kind} image"
+        elif suffix == ".model" and fmt is Format.unknown:
+            problem, what = binformats.sentencepiece_problem(path), "a sentencepiece model"
+        else:
+            return None
+        if problem is not None:
+            return f"not {what}: {problem}"
+        if self.probe_pickle(path, display):
+            return f"{what} that an unpickler also reads as a pickle"
+        return ""
 
     def possible_pickle(self, path: Path, display: str, why: str) -> None:
         """A file no allowlisted format accepts: scanned for every pickle stream a loader could
@@ -154,7 +180,8 @@ class _Run:
 
         findings = scan_pickle_file(path, display, probe=True)
         self.findings += findings
-        return bool(findings)
+        # modelscan's own notes (it cannot read an .npz, say) are not a pickle stream
+        return any(f.detector != "modelscan" or f.severity >= Severity.medium for f in findings)
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
@@ -175,7 +202,8 @@ class _Run:
         if not reviewed:
             self.add(remote_code.unreviewed(display, digest))
 
-    def auto_map(self, path: Path, display: str) -> None:
+    def code_channels(self, path: Path, display: str) -> None:
+        """The code references of a config file (`channels.CHANNELS`)."""
         try:
             config = jsonfile.read(path)
         except (OSError, UnicodeDecodeError, ValueError) as error:
@@ -195,44 +223,53 @@ class _Run:
                 rules.RC_NESTED_REMOTE_CODE.id, Severity.high, display,
                 f"auto_mapping makes PEFT import {library[:80]!r} by name and load from it",
                 detector=remote_code.DETECTOR))
-        for target in remote_code.auto_map_targets(config):
-            repo, _, reference = target.rpartition("--")
-            module_name = reference.rpartition(".")[0]
-            if not repo and not module_name.replace("_", "a").replace(".", "a").isalnum():
-                self.add(Finding(
-                    rules.RC_MISSING.id, Severity.high, display,
-                    f"auto_map {target[:120]!r} names a module outside the folder",
-                    detector=remote_code.DETECTOR))
-                continue
-            module = module_name.replace(".", "/") + ".py"
-            if repo:
-                entry = f"{repo}--{module}"
-                self.remote_code.setdefault(entry, RemoteCodeFile(entry, "", False))
-                self.add(
-                    Finding(
-                        rules.RC_REMOTE_REPO.id,
-                        Severity.high,
-                        display,
-                        f"auto_map {target!r} loads code from the repository {repo!r}, "
-                        "which this scan cannot see",
-                        detector=remote_code.DETECTOR,
-                    )
-                )
-                continue
-            local = path.parent / module
-            shown = str(Path(display).parent / module)
-            if not local.is_file():
-                self.remote_code.setdefault(shown, RemoteCodeFile(shown, "", False))
-                self.add(
-                    Finding(
-                        rules.RC_MISSING.id,
-                        Severity.high,
-                        display,
-                        f"auto_map {target!r} needs {module}, which is not in the folder "
-                        "(a loader would fetch unscanned code)",
-                        detector=remote_code.DETECTOR,
-                    )
-                )
+        if path.name == "modules.json":
+            for module_path in channels.module_paths(config):
+                parts = PurePosixPath(module_path.replace("\\", "/")).parts
+                if module_path.startswith(("/", "\\")) or ".." in parts or ":" in module_path:
+                    self.add(Finding(
+                        rules.RC_MISSING.id, Severity.high, display,
+                        f"modules.json loads a module from {module_path[:120]!r}, outside the "
+                        "folder", detector=remote_code.DETECTOR))
+        for key, target in channels.code_references(path.name, config):
+            self.code_reference(path, display, key, target)
+        for key, target in channels.repository_references(path.name, config):
+            # from_pretrained resolves it against the Hub or the process's working directory,
+            # never against this folder: another model, unscanned
+            self.add(Finding(
+                rules.RC_REMOTE_REPO.id, Severity.high, display,
+                f"{key} {target[:120]!r} makes the loader read another model, which this scan "
+                "cannot see", detector=remote_code.DETECTOR))
+
+    def code_reference(self, path: Path, display: str, key: str, target: str) -> None:
+        """A class reference a loader imports (`key` says which channel): its module must be a
+        file in the folder (reviewed code); another repository or a missing file is high."""
+        repo, _, reference = target.rpartition("--")
+        module_name = reference.rpartition(".")[0]
+        if not repo and not module_name.replace("_", "a").replace(".", "a").isalnum():
+            self.add(Finding(
+                rules.RC_MISSING.id, Severity.high, display,
+                f"{key} {target[:120]!r} names a module outside the folder",
+                detector=remote_code.DETECTOR))
+            return
+        module = module_name.replace(".", "/") + ".py"
+        if repo:
+            entry = f"{repo}--{module}"
+            self.remote_code.setdefault(entry, RemoteCodeFile(entry, "", False))
+            self.add(Finding(
+                rules.RC_REMOTE_REPO.id, Severity.high, display,
+                f"{key} {target!r} loads code from the repository {repo!r}, which this scan "
+                "cannot see", detector=remote_code.DETECTOR))
+            return
+        local = path.parent / module
+        shown = str(Path(display).parent / module)
+        if not local.is_file():
+            self.remote_code.setdefault(shown, RemoteCodeFile(shown, "", False))
+            self.add(Finding(
+                rules.RC_MISSING.id, Severity.high, display,
+                f"{key} {target!r} needs {module}, which is not in the folder (a loader would "
+                "fetch unscanned code or import an installed module by that name)",
+                detector=remote_code.DETECTOR))
 
     def safetensors(self, path: Path, display: str, fmt: Format) -> str | None:
         findings, header = safetensors_check.check_safetensors(path, display)

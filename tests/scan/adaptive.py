@@ -17,6 +17,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.scan import adaptive_boundary
 from tests.scan.adaptive_remote_code import AUTO_MAP_CASES, code_cases
 
 
@@ -125,6 +126,7 @@ MALICIOUS: list[Case] = [
         "tokenizer_config.json", "{{ '{0.mro}'.format(messages) }}"), "tokenizer_config.json"),
     *(Case(name, "remote code", lay, culprit) for name, lay, culprit in code_cases()),
     *(Case(name, "remote code", lay, culprit) for name, lay, culprit in AUTO_MAP_CASES),
+    *(Case(*case) for case in adaptive_boundary.MALICIOUS),
 ]
 
 
@@ -213,4 +215,5 @@ BENIGN: list[Case] = [
     Case("published-templates", "templates", _published_templates, ""),
     Case("published-drafter-code", "remote code", _published_drafter_code, ""),
     Case("published-modeling-code", "remote code", _published_modeling_code, ""),
+    *(Case(name, klass, lay, "") for name, klass, lay in adaptive_boundary.BENIGN),
 ]
