@@ -97,7 +97,7 @@ def test_confirmed_by_an_earlier_hub_lock(cli, locked_pair, snapshots, tmp_path)
     config = snapshots["drafter"] / "config.json"
     config.write_text(config.read_text().replace("{", "{ ", 1))
     r = cli(*args[:-2], "-o", tmp_path / "again.lock")
-    assert r.exit_code == 1 and "--confirmed-by" in " ".join(r.stderr.split())
+    assert r.exit_code == 1 and "confirmed l" in " ".join(r.stdout.split())
 
 
 def test_version_1_lockfiles_still_load_with_hub_artifacts_unconfirmed():
