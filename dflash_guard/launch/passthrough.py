@@ -54,7 +54,7 @@ LLAMACPP_SPELLINGS = _llamacpp_spellings()
 # flash attention, KV cache types, logging, timeouts, the web UI and metrics endpoints.
 LLAMACPP_KEYS = frozenset({
     "threads", "threads_batch", "ctx_size", "batch_size", "ubatch_size", "parallel",
-    "cont_batching", "flash_attn", "seed", "gpu_layers", "n_predict", "cache_type_k",
+    "cont_batching", "flash_attn", "seed", "gpu_layers", "predict", "cache_type_k",
     "cache_type_v", "kv_offload", "warmup", "perf", "cache_prompt", "timeout", "threads_http",
     "metrics", "ui", "log_disable", "verbosity", "verbose", "log_prefix", "log_timestamps",
     "log_colors", "spec_draft_ngl", "spec_draft_threads", "spec_draft_threads_batch",
@@ -127,25 +127,25 @@ def refusal(engine: str, extra: list[str], controlled: frozenset[str]) -> str | 
             return (f"{token!r} after `--`: a positional argument (vLLM reads one as the model) "
                     "is never passed through")
         name = normalized(engine, token)
-        if engine != "llama.cpp" and "." in name.split("=", 1)[0]:
+        if engine != "llama.cpp" and "." in name:
             return (f"{token} after `--`: a dotted argument is merged into the JSON setting it "
                     "names, over what launch wrote")
-        if name in ("--config", "--models-preset") or name.startswith("--config="):
+        if name in ("--config", "--models-preset"):
             return f"{token} after `--`: a config file can re-set what launch controls"
         if engine == "llama.cpp" and "=" in token:
             return f"{token} after `--`: llama.cpp has no `--flag=value` form"
-        key = key_of(engine, name.split("=", 1)[0])
+        key = key_of(engine, name)
         if key in controlled:
             return (f"engine argument --{key.replace('_', '-')} ({token}) after `--`: launch sets "
                     "it from the lock and policy (or refuses it)")
-        found = option(engine, name.split("=", 1)[0])
+        found = option(engine, name)
         if found is None:
             return (f"{token} after `--`: not on launch's pass-through list for {engine} (caps, "
                     "logging, dtype, eager mode; see docs/vllm.md): it may change what is "
                     "loaded or how code is trusted")
-        if "=" in name:
+        if "=" in token:
             if found.values != 1:
-                return f"{token} after `--`: {name.split('=', 1)[0]} takes no value"
+                return f"{token} after `--`: {name} takes no value"
             continue
         for _ in range(found.values):
             if index >= len(extra):
