@@ -183,7 +183,7 @@ def test_the_llama_cpp_table_is_the_pinned_trees() -> None:
     assert llamacpp_flags.generate(tree) == committed, (
         "regenerate: python scripts/llamacpp_flags.py TREE > dflash_guard/launch/llamacpp_flags.py")
     keys = {o.key for o in passthrough.LLAMACPP_SPELLINGS.values()}
-    assert passthrough.LLAMACPP_KEYS <= keys
+    assert keys >= passthrough.LLAMACPP_KEYS
     for name in ("-md", "--model-draft", "--spec-draft-model"):  # P2: one option, three names
         assert passthrough.LLAMACPP_SPELLINGS[name].key == "spec_draft_model"
     assert passthrough.LLAMACPP_SPELLINGS["-hfr"].key == "hf_repo"
@@ -201,8 +201,10 @@ add_opt(common_arg(
     // note: "--not-a-flag" in a comment
     {"--gone"}, "N", "h", [](common_params & /*params*/, int /*value*/) {}
 ).set_examples(mine));
-add_opt(common_arg({"--cli-only"}, "h", [](common_params & p) {}).set_examples({LLAMA_EXAMPLE_CLI}));
-add_opt(common_arg({"--no-server"}, "h", [](common_params & p) {}).set_excludes({LLAMA_EXAMPLE_SERVER}));
+add_opt(common_arg({"--cli-only"}, "h", [](common_params & p) {})
+    .set_examples({LLAMA_EXAMPLE_CLI}));
+add_opt(common_arg({"--no-server"}, "h", [](common_params & p) {})
+    .set_excludes({LLAMA_EXAMPLE_SERVER}));
 '''
     assert llamacpp_flags.options(source) == [
         (("-a", "--alpha"), ("--no-alpha",), 0, None),
