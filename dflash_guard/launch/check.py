@@ -241,6 +241,17 @@ def _vllm_args(command: list[str]) -> list[str]:
                      "vllm.entrypoints.openai.api_server ...`")
 
 
+def _config_files(command: list[str]) -> list[str]:
+    """The `--config FILE` arguments of a vLLM command (`--config=FILE` too)."""
+    found = []
+    for index, token in enumerate(command):
+        if token == "--config" and index + 1 < len(command):
+            found.append(command[index + 1])
+        elif token.startswith("--config="):
+            found.append(token.split("=", 1)[1])
+    return found
+
+
 def _unlisted(name: str, value: object, flag: str | None = None) -> Finding:
     why = WHY.get(name, "it may change what is loaded or how code is trusted")
     where = flag or "--" + name.replace("_", "-")
@@ -262,7 +273,9 @@ def _vllm_flags(python: str, command: list[str], allowed: frozenset[str]
     model = changed.get("model_tag") or resolved.values.get("model")
     flags: Flags = {name: [_text(value)] for name, value in changed.items()}
     flags["model"] = [_text(model)] if model is not None else [None]
-    found = []
+    found = [_finding(rules.LAUNCH_UNLISTED, "--config", f"--config {path}: a config file's "
+                      "settings apply ahead of the command line, and it can change between this "
+                      "check and the engine's start") for path in _config_files(command)]
     if changed.get("tokenizer") not in (None, model):
         found.append(_unlisted("tokenizer", changed["tokenizer"]))
     found += [_unlisted(name, value) for name, value in sorted(changed.items())
