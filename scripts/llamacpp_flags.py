@@ -65,6 +65,9 @@ def options(source: str) -> list[tuple[tuple[str, ...], tuple[str, ...], int, st
     source = _strip_comments(source)
     named = {m.group(1): m.group(2) for m in re.finditer(
         r"(\w+)\s*=\s*\{((?:\s*LLAMA_EXAMPLE_\w+\s*,?)+)\s*\}", source)}
+    other = re.search(r"add_opt\((?!common_arg\()", source)
+    if other:  # an option this reading cannot see would be silently unknown: refuse
+        raise ValueError(f"add_opt(...) without common_arg( at offset {other.start()}")
     rows, seen = [], set()
     for match in re.finditer(r"add_opt\(common_arg\(", source):
         call = _call(source, match.start() + len("add_opt"))

@@ -211,6 +211,8 @@ add_opt(common_arg({"--no-server"}, "h", [](common_params & p) {})
         (("--two",), (), 2, "LLAMA_ARG_TWO"),
         (("--gone",), (), 1, None),
     ]
+    with pytest.raises(ValueError, match="without common_arg"):
+        llamacpp_flags.options("common_arg a({\"--x\"}, \"h\", f); add_opt(a);")
 
 
 def test_a_llama_cpp_config_file_refuses_the_launch(cli, gguf_pair, policy, tmp_path,
