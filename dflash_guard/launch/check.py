@@ -110,7 +110,7 @@ def _compare(lock: Lockfile, artifact: Artifact, location: str | None, revision:
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag,
                          f"no {flag}: the {artifact.role} is not named")]
     path = Path(location).expanduser()
-    if root is not None and root.resolve() not in (path.resolve(), path.resolve().parent):
+    if root is not None and not path.resolve().is_relative_to(root.resolve()):
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag, f"{location} is not the {artifact.role} "
                          f"folder given with --root ({root})")]
     if path.is_file():  # a GGUF file: its sha256 must be a locked file's

@@ -71,6 +71,21 @@ def test_hub_artifacts_are_pinned_to_their_locked_commits(cli, tmp_path, policy)
     assert config["model"] == "z-lab/Qwen3-8B-DFlash-b16" and config["revision"] == COMMIT_D
 
 
+def test_a_refusal_is_a_json_document(cli, padded_pair, padded_lock, policy) -> None:
+    """`--format json` writes a document for a refusal too (issue 34: a LaunchReport)."""
+    result = launch(cli, padded_lock, "vllm", "--baseline", "--root",
+                    f"target={padded_pair.target}", "--policy", policy, "--host", "0.0.0.0",
+                    "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert report["passed"] is False and report["verdict"] == "refused"
+    assert "--api-key-env" in report["reason"] and "argv" not in report
+    passed = json.loads(launch(cli, padded_lock, "vllm", "--baseline", "--root",
+                               f"target={padded_pair.target}", "--policy", policy,
+                               "--format", "json").stdout)
+    assert passed["passed"] is True and passed["verdict"] == "passed" and passed["argv"]
+
+
 def test_a_local_artifact_needs_its_folder(cli, padded_lock, policy) -> None:
     message = one_line_error(launch(cli, padded_lock, "vllm", "--policy", policy))
     assert "--root target=DIR" in message
