@@ -228,15 +228,16 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-def _vllm_args(command: list[str]) -> list[str]:
-    """The arguments of a vLLM serve command, after its program."""
+def _vllm_args(command: list[str]) -> tuple[list[str], bool]:
+    """The arguments of a vLLM serve command after its program, and whether it is `vllm serve`
+    (which loads the positional model; the api_server module ignores one)."""
     if len(command) >= 2 and Path(command[0]).name == "vllm" and command[1] == "serve":
-        return command[2:]
+        return command[2:], True
     if "-m" in command[1:3]:
         index = command.index("-m")
         if command[index + 1:index + 2] in (["vllm.entrypoints.openai.api_server"],
                                             ["vllm.entrypoints.launchers.api_server.entry"]):
-            return command[index + 2:]
+            return command[index + 2:], False
     raise InputError("launch --check vllm: expected `vllm serve ...` or `python -m "
                      "vllm.entrypoints.openai.api_server ...`")
 
@@ -263,17 +264,23 @@ def _vllm_flags(python: str, command: list[str], allowed: frozenset[str]
                 ) -> tuple[Flags, list[Finding]]:
     """The command's settings as the pinned vLLM's parser resolves them (those it changes from
     the defaults, plus the model), and a finding per setting launch would not pass through."""
-    resolved = vllm_parser.resolve(python, _vllm_args(command))
+    args, serve = _vllm_args(command)
+    resolved = vllm_parser.resolve(python, args)
     if resolved.values is None:
         return {}, [_finding(rules.LAUNCH_UNLISTED, command[0], f"vLLM's own parser refuses "
                              f"the command: {resolved.error}")]
     passed = {dest for spelling, (dest, _) in resolved.options.items()
               if spelling in passthrough.VLLM_FLAGS}
     changed = resolved.changed()
-    model = changed.get("model_tag") or resolved.values.get("model")
+    tag = changed.pop("model_tag", None)
+    model = tag if serve and tag is not None else resolved.values.get("model")
     flags: Flags = {name: [_text(value)] for name, value in changed.items()}
     flags["model"] = [_text(model)] if model is not None else [None]
-    found = [_finding(rules.LAUNCH_UNLISTED, "--config", f"--config {path}: a config file's "
+    found = []
+    if tag is not None and (not serve or "model" in changed):
+        found.append(_finding(rules.LAUNCH_UNLISTED, "--model", f"a positional model {tag!r} "
+                              "beside --model: which one loads depends on the entry point"))
+    found += [_finding(rules.LAUNCH_UNLISTED, "--config", f"--config {path}: a config file's "
                       "settings apply ahead of the command line, and it can change between this "
                       "check and the engine's start") for path in _config_files(command)]
     if changed.get("tokenizer") not in (None, model):

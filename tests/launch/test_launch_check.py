@@ -204,6 +204,8 @@ def test_vllm_serve_and_a_missing_parser(cli, check, tmp_path, policy) -> None:
     lock = hub_lock(tmp_path / "hub.lock")
     served = ["vllm", "serve", "Qwen/Qwen3-8B", *PINNED[5:]]
     assert check(cli, lock, policy, served).exit_code == 0
+    two = [*PINNED[:3], "/nonexistent/evil-model", *PINNED[3:]]  # the module ignores a positional
+    assert ("DG-LAUNCH-UNLISTED", "--model") in findings(check(cli, lock, policy, two))
     no_vllm = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--program",
                   sys.executable, "--", *PINNED)
     assert no_vllm.exit_code == 2 and "--program" in no_vllm.stderr
