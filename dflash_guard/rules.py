@@ -420,6 +420,13 @@ LAUNCH_SPECULATIVE = Rule(
     "A serve command's speculative method or token count differs from the policy's.",
     "`launch --check`: `launch.speculative_method` / `launch.num_speculative_tokens`",
 )
+LAUNCH_UNLISTED = Rule(
+    "DG-LAUNCH-UNLISTED", Severity.high,
+    "A serve command sets something `launch` would not pass through: it may change what is "
+    "loaded or how code is trusted.",
+    "`launch --check`: as the engine's own parser resolves it, e.g. `--tokenizer`, `--config`, "
+    "a dotted `--speculative-config.model`, `--hf-overrides`, llama.cpp `-mu URL`",
+)
 
 ADV_AFFECTED = Rule(
     "DG-ADV-AFFECTED", Severity.high,

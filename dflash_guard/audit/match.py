@@ -8,11 +8,21 @@ Three kinds of subject, each compared the way OSV defines it:
   is reported as *unknown*, never as clean;
 - a PyPI package at a version: `versions` and `ECOSYSTEM` (or `SEMVER`) ranges, ordered with
   `packaging.version`, following OSV's evaluation pseudocode.
+
+An engine is also the package it is released as (`ENGINE_PACKAGES`: vLLM's repository is PyPI's
+`vllm`), which is how its advisories are published (ECOSYSTEM ranges, no GIT range). Such an
+advisory is decided on the engine's release version, read from a release tag that the
+`--engine-repo` clone proves points at the locked commit; the lock's own label (`#v0.11.0`) is
+never evidence. Without a clone, or with no release tag at the commit, it is *unknown*.
+
+Every entry that names a locked subject gives a verdict: a range this audit cannot evaluate for
+it, or an entry with neither ranges nor versions, is *unknown*, never silence.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +38,13 @@ from dflash_guard.trust.gitclone import GitClone
 from dflash_guard.urls import repo_key
 
 HF_URL = "https://huggingface.co/"
+# the package each engine repository is released as (OSV ecosystem, canonical name); llama.cpp
+# publishes no package (its `bNNNN` build tags are git tags: GIT ranges decide it)
+ENGINE_PACKAGES: Mapping[str, frozenset[tuple[str, str]]] = {
+    "github.com/vllm-project/vllm": frozenset({("PyPI", "vllm")}),
+    "github.com/sgl-project/sglang": frozenset({("PyPI", "sglang")}),
+}
+RELEASE_TAG_RE = re.compile(r"^v?(\d+(\.\d+)+\S*)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +56,7 @@ class Subject:
     label: str  # how a report names it
     pin: str  # the commit or the version
     urls: frozenset[str] = frozenset()  # normalised repository URLs (git subjects)
+    packages: frozenset[tuple[str, str]] = frozenset()  # an engine's released packages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +91,8 @@ def lock_subjects(lock: Lockfile) -> list[Subject]:
     """Every engine, Hub artifact (and remote-code repo) and package of a `Lockfile`."""
     subjects = [
         Subject("engine", e.name, f"engine {e.name}@{e.commit[:12]}", e.commit,
-                frozenset({normalise_repo_url(e.url)}))
+                frozenset({normalise_repo_url(e.url)}),
+                ENGINE_PACKAGES.get(normalise_repo_url(e.url), frozenset()))
         for e in lock.engines
     ]
     for artifact in lock.artifacts:
@@ -172,45 +191,100 @@ def _same_version(listed: str, pinned: str) -> bool:
 # --- one advisory against one subject --------------------------------------------------------
 
 
+def _package(entry: Affected) -> tuple[str, str] | None:
+    """The entry's (ecosystem, canonical name), for a package ecosystem (not GIT)."""
+    ecosystem = (entry.ecosystem or "").split(":", 1)[0]
+    if not ecosystem or ecosystem == "GIT" or not entry.name:
+        return None
+    return ecosystem, canonicalize_name(entry.name) if ecosystem == "PyPI" else entry.name
+
+
 def _names_subject(entry: Affected, subject: Subject) -> bool:
     """Whether the entry's package itself names the subject (not only one of its ranges)."""
     if subject.kind == "pypi":
-        return entry.ecosystem == "PyPI" and canonicalize_name(entry.name or "") == subject.name
+        return _package(entry) == ("PyPI", subject.name)
     if subject.kind == "hub" and entry.hf_repo is not None:
         return entry.hf_repo.casefold() == subject.name.casefold()
+    if subject.kind == "engine" and _package(entry) in subject.packages:
+        return True
     return (entry.ecosystem or "").split(":", 1)[0] == "GIT" and bool(entry.name) and (
         normalise_repo_url(entry.name or "") in subject.urls)
 
 
+def release_version(commit: str, clone: GitClone | None) -> tuple[Version | None, str]:
+    """The release version of an engine commit, from the release tags the clone has at it."""
+    if clone is None:
+        return None, ("the engine's release version needs a clone whose release tag points at "
+                      "the locked commit (pass --engine-repo NAME=CLONE)")
+    if not clone.has(commit):
+        return None, f"commit {commit[:12]} is not in the clone {clone.path}"
+    versions = set()
+    for tag in clone.tags_at(commit):
+        match = RELEASE_TAG_RE.match(tag)
+        if match:
+            try:
+                versions.add(Version(match.group(1)))
+            except InvalidVersion:
+                continue
+    if len(versions) != 1:
+        found = "no release tag" if not versions else "release tags of several versions"
+        return None, f"{found} at {commit[:12]} in the clone {clone.path}"
+    (version,) = versions
+    return version, f"release {version} (tagged at {commit[:12]} in the clone)"
+
+
+def _version_results(entry: Affected, pin: str, why: str) -> list[tuple[bool | None, str]]:
+    """The entry's `versions` and ECOSYSTEM/SEMVER ranges at version `pin`."""
+    if any(_same_version(v, pin) for v in entry.versions):
+        return [(True, f"version {pin} is listed{why}")]
+    results: list[tuple[bool | None, str]] = []
+    for rng in entry.ranges:
+        if rng.type not in ("ECOSYSTEM", "SEMVER"):
+            results.append((None, f"a {rng.type} range cannot be evaluated for version {pin}"))
+            continue
+        try:
+            hit = _version_range(Version(pin), rng)
+        except InvalidVersion as error:
+            results.append((None, f"cannot order versions: {error}"))
+            continue
+        results.append((hit, f"{rng.type} range{why}"))
+    return results
+
+
 def _entry_results(entry: Affected, subject: Subject, clone: GitClone | None
                    ) -> list[tuple[bool | None, str]]:
-    """Each decision this entry makes about the subject: (True/False/None, why)."""
+    """Each decision this entry makes about the subject: (True/False/None, why); an entry
+    that names the subject always makes one."""
     named = _names_subject(entry, subject)
-    results: list[tuple[bool | None, str]] = []
-    if subject.kind == "pypi":
+    results: list[tuple[bool | None, str]]
+    if subject.kind == "pypi" or (subject.kind == "engine" and named
+                                  and _package(entry) in subject.packages):
         if not named:
             return []
-        if any(_same_version(v, subject.pin) for v in entry.versions):
-            return [(True, f"version {subject.pin} is listed")]
-        for rng in entry.ranges:
-            if rng.type not in ("ECOSYSTEM", "SEMVER"):
-                continue
-            try:
-                hit = _version_range(Version(subject.pin), rng)
-            except InvalidVersion as error:
-                results.append((None, f"cannot order versions: {error}"))
-                continue
-            results.append((hit, f"{rng.type} range"))
-        return results
-    git_ranges = [r for r in entry.ranges if r.type == "GIT"
-                  and (named or normalise_repo_url(r.repo or "") in subject.urls)]
-    if not named and not git_ranges:
-        return []
-    if subject.pin in entry.versions:
-        return [(True, f"commit {subject.pin[:12]} is listed")]
-    for rng in git_ranges:
-        decided, why = _git_range(subject.pin, rng, clone)
-        results.append((decided, f"GIT range over {rng.repo}: {why}"))
+        pin, why = subject.pin, ""
+        if subject.kind == "engine":
+            version, why = release_version(subject.pin, clone)
+            if version is None:
+                return [(None, f"{entry.ecosystem} {entry.name}: {why}")]
+            pin, why = str(version), f" ({why})"
+        results = _version_results(entry, pin, why)
+    else:
+        git_ranges = [r for r in entry.ranges if r.type == "GIT"
+                      and (named or normalise_repo_url(r.repo or "") in subject.urls)]
+        if not named and not git_ranges:
+            return []
+        if subject.pin in entry.versions:
+            return [(True, f"commit {subject.pin[:12]} is listed")]
+        results = []
+        for rng in git_ranges:
+            decided, why = _git_range(subject.pin, rng, clone)
+            results.append((decided, f"GIT range over {rng.repo}: {why}"))
+        results += [(None, f"a {r.type} range cannot be evaluated for a commit")
+                    for r in entry.ranges if named and r.type != "GIT"]
+    if not results:
+        if entry.versions:
+            return [(False, "not among the listed versions")]
+        return [(None, "the entry names it with neither a range nor a version")]
     return results
 
 

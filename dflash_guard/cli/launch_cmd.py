@@ -9,13 +9,12 @@ from typing import Annotated
 import typer
 
 from dflash_guard import formats
-from dflash_guard.cli.common import progress, stderr
+from dflash_guard.cli.common import finish, progress
 from dflash_guard.cli.options import Quiet
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, InputError
-from dflash_guard.formats import OutputFormat
-from dflash_guard.formats.json import print_json
-from dflash_guard.formats.terminal import markup_safe
+from dflash_guard.formats import OutputFormat, PlainFormat
+from dflash_guard.formats.text.launch import render_launch
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.trust.policy import load_policy
 
@@ -31,7 +30,8 @@ def launch(
         "speculative method and tokens; reviewed_code for --trust-remote-code).")] = None,
     root: Annotated[list[str] | None, typer.Option(
         "--root", help="ROLE=DIR: load that artifact from this folder, verified against the lock "
-        "first (required for local artifacts and for llama.cpp).")] = None,
+        "first (required for local artifacts and for llama.cpp); with --check, the command "
+        "must load it from there.")] = None,
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
     api_key_env: Annotated[str | None, typer.Option(
@@ -45,11 +45,13 @@ def launch(
     ] = False,
     tokens: Annotated[int | None, typer.Option(
         "--num-speculative-tokens", min=1,
-        help="Draft tokens per step (default: the policy's launch.num_speculative_tokens).")
+        help="Draft tokens per step (default: the policy's launch.num_speculative_tokens, else "
+        "the drafter's block size less one, as the engines take it).")
     ] = None,
     program: Annotated[str | None, typer.Option(
         "--program", help="The python (vllm, sglang) or llama-server to run (default: python3, "
-        "llama-server).")] = None,
+        "llama-server); with --check vllm, the python whose vLLM parser resolves the command."
+    )] = None,
     execute: Annotated[bool, typer.Option(
         "--exec", help="Replace this process with the engine instead of printing.")] = False,
     check: Annotated[bool, typer.Option(
@@ -69,19 +71,21 @@ def launch(
     Example: dflash-guard launch vllm --lock dflash.lock --root target=T --root drafter=D
     """
     from dflash_guard.launch.check import check_command
-    from dflash_guard.launch.engines import build_command
-    from dflash_guard.launch.plan import LaunchOptions, LaunchRefused, plan_launch
+    from dflash_guard.launch.plan import LaunchOptions
+    from dflash_guard.launch.run import run_launch
 
     lock = load_lockfile(lock_path)
     loaded_policy = load_policy(policy)
+    roots = parse_roots(root or [])
     if check:
-        given = {"--exec": execute, "--root": root, "--baseline": baseline,
+        given = {"--exec": execute, "--baseline": baseline,
                  "--trust-remote-code": trust_remote_code, "--num-speculative-tokens": tokens,
-                 "--program": program, "--api-key-env": api_key_env}
+                 "--api-key-env": api_key_env}
         if mixed := [flag for flag, value in given.items() if value]:
             raise InputError(f"{mixed[0]}: not with --check (it lints the command after `--`)")
         with progress(quiet) as shown:
-            report = check_command(lock, loaded_policy, engine, list(command or []), shown)
+            report = check_command(lock, loaded_policy, engine, list(command or []), shown,
+                                   python=program, roots=roots)
         typer.echo(formats.render(report, fmt), nl=False)
         if not report.passed:
             raise typer.Exit(EXIT_FINDING)
@@ -89,25 +93,18 @@ def launch(
     if fmt is OutputFormat.sarif:
         raise InputError("--format sarif: only with --check (a launch has no findings)")
     options = LaunchOptions(
-        engine=engine, roots=parse_roots(root or []), host=host, port=port,
+        engine=engine, roots=roots, host=host, port=port,
         api_key_env=api_key_env, trust_remote_code=trust_remote_code, baseline=baseline,
         num_speculative_tokens=tokens, program=program, extra=tuple(command or []))
-    try:
-        with progress(quiet) as shown:
-            result = build_command(plan_launch(lock, loaded_policy, options, shown))
-    except LaunchRefused as refused:
-        stderr.print(f"[bold red]refused:[/] {markup_safe(str(refused))}", highlight=False)
-        raise typer.Exit(EXIT_FINDING) from None
-    if execute:
-        argv, env = result.resolved(os.environ)
+    with progress(quiet) as shown:
+        result = run_launch(lock, loaded_policy, options, shown)
+    if execute and result.passed and result.command is not None:
+        argv, env = result.command.resolved(os.environ)
         try:
-            os.execvpe(argv[0], argv, {**os.environ, **env})
+            os.execvpe(argv[0], argv, env)
         except OSError as error:
             raise InputError(f"cannot run {argv[0]}: {error.strerror}") from None
-    if fmt is OutputFormat.json:
-        print_json({**result.to_json(), "passed": True})
-    else:
-        typer.echo(result.shell())
+    finish(result, PlainFormat(fmt.value), render_launch)
 
 
 def register(app: typer.Typer) -> None:

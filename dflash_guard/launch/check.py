@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from dflash_guard import rules
 from dflash_guard.errors import InputError
+from dflash_guard.launch import passthrough, vllm_parser
 from dflash_guard.launch.engines import FLAGS, cap_flag, parse_args
 from dflash_guard.launch.plan import (
     DEFAULT_METHOD,
     ENGINES,
-    LaunchRefused,
     is_loopback,
     remote_code_problems,
     verify_folder,
@@ -34,6 +35,42 @@ from dflash_guard.scan.interface import Finding
 from dflash_guard.trust.policy import Policy
 
 DETECTOR = "launch-check"
+Flags = dict[str, list[str | None]]
+SPECULATIVE_KEYS = frozenset({"model", "method", "num_speculative_tokens", "revision",
+                              "code_revision"})
+# what each engine's check compares with the lock and policy itself (settings names)
+COMPARED = {
+    "vllm": frozenset({"model", "model_tag", "revision", "tokenizer", "tokenizer_revision",
+                       "code_revision", "speculative_config", "trust_remote_code", "host",
+                       "port", "api_key"}),
+    "llama.cpp": frozenset({"model", "spec_draft_model", "spec_type", "spec_draft_n_max",
+                            "host", "port", "api_key", "api_key_file"}),
+    "sglang": frozenset({"model_path", "revision", "speculative_algorithm",
+                         "speculative_draft_model_path", "speculative_draft_model_revision",
+                         "speculative_num_draft_tokens", "trust_remote_code", "host", "port",
+                         "api_key"}),
+}
+# why a setting that is not passed through matters (the rest: "it may change what is loaded")
+WHY = {
+    "tokenizer": "another tokenizer (and its chat template) than the locked target's",
+    "chat_template": "a chat template other than the one locked with the target",
+    "chat_template_file": "a chat template other than the one locked with the target",
+    "hf_overrides": "overrides of the locked config.json",
+    "hf_config_path": "another config.json than the locked one",
+    "load_format": "another weight loader",
+    "download_dir": "another download folder, whose files the lock never saw",
+    "config": "a config file whose settings apply ahead of the command line",
+    "models_preset": "a preset file whose settings apply to the models it loads",
+    "model_url": "a download into the --model path at start-up",
+    "hf_repo": "a model from the Hub instead of the locked file",
+    "spec_draft_hf": "a drafter from the Hub instead of the locked file",
+    "docker_repo": "a model from a Docker registry instead of the locked file",
+    "lora": "a LoRA adapter over the locked weights",
+    "override_kv": "overrides of the locked GGUF metadata",
+    "quantization": "another reading of the locked weights",
+}
+# llama.cpp applies these files before the environment and the command line (common/arg.cpp)
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,13 +106,17 @@ def _finding(rule: rules.Rule, flag: str, message: str) -> Finding:
 
 
 def _compare(lock: Lockfile, artifact: Artifact, location: str | None, revision: str | None,
-             flag: str, revision_flag: str | None, progress: Progress) -> list[Finding]:
+             flag: str, revision_flag: str | None, progress: Progress,
+             root: Path | None = None) -> list[Finding]:
     """Whether `location` (at `revision`) is the locked `artifact` (hashing a file or folder on
-    this machine as a stage of `progress`)."""
+    this machine as a stage of `progress`); with `root` (`--root ROLE=DIR`) it must be in it."""
     if location is None:
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag,
                          f"no {flag}: the {artifact.role} is not named")]
     path = Path(location).expanduser()
+    if root is not None and not path.resolve().is_relative_to(root.resolve()):
+        return [_finding(rules.LAUNCH_NOT_LOCKED, flag, f"{location} is not the {artifact.role} "
+                         f"folder given with --root ({root})")]
     if path.is_file():  # a GGUF file: its sha256 must be a locked file's
         hashed = hash_files([path], progress=progress, stage_name=f"hashing {artifact.role}")
         if hashed[path] in {f.sha256 for f in artifact.files}:
@@ -83,11 +124,8 @@ def _compare(lock: Lockfile, artifact: Artifact, location: str | None, revision:
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag, f"{location}: its sha256 is none of the "
                          f"locked {artifact.role} {artifact.label}'s files")]
     if path.is_dir():
-        try:
-            verify_folder(lock, artifact, path, progress)
-        except LaunchRefused as refused:
-            return [_finding(rules.LAUNCH_NOT_LOCKED, flag, str(refused))]
-        return []
+        verified = verify_folder(lock, artifact, path, progress)
+        return [] if verified.ok else [_finding(rules.LAUNCH_NOT_LOCKED, flag, verified.reason)]
     if artifact.source != "hub" or (artifact.repo or "").casefold() != location.casefold():
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag,
                          f"{location} is not the locked {artifact.role} ({artifact.label}), nor "
@@ -134,8 +172,13 @@ def _drafter(engine: str, flags: dict[str, list[str | None]]
     if not isinstance(config, dict):
         return None, [_finding(rules.LAUNCH_NOT_LOCKED, "--speculative-config",
                                "not a JSON object: the drafter cannot be checked")]
+    extra = sorted(set(config) - SPECULATIVE_KEYS)
+    problems = [_finding(rules.LAUNCH_UNLISTED, "--speculative-config",
+                         f"speculative config key {key!r} ({config[key]!r}): launch never sets "
+                         "it, and it may change what the drafter loads") for key in extra]
     return {"model": config.get("model"), "revision": config.get("revision"),
-            "method": config.get("method"), "tokens": config.get("num_speculative_tokens")}, []
+            "method": config.get("method"),
+            "tokens": config.get("num_speculative_tokens")}, problems
 
 
 def _speculative(policy: Policy, engine: str, drafter: dict[str, object]) -> list[Finding]:
@@ -185,31 +228,132 @@ def _bind(engine: str, flags: dict[str, list[str | None]]) -> list[Finding]:
                      f"use the model{note}")]
 
 
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _vllm_args(command: list[str]) -> tuple[list[str], bool]:
+    """The arguments of a vLLM serve command after its program, and whether it is `vllm serve`
+    (which loads the positional model; the api_server module ignores one)."""
+    if len(command) >= 2 and Path(command[0]).name == "vllm" and command[1] == "serve":
+        return command[2:], True
+    if "-m" in command[1:3]:
+        index = command.index("-m")
+        if command[index + 1:index + 2] in (["vllm.entrypoints.openai.api_server"],
+                                            ["vllm.entrypoints.launchers.api_server.entry"]):
+            return command[index + 2:], False
+    raise InputError("launch --check vllm: expected `vllm serve ...` or `python -m "
+                     "vllm.entrypoints.openai.api_server ...`")
+
+
+def _config_files(command: list[str]) -> list[str]:
+    """The `--config FILE` arguments of a vLLM command (`--config=FILE` too)."""
+    found = []
+    for index, token in enumerate(command):
+        if token == "--config" and index + 1 < len(command):
+            found.append(command[index + 1])
+        elif token.startswith("--config="):
+            found.append(token.split("=", 1)[1])
+    return found
+
+
+def _unlisted(name: str, value: object, flag: str | None = None) -> Finding:
+    why = WHY.get(name, "it may change what is loaded or how code is trusted")
+    where = flag or "--" + name.replace("_", "-")
+    return _finding(rules.LAUNCH_UNLISTED, where, f"{where} resolves to {_text(value)}: {why}; "
+                    "launch does not pass it through")
+
+
+def _vllm_flags(python: str, command: list[str], allowed: frozenset[str]
+                ) -> tuple[Flags, list[Finding]]:
+    """The command's settings as the pinned vLLM's parser resolves them (those it changes from
+    the defaults, plus the model), and a finding per setting launch would not pass through."""
+    args, serve = _vllm_args(command)
+    resolved = vllm_parser.resolve(python, args)
+    if resolved.values is None:
+        return {}, [_finding(rules.LAUNCH_UNLISTED, command[0], f"vLLM's own parser refuses "
+                             f"the command: {resolved.error}")]
+    passed = {dest for spelling, (dest, _) in resolved.options.items()
+              if spelling in passthrough.VLLM_FLAGS}
+    changed = resolved.changed()
+    tag = changed.pop("model_tag", None)
+    model = tag if serve and tag is not None else resolved.values.get("model")
+    flags: Flags = {name: [_text(value)] for name, value in changed.items()}
+    flags["model"] = [_text(model)] if model is not None else [None]
+    found = []
+    if tag is not None and (not serve or "model" in changed):
+        found.append(_finding(rules.LAUNCH_UNLISTED, "--model", f"a positional model {tag!r} "
+                              "beside --model: which one loads depends on the entry point"))
+    found += [_finding(rules.LAUNCH_UNLISTED, "--config", f"--config {path}: a config file's "
+                      "settings apply ahead of the command line, and it can change between this "
+                      "check and the engine's start") for path in _config_files(command)]
+    if changed.get("tokenizer") not in (None, model):
+        found.append(_unlisted("tokenizer", changed["tokenizer"]))
+    found += [_unlisted(name, value) for name, value in sorted(changed.items())
+              if name not in COMPARED["vllm"] | passed | allowed]
+    return flags, found
+
+
+def _table_flags(engine: str, command: list[str], allowed: frozenset[str]
+                 ) -> tuple[Flags, list[Finding]]:
+    """A llama.cpp or SGLang command's flags by settings name, and a finding per flag launch
+    would not pass through (llama.cpp: every alias through the pinned tree's table)."""
+    flags, _ = parse_args(engine, command[1:])
+    passed = (passthrough.LLAMACPP_KEYS if engine == "llama.cpp" else
+              {spelling.lstrip("-").replace("-", "_") for spelling in passthrough.SGLANG_FLAGS})
+    known = {o.key for o in passthrough.LLAMACPP_SPELLINGS.values()}
+    found = []
+    for name, values in sorted(flags.items()):
+        if name in COMPARED[engine] | passed | allowed:
+            continue
+        if engine == "llama.cpp" and name not in known:
+            found.append(_finding(rules.LAUNCH_UNLISTED, "--" + name.replace("_", "-"),
+                                  "not an option of the pinned llama-server"))
+        else:
+            found.append(_unlisted(name, values[-1] if values[-1] is not None else True))
+    if engine == "llama.cpp":
+        found += [_finding(rules.LAUNCH_UNLISTED, str(path), "llama.cpp applies this config "
+                           "file's settings ahead of the command line")
+                  for path in passthrough.llamacpp_config_files()]
+    return flags, found
+
+
 def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str],
-                  progress: Progress = NO_PROGRESS) -> LaunchCheckReport:
+                  progress: Progress = NO_PROGRESS, *, python: str | None = None,
+                  roots: Mapping[str, Path] | None = None) -> LaunchCheckReport:
     """Lint `command` (a serve command line of `engine`) against `lock` and `policy`; hashing
-    the files and folders it names is a stage of `progress` each."""
+    the files and folders it names is a stage of `progress` each. A vLLM command is resolved by
+    the vLLM parser of `python` (default python3); `roots` (ROLE -> DIR) are where the locked
+    artifacts are on this machine: the command must load them from there."""
     if engine not in ENGINES:
         raise InputError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if not command:
         raise InputError("launch --check: give the command after `--`")
+    roots = roots or {}
+    unknown = sorted(set(roots) - {a.role for a in lock.artifacts})
+    if unknown:
+        raise InputError(f"--root {unknown[0]}=...: the lockfile has no artifact with that role")
     spec = FLAGS[engine]
-    flags, positionals = parse_args(engine, command)
+    caps = frozenset(policy.launch.caps.get(engine, {}) if policy.launch else ())
+    if engine == "vllm":
+        flags, findings = _vllm_flags(python or "python3", command, caps)
+    else:
+        flags, findings = _table_flags(engine, command, caps)
     target, drafter_artifact = lock.artifact("target"), lock.artifact("drafter")
     assert target is not None and drafter_artifact is not None  # every lockfile has both
     if engine == "llama.cpp" and lock.artifact("gguf") is not None:
         drafter_artifact = lock.artifact("gguf")
     assert drafter_artifact is not None
     model = _last(flags, spec.model)
-    if model is None and "serve" in positionals[:-1]:  # `vllm serve MODEL`
-        model = positionals[positionals.index("serve") + 1]
     revision_flag = "--" + spec.revision.replace("_", "-") if spec.revision else None
-    findings = _compare(lock, target, model, _last(flags, spec.revision),
-                        "--" + spec.model.replace("_", "-"), revision_flag, progress)
-    tokenizer_revision = _last(flags, "tokenizer_revision")
-    if tokenizer_revision and tokenizer_revision != target.commit:
-        findings.append(_finding(rules.LAUNCH_NOT_LOCKED, "--tokenizer-revision",
-                                 f"{tokenizer_revision}, the lock pins {target.commit}"))
+    findings += _compare(lock, target, model, _last(flags, spec.revision),
+                         "--" + spec.model.replace("_", "-"), revision_flag, progress,
+                         roots.get("target"))
+    for name in ("tokenizer_revision", "code_revision"):
+        given = _last(flags, name)
+        if given and given != target.commit:
+            findings.append(_finding(rules.LAUNCH_NOT_LOCKED, "--" + name.replace("_", "-"),
+                                     f"{given}, the lock pins {target.commit}"))
     drafter, problems = _drafter(engine, flags)
     findings += problems
     loaded = ["target"]
@@ -219,7 +363,7 @@ def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str
         revision = drafter["revision"]
         findings += _compare(lock, drafter_artifact, str(drafter["model"] or "") or None,
                              str(revision) if revision is not None else None, flag, flag,
-                             progress)
+                             progress, roots.get(drafter_artifact.role))
         findings += _speculative(policy, engine, drafter)
     if "trust_remote_code" in flags:
         findings += [_finding(rules.LAUNCH_REMOTE_CODE, "--trust-remote-code", problem)

@@ -15,9 +15,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from dflash_guard.errors import InputError
+from dflash_guard.launch.passthrough import (
+    LLAMACPP_SPELLINGS,
+    NUMBER_RE,
+    clean_environment,
+    key_of,
+    normalized,
+    refusal,
+)
 from dflash_guard.launch.plan import LaunchPlan, Load
 
 
@@ -44,7 +52,6 @@ class EngineFlags:
     default_host: str  # where the engine binds when not told
     key_env: str | None  # the engine's own variable for the API key, if it reads one
     booleans: frozenset[str]  # flags that take no value
-    aliases: Mapping[str, str]  # short flag -> normalized name
     controlled: frozenset[str]  # what `--` extras may not set (launch sets or forbids it; the
     # policy's caps for the engine are refused there too)
 
@@ -55,29 +62,23 @@ FLAGS = {
         tokens="num_speculative_tokens", default_host="0.0.0.0", key_env="VLLM_API_KEY",
         booleans=frozenset({"trust_remote_code", "enforce_eager", "disable_log_requests",
                             "disable_log_stats", "enable_prefix_caching"}),
-        aliases={},
         controlled=frozenset({"model", "revision", "tokenizer", "tokenizer_revision",
                               "code_revision", "speculative_config", "trust_remote_code", "host",
                               "port", "api_key", "load_format", "hf_overrides", "download_dir"}),
     ),
     "llama.cpp": EngineFlags(
-        model="model", revision=None, drafter="model_draft", drafter_revision=None,
+        model="model", revision=None, drafter="spec_draft_model", drafter_revision=None,
         tokens="spec_draft_n_max", default_host="127.0.0.1", key_env="LLAMA_API_KEY",
-        booleans=frozenset({"metrics", "no_webui", "cont_batching", "no_cont_batching",
-                            "embedding", "flash_attn"}),
-        aliases={"m": "model", "md": "model_draft", "c": "ctx_size", "np": "parallel",
-                 "b": "batch_size", "ub": "ubatch_size", "t": "threads", "hf": "hf_repo",
-                 "hfd": "hf_repo_draft", "mu": "model_url", "a": "alias"},
-        controlled=frozenset({"model", "model_draft", "hf_repo", "hf_repo_draft", "model_url",
-                              "spec_type", "spec_draft_n_max", "host", "port", "api_key",
-                              "api_key_file"}),
+        booleans=frozenset(),  # the pinned tree's table says which flags take values
+        controlled=frozenset({"model", "spec_draft_model", "hf_repo", "spec_draft_hf",
+                              "model_url", "docker_repo", "spec_type", "spec_draft_n_max",
+                              "host", "port", "api_key", "api_key_file"}),
     ),
     "sglang": EngineFlags(
         model="model_path", revision="revision", drafter="speculative_draft_model_path",
         drafter_revision="speculative_draft_model_revision",
         tokens="speculative_num_draft_tokens", default_host="127.0.0.1", key_env=None,
         booleans=frozenset({"trust_remote_code", "enable_metrics", "disable_cuda_graph"}),
-        aliases={},
         controlled=frozenset({"model_path", "tokenizer_path", "revision",
                               "speculative_algorithm", "speculative_draft_model_path",
                               "speculative_draft_model_revision", "speculative_num_draft_tokens",
@@ -87,9 +88,18 @@ FLAGS = {
 
 
 def flag_name(token: str, engine: str) -> str:
-    """A flag token (`--max-num-seqs`, `-np`, `--port=8000`) as its normalized name."""
-    name = token.split("=", 1)[0].lstrip("-").replace("-", "_")
-    return FLAGS[engine].aliases.get(name, name)
+    """A flag token (`--max-num-seqs`, `-np`, `--port=8000`) as its normalized name (llama.cpp:
+    the key of its option in the pinned tree's table, whichever alias is used)."""
+    if engine == "llama.cpp":
+        return key_of(engine, normalized(engine, token))
+    return token.split("=", 1)[0].lstrip("-").replace("-", "_")
+
+
+def _takes_value(engine: str, token: str, name: str) -> bool:
+    if engine == "llama.cpp":
+        found = LLAMACPP_SPELLINGS.get(normalized(engine, token))
+        return found is None or found.values > 0
+    return name not in FLAGS[engine].booleans
 
 
 def parse_args(engine: str, args: list[str]) -> tuple[dict[str, list[str | None]], list[str]]:
@@ -106,8 +116,8 @@ def parse_args(engine: str, args: list[str]) -> tuple[dict[str, list[str | None]
         value: str | None = None
         if "=" in token:
             value = token.split("=", 1)[1]
-        elif (name not in FLAGS[engine].booleans and index < len(args)
-              and not args[index].startswith("-")):
+        elif (_takes_value(engine, token, name) and index < len(args)
+              and (not args[index].startswith("-") or NUMBER_RE.match(args[index]))):
             value = args[index]
             index += 1
         flags.setdefault(name, []).append(value)
@@ -140,11 +150,13 @@ class LaunchCommand:
         return " ".join([*prefix, *words])
 
     def resolved(self, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-        """The argv and the extra environment to exec, with every variable read."""
+        """The argv and the whole environment to exec, with every variable read: `environ`
+        without the variables through which the engine takes settings, plus the key."""
         def value(ref: EnvRef) -> str:
             return environ[ref.name]
         argv = [value(a) if isinstance(a, EnvRef) else a for a in self.argv]
-        return argv, {name: value(ref) for name, ref in self.env.items()}
+        env = clean_environment(self.engine, environ)
+        return argv, {**env, **{name: value(ref) for name, ref in self.env.items()}}
 
     def to_json(self) -> dict[str, object]:
         return {"engine": self.engine,
@@ -153,18 +165,18 @@ class LaunchCommand:
                 "shell": self.shell()}
 
 
-def _check_extras(engine: str, plan: LaunchPlan) -> None:
-    flags, _ = parse_args(engine, list(plan.options.extra))
-    taken = sorted(set(flags) & (FLAGS[engine].controlled | set(plan.caps)))
-    if taken:
-        raise InputError(f"engine argument --{taken[0].replace('_', '-')} after `--`: launch "
-                         "sets it from the lock and policy (or refuses it)")
+def check_extras(engine: str, extra: list[str], caps: Iterable[str]) -> None:
+    """Refuse engine arguments after `--` that are not on the engine's pass-through list
+    (`passthrough`), or that set what launch sets (`caps`: the policy's caps for the engine)."""
+    reason = refusal(engine, extra, FLAGS[engine].controlled | frozenset(caps))
+    if reason is not None:
+        raise InputError(reason)
 
 
 def build_command(plan: LaunchPlan) -> LaunchCommand:
     """The command line serving `plan` on its engine."""
     engine, options = plan.options.engine, plan.options
-    _check_extras(engine, plan)
+    check_extras(engine, list(options.extra), plan.caps)
     key = EnvRef(plan.api_key_env) if plan.api_key_env else None
     env: dict[str, EnvRef] = {}
     args: list[Arg]
@@ -185,8 +197,9 @@ def build_command(plan: LaunchPlan) -> LaunchCommand:
     elif engine == "llama.cpp":
         args = [options.program or "llama-server", "--model", plan.target.location]
         if plan.drafter is not None:
-            args += ["--model-draft", plan.drafter.location, "--spec-type", "draft-dflash",
-                     "--spec-draft-n-max", str(plan.num_speculative_tokens)]
+            args += ["--model-draft", plan.drafter.location, "--spec-type", "draft-dflash"]
+            if plan.num_speculative_tokens is not None:  # else llama.cpp takes the block size
+                args += ["--spec-draft-n-max", str(plan.num_speculative_tokens)]
     else:
         args = [options.program or "python3", "-m", "sglang.launch_server",
                 "--model-path", plan.target.location, *_hub_pins(plan.target, "--revision")]

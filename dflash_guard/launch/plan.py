@@ -4,7 +4,9 @@ Each artifact is loaded either from a folder (a local artifact, or any artifact 
 `--root ROLE=DIR`), verified file by file against the lock first, or from the Hub by repo id at
 its locked commit. Remote code is trusted only when asked for and when the policy approves every
 `.py` file of the loaded artifacts by sha256 (or its tier allows any). A bind outside loopback
-needs an API key from an environment variable. A refusal is a `LaunchRefused` (exit 1).
+needs an API key from an environment variable. A refusal is an `Outcome` (exit 1), returned
+instead of the plan; what stops the planning itself (a missing folder, a bad option) is an
+`InputError`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dflash_guard.errors import InputError
+from dflash_guard.fileio import read_input_json
+from dflash_guard.launch.passthrough import llamacpp_config_files
+from dflash_guard.outcome import Outcome
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.pins.verify import verify_lock
 from dflash_guard.progress import NO_PROGRESS, Progress
@@ -23,10 +28,6 @@ from dflash_guard.trust.policy import ENV_NAME_RE, Policy, RemoteCode
 
 ENGINES = ("vllm", "llama.cpp", "sglang")
 DEFAULT_METHOD = "dflash"
-
-
-class LaunchRefused(Exception):
-    """The lock and policy do not allow this launch; the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,37 +103,37 @@ def remote_code_problems(lock: Lockfile, policy: Policy, roles: list[str]) -> li
 
 
 def verify_folder(lock: Lockfile, artifact: Artifact, root: Path,
-                  progress: Progress = NO_PROGRESS) -> None:
-    """Refuse unless `root` holds exactly the locked files of `artifact` (its hashing a stage of
-    `progress`)."""
+                  progress: Progress = NO_PROGRESS) -> Outcome:
+    """Refused unless `root` holds exactly the locked files of `artifact` (its hashing a stage
+    of `progress`)."""
     report = verify_lock(dataclasses.replace(lock, artifacts=(artifact,)), {artifact.role: root},
                          progress=progress)
     if not report.passed:
         listed = "; ".join(f"{p.path}: {p.kind}" for p in report.problems[:5])
         more = f" (and {len(report.problems) - 5} more)" if len(report.problems) > 5 else ""
-        raise LaunchRefused(f"{artifact.role} folder {root} does not match the lock: "
-                            f"{listed}{more}")
-
-
-def _single_gguf(artifact: Artifact, root: Path) -> Path:
-    """The one `.gguf` file the lock lists for `artifact` (llama.cpp loads files, not repos)."""
-    ggufs = [f.path for f in artifact.files if f.path.endswith(".gguf")]
-    if len(ggufs) != 1:
-        raise LaunchRefused(f"{artifact.role} {artifact.label} locks {len(ggufs)} .gguf files; "
-                            "llama.cpp needs exactly one")
-    return root / ggufs[0]
+        return Outcome.refused(f"{artifact.role} folder {root} does not match the lock: "
+                               f"{listed}{more}")
+    return Outcome.passed(f"{artifact.role} folder {root} matches the lock")
 
 
 def _load(lock: Lockfile, artifact: Artifact, options: LaunchOptions,
-          progress: Progress) -> tuple[Load, bool]:
-    """Where `artifact` is loaded from, and whether its folder was verified."""
+          progress: Progress) -> tuple[Load, bool] | Outcome:
+    """Where `artifact` is loaded from, and whether its folder was verified (or the refusal)."""
     root = options.roots.get(artifact.role)
     if root is None and artifact.source == "local":
         raise InputError(f"{artifact.role} was locked from a local folder ({artifact.name!r}): "
                          f"pass --root {artifact.role}=DIR")
     if root is not None:
-        verify_folder(lock, artifact, root, progress)
-        path = _single_gguf(artifact, root) if options.engine == "llama.cpp" else root
+        verified = verify_folder(lock, artifact, root, progress)
+        if not verified.ok:
+            return verified
+        path = root
+        if options.engine == "llama.cpp":  # llama.cpp loads one file, not a repo
+            ggufs = [f.path for f in artifact.files if f.path.endswith(".gguf")]
+            if len(ggufs) != 1:
+                return Outcome.refused(f"{artifact.role} {artifact.label} locks {len(ggufs)} "
+                                       ".gguf files; llama.cpp needs exactly one")
+            path = root / ggufs[0]
         return Load(artifact.role, str(path.resolve())), True
     if options.engine == "llama.cpp":
         raise InputError(f"llama.cpp loads GGUF files from disk: pass --root {artifact.role}=DIR "
@@ -141,26 +142,42 @@ def _load(lock: Lockfile, artifact: Artifact, options: LaunchOptions,
     return Load(artifact.role, artifact.repo, artifact.commit), False
 
 
-def _api_key_env(options: LaunchOptions) -> str | None:
+def _api_key_env(options: LaunchOptions) -> str | None | Outcome:
     """The variable holding the API key: required (and set) when the bind is not loopback."""
     if is_loopback(options.host):
         return None
     name = options.api_key_env
     if name is None:
-        raise LaunchRefused(f"--host {options.host} is not loopback: the server would answer "
-                            "anyone who reaches it; pass --api-key-env NAME (a variable holding "
-                            "the key)")
+        return Outcome.refused(f"--host {options.host} is not loopback: the server would answer "
+                               "anyone who reaches it; pass --api-key-env NAME (a variable "
+                               "holding the key)")
     if not ENV_NAME_RE.match(name):
         raise InputError(f"--api-key-env {name!r}: not an environment variable name")
     if not os.environ.get(name):
-        raise LaunchRefused(f"--api-key-env {name}: the variable is unset or empty")
+        return Outcome.refused(f"--api-key-env {name}: the variable is unset or empty")
     return name
 
 
+def _block_tokens(load: Load, verified: bool) -> int | None:
+    """The draft tokens per step the drafter was trained for (its block size less the anchor,
+    what llama.cpp clamps to), read from its verified folder's config.json (None: no folder)."""
+    if not verified or load.commit is not None or not Path(load.location).is_dir():
+        return None
+    config = read_input_json(Path(load.location) / "config.json", "drafter config.json")
+    nested = config.get("dflash_config") if isinstance(config, dict) else None
+    block = nested.get("block_size") if isinstance(nested, dict) else None
+    if block is None and isinstance(config, dict):
+        block = config.get("block_size")
+    if not isinstance(block, int) or isinstance(block, bool) or block < 2:
+        raise InputError(f"{load.location}/config.json has no block_size of 2 or more: give "
+                         "--num-speculative-tokens N")
+    return block - 1
+
+
 def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
-                progress: Progress = NO_PROGRESS) -> LaunchPlan:
-    """Resolve `lock` and `policy` into a `LaunchPlan`, or raise `LaunchRefused`/`InputError`;
-    verifying a local folder is a stage of `progress` (`hashing ROLE`)."""
+                progress: Progress = NO_PROGRESS) -> LaunchPlan | Outcome:
+    """Resolve `lock` and `policy` into a `LaunchPlan`, or the refusal (an `Outcome`), or
+    raise `InputError`; verifying a local folder is a stage of `progress` (`hashing ROLE`)."""
     if options.engine not in ENGINES:
         raise InputError(f"engine {options.engine!r}: expected one of {', '.join(ENGINES)}")
     unknown = sorted(set(options.roots) - {a.role for a in lock.artifacts})
@@ -173,14 +190,19 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
     drafter = drafter or lock.artifact("drafter")
     assert target is not None and drafter is not None  # every lockfile has both
     if options.engine == "llama.cpp" and not options.baseline and method != DEFAULT_METHOD:
-        raise LaunchRefused(f"the policy's speculative_method {method!r}: llama.cpp serves "
-                            "DFlash drafters only (draft-dflash)")
+        return Outcome.refused(f"the policy's speculative_method {method!r}: llama.cpp serves "
+                               "DFlash drafters only (draft-dflash)")
+    if options.engine == "llama.cpp" and (configs := llamacpp_config_files()):
+        return Outcome.refused(f"{configs[0]}: llama.cpp applies this config file's settings "
+                               "ahead of the command line; remove it to launch what is locked")
     loaded = [target] if options.baseline else [target, drafter]
     loads, verified = [], []
     for artifact in loaded:
-        load, checked = _load(lock, artifact, options, progress)
-        loads.append(load)
-        if checked:
+        planned = _load(lock, artifact, options, progress)
+        if isinstance(planned, Outcome):
+            return planned
+        loads.append(planned[0])
+        if planned[1]:
             verified.append(artifact.role)
     trust = False
     if options.trust_remote_code:
@@ -188,15 +210,21 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
             raise InputError("--trust-remote-code: llama.cpp runs no Python model code")
         problems = remote_code_problems(lock, policy, [a.role for a in loaded])
         if problems:
-            raise LaunchRefused("--trust-remote-code: " + "; ".join(problems))
+            return Outcome.refused("--trust-remote-code: " + "; ".join(problems))
         trust = True
     tokens = options.num_speculative_tokens or (rules.num_speculative_tokens if rules else None)
-    if tokens is None and not options.baseline:
-        raise InputError("give --num-speculative-tokens N (or launch.num_speculative_tokens in "
-                         "the policy)")
     if tokens is not None and rules and rules.num_speculative_tokens not in (None, tokens):
-        raise LaunchRefused(f"--num-speculative-tokens {tokens}: the policy's launch section "
-                            f"sets {rules.num_speculative_tokens}")
+        return Outcome.refused(f"--num-speculative-tokens {tokens}: the policy's launch section "
+                               f"sets {rules.num_speculative_tokens}")
+    if tokens is None and not options.baseline and options.engine != "llama.cpp":
+        tokens = _block_tokens(loads[1], drafter.role in verified)
+        if tokens is None:
+            raise InputError(f"give --num-speculative-tokens N (or launch.num_speculative_tokens "
+                             f"in the policy): the drafter {drafter.label} is not in a folder "
+                             "whose block size could be read")
+    key_env = _api_key_env(options)
+    if isinstance(key_env, Outcome):
+        return key_env
     return LaunchPlan(
         options=options,
         target=loads[0],
@@ -205,6 +233,6 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
         method=method,
         num_speculative_tokens=None if options.baseline else tokens,
         caps=dict(rules.caps.get(options.engine, {})) if rules else {},
-        api_key_env=_api_key_env(options),
+        api_key_env=key_env,
         verified=tuple(verified),
     )

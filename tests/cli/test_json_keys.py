@@ -72,6 +72,10 @@ def _commands(w: World) -> dict[str, list[Any]]:
                   "--prompts", w.prompts],
         "gate": ["gate", "--lock", w.lock, "--policy", "dev", "--root", f"target={w.target}",
                  "--root", f"drafter={w.drafter}", "--out", w.tmp / "approval.json"],
+        "launch": ["launch", "vllm", "--lock", w.lock, "--policy", "dev", "--root",
+                   f"target={w.target}", "--root", f"drafter={w.drafter}"],
+        "launch refused": ["launch", "vllm", "--lock", w.lock, "--policy", "dev", "--root",
+                           f"target={w.target}", "--baseline", "--host", "0.0.0.0"],
     }
 
 
@@ -99,7 +103,8 @@ def _assert_passed_is_the_exit_code(report: dict[str, Any], exit_code: int) -> N
 
 @pytest.mark.parametrize("name", ["scan", "verify", "policy check", "audit", "difftest local",
                                   "difftest sampled", "difftest endpoint", "difftest reference",
-                                  "difftest isolation", "bench", "gate"])
+                                  "difftest isolation", "bench", "gate", "launch",
+                                  "launch refused"])
 def test_every_report_says_passed_the_same_way(cli, world, name):
     result = cli(*_commands(world)[name], "--format", "json")
     assert result.exit_code in (0, 1), result.stderr

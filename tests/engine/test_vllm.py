@@ -154,13 +154,13 @@ def test_launch_check_of_the_running_command_and_an_unpinned_public_one(cli, pai
     _, _, lock, policy, _ = pair
     candidate = commands[1]
     clean = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--format",
-                "json", "--", *candidate)
+                "json", "--program", candidate[0], "--", *candidate)
     assert clean.exit_code == 0, clean.stdout
     hub = ["vllm", "serve", "Qwen/Qwen3-8B", "--revision", "main", "--host", "0.0.0.0",
            *candidate[candidate.index("--speculative-config"):candidate.index("--host")]]
     hub_lock = ROOT / "lockfiles" / "example-qwen3-8b.lock"
     result = cli("launch", "--check", "vllm", "--lock", hub_lock, "--policy", policy,
-                 "--format", "json", "--", *hub)
+                 "--format", "json", "--program", candidate[0], "--", *hub)
     assert result.exit_code == 1
     rules = {(f["rule_id"], f["file"]) for f in json.loads(result.stdout)["findings"]}
     assert {("DG-LAUNCH-UNPINNED", "--revision"), ("DG-LAUNCH-EXPOSED", "--host")} <= rules

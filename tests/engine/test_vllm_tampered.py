@@ -49,7 +49,7 @@ def test_a_candidate_serving_a_changed_target_is_refused(cli, tmp_path):
     change_one_weight(changed)
     refused = cli("launch", "vllm", "--lock", lock, "--policy", policy, "--root",
                   f"target={changed}", "--root", f"drafter={drafter}")
-    assert refused.exit_code == 1 and "model.safetensors" in refused.stderr
+    assert refused.exit_code == 1 and "model.safetensors" in refused.stdout
     argv[argv.index("--model") + 1] = str(changed)  # started anyway, by hand
     with vllm_servers(argv) as [candidate]:
         done = subprocess.run(

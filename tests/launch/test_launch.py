@@ -55,8 +55,8 @@ def test_a_folder_that_differs_from_the_lock_is_refused(cli, padded_pair, padded
     (changed / "config.json").write_text((target / "config.json").read_text() + " ")
     result = launch(cli, lock, "vllm", "--root", f"target={changed}", "--root",
                     f"drafter={drafter}", "--policy", policy)
-    assert result.exit_code == 1 and result.stdout == ""
-    assert "does not match the lock" in result.stderr and "config.json" in result.stderr
+    assert result.exit_code == 1 and result.stdout.startswith("refused: ")
+    assert "does not match the lock" in result.stdout and "config.json" in result.stdout
 
 
 def test_hub_artifacts_are_pinned_to_their_locked_commits(cli, tmp_path, policy) -> None:
@@ -71,6 +71,21 @@ def test_hub_artifacts_are_pinned_to_their_locked_commits(cli, tmp_path, policy)
     assert config["model"] == "z-lab/Qwen3-8B-DFlash-b16" and config["revision"] == COMMIT_D
 
 
+def test_a_refusal_is_a_json_document(cli, padded_pair, padded_lock, policy) -> None:
+    """`--format json` writes a document for a refusal too (issue 34: a LaunchReport)."""
+    result = launch(cli, padded_lock, "vllm", "--baseline", "--root",
+                    f"target={padded_pair.target}", "--policy", policy, "--host", "0.0.0.0",
+                    "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert report["passed"] is False and report["verdict"] == "refused"
+    assert "--api-key-env" in report["reason"] and "argv" not in report
+    passed = json.loads(launch(cli, padded_lock, "vllm", "--baseline", "--root",
+                               f"target={padded_pair.target}", "--policy", policy,
+                               "--format", "json").stdout)
+    assert passed["passed"] is True and passed["verdict"] == "passed" and passed["argv"]
+
+
 def test_a_local_artifact_needs_its_folder(cli, padded_lock, policy) -> None:
     message = one_line_error(launch(cli, padded_lock, "vllm", "--policy", policy))
     assert "--root target=DIR" in message
@@ -82,9 +97,9 @@ def test_a_public_bind_needs_a_key_from_a_variable(cli, padded_pair, padded_lock
     args = ("vllm", "--baseline", "--root", f"target={target}", "--policy", policy,
             "--host", "0.0.0.0")
     refused = launch(cli, lock, *args)
-    assert refused.exit_code == 1 and "--api-key-env" in refused.stderr
+    assert refused.exit_code == 1 and "--api-key-env" in refused.stdout
     unset = launch(cli, lock, *args, "--api-key-env", "ENGINE_KEY")
-    assert unset.exit_code == 1 and "unset or empty" in unset.stderr
+    assert unset.exit_code == 1 and "unset or empty" in unset.stdout
     monkeypatch.setenv("ENGINE_KEY", "s3cret-value")
     result = launch(cli, lock, *args, "--api-key-env", "ENGINE_KEY")
     assert result.exit_code == 0, result.stderr
@@ -99,7 +114,7 @@ def test_trust_remote_code_only_over_reviewed_code(cli, padded_pair, padded_lock
             "--trust-remote-code")
     refused = launch(cli, lock, *args, "--policy", "default", "--num-speculative-tokens", "7")
     assert refused.exit_code == 1
-    assert "drafter/dflash.py" in refused.stderr and "reviewed_code" in refused.stderr
+    assert "drafter/dflash.py" in refused.stdout and "reviewed_code" in refused.stdout
     allowed = launch(cli, lock, *args, "--policy", policy)  # write_policy reviews dflash.py
     assert allowed.exit_code == 0, allowed.stderr
     assert "--trust-remote-code" in shlex.split(allowed.stdout)
@@ -120,8 +135,22 @@ def test_the_policy_sets_the_token_count(cli, padded_pair, padded_lock, policy) 
     target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     args = ("vllm", "--root", f"target={target}", "--root", f"drafter={drafter}")
     other = launch(cli, lock, *args, "--policy", policy, "--num-speculative-tokens", "3")
-    assert other.exit_code == 1 and "sets 7" in other.stderr
-    assert "--num-speculative-tokens" in one_line_error(launch(cli, lock, *args))
+    assert other.exit_code == 1 and "sets 7" in other.stdout
+
+
+def test_without_a_token_count_the_drafters_block_size_is_taken(cli, padded_pair, padded_lock,
+                                                                 tmp_path) -> None:
+    """As llama.cpp clamps to it: the block size less the anchor token (issue 36, item 9)."""
+    target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
+    block = json.loads((drafter / "config.json").read_text())["block_size"]
+    result = launch(cli, lock, "vllm", "--root", f"target={target}", "--root",
+                    f"drafter={drafter}", "--policy", "dev", "--format", "json")
+    assert result.exit_code == 0, result.stdout
+    argv = json.loads(result.stdout)["argv"]
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens"] == block - 1
+    hub = launch(cli, hub_lock(tmp_path / "hub.lock"), "vllm", "--policy", "dev")
+    assert "--num-speculative-tokens" in one_line_error(hub)  # no folder to read it from
 
 
 def test_llama_cpp_loads_the_locked_gguf_files(cli, tmp_path, policy) -> None:
@@ -141,7 +170,7 @@ def test_llama_cpp_loads_the_locked_gguf_files(cli, tmp_path, policy) -> None:
     assert argv[argv.index("--ctx-size") + 1] == "512"
     (tmp_path / "drafter" / "drafter.gguf").write_bytes(b"GGUF" + b"other!!")
     refused = launch(cli, lock, "llama.cpp", *roots, "--policy", policy)
-    assert refused.exit_code == 1 and "drafter.gguf" in refused.stderr
+    assert refused.exit_code == 1 and "drafter.gguf" in refused.stdout
 
 
 def test_sglang_command(cli, tmp_path, policy) -> None:

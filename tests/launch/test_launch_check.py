@@ -1,15 +1,19 @@
 """`dflash-guard launch --check ENGINE -- COMMAND`: an existing serve command linted against the
-lock and the policy, findings in the scan report shape (text, JSON, SARIF), exit 1."""
+lock and the policy, findings in the scan report shape (text, JSON, SARIF), exit 1. vLLM commands
+are resolved by the pinned vLLM's own parser (its venv, `tests/support/vllm.py`), llama.cpp ones
+through the table generated from the pinned tree."""
 
 from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
 from dflash_guard.pins.resolve import build_lock
+from tests.support import vllm
 from tests.support.launch import COMMIT_D, COMMIT_T, LAUNCH, hub_lock
 from tests.support.trust import write_lock, write_policy
 
@@ -31,9 +35,17 @@ def policy(tmp_path: Path) -> Path:
     return path
 
 
-def check(cli, lock: Path, policy: Path, command: list[str], *options: str):
-    return cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy,
-               "--format", "json", *options, "--", *command)
+@pytest.fixture(scope="module")
+def vllm_python() -> str:
+    return str(vllm.install())
+
+
+@pytest.fixture
+def check(cli, vllm_python):
+    def run(cli_, lock: Path, policy: Path, command: list[str], *options: str):
+        return cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy,
+                   "--format", "json", "--program", vllm_python, *options, "--", *command)
+    return run
 
 
 def findings(result) -> list[tuple[str, str]]:
@@ -48,13 +60,13 @@ def replaced(command: list[str], flag: str, value: str | None) -> list[str]:
     return command[:index] + ([flag, value] if value is not None else []) + tail
 
 
-def test_a_pinned_loopback_capped_command_passes(cli, tmp_path, policy) -> None:
+def test_a_pinned_loopback_capped_command_passes(cli, check, tmp_path, policy) -> None:
     result = check(cli, hub_lock(tmp_path / "hub.lock"), policy, PINNED)
     assert result.exit_code == 0, result.stdout
     assert findings(result) == []
 
 
-def test_main_and_missing_revisions_are_unpinned(cli, tmp_path, policy) -> None:
+def test_main_and_missing_revisions_are_unpinned(cli, check, tmp_path, policy) -> None:
     lock = hub_lock(tmp_path / "hub.lock")
     at_main = check(cli, lock, policy, replaced(PINNED, "--revision", "main"))
     assert at_main.exit_code == 1
@@ -65,7 +77,7 @@ def test_main_and_missing_revisions_are_unpinned(cli, tmp_path, policy) -> None:
     assert findings(other) == [("DG-LAUNCH-NOT-LOCKED", "--revision")]
 
 
-def test_a_drafter_that_is_not_the_locked_one(cli, tmp_path, policy) -> None:
+def test_a_drafter_that_is_not_the_locked_one(cli, check, tmp_path, policy) -> None:
     lock = hub_lock(tmp_path / "hub.lock")
     for model, revision in (("someone/else", COMMIT_D), ("z-lab/Qwen3-8B-DFlash-b16", "main")):
         config = {**json.loads(DRAFT), "model": model, "revision": revision}
@@ -76,7 +88,7 @@ def test_a_drafter_that_is_not_the_locked_one(cli, tmp_path, policy) -> None:
         assert rules & {"DG-LAUNCH-NOT-LOCKED", "DG-LAUNCH-UNPINNED"}
 
 
-def test_a_public_bind_without_a_key(cli, tmp_path, policy) -> None:
+def test_a_public_bind_without_a_key(cli, check, tmp_path, policy) -> None:
     lock = hub_lock(tmp_path / "hub.lock")
     public = check(cli, lock, policy, replaced(PINNED, "--host", "0.0.0.0"))
     assert findings(public) == [("DG-LAUNCH-EXPOSED", "--host")]
@@ -86,7 +98,7 @@ def test_a_public_bind_without_a_key(cli, tmp_path, policy) -> None:
     assert keyed.exit_code == 0
 
 
-def test_caps_and_speculation_unlike_the_policy(cli, tmp_path, policy) -> None:
+def test_caps_and_speculation_unlike_the_policy(cli, check, tmp_path, policy) -> None:
     lock = hub_lock(tmp_path / "hub.lock")
     over = check(cli, lock, policy, replaced(PINNED, "--max-num-seqs", "256"))
     assert findings(over) == [("DG-LAUNCH-CAPS", "--max-num-seqs")]
@@ -97,13 +109,13 @@ def test_caps_and_speculation_unlike_the_policy(cli, tmp_path, policy) -> None:
     assert findings(unlike) == [("DG-LAUNCH-SPECULATIVE", "--speculative-config")] * 2
 
 
-def test_trust_remote_code_over_unreviewed_code(cli, tmp_path, policy) -> None:
+def test_trust_remote_code_over_unreviewed_code(cli, check, tmp_path, policy) -> None:
     result = check(cli, hub_lock(tmp_path / "hub.lock"), policy, [*PINNED, "--trust-remote-code"])
     assert findings(result) == [("DG-LAUNCH-REMOTE-CODE", "--trust-remote-code")]
     assert "dflash.py" in json.loads(result.stdout)["findings"][0]["message"]
 
 
-def test_local_folders_are_verified(cli, padded_pair, padded_lock, policy, tmp_path) -> None:
+def test_local_folders_are_verified(cli, check, padded_pair, padded_lock, policy, tmp_path) -> None:
     target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     printed = cli("launch", "vllm", "--lock", lock, "--policy", policy, "--root",
                   f"target={target}", "--root", f"drafter={drafter}").stdout
@@ -114,18 +126,20 @@ def test_local_folders_are_verified(cli, padded_pair, padded_lock, policy, tmp_p
     assert findings(result) == [("DG-LAUNCH-NOT-LOCKED", "--model")]
 
 
-def test_sarif_and_text(cli, tmp_path, policy) -> None:
+def test_sarif_and_text(cli, vllm_python, tmp_path, policy) -> None:
     lock = hub_lock(tmp_path / "hub.lock")
     command = replaced(PINNED, "--revision", "main")
     sarif = json.loads(cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy,
-                           "--format", "sarif", "--", *command).stdout)
+                           "--format", "sarif", "--program", vllm_python, "--",
+                           *command).stdout)
     assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["DG-LAUNCH-UNPINNED"]
-    text = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--", *command)
+    text = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--program",
+               vllm_python, "--", *command)
     assert text.exit_code == 1 and "DG-LAUNCH-UNPINNED" in text.stdout
     assert "launch check: refused" in text.stdout
 
 
-def test_llama_cpp_gguf_files_are_checked_by_sha256(cli, tmp_path, policy) -> None:
+def test_llama_cpp_gguf_files_are_checked_by_sha256(cli, check, tmp_path, policy) -> None:
     for role in ("target", "drafter"):
         (tmp_path / role).mkdir()
         (tmp_path / role / f"{role}.gguf").write_bytes(b"GGUF" + role.encode())
@@ -137,13 +151,109 @@ def test_llama_cpp_gguf_files_are_checked_by_sha256(cli, tmp_path, policy) -> No
                "--spec-type", "draft-dflash", "--spec-draft-n-max", "7", "-c", "512", "-np", "2"]
     result = cli("launch", "--check", "llama.cpp", "--lock", lock, "--policy", policy,
                  "--format", "json", "--", *command)
-    assert findings(result) == [("DG-LAUNCH-NOT-LOCKED", "--model-draft")]
+    assert findings(result) == [("DG-LAUNCH-NOT-LOCKED", "--spec-draft-model")]
     command[command.index("-md") + 1] = str(tmp_path / "drafter" / "drafter.gguf")
     assert cli("launch", "--check", "llama.cpp", "--lock", lock, "--policy", policy,
                "--", *command).exit_code == 0
 
 
-def test_launch_options_are_refused_with_check(cli, tmp_path, policy) -> None:
+def test_launch_options_are_refused_with_check(cli, check, tmp_path, policy) -> None:
     result = cli("launch", "--check", "vllm", "--exec", "--lock", hub_lock(tmp_path / "h.lock"),
                  "--policy", policy, "--", *PINNED)
     assert result.exit_code == 2 and "--exec" in result.stderr
+
+
+@pytest.mark.parametrize(("extra", "flagged"), [  # P3, as the pinned vLLM's parser reads them
+    (["--tokenizer", "/nonexistent/evil-tokenizer"], {"--tokenizer"}),
+    (["--speculative-config.model", "/nonexistent/evil-drafter"], {"--speculative-config"}),
+    (["--hf-overrides", '{"architectures": ["EvilForCausalLM"]}'], {"--hf-overrides"}),
+    (["--tokenizer_mode=mistral", "--tok", "/nonexistent/evil-tokenizer"], "ambiguous"),
+])
+def test_commands_that_load_something_else_are_found(cli, check, tmp_path, policy, extra,
+                                                     flagged) -> None:
+    result = check(cli, hub_lock(tmp_path / "hub.lock"), policy, [*PINNED, *extra])
+    assert result.exit_code == 1
+    if flagged == "ambiguous":  # the parser refuses it: the engine would not start either
+        assert "ambiguous option: --tok" in json.loads(result.stdout)["findings"][0]["message"]
+        return
+    assert {file for _, file in findings(result)} >= flagged
+
+
+def test_every_resolved_setting_unlike_the_lock_is_a_finding(cli, check, tmp_path,
+                                                             policy) -> None:
+    """One command re-setting everything the engine loads, through the flag, a config file and
+    dotted keys: the pinned vLLM's parser resolves each, and each is a finding."""
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("trust-remote-code: true\nload-format: dummy\n")
+    command = [*replaced(PINNED, "--revision", "c" * 40),
+               "--tokenizer", "/nonexistent/evil-tokenizer", "--tokenizer-revision", "d" * 40,
+               "--code-revision", "e" * 40, "--hf-overrides", '{"vocab_size": 1}',
+               "--chat-template", "/nonexistent/t.jinja", "--download-dir", "/nonexistent/dl",
+               "--hf-config-path", "/nonexistent/cfg", "--config", str(extra),
+               "--speculative-config.model", "/nonexistent/evil-drafter",
+               "--speculative-config.quantization", "fp8"]
+    result = check(cli, hub_lock(tmp_path / "hub.lock"), policy, command)
+    flagged = {file for _, file in findings(result)}
+    assert flagged >= {"--revision", "--tokenizer", "--tokenizer-revision", "--code-revision",
+                       "--hf-overrides", "--chat-template", "--download-dir", "--hf-config-path",
+                       "--load-format", "--config", "--trust-remote-code",
+                       "--speculative-config"}
+    messages = " ".join(f["message"] for f in json.loads(result.stdout)["findings"])
+    assert "/nonexistent/evil-drafter" in messages and "'quantization'" in messages
+
+
+def test_vllm_serve_and_a_missing_parser(cli, check, tmp_path, policy) -> None:
+    lock = hub_lock(tmp_path / "hub.lock")
+    served = ["vllm", "serve", "Qwen/Qwen3-8B", *PINNED[5:]]
+    assert check(cli, lock, policy, served).exit_code == 0
+    two = [*PINNED[:3], "/nonexistent/evil-model", *PINNED[3:]]  # the module ignores a positional
+    assert ("DG-LAUNCH-UNLISTED", "--model") in findings(check(cli, lock, policy, two))
+    no_vllm = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--program",
+                  sys.executable, "--", *PINNED)
+    assert no_vllm.exit_code == 2 and "--program" in no_vllm.stderr
+    other = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--program",
+                sys.executable, "--", "bash", "-c", "vllm serve x")
+    assert other.exit_code == 2 and "vllm serve" in other.stderr
+
+
+def _gguf_lock(tmp_path: Path) -> tuple[Path, list[str]]:
+    for role in ("target", "drafter"):
+        (tmp_path / role).mkdir()
+        (tmp_path / role / f"{role}.gguf").write_bytes(b"GGUF" + role.encode())
+    lock = write_lock(build_lock({r: str(tmp_path / r) for r in ("target", "drafter")}).lock,
+                      tmp_path / "gguf.lock")
+    return lock, ["llama-server", "-m", str(tmp_path / "target" / "target.gguf"), "-md",
+                  str(tmp_path / "drafter" / "drafter.gguf"), "--spec-type", "draft-dflash",
+                  "--spec-draft-n-max", "7", "-c", "512", "-np", "2"]
+
+
+@pytest.mark.parametrize(("extra", "flagged"), [
+    (["--spec-draft-model", "/nonexistent/evil-draft.gguf"], "--spec-draft-model"),  # P3
+    (["-mu", "http://example.invalid/evil.gguf"], "--model-url"),  # P3
+    (["-hfr", "example.invalid/evil-GGUF"], "--hf-repo"),
+    (["-hfrd", "example.invalid/evil-GGUF"], "--spec-draft-hf"),
+    (["--lora", "/nonexistent/a.gguf"], "--lora"),
+    (["--chat-template-file", "/nonexistent/t.jinja"], "--chat-template-file"),
+    (["--override-kv", "x=int:1"], "--override-kv"),
+    (["--made-up-flag"], "--made-up-flag"),
+])
+def test_llama_cpp_commands_that_load_something_else(cli, tmp_path, policy, extra,
+                                                     flagged) -> None:
+    lock, command = _gguf_lock(tmp_path)
+    result = cli("launch", "--check", "llama.cpp", "--lock", lock, "--policy", policy,
+                 "--format", "json", "--", *command, *extra)
+    assert result.exit_code == 1
+    assert flagged in {file for _, file in findings(result)}
+
+
+def test_check_takes_the_roots(cli, tmp_path, policy) -> None:
+    """`--root ROLE=DIR` (issue 36, item 9): the command must load the artifact from there."""
+    lock, command = _gguf_lock(tmp_path)
+    args = ("launch", "--check", "llama.cpp", "--lock", lock, "--policy", policy, "--root",
+            f"target={tmp_path / 'target'}", "--format", "json")
+    assert cli(*args, "--", *command).exit_code == 0
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "target.gguf").write_bytes((tmp_path / "target" / "target.gguf").read_bytes())
+    command[command.index("-m") + 1] = str(copy / "target.gguf")
+    assert findings(cli(*args, "--", *command)) == [("DG-LAUNCH-NOT-LOCKED", "--model")]

@@ -1,0 +1,129 @@
+"""Generate dflash_guard/launch/llamacpp_flags.py from a llama.cpp tree's `common/arg.cpp`.
+
+    python scripts/llamacpp_flags.py TREE > dflash_guard/launch/llamacpp_flags.py
+
+Every `add_opt(common_arg(...))` that `llama-server` registers (examples COMMON or SERVER, not
+excluded from SERVER) becomes one row: its spellings, its negated spellings, how many values it
+takes (read from its handler's parameters, as the parser does) and its environment variable.
+tests/launch/test_llamacpp_flags.py regenerates the table from the pinned tree and fails when it
+differs, so a flag the tree gains is never unknown to `launch`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+MAX_SOURCE_BYTES = 4 << 20
+STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+HANDLER = re.compile(r"\[\]\s*\(\s*common_params\s*&\s*\w*\s*((?:,[^,)]*)*)\)")
+EXAMPLES = re.compile(r"\.set_examples\(\{([^}]*)\}\)")
+EXCLUDES = re.compile(r"\.set_excludes\(\{([^}]*)\}\)")
+ENV = re.compile(r'\.set_env\(\s*"([A-Z0-9_]+)"\s*\)')
+
+
+def _strip_comments(source: str) -> str:
+    """`source` without its `//` and `/* */` comments (string and char literals kept)."""
+    out, index = [], 0
+    token = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
+    for match in token.finditer(source):
+        out.append(source[index:match.start()])
+        text = match.group(0)
+        out.append(" " if text.startswith("/") else text)
+        index = match.end()
+    out.append(source[index:])
+    return "".join(out)
+
+
+def _call(source: str, start: int) -> str:
+    """The text of the call whose `(` is at `start`, up to its closing `)` (strings skipped)."""
+    depth, index = 0, start
+    while index < len(source):
+        char = source[index]
+        if char == '"':
+            index = STRING.match(source, index).end()  # type: ignore[union-attr]
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return source[start:index + 1]
+        index += 1
+    raise ValueError(f"unbalanced call at offset {start}")
+
+
+def _brace_strings(text: str) -> tuple[tuple[str, ...], str]:
+    """The string literals of the `{...}` that `text` starts with, and the text after it."""
+    end = text.index("}")
+    return tuple(STRING.findall(text[:end])), text[end + 1:].lstrip(" \n,")
+
+
+def options(source: str) -> list[tuple[tuple[str, ...], tuple[str, ...], int, str | None]]:
+    """(spellings, negated spellings, values taken, env variable) of each server option."""
+    source = _strip_comments(source)
+    named = {m.group(1): m.group(2) for m in re.finditer(
+        r"(\w+)\s*=\s*\{((?:\s*LLAMA_EXAMPLE_\w+\s*,?)+)\s*\}", source)}
+    other = re.search(r"add_opt\((?!common_arg\()", source)
+    if other:  # an option this reading cannot see would be silently unknown: refuse
+        raise ValueError(f"add_opt(...) without common_arg( at offset {other.start()}")
+    rows, seen = [], set()
+    for match in re.finditer(r"add_opt\(common_arg\(", source):
+        call = _call(source, match.start() + len("add_opt"))
+        inner = call[len("(common_arg("):]
+        names, rest = _brace_strings(inner.lstrip())
+        negated: tuple[str, ...] = ()
+        if rest.startswith("{"):
+            negated, rest = _brace_strings(rest)
+        handler = HANDLER.search(call)
+        if handler is None:
+            raise ValueError(f"{names}: no handler lambda found")
+        params = [p for p in handler.group(1).split(",") if p.strip()]
+        values = 0 if negated else len(params)
+        examples = EXAMPLES.search(call)
+        variable = re.search(r"\.set_examples\((\w+)\)", call)
+        listed = examples.group(1) if examples else named[variable.group(1)] if variable else (
+            "LLAMA_EXAMPLE_COMMON")
+        tags = {t.strip() for t in listed.split(",")}
+        excluded = EXCLUDES.search(call)
+        if excluded and "LLAMA_EXAMPLE_SERVER" in excluded.group(1):
+            continue
+        if not tags & {"LLAMA_EXAMPLE_COMMON", "LLAMA_EXAMPLE_SERVER"}:
+            continue
+        env = ENV.search(call)
+        if (names, negated) in seen:  # registered twice (server and other examples' help)
+            continue
+        seen.add((names, negated))
+        rows.append((names, negated, values, env.group(1) if env else None))
+    return rows
+
+
+def generate(tree: Path) -> str:
+    """The module text for the tree at `tree`."""
+    path = tree / "common" / "arg.cpp"
+    with path.open("rb") as handle:
+        raw = handle.read(MAX_SOURCE_BYTES + 1)
+    if len(raw) > MAX_SOURCE_BYTES:
+        raise ValueError(f"{path}: over {MAX_SOURCE_BYTES} bytes")
+    rows = options(raw.decode("utf-8"))
+    lines = ['"""Every option `llama-server` takes, as the pinned tree\'s `common/arg.cpp`',
+             "registers it: (spellings, negated spellings, values taken, environment variable).",
+             "",
+             "Generated by scripts/llamacpp_flags.py; do not edit",
+             "(tests/launch/test_llamacpp_flags.py regenerates it from the pinned tree and fails",
+             'when it differs)."""',
+             "",
+             "OPTIONS: tuple[tuple[tuple[str, ...], tuple[str, ...], int, str | None], ...] = ("]
+    for names, negated, values, env in rows:
+        line = f"    ({names!r}, {negated!r}, {values}, {env!r}),"
+        lines += [line] if len(line) <= 100 else [f"    ({names!r},",
+                                                  f"     {negated!r}, {values}, {env!r}),"]
+    lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: llamacpp_flags.py LLAMA_CPP_TREE")
+    sys.stdout.write(generate(Path(sys.argv[1])))
