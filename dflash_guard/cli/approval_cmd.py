@@ -48,11 +48,10 @@ def verify_approval(
     Example: dflash-guard verify-approval approval.json --policy ./prod.yaml --lock dflash.lock
     --root target=models/target --root drafter=models/drafter
     """
-    accepted = load_policy(policy)
+    accepted = load_policy(policy).accepting(extra_signers(public_key, identity, issuer))
     verdict = check_approval(
         record, accepted, roots=None if signature_only else parse_roots(root or []),
         lock_path=None if signature_only else lock,
-        signers=accepted.approval_signers | extra_signers(public_key, identity, issuer),
         accepted_policies=tuple(accept_policy_digest or ()), trust_root=trust_root)
     finish(verdict, fmt, render_approval)
 

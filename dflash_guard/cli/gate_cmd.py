@@ -10,7 +10,7 @@ import typer
 
 from dflash_guard.cli.audit_cmd import parse_clones
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Quiet
+from dflash_guard.cli.options import Identities, Issuer, PublicKeys, Quiet, extra_signers
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.gate import render_gate
@@ -57,6 +57,9 @@ def gate(
     engine_repo: Annotated[list[str] | None, typer.Option(
         "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo), "
                               "for the advisory audit's GIT ranges (repeatable).")] = None,
+    public_key: PublicKeys = None,
+    identity: Identities = None,
+    issuer: Issuer = None,
     fmt: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
                    ] = PlainFormat.text,
     quiet: Quiet = False,
@@ -71,6 +74,7 @@ def gate(
         trust_root=trust_root, download=download, device=device, inject=parse_fault(inject),
         threads=threads, endpoints=EndpointOverrides(baseline, candidate, api_key_env),
         engine_repos=parse_clones(engine_repo or []),
+        signers=extra_signers(public_key, identity, issuer),
     )
     with progress(quiet) as shown:
         result = run_gate(options, shown)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Quiet
+from dflash_guard.cli.options import Identities, Issuer, PublicKeys, Quiet, extra_signers
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.verify import render_verify
@@ -58,6 +58,9 @@ def verify(
         Path | None,
         typer.Option("--trust-root", help="Sigstore trusted root (JSON): verify offline."),
     ] = None,
+    public_key: PublicKeys = None,
+    identity: Identities = None,
+    issuer: Issuer = None,
     fmt: Annotated[
         PlainFormat, typer.Option("--format", help="text or json.")
     ] = PlainFormat.text,
@@ -68,7 +71,8 @@ def verify(
     Example: dflash-guard verify --root target=pair/target --root drafter=pair/drafter
     """
     lockfile = load_lockfile(lock_path)
-    accepted = load_policy(policy)  # a bad policy fails before any hashing
+    # a bad policy fails before any hashing
+    accepted = load_policy(policy).accepting(extra_signers(public_key, identity, issuer))
     with progress(quiet) as shown:
         report = verify_lock(lockfile, parse_roots(root or []), download=download,
                              use_cache=not no_cache, progress=shown)

@@ -83,11 +83,14 @@ def check_lockfile_signature(inputs: GateInputs) -> Checked:
     if failed:
         return _refused([f"{Path(c.signature).name}: {c.reason}" for c in failed])
     trusted = signed_by_policy(checks)
-    evidence = SignatureEvidence(tuple(c.signer or "" for c in checks), trusted)
+    evidence = SignatureEvidence(tuple(c.signer for c in checks if c.verified and c.signer),
+                                 trusted)
+    note = provenance_note(inputs.lock, trusted)
     if not checks:
-        note = provenance_note(inputs.lock, trusted)
         return Outcome.passed(f"not signed (the policy does not require it){note}"), evidence
-    return Outcome.passed("; ".join(f"signed by {c.signer}" for c in checks)), evidence
+    said = [f"signed by {c.signer}" if c.verified else f"{Path(c.signature).name}: {c.reason}"
+            for c in checks]
+    return Outcome.passed("; ".join(said) + note), evidence
 
 
 def check_verify(inputs: GateInputs) -> Checked:

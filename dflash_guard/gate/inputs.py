@@ -13,7 +13,7 @@ from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.trust.judge import Judge
-from dflash_guard.trust.policy import EndpointRules, Policy
+from dflash_guard.trust.policy import EndpointRules, Policy, Signers
 from kernels_ref.faults import Fault  # torch-free
 
 E = TypeVar("E")
@@ -60,6 +60,7 @@ class GateOptions:
     engine_repos: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # advisory audit:
     # a locked engine (or Hub repo) -> a local git clone, so GIT ranges are decided over it
     today: dt.date | None = None  # None: today (UTC); waivers expire against it
+    signers: Signers = Signers((), ())  # accepted beside the policy's (--public-key, --identity)
 
 
 @dataclasses.dataclass(frozen=True)

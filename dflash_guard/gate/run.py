@@ -99,7 +99,7 @@ def run_gate(options: GateOptions, progress: Progress = NO_PROGRESS) -> GateResu
         if not Path(folder).is_dir():
             raise InputError(f"--root {role}={folder}: no such folder")
     refuse_swapped_roles(options.roots, "--root {role}=")
-    policy = load_policy(options.policy)
+    policy = load_policy(options.policy).accepting(options.signers)
     _check_outputs(options, policy)
     endpoints = resolve_endpoints(policy, options.endpoints)
     api_key = resolve_api_key(policy, options.endpoints)

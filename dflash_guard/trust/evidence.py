@@ -55,7 +55,7 @@ def artifact_key(artifact: Artifact) -> str:
 
 def signed_by_policy(checks: list[SignatureCheck]) -> bool:
     """Whether signature checks prove a policy signer signed: one verified, none failed."""
-    return bool(checks) and all(c.ok for c in checks)
+    return bool(checks) and all(c.verified for c in checks)
 
 
 def provenance_note(lock: Lockfile, trusted: bool) -> str:

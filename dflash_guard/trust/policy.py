@@ -262,6 +262,15 @@ class Policy:
     extends: str | None = None  # the built-in policy this one extends
     model_card: ModelCardRules = ModelCardRules()  # the drafter's card; every rule off by default
 
+    def accepting(self, signers: Signers) -> Policy:
+        """This policy with `signers` (given by the operator) also accepted for lockfiles,
+        models and approvals; the digest stays the file's."""
+        if signers.empty:
+            return self
+        return dataclasses.replace(self, lockfile_signers=self.lockfile_signers | signers,
+                                   model_signers=self.model_signers | signers,
+                                   approval_signers=self.approval_signers | signers)
+
     def tier_of(self, source: str, repo: str | None) -> TrustTier:
         """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
         if source != "hub" or not repo:

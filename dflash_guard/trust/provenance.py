@@ -158,16 +158,15 @@ class ApprovalVerdict:
 
 
 def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | None = None,
-                   lock_path: Path | None = None, signers: Signers | None = None,
-                   accepted_policies: Sequence[str] = (), trust_root: Path | None = None
-                   ) -> ApprovalVerdict:
+                   lock_path: Path | None = None, accepted_policies: Sequence[str] = (),
+                   trust_root: Path | None = None) -> ApprovalVerdict:
     """Verify an approval record: that it is about `policy` (`policy_binding`), its signatures
-    against `signers` (default: the policy's approval signers) and, unless `roots` is None (the
+    against the policy's approval signers and, unless `roots` is None (the
     signature only, as `monitor --record` needs), the disk against it, as `verify` would: the
     lockfile at `lock_path` must be the approved one, and every folder it locks is listed with
     the one walk and compared with the approved set (missing, extra and changed files fail)."""
     statement = read_approval(path)
-    checks = verify_approval(path, signers or policy.approval_signers, trust_root=trust_root)
+    checks = verify_approval(path, policy.approval_signers, trust_root=trust_root)
     problems, checked = ([], None) if roots is None else _compare_disk(statement, roots, lock_path)
     named = statement["predicate"].get("policy")
     return ApprovalVerdict(str(path), named if isinstance(named, dict) else {}, policy.name,

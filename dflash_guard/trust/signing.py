@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import create_exclusive, loads_json, read_input, read_regular, write_atomic
-from dflash_guard.outcome import Outcome
+from dflash_guard.outcome import Outcome, Verdict
 from dflash_guard.schema import MAX_DOCUMENT_CHARS
 from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
@@ -79,15 +79,26 @@ class SignatureCheck:
 
     @property
     def ok(self) -> bool:
+        """It does not block: it verified, or nothing was asked to check it (`unchecked`)."""
         return self.outcome.ok
+
+    @property
+    def verified(self) -> bool:
+        """An accepted signer's signature verified: the only state that is evidence."""
+        return self.outcome.verdict is Verdict.passed
+
+    @property
+    def unchecked(self) -> bool:
+        return self.outcome.verdict is Verdict.skipped
 
     @property
     def reason(self) -> str:
         """Why it was refused ("" when it verified)."""
-        return "" if self.ok else self.outcome.reason
+        return "" if self.verified else self.outcome.reason
 
     def to_json(self) -> dict[str, Any]:
         return {"subject": self.subject, "signature": self.signature, "passed": self.ok,
+                "verdict": str(self.outcome.verdict),
                 "signer": self.signer, "reason": self.reason}
 
 
@@ -350,6 +361,12 @@ def verify_lockfile_signature(
 ) -> list[SignatureCheck]:
     """Check every signature next to the lockfile; none present is a refusal when `required`."""
     bundle, keysig = lock_signature_paths(lock_path)
+    present = [p for p in (bundle, keysig) if p.exists() or p.is_symlink()]
+    if present and signers.empty and not required:  # nobody was asked to check it
+        return [SignatureCheck(lock_path.name, str(p), Outcome.skipped(
+            "present but unchecked: no accepted lockfile signer is configured (pass "
+            "--public-key KEY or --identity/--issuer, or list it under signatures.lockfile in "
+            "--policy FILE)")) for p in present]
     checks = []
     if bundle.exists() or bundle.is_symlink():
         data = read_input(lock_path, "lockfile", MAX_DOCUMENT_CHARS)
@@ -360,7 +377,8 @@ def verify_lockfile_signature(
                                            subject=lock_path.name))
     if not checks and required:
         checks.append(SignatureCheck.bad(lock_path.name, str(bundle),
-                                         "the policy requires a signed lockfile; none found"))
+                                         "the policy requires a signed lockfile; none found "
+                                         f"(looked for {keysig.name} and {bundle.name})"))
     return checks
 
 
@@ -607,6 +625,6 @@ def verify_signatures(lock_path: Path, lock: Lockfile, locations: Mapping[str, P
     checks = verify_lockfile_signature(lock_path, policy.lockfile_signers,
                                        required=policy.lockfile_signature_required,
                                        trust_root=trust_root)
-    trusted = bool(checks) and all(c.ok for c in checks)  # hub-confirmed counts when signed
+    trusted = bool(checks) and all(c.verified for c in checks)  # hub-confirmed counts when signed
     return checks + verify_model_signatures(lock, locations, policy, trust_root=trust_root,
                                             provenance_trusted=trusted)

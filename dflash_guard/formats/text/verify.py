@@ -47,7 +47,10 @@ def render_verify(result: VerifiedLock, console: Console) -> None:
         console.print(f"[red]MISMATCH[/]: {len(report.problems)} problem(s)")
     for check in result.signatures:
         what = markup_safe(f"{check.subject} ({Path(check.signature).name})")
-        if check.ok:
+        if check.unchecked:
+            console.print(f"[yellow]UNCHECKED SIGNATURE[/]: {what}: "
+                          f"{markup_safe(check.reason)}", highlight=False, soft_wrap=True)
+        elif check.ok:
             console.print(f"[green]signed[/]: {what} by {markup_safe(str(check.signer))}",
                           highlight=False, soft_wrap=True)
         else:
