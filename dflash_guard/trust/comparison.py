@@ -23,6 +23,7 @@ from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_json, read_input_text, write_atomic
 from dflash_guard.outcome import Outcome
+from dflash_guard.pins.folder import list_folder
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.trust.intoto import Statement, Subject
@@ -33,14 +34,12 @@ GGUF_PREFIX, TARGET_PREFIX = "gguf/", "target/"
 
 
 def target_subjects(target_dir: Path) -> list[Subject]:
-    """`target/PATH` subjects for every file of the target folder (hidden files skipped)."""
-    return [
-        Subject(TARGET_PREFIX + path.relative_to(target_dir).as_posix(),
-                {"sha256": sha256_file(path)})
-        for path in sorted(target_dir.rglob("*"))
-        if path.is_file()
-        and not any(part.startswith(".") for part in path.relative_to(target_dir).parts)
-    ]
+    """`target/PATH` subjects for every file of the target folder, listed with the one walk
+    `lock` and `verify` use (hidden files included), so the record covers what a lock of the
+    folder locks."""
+    files, _ = list_folder(target_dir)
+    return [Subject(TARGET_PREFIX + rel, {"sha256": sha256_file(path)})
+            for rel, path in sorted(files.items())]
 
 
 def read_conversion(path: Path, gguf_sha256: str) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def accepts_record(path: Path, policy: Policy, lock: Lockfile, *,
     assert target is not None  # `accepts` checked it
     subjects = {s.name.removeprefix(TARGET_PREFIX) for s in statement.subjects
                 if s.name.startswith(TARGET_PREFIX)}
-    locked = {f.path for f in target.files if not f.path.startswith(".")}
+    locked = {f.path for f in target.files}  # hidden ones too: the lock's whole set
     if missing := sorted(locked - subjects):
         return Outcome.refused(f"it does not cover the locked target file(s) "
                                f"{', '.join(missing[:3])}")

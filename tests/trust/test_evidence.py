@@ -24,7 +24,7 @@ from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.signing import sign_with_key, verify_lockfile_signature
 from dflash_guard.urls import check_recorded_url, has_scheme, http_endpoint
 from tests.support.audit import git, make_history
-from tests.support.trust import as_hub, make_key_pair, signed_lock, write_lock
+from tests.support.trust import as_hub, copy_folder, make_key_pair, signed_lock, write_lock
 
 URL = "https://github.com/vllm-project/vllm"
 
@@ -266,3 +266,30 @@ def test_a_record_signed_by_another_key_is_not_evidence(locked_pair, gguf_lock, 
     sign_with_key(record, other)
     policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))
     assert not accepts_record(record, policy, lock).ok
+
+
+def test_a_record_covers_the_hidden_files_a_lock_of_the_folder_locks(locked_pair, tmp_path,
+                                                                     key_pair):
+    """Issue 34: a record stands for every locked target file, hidden ones included (a
+    `.hidden/chat_template.jinja` is read by no one today, but it is locked and verified, so
+    evidence that skips it vouches for more than it covers)."""
+    target = copy_folder(locked_pair.target, tmp_path / "target")
+    (target / ".extra").mkdir()
+    (target / ".extra" / "tokenizer_config.json").write_text("{}")
+    gguf = tmp_path / "gguf"
+    gguf.mkdir()
+    (gguf / "model.gguf").write_bytes(b"GGUF" + bytes(60))
+    lock = build_lock({"target": str(target), "drafter": str(locked_pair.drafter),
+                       "gguf": str(gguf)}).lock
+    pair = dataclasses.replace(locked_pair, target=target)
+    record = _record(pair, gguf / "model.gguf", tmp_path / "rec.json")
+    names = [s["name"] for s in json.loads(record.read_text())["subject"]]
+    assert "target/.extra/tokenizer_config.json" in names
+    sign_with_key(record, key_pair[0])
+    policy = load_policy(_approvals_policy(tmp_path, key_pair[1]))
+    assert accepts_record(record, policy, lock).ok
+    document = json.loads(record.read_text())
+    document["subject"] = [s for s in document["subject"] if ".extra" not in s["name"]]
+    record.write_text(json.dumps(document))
+    sign_with_key(record, key_pair[0])
+    assert ".extra/tokenizer_config.json" in accepts_record(record, policy, lock).reason
