@@ -85,7 +85,9 @@ def remote_code_problems(lock: Lockfile, policy: Policy, roles: list[str]) -> li
     """Why the loaded artifacts' remote code may not be trusted (empty: it may)."""
     problems = []
     for artifact in (a for a in lock.artifacts if a.role in roles):
-        tier = policy.artifact_tier(artifact)
+        # launch checks no lockfile signature, so no hub-confirmed claim counts (as in an
+        # unsigned lock at the gate)
+        tier = policy.artifact_tier(artifact, provenance_trusted=False)
         rule = policy.rule(tier).remote_code
         if artifact.code_refs:
             problems.append(f"{artifact.role} {artifact.label} takes code from "

@@ -282,7 +282,7 @@ class Policy:
             return TrustTier.community
         return TrustTier.unknown
 
-    def artifact_tier(self, artifact: Artifact, provenance_trusted: bool = True) -> TrustTier:
+    def artifact_tier(self, artifact: Artifact, provenance_trusted: bool) -> TrustTier:
         """The tier of a locked artifact (`dflash_guard.pins.lockfile.Artifact`): its Hub
         organisation's only when its Hub provenance was confirmed and the claim is trusted (a
         signed lockfile, see `trust.evidence`); a confirmed claim in an unsigned lock is trusted

@@ -50,12 +50,12 @@ def test_snapshot_path_is_locked_unconfirmed_and_gets_the_cache_tier(cli, snapsh
     assert (drafter.source, drafter.repo, drafter.provenance) == (
         "hub", "z-lab/drafter", CACHE_UNCONFIRMED)
     policy = load_policy(write_policy(tmp_path / "p"))  # local_tier: official
-    assert policy.artifact_tier(drafter) == "unknown"  # neither z-lab's nor the local tier
-    assert policy.artifact_tier(dataclasses.replace(drafter, provenance=HUB_CONFIRMED)) == (
+    assert policy.artifact_tier(drafter, True) == "unknown"  # neither z-lab's nor the local tier
+    assert policy.artifact_tier(dataclasses.replace(drafter, provenance=HUB_CONFIRMED), True) == (
         "official")
     trusting = load_policy(write_policy(tmp_path / "q", ("cache_tier: unknown",
                                                           "cache_tier: community")))
-    assert trusting.artifact_tier(drafter) == "community"  # only when the policy says so
+    assert trusting.artifact_tier(drafter, True) == "community"  # only when the policy says so
 
 
 def test_gate_refuses_a_fake_snapshot_it_would_approve_as_a_plain_folder(cli, snapshots,
@@ -106,5 +106,5 @@ def test_version_1_lockfiles_still_load_with_hub_artifacts_unconfirmed():
     assert lock.lockfile_version == 1
     assert all(a.source == "hub" and not a.hub_confirmed for a in lock.artifacts)
     # Unconfirmed, so the org in the repo name counts for nothing: the cache tier (issue 34).
-    assert load_policy("default").artifact_tier(lock.artifacts[0]) == "unknown"
-    assert load_policy("strict").artifact_tier(lock.artifacts[0]) == "unknown"
+    assert load_policy("default").artifact_tier(lock.artifacts[0], True) == "unknown"
+    assert load_policy("strict").artifact_tier(lock.artifacts[0], True) == "unknown"

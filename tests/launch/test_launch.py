@@ -215,3 +215,26 @@ def test_exec_runs_the_command_with_the_key_in_the_engine_variable(padded_pair, 
     assert argv_line.startswith("argv: -m vllm.entrypoints.openai.api_server --model ")
     assert "--host 0.0.0.0" in argv_line and "k-123" not in argv_line
     assert key_line == "key: k-123"
+
+
+def test_an_unsigned_hub_confirmed_claim_earns_no_org_tier_at_launch(tmp_path):
+    """Attack note of 2026-12-02: launch checks no lockfile signature, so `hub-confirmed` in the
+    lock is text anyone can write; the org's tier (here one allowing remote code) must not apply,
+    as the gate would not apply it to an unsigned lock."""
+    import dataclasses
+
+    from dflash_guard.launch.plan import remote_code_problems
+    from dflash_guard.pins.lockfile import HUB_CONFIRMED, load_lockfile
+    from dflash_guard.trust.policy import load_policy
+
+    lock = load_lockfile(hub_lock(tmp_path / "hub.lock"))
+    claimed = dataclasses.replace(lock, artifacts=tuple(
+        dataclasses.replace(a, provenance=HUB_CONFIRMED) for a in lock.artifacts))
+    policy = write_policy(tmp_path / "p", ("local_tier: official", "local_tier: unknown"),
+                          ("    remote_code: reviewed-only\n    pickle_allowed: false\n"
+                           "    staging_required: false\n",
+                           "    remote_code: allow\n    pickle_allowed: false\n"
+                           "    staging_required: false\n"))
+    problems = remote_code_problems(claimed, load_policy(str(policy)), ["drafter"])
+    assert problems == ["the policy denies remote code for the unknown tier (drafter "
+                        f"z-lab/Qwen3-8B-DFlash-b16@{COMMIT_D[:12]})"], problems
