@@ -84,7 +84,7 @@ def test_reference_diff_identical_and_record_written(cli, builtin_pair, engines,
     assert {r["compared_by"] for r in report["results"]} == {"token_ids"}
     logprobs = report["logprobs"]
     assert logprobs["passed"] and logprobs["values"] > 0
-    assert logprobs["max_delta"] <= logprobs["tolerance"] == 1e-3  # float32's, measured
+    assert logprobs["max_delta"] <= 1e-3 < logprobs["tolerance"] == 0.05  # float32, measured
     statement = read_comparison(record)
     assert statement.predicate_type == PREDICATE_TYPE
     assert statement.predicate["verdict"] == "identical" and statement.predicate["passed"]
