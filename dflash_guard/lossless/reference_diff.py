@@ -30,7 +30,7 @@ from typing import Any
 from dflash_guard.fileio import read_input
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.endpoint.client import Completion, CompletionClient, EndpointError
-from dflash_guard.lossless.endpoint.compare import compare_completions, result_json
+from dflash_guard.lossless.endpoint.compare import compare_completions, result_json, until_stop
 from dflash_guard.lossless.endpoint.metrics import (
     AcceptanceFigures,
     ResponseDrafts,
@@ -165,21 +165,6 @@ def _reference(target: Target, prompt: Prompt, budget: int, stop_ids: frozenset[
     run = generate(target, None, list(prompt.ids), max_new_tokens=budget,
                    stop_ids=stop_ids | prompt.stop_ids)
     return Completion("", tuple(run.tokens), None, (), run.stop_reason)
-
-
-def until_stop(completion: Completion, stop_ids: frozenset[int]) -> Completion:
-    """`completion` up to its first stop token, which is left out: kernels_ref and vLLM emit
-    it and stop, llama.cpp leaves it out, or emits it and decodes on when it ignores
-    `stop_token_ids`; on every engine the decode ended there."""
-    ids = completion.token_ids
-    end = next((i for i, token in enumerate(ids or ()) if token in stop_ids), None)
-    if ids is None or end is None:
-        return completion
-    return replace(completion, token_ids=ids[:end],
-                   token_texts=None if completion.token_texts is None
-                   else completion.token_texts[:end],
-                   top_logprobs=completion.top_logprobs[:end],
-                   token_logprobs=completion.token_logprobs[:end])
 
 
 def _with_logprobs(target: Target, prompt: Prompt, reference: Completion, answer: Completion

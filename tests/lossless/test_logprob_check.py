@@ -18,6 +18,7 @@ from dflash_guard.lossless.endpoint.client import (
     parse_chat_completion,
     parse_completion,
 )
+from dflash_guard.lossless.endpoint.compare import until_stop
 from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.logprob_check import (
     LogprobCheck,
@@ -25,7 +26,7 @@ from dflash_guard.lossless.logprob_check import (
     tokens_reported,
     tolerance_for,
 )
-from dflash_guard.lossless.reference_diff import _judge_near_tie, until_stop
+from dflash_guard.lossless.reference_diff import _judge_near_tie
 from dflash_guard.lossless.result import Divergence, PromptResult
 
 
