@@ -10,7 +10,8 @@ each is planted, outside the loop), compat.py (drafter-vs-target compatibility, 
 errors.py (`RunnerError`), cuda_graphs.py (decode, verify and draft steps captured as CUDA
 graphs), oracle.py (a drafter that proposes the target's own continuation: an upper bound),
 checkpoint.py (HF folders read with safetensors only), tokenizer.py (the fixture's byte-level
-tokenizer), fixtures.py (the built-in tiny pair), serve.py (an OpenAI-compatible server).
+tokenizer), fixtures.py (the built-in tiny pair), serve.py (an OpenAI-compatible server),
+logprobs.py (the target's logprobs at every position of a given output).
 See docs/kernels-ref.md.
 
 Stands alone (imports nothing from the guard that uses it); this file, faults.py, compat.py and
