@@ -90,8 +90,9 @@ class PromptLogprobs:
 def compare_prompt(prompt_id: str, answer: Completion,
                    reference: Sequence[Mapping[int, float]]) -> PromptLogprobs:
     """The engine's logprobs in `answer` against `reference` (per position, the reference's
-    logprob of every token the engine reported there)."""
-    ids = answer.token_ids or ()
+    logprob of every token the engine reported there); positions past `reference` (the
+    target's context, or an id outside its vocabulary) are not compared."""
+    ids = (answer.token_ids or ())[: len(reference)]
     worst: LogprobDelta | None = None
     compared = values = 0
     per_position: list[tuple[int, float]] = []

@@ -86,6 +86,13 @@ def test_the_largest_difference_and_where_it_is():
     assert LogprobCheck(1.0, "test", (prompt,)).passed
 
 
+def test_positions_the_reference_cannot_see_are_not_compared():
+    """Past the target's context (or after an id outside its vocabulary) there is no reference
+    row: those positions are left out, not an error."""
+    prompt = compare_prompt("p", answer([5, 6, 7], [-0.1, -0.2, -0.3]), [{5: -0.1}])
+    assert prompt.positions == 1 and prompt.values == 1 and prompt.max_delta == 0
+
+
 def test_a_value_that_is_not_a_number_fails_the_check():
     prompt = compare_prompt("p", answer([5], [math.nan]), [{5: -0.1}])
     assert prompt.max_delta == math.inf
