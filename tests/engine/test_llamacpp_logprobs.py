@@ -18,6 +18,7 @@ import json
 import pytest
 
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.logprob_check import TOLERANCES
 from dflash_guard.trust.comparison import read_comparison
 from tests.support.kernels import drifted_target
@@ -94,3 +95,14 @@ def test_a_drifted_target_is_refused(reports):
     assert worst["delta"] > 2 * report["logprobs"]["tolerance"]
     assert record.predicate["passed"] is False
     assert record.predicate["logprobs"]["max_delta"] == worst["delta"]
+
+
+@pytest.mark.parametrize(("outtype", "precision"), [("f16", "float16"), ("bf16", "bfloat16"),
+                                                    ("q8_0", "q8_0")])
+def test_the_tolerance_follows_the_conversions_weight_type(ggufs, tmp_path, outtype, precision):
+    """llama.cpp's converter keeps norms in F32 and writes the matrices as asked: the matrices
+    name the precision (q8_0 has no measured tolerance: a diff of it needs its own)."""
+    target, _, _ = ggufs
+    assert gguf_precision(convert(target, tmp_path / "t.gguf", outtype=outtype)) == precision
+    _, locked, _ = ggufs
+    assert gguf_precision(locked) == "float32"
