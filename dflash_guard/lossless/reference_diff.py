@@ -175,7 +175,7 @@ def _with_logprobs(target: Target, prompt: Prompt, reference: Completion, answer
     at each position."""
     vocab = target.config.vocab_size
     room = target.config.max_position_embeddings - len(prompt.ids)
-    tokens = [t for t in (answer.token_ids or ())[:max(room, 0)]]
+    tokens = list((answer.token_ids or ())[:max(room, 0)])
     fed = tokens[: next((i for i, t in enumerate(tokens) if not 0 <= t < vocab), len(tokens))]
     rows = output_logprobs(target, list(prompt.ids), fed)
     tops = tuple(top_logprobs(rows[i], TOP_K) for i in range(rows.shape[0]))
