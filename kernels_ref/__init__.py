@@ -11,7 +11,8 @@ errors.py (`RunnerError`), cuda_graphs.py (decode, verify and draft steps captur
 graphs), oracle.py (a drafter that proposes the target's own continuation: an upper bound),
 checkpoint.py (HF folders read with safetensors only), tokenizer.py (the fixture's byte-level
 tokenizer), fixtures.py (the built-in tiny pair), serve.py (an OpenAI-compatible server),
-gguf_reader.py (the one bounded GGUF reader the scanner and the diff share).
+gguf_reader.py (the one bounded GGUF reader the scanner and the diff share),
+logprobs.py (the target's logprobs at every position of a given output).
 See docs/kernels-ref.md.
 
 Stands alone (imports nothing from the guard that uses it); this file, faults.py, compat.py,

@@ -43,6 +43,7 @@ from kernels_ref.drafter import Drafter
 from kernels_ref.faults import Fault
 from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
+from kernels_ref.logprobs import output_logprobs
 from kernels_ref.loop import Generation
 from kernels_ref.model import Target
 from kernels_ref.plant import FirstBlockPrefixCache, decode_fault
@@ -229,12 +230,7 @@ class ReferenceEngine:
         """The target's log-probabilities of `tokens` after `prompt` (one teacher-forced pass)."""
         if not tokens:
             return {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        device = self.target.model.embed_tokens.weight.device
-        ids = torch.tensor([prompt + tokens[:-1]], device=device)
-        with torch.inference_mode():
-            logits, _ = self.target(ids, torch.arange(ids.shape[1], device=device),
-                                    self.target.new_cache(ids.shape[1]))
-        scores = logits[0, len(prompt) - 1 :].double().log_softmax(-1).cpu()
+        scores = output_logprobs(self.target, prompt, tokens[:-1])
         chosen = scores.gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1).tolist()
         best = scores.topk(top, dim=-1) if top else None
         tops, offsets, offset = [], [], 0

@@ -81,6 +81,13 @@ def reference(
         "--conversion", help="Its conversion record (default: GGUF.conversion.json).")] = None,
     record: Annotated[Path | None, typer.Option(
         "--record", help="Write the GGUF comparison record (in-toto) here.")] = None,
+    precision: Annotated[str | None, typer.Option(
+        "--precision", metavar="TYPE", help="What the engine serves, for the measured logprob "
+        "tolerance: float32, float16, bfloat16, q8_0 (default: the GGUF's, else float32).")
+    ] = None,
+    max_logprob_delta: Annotated[float | None, typer.Option(
+        "--max-logprob-delta", min=0.0, metavar="NATS", help="Largest logprob difference "
+        "from kernels_ref allowed (default: the one measured for --precision).")] = None,
     prompts: Prompts = None, model: Model = None, max_new_tokens: MaxNewTokens = None,
     concurrency: Concurrency = 4, api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
     near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
@@ -104,7 +111,8 @@ def reference(
         target, engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout,
                        metrics=metrics), gguf=gguf, conversion=conversion, prompts=prompts,
         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
-        near_tie_margin=near_tie_margin, dtype=dtype, threads=threads)
+        near_tie_margin=near_tie_margin, dtype=dtype, threads=threads, precision=precision,
+        max_logprob_delta=max_logprob_delta)
     with progress(quiet) as shown:
         report = run_reference_diff(options, shown)
         if record is not None:

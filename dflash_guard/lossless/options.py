@@ -8,6 +8,7 @@ runner) are here, beside the local diff's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from dflash_guard.lossless.defaults import (
 )
 from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
+from dflash_guard.lossless.logprob_check import tolerance_for
 from kernels_ref.faults import Fault
 
 
@@ -101,11 +103,18 @@ class ReferenceOptions:
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN  # nats (a logit margin is the same number)
     dtype: str = "float32"
     threads: int | None = None  # torch CPU threads of the reference decode; None: the policy's
+    precision: str | None = None  # what the engine serves; None: the GGUF's, else float32
+    max_logprob_delta: float | None = None  # nats; None: the tolerance measured for `precision`
+    max_logprob_delta_from: str = "--max-logprob-delta"  # where that tolerance comes from
 
     def __post_init__(self) -> None:
         _check_threads(self.threads)
         if self.concurrency < 1 or self.max_new_tokens < 1 or self.near_tie_margin < 0:
             raise InputError("concurrency and max-new-tokens must be positive")
+        if self.max_logprob_delta is not None and not 0 <= self.max_logprob_delta < math.inf:
+            raise InputError("--max-logprob-delta must be a finite number of nats >= 0")
+        if self.precision is not None and self.max_logprob_delta is None:
+            tolerance_for(self.precision)  # a precision never measured needs its own tolerance
         if self.conversion is not None and self.gguf is None:
             raise InputError("--conversion describes a GGUF: give --gguf too")
 

@@ -6,6 +6,12 @@ OpenAI-compatible server, e.g. llama-server on the converted GGUF) is sent the s
 temperature 0 with logprobs. The two token streams are compared like the endpoint diff's
 (`endpoint.compare`): the reference plays the baseline, and its top-2 logit margin at a
 divergence (a logit margin equals the logprob margin) tells a near-tie from a hard divergence.
+Both decodes end at their first stop token (the target's EOS, a prompt's `stop`), cut here on
+both sides: an engine that ignores `stop_token_ids` (llama.cpp) and decodes on is compared on
+the same tokens as one that stops. At every position the engine committed, its logprobs (its
+token's and its top-k) are held against kernels_ref's for the same context (`logprob_check`):
+past the tolerance the served model is not the locked one, and a near-tie counts as one only
+where the logprobs agree.
 Given the GGUF the engine serves, its tokenizer must be the target's (`gguf_vocab`), else the
 diff is refused before any prompt is sent. With `messages` prompts (rendered by us and sent as
 ids), the engine's own tokenizer (its `/tokenize`) must encode a set of probe texts as the
@@ -21,12 +27,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from dflash_guard.fileio import read_input
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.endpoint.client import Completion, CompletionClient, EndpointError
-from dflash_guard.lossless.endpoint.compare import compare_completions, result_json
+from dflash_guard.lossless.endpoint.compare import compare_completions, result_json, until_stop
 from dflash_guard.lossless.endpoint.metrics import (
     AcceptanceFigures,
     ResponseDrafts,
@@ -34,7 +38,14 @@ from dflash_guard.lossless.endpoint.metrics import (
     acceptance_warnings,
     parse_prometheus,
 )
+from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
+from dflash_guard.lossless.logprob_check import (
+    LogprobCheck,
+    compare_prompt,
+    tokens_reported,
+    tolerance_for,
+)
 from dflash_guard.lossless.options import ReferenceOptions
 from dflash_guard.lossless.prompt_match import (
     engine_prompt_ids,
@@ -50,6 +61,7 @@ from dflash_guard.trust.comparison import comparison_statement, read_conversion,
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.generate import generate
 from kernels_ref.load import load_target
+from kernels_ref.logprobs import output_logprobs, top_logprobs
 from kernels_ref.model import Target
 from kernels_ref.prompts import MAX_PROMPT_FILE_BYTES, Chat, PromptSpec
 from kernels_ref.threads import ThreadChoice, choose_threads, count_parameters, using_threads
@@ -76,20 +88,30 @@ class ReferenceDiffReport(ClassifiedResults):
     response_drafts: ResponseDrafts | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
     threads: ThreadChoice | None = None  # what the reference decode ran on
+    logprobs: LogprobCheck | None = None  # the engine's logprobs against the reference's
 
     @property
     def identical(self) -> bool:
         return self.refused is None and all(r.identical for r in self.results)
 
     @property
+    def wrong_model(self) -> str | None:
+        """Why the served model is not the locked one, by its logprobs (None: it is)."""
+        return None if self.logprobs is None else self.logprobs.reason()
+
+    @property
     def passed(self) -> bool:
-        """No refusal and no hard divergence (near-ties are counted, a policy decides)."""
-        return self.refused is None and bool(self.results) and not self.hard_divergences
+        """No refusal, no hard divergence and logprobs within the tolerance (near-ties are
+        counted, a policy decides)."""
+        return (self.refused is None and bool(self.results) and not self.hard_divergences
+                and self.logprobs is not None and self.wrong_model is None)
 
     @property
     def verdict(self) -> str:
         if self.refused is not None:
             return "refused"
+        if self.results and self.wrong_model is not None:
+            return "wrong-model"
         if self.hard_divergences:
             return "diverged"
         return "identical" if self.identical else "near-ties"
@@ -105,6 +127,8 @@ class ReferenceDiffReport(ClassifiedResults):
             "near_ties": len(self.near_ties),
             "near_tie_margin": self.near_tie_margin,
             "divergences": [r.prompt_id for r in self.results if not r.identical],
+            "wrong_model": self.wrong_model if self.results else None,
+            "logprobs": None if self.logprobs is None else self.logprobs.to_json(),
             "prompt_set": {"name": self.prompt_set, "digest": {"sha256": self.prompt_set_sha256}},
             "max_new_tokens": self.max_new_tokens,
             "reference": {"runner": "kernels_ref", "target": self.target},
@@ -130,47 +154,48 @@ class ReferenceDiffReport(ClassifiedResults):
             "response_drafts": asdict(self.response_drafts) if self.response_drafts else None,
             "warnings": list(self.warnings),
             "threads": None if self.threads is None else self.threads.to_json(),
+            "wrong_model": self.wrong_model if self.results else None,
+            "logprobs": None if self.logprobs is None else self.logprobs.to_json(),
         }
 
 
-@torch.no_grad()
-def _top_logprobs(target: Target, ids: list[int]) -> tuple[tuple[int, float], ...]:
-    """The target's best `TOP_K` next tokens after `ids`, with their logprobs (one forward)."""
-    cache = target.new_cache(len(ids))
-    device = target.model.embed_tokens.weight.device
-    logits, _ = target(torch.tensor([ids], device=device),
-                       torch.arange(len(ids), device=device), cache)
-    logprobs = torch.log_softmax(logits[0, -1].double(), dim=-1)
-    values, tokens = logprobs.topk(TOP_K)
-    return tuple((int(t), float(v)) for t, v in zip(tokens, values, strict=True))
-
-
 def _reference(target: Target, prompt: Prompt, budget: int, stop_ids: frozenset[int]) -> Completion:
-    """kernels_ref's greedy autoregressive decode of `prompt` as a `Completion`; the top
-    logprobs are filled in lazily by `_with_tops` where a divergence needs them."""
+    """kernels_ref's greedy autoregressive decode of `prompt` as a `Completion` (its top
+    logprobs are filled in by `_with_logprobs`)."""
     run = generate(target, None, list(prompt.ids), max_new_tokens=budget,
                    stop_ids=stop_ids | prompt.stop_ids)
     return Completion("", tuple(run.tokens), None, (), run.stop_reason)
 
 
-def _without_final_stop(completion: Completion, stop_ids: frozenset[int]) -> Completion:
-    """`completion` without a final stop token: kernels_ref and vLLM emit it, llama.cpp does
-    not; either way the decode stopped there."""
-    ids = completion.token_ids
-    if not ids or ids[-1] not in stop_ids:
-        return completion
-    return Completion(completion.text, ids[:-1], completion.token_texts,
-                      completion.top_logprobs[: len(ids) - 1], completion.finish_reason,
-                      completion.drafts)
+def _with_logprobs(target: Target, prompt: Prompt, reference: Completion, answer: Completion
+                   ) -> tuple[Completion, list[dict[int, float]]]:
+    """One teacher-forced pass over the prompt and the engine's tokens: `reference` with its
+    top-2 at each of those positions (its own context up to the first divergence, which is
+    where a margin is read), and the reference's logprob of every token the engine reported
+    at each position."""
+    vocab = target.config.vocab_size
+    room = target.config.max_position_embeddings - len(prompt.ids)
+    tokens = list((answer.token_ids or ())[:max(room, 0)])
+    fed = tokens[: next((i for i, t in enumerate(tokens) if not 0 <= t < vocab), len(tokens))]
+    rows = output_logprobs(target, list(prompt.ids), fed)
+    tops = tuple(top_logprobs(rows[i], TOP_K) for i in range(rows.shape[0]))
+    values = [{t: float(rows[i, t]) for t in wanted if 0 <= t < vocab}
+              for i, wanted in enumerate(tokens_reported(answer)[: rows.shape[0]])]
+    return replace(reference, top_logprobs=tops), values
 
 
-def _with_tops(target: Target, prompt: Prompt, reference: Completion, position: int) -> Completion:
-    """`reference` with its top logprobs known at `position` (the first divergence)."""
-    assert reference.token_ids is not None
-    context = list(prompt.ids) + list(reference.token_ids[:position])
-    tops: list[tuple[tuple[int, float], ...]] = [() for _ in range(position)]
-    tops.append(_top_logprobs(target, context))
-    return Completion("", reference.token_ids, None, tuple(tops), reference.finish_reason)
+def _judge_near_tie(result: PromptResult, check: LogprobCheck) -> PromptResult:
+    """A near-tie stays one only where the engine's logprobs up to it agree with the
+    reference's within the tolerance; otherwise it is a hard divergence."""
+    d = result.divergence
+    if d is None or not d.near_tie or d.position is None:
+        return result
+    if check.within(result.prompt_id, d.position):
+        return replace(result, divergence=replace(
+            d, detail=d.detail + "; the logprobs agree within the tolerance"))
+    return replace(result, divergence=replace(
+        d, near_tie=False, detail=d.detail + ", but the engine's logprobs there are not the "
+        "reference's within the tolerance (or were not reported)"))
 
 
 def _prompt_mismatch(engine: CompletionClient, specs: list[PromptSpec], prompts: list[Prompt],
@@ -207,6 +232,7 @@ def run_reference_diff(options: ReferenceOptions,
         prompt_set_sha256=prompt_digest, max_new_tokens=o.max_new_tokens)
     if o.gguf is not None and (why := tokenizer_mismatch(o.gguf, o.target)):
         return replace(base, refused=why)
+    tolerance, tolerance_from = _tolerance(o)
     stop_ids = frozenset(eos_token_ids(o.target))
     budgets = [min(p.max_new_tokens or o.max_new_tokens, o.max_new_tokens) for p in prompts]
     threads = choose_threads(count_parameters(target), requested=o.threads)
@@ -248,27 +274,38 @@ def run_reference_diff(options: ReferenceOptions,
     if any(a.token_ids is None for a in answers):
         raise EndpointError(f"candidate endpoint {o.candidate.shown_url} reports no token ids "
                             "(logprobs): the reference diff compares token ids")
-    results = []
-    for prompt, reference, answer in zip(prompts, references, answers, strict=True):
-        stops = stop_ids | prompt.stop_ids
-        reference = _without_final_stop(reference, stops)
-        answer = _without_final_stop(answer, stops)
-        result = compare_completions(prompt.id, reference, answer,
-                                     near_tie_margin=o.near_tie_margin, compare_text=False)
-        if result.divergence is not None and result.divergence.position is not None:
-            reference = _with_tops(target, prompt, reference, result.divergence.position)
-            result = compare_completions(prompt.id, reference, answer,
-                                         near_tie_margin=o.near_tie_margin, compare_text=False)
-        results.append(result)
+    results, compared = [], []
+    with stage(progress, "the logprobs at every position", len(prompts), "prompts"), \
+            using_threads(threads):
+        for prompt, reference, answer in zip(prompts, references, answers, strict=True):
+            stops = stop_ids | prompt.stop_ids
+            reference, answer = until_stop(reference, stops), until_stop(answer, stops)
+            reference, values = _with_logprobs(target, prompt, reference, answer)
+            results.append(compare_completions(prompt.id, reference, answer,
+                                               near_tie_margin=o.near_tie_margin,
+                                               compare_text=False))
+            compared.append(compare_prompt(prompt.id, answer, values))
+            progress.advanced()
+    check = LogprobCheck(tolerance, tolerance_from, tuple(compared))
     return replace(
         base,
         model=model,
-        results=tuple(results),
+        results=tuple(_judge_near_tie(r, check) for r in results),
+        logprobs=check,
         acceptance=acceptance,
         response_drafts=ResponseDrafts.total(a.drafts for a in answers),
         warnings=tuple(acceptance_warnings(acceptance)) if metrics_url else (),
         threads=threads,
     )
+
+
+def _tolerance(options: ReferenceOptions) -> tuple[float, str]:
+    """The logprob tolerance and where it comes from: the one given, else the one measured for
+    the precision given, else for the GGUF's weights, else for float32."""
+    if options.max_logprob_delta is not None:
+        return options.max_logprob_delta, options.max_logprob_delta_from
+    precision = options.precision or (gguf_precision(options.gguf) if options.gguf else None)
+    return tolerance_for(precision or "float32"), f"measured for {precision or 'float32'}"
 
 
 def conversion_record_path(options: ReferenceOptions) -> Path | None:

@@ -24,6 +24,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import importlib.resources
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -177,6 +178,9 @@ class DifftestRules:
     near_tie_allowance: float  # a divergence whose top-2 logit margin is below this is tolerated
     min_tau: float
     endpoints: EndpointRules | None = None  # None: the gate runs no endpoint diff
+    # nats an engine's logprobs may differ from kernels_ref's in a reference diff; None: the
+    # tolerance measured for the precision it serves (lossless.logprob_check.TOLERANCES)
+    max_logprob_delta: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -626,7 +630,8 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
     )
     scan = f["scan"].mapping(("fail_on",), ("fail_on",))
     difftest_names = ("prompts", "max_new_tokens", "near_tie_allowance", "min_tau")
-    difftest = f["difftest"].mapping((*difftest_names, "endpoints"), difftest_names)
+    difftest = f["difftest"].mapping((*difftest_names, "endpoints", "max_logprob_delta"),
+                                     difftest_names)
     drafter = f["drafter"].mapping(("max_params",), ("max_params",))
     sig_names = ("lockfile_required", "lockfile", "models", "approvals")
     sigs = f["signatures"].mapping(sig_names, sig_names)
@@ -641,6 +646,9 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         min_tau=float(difftest["min_tau"].typed((int, float), lambda v: v >= 1, "a number >= 1")),
         endpoints=(_endpoint_rules(difftest["endpoints"], base, max_new_tokens)
                    if "endpoints" in difftest else None),
+        max_logprob_delta=(float(difftest["max_logprob_delta"].typed(
+            (int, float), lambda v: 0 <= v < math.inf, "a finite number of nats >= 0"))
+            if "max_logprob_delta" in difftest else None),
     )
 
     tiers = {name: _tier_rule(tiers_f[name]) for name in TIERS}

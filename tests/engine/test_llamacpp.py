@@ -7,7 +7,8 @@ layer), converted to f32 GGUF with llama.cpp's own converter:
   (drafts, per-position accepted) agree with kernels_ref's on the same prompts;
 - `difftest reference` of the GGUF baseline server: identical; the record it writes is accepted
   by a policy that requires a GGUF comparison;
-- a GGUF with one weight changed: a hard divergence (exit 1); a GGUF whose tokenizer differs:
+- a GGUF with one weight changed: a hard divergence and logprobs that are not the locked
+  model's (exit 1); a GGUF whose tokenizer differs:
   refused before any prompt is sent;
 - `-np 4` slots with concurrent clients: still identical.
 
@@ -192,7 +193,8 @@ def test_a_tampered_gguf_is_a_hard_divergence(cli, engine, pair, prompt_file, tm
                      "--format", "json")
     assert result.exit_code == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert report["verdict"] == "diverged" and report["hard"] >= 1
+    assert report["verdict"] == "wrong-model" and report["hard"] >= 1  # its logprobs too
+    assert report["logprobs"]["max_delta"] > report["logprobs"]["tolerance"]
 
 
 def test_a_gguf_with_another_tokenizer_is_refused_before_any_diff(cli, pair, prompt_file,

@@ -6,7 +6,8 @@ servers are started exactly as `dflash-guard launch vllm` prints them: the targe
 (`--baseline`) and the target with the DFlash drafter. Against them:
 - the endpoint diff is identical, with tau read from vLLM's `vllm:spec_decode_*` counters
   (a range: acceptance moves with batching while the tokens stay identical);
-- `--reference` against kernels_ref on the original head_dim-16 target is identical;
+- `--reference` against kernels_ref on the original head_dim-16 target is identical, and its
+  logprobs are kernels_ref's within half the float32 tolerance;
 - `--isolation` is identical;
 - `bench` and `monitor` read vLLM's tau over real traffic;
 - `launch --check` passes the running command and catches the same command at an unpinned Hub
@@ -99,6 +100,9 @@ def test_vllm_matches_kernels_ref_on_the_head_dim_16_target(pair, servers):
     small_target = pair[4]
     report = difftest("--reference", str(small_target), "--candidate", servers[1].url)
     assert report["identical"] and report["prompts"] == 12
+    logprobs = report["logprobs"]  # the served model is the locked one, with room to spare
+    assert logprobs["passed"] and logprobs["values"] > 0
+    assert 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
 
 
 def test_vllm_output_does_not_depend_on_other_requests(servers):

@@ -66,6 +66,19 @@ def test_endpoint_identical_outputs_pass(fake_pair):
     assert body["return_tokens_as_token_ids"] is True and body["return_token_ids"] is True
 
 
+def test_endpoint_stop_token_ids_mean_the_same_on_every_engine(fake_pair):
+    """vLLM stops at a `stop_token_ids` token; llama.cpp ignores the field and decodes on: both
+    are cut at their first stop token, so the same decode is identical, a different one before
+    the stop still diverges."""
+    prompts = [PromptSpec("a", "alpha", 8, (7,)), PromptSpec("b", "beta", 8, (7,))]
+    both(fake_pair, "alpha", vllm_choice([5, 6, 7], finish="stop"), vllm_choice([5, 6, 7, 3, 4]))
+    both(fake_pair, "beta", vllm_choice([5, 6, 7], finish="stop"), vllm_choice([5, 9, 7, 3]))
+    report = run(fake_pair, prompts=prompts)
+    first, second = report.results
+    assert first.identical and first.candidate_length == first.reference_length == 2
+    assert second.status == "hard" and second.divergence.position == 1
+
+
 def test_endpoint_near_tie_is_counted_not_failed(fake_pair):
     both(fake_pair, "alpha", vllm_choice([5, 6, 7]))
     tops = {1: {6: -0.70, 9: -0.72}}

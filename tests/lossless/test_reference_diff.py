@@ -20,7 +20,7 @@ from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import PREDICATE_TYPE, accepts, read_comparison
 from dflash_guard.trust.signing import sign_with_key
-from tests.support.kernels import random_pair
+from tests.support.kernels import drifted_target, random_pair
 from tests.support.reference_server import running_server
 from tests.support.scan_builders import write_vocab_gguf
 from tests.support.trust import make_key_pair, with_artifact, write_lock, write_policy
@@ -82,9 +82,13 @@ def test_reference_diff_identical_and_record_written(cli, builtin_pair, engines,
     report = json.loads(result.stdout)
     assert report["identical"] and report["prompts"] == len(PROMPT_IDS)
     assert {r["compared_by"] for r in report["results"]} == {"token_ids"}
+    logprobs = report["logprobs"]
+    assert logprobs["passed"] and logprobs["values"] > 0
+    assert logprobs["max_delta"] <= 1e-3 < logprobs["tolerance"] == 0.05  # float32, measured
     statement = read_comparison(record)
     assert statement.predicate_type == PREDICATE_TYPE
     assert statement.predicate["verdict"] == "identical" and statement.predicate["passed"]
+    assert statement.predicate["logprobs"]["max_delta"] == logprobs["max_delta"]
     names = {s.name for s in statement.subjects}
     assert "gguf/target.gguf" in names and "target/model.safetensors" in names
 
@@ -96,8 +100,39 @@ def test_reference_diff_catches_a_wrong_engine(cli, builtin_pair, engines, promp
     result = reference(cli, target, engines[1].url, prompt_file, "--record", record)
     assert result.exit_code == 1, result.stdout
     report = json.loads(result.stdout)
-    assert report["hard"] >= 1 and report["verdict"] == "diverged"
+    assert report["hard"] >= 1 and report["verdict"] == "wrong-model"
     assert read_comparison(record).predicate["passed"] is False
+
+
+def test_a_drifted_target_is_not_the_locked_model(cli, builtin_pair, tmp_path):
+    """Issue 38's fault: one MLP matrix scaled by 1.02, same tokenizer and config. Its greedy
+    tokens may agree; its logprobs do not, and the record says so."""
+    target = builtin_pair.target
+    drifted = drifted_target(target, tmp_path / "drifted")
+    record = tmp_path / "comparison.json"
+    with running_server(drifted) as server:
+        result = reference(cli, target, server.url, DEFAULT_PROMPTS, "--record", record)
+        text = cli("difftest", "reference", "--target", target, "--candidate", server.url,
+                   "--prompts", DEFAULT_PROMPTS, "--max-new-tokens", "12")
+    assert result.exit_code == 1, result.stdout
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "wrong-model" and not report["passed"]
+    worst = report["logprobs"]["where"]
+    assert report["logprobs"]["max_delta"] == worst["delta"] > report["logprobs"]["tolerance"]
+    assert worst["prompt_id"] in {r["prompt_id"] for r in report["results"]}
+    assert "not the locked one" in report["wrong_model"]
+    predicate = read_comparison(record).predicate
+    assert predicate["passed"] is False and predicate["verdict"] == "wrong-model"
+    assert predicate["logprobs"]["max_delta"] == worst["delta"]
+    assert text.exit_code == 1 and "NOT THE LOCKED MODEL" in text.stdout
+    assert "largest difference from kernels_ref" in text.stdout
+
+
+def test_a_precision_never_measured_needs_its_own_tolerance(cli, builtin_pair):
+    result = cli("difftest", "reference", "--target", builtin_pair.target, "--candidate",
+                 "http://127.0.0.1:9", "--precision", "q4_k")
+    assert result.exit_code == 2
+    assert "no measured logprob tolerance" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_reference_diff_refuses_a_gguf_with_another_tokenizer(cli, builtin_pair, engines,
@@ -166,7 +201,7 @@ def test_gate_approves_with_a_comparison_record_and_refuses_without(gated, built
     refused = gate_with(gated, builtin_pair, gguf_folder, " []")
     assert not refused.approved and "no recorded comparison" in (refused.reason or "")
     failed = gate_with(gated, builtin_pair, gguf_folder, f"\n  - record: {records['bad']}")
-    assert not failed.approved and "verdict is 'diverged'" in (failed.reason or "")
+    assert not failed.approved and "verdict is 'wrong-model'" in (failed.reason or "")
 
 
 def _changed(artifact, suffix: str):

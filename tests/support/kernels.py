@@ -66,3 +66,25 @@ def random_pair(out_dir: Path, seed: int, **shape: Any) -> tuple[Path, Path]:
         target_weights=target.state_dict(),
         drafter_weights=drafter.state_dict(),
     )
+
+
+DRIFTED_TENSOR = "model.layers.1.mlp.down_proj.weight"
+
+
+def drifted_target(target_dir: Path, out: Path, *, tensor: str = DRIFTED_TENSOR,
+                   scale: float = 1.02) -> Path:
+    """A copy of `target_dir` with one weight matrix scaled by `scale` (issue 38's drifted
+    target: same tokenizer and config, greedy tokens that mostly agree, other logprobs)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(target_dir, out)
+    for path in out.glob("*.safetensors"):
+        path.chmod(0o644)
+        weights = load_file(path)
+        if tensor in weights:
+            weights[tensor] = weights[tensor] * scale
+            save_file(weights, path, metadata={"format": "pt"})
+            return out
+    raise KeyError(f"{tensor} is not in {target_dir}")

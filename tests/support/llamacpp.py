@@ -62,10 +62,11 @@ def session_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dflash-guard"
 
 
-def convert(model_dir: Path, out: Path, target_dir: Path | None = None) -> Path:
-    """`model_dir` converted to an f32 GGUF at `out` (+ `out.conversion.json`)."""
+def convert(model_dir: Path, out: Path, target_dir: Path | None = None,
+            outtype: str = "f32") -> Path:
+    """`model_dir` converted to an `outtype` (f32) GGUF at `out` (+ `out.conversion.json`)."""
     extra = ("--target-model-dir", str(target_dir)) if target_dir is not None else ()
-    return Path(_script("convert", str(model_dir), str(out), "--outtype", "f32", *extra,
+    return Path(_script("convert", str(model_dir), str(out), "--outtype", outtype, *extra,
                         timeout=600))
 
 

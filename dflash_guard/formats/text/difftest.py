@@ -154,9 +154,33 @@ def render_reference(report: ReferenceDiffReport, console: Console) -> None:
     for r in report.results:
         if r.divergence is not None:
             console.print(divergence_line(r, "reference", "engine"), highlight=False)
+    _logprobs(report, console)
     _drafts(report.response_drafts, "engine responses", console)
     _warnings(report.warnings, console)
+    if report.wrong_model is not None:
+        from dflash_guard.lossless.logprob_check import WRONG_MODEL
+
+        evidence = report.wrong_model.removeprefix(WRONG_MODEL + ": ")
+        console.print(f"verdict: [red]NOT THE LOCKED MODEL[/] ({len(report.hard_divergences)} "
+                      f"hard, {len(report.near_ties)} near-tie(s)): {markup_safe(evidence)}",
+                      highlight=False)
+        return
     console.print(verdict_line(report, passed=report.passed), highlight=False)
+
+
+def _logprobs(report: ReferenceDiffReport, console: Console) -> None:
+    """The largest logprob difference from the reference, where it is, and the tolerance."""
+    check = report.logprobs
+    if check is None:
+        return
+    worst = check.worst
+    where = ("no value compared" if worst is None else
+             f"{worst.delta:.3g} nats at {markup_safe(worst.prompt_id)} position "
+             f"{worst.position} (token {worst.token}"
+             f"{'' if worst.committed else ', a top-k alternative'})")
+    console.print(f"logprobs: largest difference from kernels_ref {where}; {check.values} values "
+                  f"compared; tolerance {check.tolerance:g} ({markup_safe(check.tolerance_from)})",
+                  highlight=False)
 
 
 def render_isolation(report: IsolationReport, console: Console) -> None:

@@ -48,6 +48,7 @@ class Completion:
     top_logprobs: tuple[tuple[tuple[Token, float], ...], ...]  # per position, best first
     finish_reason: str | None
     drafts: tuple[int, int] | None = None  # llama.cpp's timings: (draft_n, draft_n_accepted)
+    token_logprobs: tuple[float | None, ...] = ()  # per position, the committed token's logprob
 
 
 def read_api_key(env_var: str | None) -> str | None:
@@ -373,6 +374,9 @@ def parse_completion(payload: Any) -> Completion:
     if keys is not None and all(isinstance(k, str) for k in keys):
         token_texts = tuple(str(k) for k in keys)
 
+    chosen = logprobs.get("token_logprobs") or []
+    if not isinstance(chosen, list):
+        raise ValueError("`token_logprobs` is not a list")
     tops: list[tuple[tuple[Token, float], ...]] = []
     for entry in logprobs.get("top_logprobs") or []:
         if entry is None:
@@ -389,7 +393,8 @@ def parse_completion(payload: Any) -> Completion:
         tops.append(tuple(ranked))
     reason = choice.get("finish_reason")
     return Completion(text, token_ids, token_texts, tuple(tops), reason if reason else None,
-                      _drafts(payload.get("timings")))
+                      _drafts(payload.get("timings")),
+                      tuple(None if v is None else _number(v) for v in chosen))
 
 
 def parse_chat_completion(payload: Any) -> Completion:
@@ -418,7 +423,8 @@ def parse_chat_completion(payload: Any) -> Completion:
     if entries and all("id" not in e for e in entries):  # vLLM: tokens and ranked alternatives
         tops = [{a.get("token"): a.get("logprob") for a in e.get("top_logprobs") or []
                  if isinstance(a, dict)} for e in entries]
-        legacy["logprobs"] = {"tokens": [e.get("token") for e in entries], "top_logprobs": tops}
+        legacy["logprobs"] = {"tokens": [e.get("token") for e in entries], "top_logprobs": tops,
+                              "token_logprobs": [e.get("logprob") for e in entries]}
     return parse_completion({**payload, "choices": [legacy]})
 
 
@@ -446,8 +452,10 @@ def _parse_content_logprobs(
     character, so they are matched to the ids in order (a left-out token has no alternatives)."""
     listed = tuple(_content_id(entry) for entry in content)
     token_ids = _verbose_tokens(payload) or listed
-    ranked_by_entry = []
+    ranked_by_entry, chosen_by_entry = [], []
     for entry in content:
+        value = entry.get("logprob")
+        chosen_by_entry.append(None if value is None else _number(value))
         alternatives = entry.get("top_logprobs") or []
         if not isinstance(alternatives, list):
             raise ValueError("`top_logprobs` of a `logprobs.content` entry is not a list")
@@ -455,16 +463,19 @@ def _parse_content_logprobs(
         ranked.sort(key=lambda item: -item[1])
         ranked_by_entry.append(tuple(ranked))
     tops: list[tuple[tuple[Token, float], ...]] = []
+    chosen: list[float | None] = []
     next_entry = 0
     for token in token_ids:
         if next_entry < len(listed) and listed[next_entry] == token:
             tops.append(ranked_by_entry[next_entry])
+            chosen.append(chosen_by_entry[next_entry])
             next_entry += 1
         else:
             tops.append(())
+            chosen.append(None)
     reason = choice.get("finish_reason")
     return Completion(text, token_ids, None, tuple(tops), reason if reason else None,
-                      _drafts(payload.get("timings")))
+                      _drafts(payload.get("timings")), tuple(chosen))
 
 
 def _verbose_tokens(payload: dict[str, Any]) -> tuple[int, ...] | None:

@@ -9,6 +9,7 @@ counted, a policy decides); any other divergence is `hard` (a logic bug until sh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from dflash_guard.lossless.endpoint.client import Completion
@@ -80,6 +81,21 @@ def compare_completions(
     divergence = Divergence(position, base_token, cand_token, margin, near_tie,
                             _margin(candidate.top_logprobs, position), detail)
     return result(divergence)
+
+
+def until_stop(completion: Completion, stop_ids: frozenset[int]) -> Completion:
+    """`completion` up to its first stop token, which is left out: kernels_ref and vLLM emit
+    it and stop, llama.cpp leaves it out, or emits it and decodes on when it ignores
+    `stop_token_ids`; on every engine the decode ended there."""
+    ids = completion.token_ids
+    end = next((i for i, token in enumerate(ids or ()) if token in stop_ids), None)
+    if ids is None or end is None:
+        return completion
+    return replace(completion, token_ids=ids[:end],
+                   token_texts=None if completion.token_texts is None
+                   else completion.token_texts[:end],
+                   top_logprobs=completion.top_logprobs[:end],
+                   token_logprobs=completion.token_logprobs[:end])
 
 
 def result_json(result: PromptResult) -> dict[str, Any]:

@@ -9,10 +9,12 @@ from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS
+from dflash_guard.lossless.endpoint.client import Completion
 from dflash_guard.lossless.endpoint.compare import (
     DEFAULT_NEAR_TIE_MARGIN,
     compare_completions,
     result_json,
+    until_stop,
 )
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.endpoint.metrics import (
@@ -138,10 +140,7 @@ def run_endpoint_diff(
         finally:
             for pool in pools:
                 pool.shutdown(wait=True, cancel_futures=True)
-        # a chat's text is each engine's parsed message (llama.cpp trims the content's leading
-        # space, vLLM does not): equal token ids decide there
-        answers = [(compare_completions(p.id, a, b, near_tie_margin=o.near_tie_margin,
-                                        compare_text=not isinstance(p.prompt, Chat)), b.drafts)
+        answers = [(_compare(p, a, b, o.near_tie_margin), b.drafts)
                    for p, (a, b) in zip(prompts, pairs, strict=True)]
 
         acceptance, warnings = None, []
@@ -158,3 +157,16 @@ def run_endpoint_diff(
         tuple(warnings),
         ResponseDrafts.total(drafts for _, drafts in answers),
     )
+
+
+def _compare(prompt: PromptSpec, baseline: Completion, candidate: Completion,
+             near_tie_margin: float) -> PromptResult:
+    """One prompt's two answers, each cut at its first stop token id (vLLM stops there, llama.cpp
+    ignores `stop_token_ids` and decodes on). Equal token ids decide for a chat (each engine
+    parses its own message: llama.cpp trims the content's leading space, vLLM does not) and
+    where a cut was made (the text of an engine that decoded on goes past it)."""
+    stops = frozenset(s for s in prompt.stop if not isinstance(s, str))
+    left, right = until_stop(baseline, stops), until_stop(candidate, stops)
+    cut = left is not baseline or right is not candidate
+    return compare_completions(prompt.id, left, right, near_tie_margin=near_tie_margin,
+                               compare_text=not isinstance(prompt.prompt, Chat) and not cut)

@@ -1,0 +1,165 @@
+"""The logprob check's parts: the engines' logprobs as parsed, the comparison with the reference's,
+the stop cut both decodes get, near-ties judged by the logprobs, and a GGUF's weight precision.
+
+The end-to-end checks (kernels_ref.serve on the locked and on a drifted target) are in
+test_reference_diff.py; llama.cpp and vLLM in tests/engine/.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dflash_guard.errors import InputError
+from dflash_guard.lossless.endpoint.client import (
+    Completion,
+    parse_chat_completion,
+    parse_completion,
+)
+from dflash_guard.lossless.endpoint.compare import until_stop
+from dflash_guard.lossless.gguf_precision import gguf_precision
+from dflash_guard.lossless.logprob_check import (
+    LogprobCheck,
+    compare_prompt,
+    tokens_reported,
+    tolerance_for,
+)
+from dflash_guard.lossless.reference_diff import _judge_near_tie
+from dflash_guard.lossless.result import Divergence, PromptResult
+
+
+def test_vllm_completions_logprobs_are_read():
+    payload = {"choices": [{"text": "ab", "token_ids": [97, 98], "finish_reason": "length",
+                            "logprobs": {"tokens": ["token_id:97", "token_id:98"],
+                                         "token_logprobs": [-0.5, -0.25],
+                                         "top_logprobs": [{"token_id:97": -0.5,
+                                                           "token_id:99": -1.5},
+                                                          {"token_id:98": -0.25}]}}]}
+    completion = parse_completion(payload)
+    assert completion.token_logprobs == (-0.5, -0.25)
+    assert completion.top_logprobs[0] == ((97, -0.5), (99, -1.5))
+
+
+def test_vllm_chat_logprobs_are_read():
+    payload = {"choices": [{"message": {"content": "a"}, "finish_reason": "stop",
+                            "logprobs": {"content": [
+                                {"token": "token_id:97", "logprob": -0.125,
+                                 "top_logprobs": [{"token": "token_id:97", "logprob": -0.125},
+                                                  {"token": "token_id:98", "logprob": -2.0}]}]}}]}
+    completion = parse_chat_completion(payload)
+    assert completion.token_ids == (97,) and completion.token_logprobs == (-0.125,)
+    assert completion.top_logprobs == (((97, -0.125), (98, -2.0)),)
+
+
+def test_llamacpp_logprobs_follow_the_ids_they_belong_to():
+    """llama.cpp leaves out the logprobs of a token that ends inside a UTF-8 character: that
+    position has none, the next one keeps its own."""
+    content = [{"id": 97, "token": "a", "logprob": -0.1, "top_logprobs": [
+                   {"id": 97, "token": "a", "logprob": -0.1}]},
+               {"id": 98, "token": "b", "logprob": -0.2, "top_logprobs": []}]
+    payload = {"choices": [{"text": "a\ufffdb", "logprobs": {"content": content},
+                            "finish_reason": "length"}],
+               "__verbose": {"tokens": [97, 226, 98]}}
+    completion = parse_completion(payload)
+    assert completion.token_ids == (97, 226, 98)
+    assert completion.token_logprobs == (-0.1, None, -0.2)
+
+
+def answer(ids, chosen, tops=None):
+    return Completion("", tuple(ids), None, tuple(tops or [() for _ in ids]), "length",
+                      token_logprobs=tuple(chosen))
+
+
+def test_the_largest_difference_and_where_it_is():
+    engine = answer([5, 6], [-0.1, -0.2], [((5, -0.1), (7, -3.0)), ((6, -0.2),)])
+    assert tokens_reported(engine) == [{5, 7}, {6}]
+    reference = [{5: -0.1, 7: -3.5}, {6: -0.2001}]
+    prompt = compare_prompt("p", engine, reference)
+    assert prompt.values == 3 and prompt.compared_positions == 2
+    assert prompt.worst is not None
+    assert (prompt.worst.position, prompt.worst.token, prompt.worst.committed) == (0, 7, False)
+    assert prompt.worst.delta == pytest.approx(0.5)
+    check = LogprobCheck(0.25, "test", (prompt,))
+    assert not check.passed and "position 0 the logprob of token 7" in (check.reason() or "")
+    assert LogprobCheck(1.0, "test", (prompt,)).passed
+
+
+def test_positions_the_reference_cannot_see_are_not_compared():
+    """Past the target's context (or after an id outside its vocabulary) there is no reference
+    row: those positions are left out, not an error."""
+    prompt = compare_prompt("p", answer([5, 6, 7], [-0.1, -0.2, -0.3]), [{5: -0.1}])
+    assert prompt.positions == 1 and prompt.values == 1 and prompt.max_delta == 0
+
+
+def test_a_value_that_is_not_a_number_fails_the_check():
+    prompt = compare_prompt("p", answer([5], [math.nan]), [{5: -0.1}])
+    assert prompt.max_delta == math.inf
+    assert not LogprobCheck(10.0, "test", (prompt,)).passed
+
+
+def test_an_engine_that_reports_no_logprobs_proves_nothing():
+    prompt = compare_prompt("p", answer([5, 6], [None, None]), [{5: -0.1}, {6: -0.1}])
+    check = LogprobCheck(1.0, "test", (prompt,))
+    assert prompt.values == 0 and not check.passed
+    assert "cannot be shown to serve the locked model" in (check.reason() or "")
+
+
+def test_both_decodes_end_at_their_first_stop_token():
+    """kernels_ref stops at the stop token and emits it; llama.cpp ignores `stop_token_ids` and
+    decodes on to the budget: cut, both are the same tokens."""
+    stops = frozenset({10})
+    reference = answer([1, 2, 10], [0, 0, 0])
+    decoded_on = answer([1, 2, 10, 3, 4], [-1, -2, -3, -4, -5])
+    assert until_stop(reference, stops).token_ids == (1, 2)
+    cut = until_stop(decoded_on, stops)
+    assert cut.token_ids == (1, 2) and cut.token_logprobs == (-1, -2)
+    assert len(cut.top_logprobs) == 2
+    assert until_stop(answer([1, 2], [0, 0]), stops).token_ids == (1, 2)
+
+
+def near_tie(position: int) -> PromptResult:
+    return PromptResult("p", Divergence(position, 5, 6, 0.01, near_tie=True))
+
+
+def test_a_near_tie_is_benign_only_where_the_logprobs_agree():
+    engine = answer([5, 6], [-0.7, -0.69], [((5, -0.7), (6, -0.71)), ()])
+    agreeing = compare_prompt("p", engine, [{5: -0.7, 6: -0.7099}, {6: -0.69}])
+    check = LogprobCheck(1e-3, "test", (agreeing,))
+    assert _judge_near_tie(near_tie(1), check).divergence.near_tie
+    disagreeing = compare_prompt("p", engine, [{5: -0.7, 6: -0.75}, {6: -0.69}])
+    judged = _judge_near_tie(near_tie(1), LogprobCheck(1e-3, "test", (disagreeing,)))
+    assert judged.status == "hard" and "not the reference's" in judged.divergence.detail
+    unreported = _judge_near_tie(near_tie(2), check)  # no engine logprobs at position 2
+    assert unreported.status == "hard"
+
+
+def test_only_measured_precisions_have_a_tolerance():
+    assert tolerance_for("float32") < tolerance_for("bfloat16")
+    with pytest.raises(InputError, match="no measured logprob tolerance"):
+        tolerance_for("q4_k")
+
+
+def write_gguf(path, matrices):
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    writer = GGUFWriter(str(path), "qwen3")
+    writer.add_tensor("output_norm.weight", np.ones(8, dtype=np.float32))
+    for name, (array, kind) in matrices.items():
+        writer.add_tensor(name, array, raw_dtype=GGMLQuantizationType[kind])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_ggufs_precision_is_its_matrices(tmp_path):
+    f32 = np.ones((8, 8), dtype=np.float32)
+    f16 = np.ones((8, 8), dtype=np.float16)
+    assert gguf_precision(write_gguf(tmp_path / "a.gguf", {"blk.0.w": (f32, "F32")})) == "float32"
+    mixed = write_gguf(tmp_path / "b.gguf", {"token_embd.weight": (f32, "F32"),
+                                               "blk.0.w": (f16, "F16")})
+    assert gguf_precision(mixed) == "float16"
+    assert gguf_precision(write_gguf(tmp_path / "c.gguf", {})) is None
