@@ -20,6 +20,7 @@ from dflash_guard.gate.evidence import (
     LockEvidence,
     ModelSignatureEvidence,
     PolicyEvidence,
+    ReferenceEvidence,
     RolloutEvidence,
     ScanEvidence,
     SignatureEvidence,
@@ -281,6 +282,47 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
                              rules.max_near_ties, rules.near_tie_margin))
 
 
+def check_reference_diff(inputs: GateInputs) -> Checked:
+    """The candidate engine against kernels_ref on the locked target, logprobs included: the
+    one check that the model behind the endpoint is the locked one (greedy tokens can agree
+    while the weights differ). A hard divergence, or logprobs past the tolerance, refuses."""
+    from dflash_guard.lossless.endpoint import EndpointError
+    from dflash_guard.lossless.options import ReferenceOptions
+    from dflash_guard.lossless.reference_diff import run_reference_diff
+
+    rules = inputs.endpoints
+    if rules is None:
+        return Outcome.skipped("not configured (the policy has no difftest.endpoints)"), None
+    assert inputs.engines is not None
+    tolerance = inputs.policy.difftest.max_logprob_delta
+    try:
+        report = run_reference_diff(ReferenceOptions(
+            inputs.get(VerifiedFiles).locations["target"], inputs.engines[1],
+            prompts=Path(rules.prompts) if rules.prompts else None,
+            max_new_tokens=rules.max_new_tokens, concurrency=rules.concurrency,
+            near_tie_margin=rules.near_tie_margin, threads=inputs.options.threads,
+            max_logprob_delta=tolerance,
+            max_logprob_delta_from="policy difftest.max_logprob_delta"), inputs.progress)
+    except EndpointError as error:
+        return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), None
+    summary = report.summary()
+    if not report.results:
+        return Outcome.refused(report.refused or "cannot tell: no prompt was compared"), None
+    if report.wrong_model:
+        return Outcome.refused(f"the candidate does not serve the locked target: "
+                               f"{report.wrong_model}"), None
+    if not report.passed:
+        first = report.hard_divergences[0] if report.hard_divergences else None
+        where = f" (first: {first.prompt_id})" if first is not None else ""
+        return Outcome.refused(f"the candidate diverges from kernels_ref on the locked "
+                               f"target: {report.verdict}{where}"), None
+    check = report.logprobs
+    figures = (f"; largest logprob difference {check.worst.delta:.2g} <= {check.tolerance:g} "
+               "nats" if check is not None and check.worst is not None else "")
+    return (Outcome.passed(f"{len(report.results)} prompts match kernels_ref on the locked "
+                           f"target{figures}"), ReferenceEvidence(summary))
+
+
 def check_rollout(inputs: GateInputs) -> Checked:
     """Bench the endpoint diff's engines at the policy's expected concurrency: speculation
     slower than `min_speedup` times the baseline refuses, with the numbers."""
@@ -339,6 +381,7 @@ CHECKS = (
     GateCheck("model signatures", check_model_signatures),
     GateCheck("difftest", check_difftest),
     GateCheck("endpoint diff", check_endpoint_diff),
+    GateCheck("reference diff", check_reference_diff),
     GateCheck("rollout", check_rollout),
 )
 STEPS = tuple(check.name for check in CHECKS)

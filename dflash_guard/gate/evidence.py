@@ -143,6 +143,17 @@ class EndpointEvidence:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReferenceEvidence:
+    """The candidate engine against kernels_ref on the locked target: its report's summary
+    (verdict, divergences, the largest logprob difference and the tolerance it was held to)."""
+
+    diff: JSON
+
+    def to_json(self) -> JSON:
+        return dict(self.diff)
+
+
+@dataclasses.dataclass(frozen=True)
 class RolloutEvidence:
     """The concurrency benchmark at the policy's expected load."""
 

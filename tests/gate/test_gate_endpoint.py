@@ -17,6 +17,7 @@ from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless import endpoint as endpoint_diff
 from dflash_guard.lossless.endpoint import run_endpoint_diff
 from dflash_guard.trust.policy import load_policy
+from tests.support.kernels import drifted_target
 from tests.support.reference_server import running_server
 from tests.support.trust import GATE_PROMPTS, one_line, recorded, write_lock, write_policy
 
@@ -201,3 +202,22 @@ def test_gate_endpoint_unset_api_key_variable_is_an_input_error(cli, lock, tmp_p
                  "--baseline", "http://127.0.0.1:1", "--candidate", "http://127.0.0.1:2")
     assert result.exit_code == 2
     assert f"names {KEY_ENV}, but that variable is unset" in one_line(result.stderr)
+
+
+def test_gate_refuses_a_candidate_serving_a_drifted_target(locked_pair, reference_servers, lock,
+                                                           tmp_path):
+    """Issue 38 at the gate: the candidate serves the locked target with one matrix scaled by
+    1.02 under the same name. Its greedy tokens may agree with the baseline's; the reference
+    diff's logprobs against kernels_ref on the locked target do not, so the gate refuses."""
+    drifted = drifted_target(locked_pair.target, tmp_path / "drifted")
+    baseline = reference_servers.baseline.url
+    with running_server(drifted, locked_pair.drafter) as candidate:
+        policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
+            baseline, candidate.url, "max_near_ties: 12", "near_tie_margin: 10")))
+        result = run_gate(GateOptions(lock, policy, locked_pair.roots,
+                                      out=tmp_path / "approval.json"))
+    assert not result.approved
+    assert [c.name for c in result.checks][-2:] == ["endpoint diff", "reference diff"]
+    assert result.checks[-2].outcome.ok  # the live diff alone would have passed it
+    assert "does not serve the locked target" in result.reason, result.reason
+    assert not (tmp_path / "approval.json").exists()
