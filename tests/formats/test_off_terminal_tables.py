@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+from tests.support import vllm
 from tests.support.release import clean_env
 from tests.support.trust import REPO, write_lock
 
@@ -43,7 +44,8 @@ def test_scan_in_a_pipe_keeps_digests_and_names_whole(tmp_path):
 def test_launch_check_puts_every_flag_in_one_table(cli, tmp_path, locked_pair, monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
-    result = cli("launch", "--check", "vllm", "--lock", lock, "--", "vllm", "serve",
+    result = cli("launch", "--check", "vllm", "--lock", lock, "--program", vllm.install(), "--",
+                 "vllm", "serve",
                  "Qwen/Qwen3-8B", "--trust-remote-code", "--host", "0.0.0.0")
     assert result.exit_code == 1
     assert result.stdout.count("┏") == 1  # one table for every finding

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from tests.support import vllm
 from tests.support.sarif import placed_files
 from tests.support.trust import write_lock
 
@@ -44,7 +45,8 @@ def test_a_file_outside_the_working_folder_gets_its_absolute_uri(cli, tmp_path, 
 
 def test_launch_check_flags_are_logical_locations(cli, tmp_path, locked_pair):
     lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
-    result = cli("launch", "--check", "vllm", "--lock", lock, "--format", "sarif", "--",
+    result = cli("launch", "--check", "vllm", "--lock", lock, "--format", "sarif",
+                 "--program", vllm.install(), "--",
                  "vllm", "serve", "Qwen/Qwen3-8B", "--host", "0.0.0.0")
     assert result.exit_code == 1
     log = json.loads(result.stdout)

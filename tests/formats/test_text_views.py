@@ -29,6 +29,7 @@ from dflash_guard.gate import STEPS, GateResult
 from dflash_guard.gate.record import CheckRow
 from dflash_guard.lossless.endpoint import EndpointDiffReport
 from dflash_guard.lossless.isolation import IsolationReport
+from dflash_guard.lossless.logprob_check import LogprobCheck, LogprobDelta, PromptLogprobs
 from dflash_guard.lossless.reference_diff import ReferenceDiffReport
 from dflash_guard.lossless.result import Divergence, PromptResult, SpeculationStats
 from dflash_guard.outcome import Outcome
@@ -76,8 +77,10 @@ def test_the_engine_views_share_the_lines():
     isolation = text(render_isolation, IsolationReport("http://c", 0.05, 4, 2, (SAME, TIE)))
     assert "alone 7, among tenants 8, solo top-2 margin 0.001" in isolation
     assert isolation.rstrip().endswith("verdict: 1 near-tie(s), no hard divergence")
+    agreed = LogprobCheck(0.05, "float32 (measured)", (PromptLogprobs(
+        "same", 1, 1, 1, LogprobDelta("same", 0, 7, -0.5, -0.5, committed=True)),))
     reference = ReferenceDiffReport("t", "http://c", None, 0.05, "p.jsonl", "0" * 64, 8,
-                                    results=(SAME,))
+                                    results=(SAME,), logprobs=agreed)
     assert text(render_reference, reference).rstrip().endswith("verdict: identical")
     refused = ReferenceDiffReport("t", "http://c", None, 0.05, "p.jsonl", "0" * 64, 8,
                                   refused="the GGUF's tokenizer differs")
