@@ -66,7 +66,7 @@ def gate(
 ) -> None:
     """Run every check of a deploy in order; exit 0 approved, 1 refused, 2 usage/input error.
 
-    Example: dflash-guard gate --lock dflash.lock --policy strict --out approval.json
+    Example: dflash-guard gate --root target=pair/target --root drafter=pair/drafter
     """
     options = GateOptions(
         lock_path, policy, parse_roots(root or []), out=out,

@@ -18,6 +18,7 @@ EXAMPLES = [
     (("verify",), 0),
     (("scan",), 0),  # one low finding (unreviewed code), failing at medium+
     (("review",), 1),  # the drafter's code is unreviewed: shown, nothing written
+    (("gate",), 1),  # refused at the scan: unreviewed code, and the refusal names `review`
     (("policy", "show"), 0),
     (("policy", "check"), 0),
 ]
@@ -45,6 +46,8 @@ def test_help_examples_run_as_written(cli, pair_folder):
         assert tuple(args[:len(command)]) == command
         result = cli(*args)
         assert result.exit_code == expected, (args, result.stdout, result.stderr)
+        if command == ("gate",):
+            assert "dflash-guard review" in " ".join(result.stdout.split()), result.stdout
     # what the lock example pinned is what the default policy accepts: no revision left at a
     # branch (a Hub repo without @COMMIT locks `main`)
     for artifact in load_lockfile(pair_folder / "dflash.lock").artifacts:
