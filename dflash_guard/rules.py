@@ -242,6 +242,17 @@ TPL_INCLUDE = Rule(
     "A chat template loads another template.",
     "include/import/extends",
 )
+TPL_COST = Rule(
+    "DG-TPL-COST", Severity.high,
+    "A chat template costs more than the render budget.",
+    "a trial render past the budget (steps, output, value sizes, wall time), nested constant "
+    "loops or a constant width/repeat past it",
+)
+TPL_EXFIL = Rule(
+    "DG-TPL-EXFIL", Severity.high,
+    "A chat template writes the conversation into a URL to another host.",
+    "a markdown image/link or HTML src/href carrying conversation text, or any remote image",
+)
 CONFIG_INVALID = Rule(
     "DG-CONFIG-INVALID", Severity.medium,
     "A config file that cannot be read.",

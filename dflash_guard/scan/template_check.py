@@ -1,4 +1,6 @@
-"""Chat templates: checked against a grammar with Jinja's own parser; nothing is ever rendered.
+"""Chat templates: checked against a grammar with Jinja's own parser, then, when the grammar
+passes, for cost, exfiltration and injected text by a trial render under the render budget
+(`templates_cost`); a template outside the grammar is never rendered.
 
 A template passes only when every node of its syntax tree is inside the subset real chat
 templates use (`ALLOWED_NODES`: output, loops, conditions, set, macros, filter blocks, the
@@ -77,7 +79,8 @@ CALLABLE_GLOBALS = frozenset(
 ALLOWED_NODES = frozenset(
     {
         nodes.Template, nodes.Output, nodes.TemplateData, nodes.For, nodes.If, nodes.Assign,
-        nodes.AssignBlock, nodes.Macro, nodes.FilterBlock, nodes.Scope, nodes.Break,
+        nodes.AssignBlock, nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.Scope,
+        nodes.Break,
         nodes.Continue, nodes.Name, nodes.NSRef, nodes.Const, nodes.List, nodes.Tuple,
         nodes.Dict, nodes.Pair, nodes.Keyword, nodes.Getattr, nodes.Getitem, nodes.Slice,
         nodes.Call, nodes.Filter, nodes.Test, nodes.CondExpr, nodes.And, nodes.Or, nodes.Not,
@@ -172,6 +175,11 @@ def check_template(source: str, display: str, member: str | None = None) -> list
         return findings
     for node, (rule, severity, message) in problems:
         findings.append(finding(rule, severity, message, getattr(node, "lineno", None)))
+    if not any(severity >= Severity.high for _, (_, severity, _) in problems):
+        from dflash_guard.scan.templates_cost import cost_problems  # renders, under the budget
+
+        for rule, severity, message in cost_problems(source, tree):
+            findings.append(finding(rule, severity, message, None))
     return findings
 
 
