@@ -1,7 +1,8 @@
 """Chat prompts: a prompt's `messages` rendered with the target's own chat template, then tokenized.
 
-The template is read where transformers reads it (`chat_template.jinja`, else `tokenizer_config.
-json`'s `chat_template`, a string or the `default` of a `[{name, template}]` list) and must pass
+The template is read where transformers reads it (`chat_template.jinja` and
+`additional_chat_templates/*.jinja`, else `tokenizer_config.json`'s `chat_template`, a string or
+the `default` (`tool_use` with tools) of a `[{name, template}]` list) and must pass
 the scan's template checks first: a template the scan flags is refused, never rendered. Rendering
 is as transformers' `apply_chat_template` does it: jinja2's `ImmutableSandboxedEnvironment` with
 `trim_blocks`, `lstrip_blocks`, the `loopcontrols` extension and the `{% generation %}` tag,
@@ -23,7 +24,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_json, read_input_text
 from dflash_guard.scan.jsonfile import MAX_JSON_BYTES
 from dflash_guard.scan.template_check import check_template
-from dflash_guard.scan.templates import templates_in_config
+from dflash_guard.scan.templates import template_files, templates_in_config
 from dflash_guard.scan.templates_budget import TemplateRenderError, render_template
 
 SPECIAL_TOKENS = (
@@ -37,15 +38,25 @@ SPECIAL_TOKENS = (
 )
 
 
-def read_chat_template(target_dir: Path) -> tuple[str, str]:
-    """`(where, source)` of the target's chat template; `InputError` when it has none."""
-    jinja = target_dir / "chat_template.jinja"
-    if jinja.is_file():
-        return str(jinja), read_input_text(jinja, "chat template")
+def read_chat_template(target_dir: Path, tools: bool = False) -> tuple[str, str]:
+    """`(where, source)` of the template transformers would apply; `InputError` when it has none.
+
+    As transformers loads them: template files (`chat_template.jinja` as `default`, then each
+    `additional_chat_templates/NAME.jinja` as `NAME`, a `default.jinja` there overriding it)
+    take priority over `tokenizer_config.json`; of named templates, `tool_use` when the prompt
+    has tools, else `default`."""
+    files = template_files(target_dir)
+    if files:
+        path = (files.get("tool_use") if tools else None) or files.get("default")
+        if path is None:
+            raise InputError(f"{target_dir}: the target has several chat templates and no "
+                             f"default ({', '.join(sorted(files))})")
+        return str(path), read_input_text(path, "chat template")
     config_path = target_dir / "tokenizer_config.json"
     config = _read_config(config_path)
-    templates = dict(templates_in_config(config))
-    source = templates.get("chat_template") or templates.get("chat_template[default]")
+    named = dict(templates_in_config(config))
+    source = (named.get("chat_template[tool_use]") if tools else None) or named.get(
+        "chat_template") or named.get("chat_template[default]")
     if source is None:
         raise InputError(f"{target_dir}: the target has no chat template for 'messages' prompts")
     return str(config_path), source
@@ -77,7 +88,7 @@ def render_chat(target_dir: Path, messages: list[dict[str, Any]],
     """The prompt text of `messages` (with `tools` and extra template variables) under the
     target's chat template, after the scan's checks passed (`InputError` names the first
     finding otherwise)."""
-    where, source = read_chat_template(target_dir)
+    where, source = read_chat_template(target_dir, tools=bool(tools))
     variables = {**special_tokens(target_dir), **(template_kwargs or {})}
     reserved = {"messages", "tools", "add_generation_prompt"} & set(template_kwargs or {})
     if reserved:

@@ -152,8 +152,9 @@ def check_template(source: str, display: str, member: str | None = None) -> list
     try:
         tree = _environment().parse(source)
         callables = _callables(tree)
+        macros = {m.name for m in tree.find_all(nodes.Macro)}
         problems = [(node, p) for node in tree.find_all(nodes.Node)
-                    for p in _grammar_problems(node, callables) + _node_problems(node)]
+                    for p in _grammar_problems(node, callables, macros) + _node_problems(node)]
         problems += [(node, p) for node, p in _set_block_problems(tree)]
     except TemplateSyntaxError as error:
         findings.append(
@@ -195,11 +196,16 @@ def _callables(tree: nodes.Template) -> set[str]:
     return names
 
 
-def _grammar_problems(node: nodes.Node, callables: set[str]) -> list[Problem]:
-    """Whether `node` is inside the subset: its kind, and what a call calls."""
+def _grammar_problems(node: nodes.Node, callables: set[str], macros: set[str]) -> list[Problem]:
+    """Whether `node` is inside the subset: its kind, what a call calls, and that a
+    `{% call %}` block hands its `caller` to a macro of the template, nothing else."""
     if type(node) not in ALLOWED_NODES:
         return [(rules.TPL_UNLISTED, Severity.high, f"uses the construct {type(node).__name__}, "
                  "outside the subset real chat templates use")]
+    if isinstance(node, nodes.CallBlock) and not (
+            isinstance(node.call.node, nodes.Name) and node.call.node.name in macros):
+        return [(rules.TPL_UNLISTED, Severity.high, "a {% call %} block that calls something "
+                 "other than a macro of the template (it would be handed `caller`)")]
     if not isinstance(node, nodes.Call):
         return []
     callee = node.node

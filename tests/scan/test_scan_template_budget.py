@@ -142,6 +142,8 @@ def test_a_call_block_is_inside_the_grammar() -> None:
     text = render_template(minicpm_shape, "t", {"messages": MESSAGES, "tools": tools,
                                                "add_generation_prompt": True})
     assert "f: d" in text
+    not_a_macro = "{% call(x) messages.append('x') %}{{ x }}{% endcall %}"
+    assert "DG-TPL-UNLISTED" in {f.rule_id for f in check_template(not_a_macro, "t.jinja")}
     escape = "{% call(x) render(x) %}{{ x.__class__ }}{% endcall %}"
     assert {f.rule_id for f in check_template(escape, "t.jinja")} >= {"DG-TPL-DUNDER",
                                                                        "DG-TPL-UNLISTED"}
@@ -165,7 +167,8 @@ def test_real_templates_render_as_transformers_renders_them() -> None:
         for messages in (MESSAGES[1:2], MESSAGES):
             try:
                 theirs = render_jinja_template([messages], chat_template=source,
-                                               add_generation_prompt=True, **variables)[0][0]
+                                               add_generation_prompt=True, bos_token="<s>",
+                                               eos_token="</s>")[0][0]
             except Exception:  # noqa: BLE001 - the template refuses this conversation
                 theirs = None
             try:
