@@ -62,7 +62,7 @@ def cost_problems(source: str, tree: nodes.Template) -> list[Problem]:
                 worst = str(error).removeprefix("template: ")
             continue
         problems += _exfil_problems(text)
-    if worst is not None:
+    if worst is not None and not any(rule is rules.TPL_COST for rule, _, _ in problems):
         problems.append((rules.TPL_COST, Severity.high, f"a trial render on a short "
                          f"conversation {worst.removeprefix('the chat template ')}"))
     return list(dict.fromkeys(problems))

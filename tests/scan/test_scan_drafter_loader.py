@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import torch
+from dflash.model import DFlashDraftModel, extract_context_feature
 from transformers import Qwen3Config
 
-from dflash.model import DFlashDraftModel, extract_context_feature
 from dflash_guard.scan import Severity, scan_paths
 from kernels_ref.checkpoint import check_shapes, expected_shapes, tensor_shapes
 from kernels_ref.config import ModelConfig

@@ -212,3 +212,12 @@ def test_difftest_refuses_a_render_past_the_budget(cli, tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "goes past its render budget" in result.stderr.strip().splitlines()[-1]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("template", [P8, P9])
+def test_scan_reports_p8_and_p9(cli, tmp_path: Path, template: str) -> None:
+    (tmp_path / "chat_template.jinja").write_text(template)
+    result = cli("scan", tmp_path, "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    findings = json.loads(result.stdout)["findings"]
+    assert [(f["rule_id"], f["severity"]) for f in findings] == [("DG-TPL-COST", "high")]
