@@ -253,6 +253,11 @@ TPL_EXFIL = Rule(
     "A chat template writes the conversation into a URL to another host.",
     "a markdown image/link or HTML src/href carrying conversation text, or any remote image",
 )
+TPL_INJECTED = Rule(
+    "DG-TPL-INJECTED", Severity.medium,
+    "A chat template adds an instruction of its own to the conversation.",
+    "an unknown template adding more constant words than role markers to a system turn",
+)
 CONFIG_INVALID = Rule(
     "DG-CONFIG-INVALID", Severity.medium,
     "A config file that cannot be read.",

@@ -4,6 +4,12 @@ budget) on representative conversations, plus a static look at constant loop and
 - `rules.TPL_COST` (high): a trial render past the budget, or nested constant `range` loops, or a
   constant multiplier/width/range past it (so a cost behind a condition the trial conversations
   do not meet is still seen when its sizes are literal).
+- `rules.TPL_INJECTED` (medium): a template that is not a known published one
+  (`known_templates.json`: the pinned llama.cpp tree's templates and the corpus's, by sha256,
+  each with its source) and adds more than `INJECTED_WORDS` distinct words of its own, beyond
+  role names and markup, to a conversation that has its own system message: an instruction the
+  user never wrote. Published templates add long preambles there (Cohere's safety preamble,
+  gpt-oss's channels), so a known digest is what tells them apart.
 - `rules.TPL_EXFIL` (high): a markdown image or link, or an HTML `src`/`href`, whose URL points to
   another host and carries conversation text (a canary of the trial conversation, or a variable
   written into a remote image URL in the template text): a chat UI fetches it, sending the
@@ -15,7 +21,11 @@ other content (a trigger word, a long conversation, computed sizes) is not seen.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from jinja2 import nodes
@@ -26,9 +36,10 @@ from dflash_guard.scan.templates_budget import DEFAULT_BUDGET, TemplateRenderErr
 
 Problem = tuple[Rule, Severity, str]
 CANARY = "dgcanary"
+_SYSTEM = f"{CANARY}0 system"
 _CONVERSATIONS: tuple[tuple[list[dict[str, Any]], dict[str, Any]], ...] = (
     ([{"role": "user", "content": f"{CANARY}1 hello"}], {}),
-    ([{"role": "system", "content": f"{CANARY}0 system"},
+    ([{"role": "system", "content": _SYSTEM},
       {"role": "user", "content": f"{CANARY}2 question"},
       {"role": "assistant", "content": f"{CANARY}3 answer"},
       {"role": "user", "content": f"{CANARY}4 follow up"}], {}),
@@ -47,6 +58,22 @@ _REMOTE_URL = re.compile(
 _REMOTE_IMAGE_TEXT = re.compile(r"!\[[^\]\n]*\]\(\s*<?(?:[a-z][a-z0-9+.-]*:)?//|<img\b",
                                 re.IGNORECASE)
 _MAX_CONSTANT = DEFAULT_BUDGET.value_chars
+# Role markers and control tokens, removed before counting the words a template adds.
+_MARKUP = re.compile(r"<[^<>\n]{1,60}>|\[/?[A-Za-z_ ]{2,30}\]|\{[^{}]*\}")
+_WORD = re.compile(r"[^\W\d_]{2,}")
+INJECTED_WORDS = 7
+KNOWN_TEMPLATES = Path(__file__).with_name("known_templates.json")
+
+
+@cache
+def known_templates() -> frozenset[str]:
+    """The sha256 of every published template the tool ships a record of."""
+    return frozenset(json.loads(KNOWN_TEMPLATES.read_text(encoding="utf-8")))
+
+
+def is_known(source: str) -> bool:
+    """Whether `source` is byte for byte a published template of the catalog."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest() in known_templates()
 
 
 def cost_problems(source: str, tree: nodes.Template) -> list[Problem]:
@@ -62,6 +89,8 @@ def cost_problems(source: str, tree: nodes.Template) -> list[Problem]:
                 worst = str(error).removeprefix("template: ")
             continue
         problems += _exfil_problems(text)
+        if any(m["content"] == _SYSTEM for m in messages) and not is_known(source):
+            problems += _injected_problems(text, messages)
     if worst is not None and not any(rule is rules.TPL_COST for rule, _, _ in problems):
         problems.append((rules.TPL_COST, Severity.high, f"a trial render on a short "
                          f"conversation {worst.removeprefix('the chat template ')}"))
@@ -118,3 +147,21 @@ def _exfil_problems(text: str) -> list[Problem]:
                      f"another host ({url.split(CANARY)[0][:60]}...): a chat UI that renders "
                      "it sends the conversation there")]
     return []
+
+
+def injected_words(text: str, messages: list[dict[str, Any]]) -> set[str]:
+    """The distinct words of a rendered conversation that neither the messages (content and
+    role names) nor the markup wrote."""
+    for message in messages:
+        text = text.replace(str(message["content"]), " ")
+    roles = {str(m["role"]).lower() for m in messages}
+    return {w for w in _WORD.findall(_MARKUP.sub(" ", text)) if w.lower() not in roles}
+
+
+def _injected_problems(text: str, messages: list[dict[str, Any]]) -> list[Problem]:
+    words = injected_words(text, messages)
+    if len(words) <= INJECTED_WORDS:
+        return []
+    return [(rules.TPL_INJECTED, Severity.medium, f"adds {len(words)} words of its own to a "
+             f"conversation with a system message ({' '.join(sorted(words)[:10])}...) and is "
+             "not a known published template: an instruction the user did not write")]
