@@ -5,11 +5,12 @@ The environment is transformers' (`ImmutableSandboxedEnvironment`, `trim_blocks`
 `strftime_now`), with a budget on top: every loop item and every call is a step; output bytes
 and the length of any string or list a template builds are capped before the value is built
 (`*`, `+`, `%`, `**`, `~`, `str.format`, `join`, `replace`, `center`/`ljust`/`rjust`/`zfill`,
-the `center`/`indent`/`format`/`join`/`replace`/`tojson` filters); a deadline on wall time is
-checked at each step. jinja2 folds constant expressions at compile time; the intercepted
-operators are never folded (the sandbox's rule), so `"x" * 100000 * 100000` is charged at
-render time too. Past the budget, and on any exception from compiling or rendering (MemoryError,
-OverflowError, RecursionError included), `TemplateRenderError` names the template.
+the `center`/`indent`/`format`/`join`/`replace`/`slice`/`tojson` filters, `lipsum`, and every
+captured block: `{% set %}`, a macro's body); a deadline on wall time is checked at each step.
+jinja2 folds constant expressions at compile time; the intercepted operators are never folded
+(the sandbox's rule), so `"x" * 100000 * 100000` is charged at render time too. Past the
+budget, and on any exception from compiling or rendering (MemoryError, OverflowError,
+RecursionError included), `TemplateRenderError` names the template.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import generate_lorem_ipsum
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,10 @@ class BudgetedEnvironment(ImmutableSandboxedEnvironment):
         self.budget = budget
         self.steps = 0
         self.deadline = time.monotonic() + budget.seconds
+        self.concat = self._concat  # type: ignore[method-assign]  # compiled blocks join with it
         self.filters[_LOOP_FILTER] = self._count_loop
+        self.filters["slice"] = self._sized_slice(self.filters["slice"])
+        self.globals["lipsum"] = self._lipsum(generate_lorem_ipsum)
         self.filters["tojson"] = self._tojson
         for name in ("center", "indent", "format", "join", "replace", "wordwrap", "truncate"):
             self.filters[name] = self._sized(name, self.filters[name])
@@ -139,6 +144,34 @@ class BudgetedEnvironment(ImmutableSandboxedEnvironment):
         if chars > self.budget.value_chars:
             raise BudgetExceeded(f"{what} would build {chars:,} characters or items (the "
                                  f"budget is {self.budget.value_chars:,})")
+
+    def _concat(self, pieces: Iterable[str]) -> str:
+        """The join of a captured block, macro or filter block (`{% set x %}...`), sized first:
+        its pieces may be one string repeated by a loop."""
+        items = list(pieces)
+        self.check_size(sum(len(piece) for piece in items), "a captured block")
+        return "".join(items)
+
+    def _sized_slice(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        """The slice filter, its slice count sized first (it builds that many lists)."""
+        passes_context = getattr(real, "jinja_pass_arg", None) is not None
+
+        def sliced(*given: Any, **kwargs: Any) -> Any:
+            args = given[1:] if passes_context else given
+            slices = kwargs.get("slices", args[1] if len(args) > 1 else 0)
+            if isinstance(slices, int):
+                self.check_size(slices, "the slice filter")
+            return real(*given, **kwargs)
+
+        sliced.jinja_pass_arg = getattr(real, "jinja_pass_arg", None)  # type: ignore[attr-defined]
+        return sliced
+
+    def _lipsum(self, real: Callable[..., str]) -> Callable[..., str]:
+        def lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+            self.check_size(n * max * 12, "lipsum")
+            return real(n, html, min, max)
+
+        return lipsum
 
     def _count_loop(self, iterable: Iterable[Any]) -> Iterator[Any]:
         for item in iterable:
