@@ -155,3 +155,15 @@ def test_additional_chat_templates_are_read_for_control_tokens(tmp_path: Path) -
         "{% for m in messages %}{{ m.content }}{% endfor %}{% if tools %}<|tool_call|>{% endif %}")
     hits = _hits(drafter, target, "DG-DRAFTER-MASK")
     assert hits and "'<|tool_call|>'" in hits[0].message
+
+
+def test_real_drafters_are_quiet(builtin_pair, dflash2_pair, tmp_path: Path) -> None:
+    """The shipped pairs (weights z-lab's loader reads, `load_upstream`), and the published
+    z-lab/Qwen3.8-27B-DFlash2 config: no shape, layer or mask finding."""
+    rules = {"DG-DRAFTER-SHAPE", "DG-DRAFTER-LAYERS", "DG-DRAFTER-MASK"}
+    for pair in (builtin_pair, dflash2_pair):
+        found = scan_paths([pair.drafter], target=pair.target).findings
+        assert [f for f in found if f.rule_id in rules] == []
+    published = Path(__file__).parent / "corpus" / "drafter_configs" / "qwen3.8-27b-dflash2"
+    found = scan_paths([published]).findings
+    assert [f for f in found if f.rule_id in rules] == []
