@@ -22,9 +22,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, NoReturn
 
-from jinja2 import nodes
+from jinja2 import Template, nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import TemplateError
 from jinja2.ext import Extension
@@ -317,13 +318,20 @@ def _strftime_now(format: str) -> str:
     return datetime.now().strftime(format)
 
 
+@lru_cache(maxsize=128)
+def _compiled(source: str, budget: Budget) -> tuple[BudgetedEnvironment, Template]:
+    """A template compiled once (as transformers caches it); its environment's budget is
+    restarted for every render."""
+    env = BudgetedEnvironment(budget)
+    return env, env.from_string(source)
+
+
 def render_template(source: str, where: str, variables: dict[str, Any],
                     budget: Budget = DEFAULT_BUDGET) -> str:
     """`source` rendered with `variables` under `budget`; `TemplateRenderError` (one line naming
     `where`) when it cannot compile, fails, or goes past the budget."""
-    env = BudgetedEnvironment(budget)
     try:
-        template = env.from_string(source)
+        env, template = _compiled(source, budget)
         env.start()
         out: list[str] = []
         size = 0
