@@ -246,6 +246,22 @@ TPL_INCLUDE = Rule(
     "A chat template loads another template.",
     "include/import/extends",
 )
+TPL_COST = Rule(
+    "DG-TPL-COST", Severity.high,
+    "A chat template costs more than the render budget.",
+    "a trial render past the budget (steps, output, value sizes, wall time), nested constant "
+    "loops or a constant width/repeat past it",
+)
+TPL_EXFIL = Rule(
+    "DG-TPL-EXFIL", Severity.high,
+    "A chat template writes the conversation into a URL to another host.",
+    "a markdown image/link or HTML src/href carrying conversation text, or any remote image",
+)
+TPL_INJECTED = Rule(
+    "DG-TPL-INJECTED", Severity.medium,
+    "A chat template adds an instruction of its own to the conversation.",
+    "an unknown template adding more constant words than role markers to a system turn",
+)
 CONFIG_INVALID = Rule(
     "DG-CONFIG-INVALID", Severity.medium,
     "A config file that cannot be read.",

@@ -1,35 +1,31 @@
 """Chat prompts: a prompt's `messages` rendered with the target's own chat template, then tokenized.
 
-The template is read where transformers reads it (`chat_template.jinja`, else `tokenizer_config.
-json`'s `chat_template`, a string or the `default` of a `[{name, template}]` list) and must pass
+The template is read where transformers reads it (`chat_template.jinja` and
+`additional_chat_templates/*.jinja`, else `tokenizer_config.json`'s `chat_template`, a string or
+the `default` (`tool_use` with tools) of a `[{name, template}]` list) and must pass
 the scan's template checks first: a template the scan flags is refused, never rendered. Rendering
 is as transformers' `apply_chat_template` does it: jinja2's `ImmutableSandboxedEnvironment` with
 `trim_blocks`, `lstrip_blocks`, the `loopcontrols` extension and the `{% generation %}` tag,
 `tojson`, `raise_exception`, `strftime_now`, the tokenizer's special tokens as variables,
 `add_generation_prompt=True`, the prompt's `tools` (when it has any) and its
-`chat_template_kwargs` (e.g. `enable_thinking`); the text is then encoded without adding
-special tokens (the template writes them). kernels_ref never renders templates (it must not
+`chat_template_kwargs` (e.g. `enable_thinking`), under the render budget of
+`scan.templates_budget` (steps, output and value sizes, wall time: past it, or on any failure,
+an input error naming the template); the text is then encoded without adding special tokens
+(the template writes them). kernels_ref never renders templates (it must not
 import dflash_guard): it is handed the ids.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
-
-from jinja2 import nodes
-from jinja2.exceptions import TemplateError
-from jinja2.ext import Extension
-from jinja2.parser import Parser
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_json, read_input_text
 from dflash_guard.scan.jsonfile import MAX_JSON_BYTES
 from dflash_guard.scan.template_check import check_template
-from dflash_guard.scan.templates import templates_in_config
+from dflash_guard.scan.templates import template_files, templates_in_config
+from dflash_guard.scan.templates_budget import TemplateRenderError, render_template
 
 SPECIAL_TOKENS = (
     "bos_token",
@@ -42,41 +38,25 @@ SPECIAL_TOKENS = (
 )
 
 
-class GenerationTag(Extension):
-    """`{% generation %}...{% endgeneration %}`: marks assistant text for transformers' masks;
-    rendering keeps the body unchanged."""
+def read_chat_template(target_dir: Path, tools: bool = False) -> tuple[str, str]:
+    """`(where, source)` of the template transformers would apply; `InputError` when it has none.
 
-    tags = {"generation"}  # noqa: RUF012 - jinja2's Extension API
-
-    def parse(self, parser: Parser) -> nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return nodes.Scope(body, lineno=lineno)
-
-
-def _raise_exception(message: str) -> NoReturn:
-    raise TemplateError(message)
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: Any = None, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
-
-
-def _strftime_now(format: str) -> str:
-    return datetime.now().strftime(format)
-
-
-def read_chat_template(target_dir: Path) -> tuple[str, str]:
-    """`(where, source)` of the target's chat template; `InputError` when it has none."""
-    jinja = target_dir / "chat_template.jinja"
-    if jinja.is_file():
-        return str(jinja), read_input_text(jinja, "chat template")
+    As transformers loads them: template files (`chat_template.jinja` as `default`, then each
+    `additional_chat_templates/NAME.jinja` as `NAME`, a `default.jinja` there overriding it)
+    take priority over `tokenizer_config.json`; of named templates, `tool_use` when the prompt
+    has tools, else `default`."""
+    files = template_files(target_dir)
+    if files:
+        path = (files.get("tool_use") if tools else None) or files.get("default")
+        if path is None:
+            raise InputError(f"{target_dir}: the target has several chat templates and no "
+                             f"default ({', '.join(sorted(files))})")
+        return str(path), read_input_text(path, "chat template")
     config_path = target_dir / "tokenizer_config.json"
     config = _read_config(config_path)
-    templates = dict(templates_in_config(config))
-    source = templates.get("chat_template") or templates.get("chat_template[default]")
+    named = dict(templates_in_config(config))
+    source = (named.get("chat_template[tool_use]") if tools else None) or named.get(
+        "chat_template") or named.get("chat_template[default]")
     if source is None:
         raise InputError(f"{target_dir}: the target has no chat template for 'messages' prompts")
     return str(config_path), source
@@ -108,13 +88,13 @@ def render_chat(target_dir: Path, messages: list[dict[str, Any]],
     """The prompt text of `messages` (with `tools` and extra template variables) under the
     target's chat template, after the scan's checks passed (`InputError` names the first
     finding otherwise)."""
-    where, source = read_chat_template(target_dir)
+    where, source = read_chat_template(target_dir, tools=bool(tools))
     variables = {**special_tokens(target_dir), **(template_kwargs or {})}
     reserved = {"messages", "tools", "add_generation_prompt"} & set(template_kwargs or {})
     if reserved:
         raise InputError(f"chat_template_kwargs may not set {sorted(reserved)[0]!r}")
-    if tools:
-        variables["tools"] = tools
+    variables["tools"] = tools or None  # transformers passes both, None when absent
+    variables["documents"] = None
     findings = check_template(source, where)
     if findings:
         first = findings[0]
@@ -122,19 +102,8 @@ def render_chat(target_dir: Path, messages: list[dict[str, Any]],
             f"{where}: the chat template is refused by the scan ({first.rule_id}: "
             f"{first.message}); it is never rendered"
         )
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[GenerationTag, "jinja2.ext.loopcontrols"],
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
     try:
-        return env.from_string(source).render(
-            messages=messages, add_generation_prompt=True, **variables
-        )
-    except TemplateError as error:
-        raise InputError(
-            f"{where}: the chat template cannot render these messages: {error}"
-        ) from None
+        return render_template(source, where, {"messages": messages,
+                                               "add_generation_prompt": True, **variables})
+    except TemplateRenderError as error:
+        raise InputError(str(error)) from None

@@ -30,6 +30,7 @@ from kernels_ref.compat import compatibility_problems, dflash_field
 DETECTOR = "drafter-config"
 Config = dict[str, Any]  # a parsed config.json: any JSON under its keys
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_PROJECTION = re.compile(r"(?:^|\.)layers\.\d+\.self_attn\.([qkvo])_proj\.weight$")
 KNOWN_ARCHITECTURES = frozenset({"DFlashDraftModel", "DFlash2DraftModel"})
 KNOWN_MODEL_TYPES = frozenset({"dflash", "dflash2", "qwen3", "llama"})
 DEFAULT_PARAM_BUDGET = 3_000_000_000
@@ -119,6 +120,7 @@ def check_drafter(
     findings.extend(
         finding(rule, severity, message)
         for rule, severity, message in _weight_problems(config, shapes or {})
+        + _head_problems(config, shapes or {})
     )
     budget = DEFAULT_PARAM_BUDGET if param_budget is None else param_budget
     if param_count is not None and param_count > budget:
@@ -210,6 +212,47 @@ def _weight_problems(
     return problems
 
 
+def _head_problems(
+    config: Config, shapes: dict[str, list[int]]
+) -> list[tuple[Rule, Severity, str]]:
+    """Head counts as the loaders build attention from them (z-lab's drafter and kernels_ref:
+    `num_key_value_groups = heads // kv_heads`; q/o projections `heads * head_dim` wide, k/v
+    `kv_heads * head_dim`), then each layer's projection in the weights against them."""
+    heads, hidden = _count(config.get("num_attention_heads")), _count(config.get("hidden_size"))
+    kv = _count(config.get("num_key_value_heads", heads))  # transformers' default: no grouping
+    if "num_key_value_heads" in config and kv is None:
+        return [(rules.DRAFTER_SHAPE, Severity.high, f"num_key_value_heads "
+                 f"{config['num_key_value_heads']!r} is not a positive integer")]
+    if heads is None or hidden is None or kv is None:
+        return []
+    if heads % kv:
+        return [(rules.DRAFTER_SHAPE, Severity.high,
+                 f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}: "
+                 "grouped attention cannot share the key/value heads (kernels_ref refuses it)")]
+    head_dim = _head_dim(config)
+    if head_dim is None or not shapes:
+        return []
+    expected = {"q": [heads * head_dim, hidden], "k": [kv * head_dim, hidden],
+                "v": [kv * head_dim, hidden], "o": [hidden, heads * head_dim]}
+    problems: list[tuple[Rule, Severity, str]] = []
+    seen: set[str] = set()
+    for name, shape in sorted(shapes.items()):
+        match = _PROJECTION.search(name)
+        if match is None or match.group(1) in seen or shape == expected[match.group(1)]:
+            continue
+        seen.add(match.group(1))
+        problems.append((rules.DRAFTER_SHAPE, Severity.high,
+                         f"{name} is {shape} but num_attention_heads {heads}, "
+                         f"num_key_value_heads {kv} and head_dim {head_dim} over hidden_size "
+                         f"{hidden} need {expected[match.group(1)]}: the loader refuses it"))
+    return problems
+
+
+def _count(value: object) -> int | None:
+    """A positive integer field, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _ranges(values: list[int]) -> str:
     if not values:
         return "none"
@@ -280,14 +323,22 @@ def _with_resolved_mask(
     config: Config, folders: list[Path], findings: list[Finding],
     finding: Callable[..., Finding],
 ) -> tuple[Config, bool]:
-    """A mask given only as token text (`mask_token`) is resolved through the tokenizer files;
-    the flag says an unresolvable one was already reported."""
-    if dflash_field(config, "mask_token_id") is not None:
-        return config, False
+    """A mask given only as token text (`mask_token`) is resolved through the tokenizer files
+    (given with an id too, the two must agree); the flag says an unresolvable one was already
+    reported."""
+    given = dflash_field(config, "mask_token_id")
     text = dflash_field(config, "mask_token")
     if not isinstance(text, str):
         return config, False
     token_id = resolve_token(text, folders)
+    if given is not None:
+        if token_id is not None and token_id != given:
+            findings.append(finding(
+                rules.DRAFTER_MASK, Severity.high,
+                f"mask_token_id {given!r} disagrees with mask_token {text!r}, which the "
+                f"tokenizer gives id {token_id}: engines read the id, tools the text",
+            ))
+        return config, False
     if token_id is None:
         findings.append(finding(
             rules.DRAFTER_MASK, Severity.medium,
@@ -310,6 +361,12 @@ def _layer_problems(config: Config, target: Config) -> list[tuple[Rule, Severity
         problems.append((rules.DRAFTER_LAYERS, Severity.high,
                          f"target_layer_ids repeats {duplicates}: the fc input width and the "
                          "engines' feature capture disagree"))
+    if not duplicates and ids != sorted(ids):
+        problems.append((rules.DRAFTER_LAYERS, Severity.high,
+                         f"target_layer_ids {ids} are not in increasing order: vLLM captures "
+                         "the target's layers sorted (and its DSpark loader refuses the list) "
+                         "while the reference concatenates them as listed, so fc reads "
+                         "permuted features"))
     layers = target.get("num_hidden_layers")
     if isinstance(layers, int) and layers - 1 in ids:
         problems.append((rules.DRAFTER_LAYERS, Severity.medium,

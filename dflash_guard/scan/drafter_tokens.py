@@ -19,9 +19,11 @@ from dflash_guard.scan import jsonfile
 _SPECIAL_KEYS = ("pad_token", "eos_token", "bos_token", "unk_token", "sep_token", "cls_token")
 _ID_KEYS = ("pad_token_id", "eos_token_id", "bos_token_id", "stop_token_ids")
 # Control tokens of every spelling templates write: `<|im_start|>`, DeepSeek's full-width
-# `<｜User｜>`, `<think>` and its closing `</think>`, `[INST]`/`[/INST]`.
+# `<｜User｜>`, `<think>` and its closing `</think>`, `[INST]`/`[/INST]`, GLM's `[gMASK]`.
 _CONTROL_TOKEN = re.compile(
-    r"<[|｜][^|｜<>\s]{1,40}[|｜]>|</?[a-z_]{2,30}>|\[/?[A-Z_]{3,30}\]")
+    r"<[|｜][^|｜<>\s]{1,40}[|｜]>|</?[a-z_]{2,30}>|\[/?[A-Za-z_]{3,30}\]")
+_MASK_TOKEN = re.compile(r"(?:<\|?|\[)\s*(?:[a-z0-9]+_)?mask(?:_token)?\s*(?:\|?>|\])",
+                         re.IGNORECASE)
 # Llama 3's 250 `<|reserved_special_token_N|>` are marked special yet mean nothing: free for a
 # mask unless a config or template names one.
 _FREE_RESERVED = re.compile(r"<\|reserved_special_token_\d+\|>")
@@ -39,8 +41,10 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def _is_mask(content: str | None) -> bool:
-    """A token whose text names it a mask token is the one meant for the drafter's mask."""
-    return content is not None and "mask" in content.lower()
+    """A token whose whole text is a mask token's (`<|mask|>`, `<mask>`, `[MASK]`,
+    `<|dflash_mask|>`, `<|mask_token|>`) is the one meant for the drafter's mask; one whose text
+    merely contains "mask" (GLM's `[gMASK]`/`[sMASK]`, which its template writes) is not."""
+    return content is not None and _MASK_TOKEN.fullmatch(content) is not None
 
 
 def _content(value: object) -> str | None:
@@ -120,12 +124,11 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
 
 
 def _template_sources(folder: Path, tokenizer: dict[str, Any]) -> list[str]:
-    from dflash_guard.scan.templates import read_jinja, templates_in_config
+    from dflash_guard.scan.templates import read_jinja, template_files, templates_in_config
 
     sources = [text for _, text in templates_in_config(tokenizer)]
     sources += [text for _, text in templates_in_config(read_json(folder / "chat_template.json"))]
-    jinja = folder / "chat_template.jinja"
-    if jinja.is_file():
+    for jinja in template_files(folder).values():  # additional_chat_templates/ included
         # an unreadable template is reported by the template detector
         with contextlib.suppress(OSError, ValueError):
             sources.append(read_jinja(jinja))

@@ -1,4 +1,6 @@
-"""Chat templates: checked against a grammar with Jinja's own parser; nothing is ever rendered.
+"""Chat templates: checked against a grammar with Jinja's own parser, then, when the grammar
+passes, for cost, exfiltration and injected text by a trial render under the render budget
+(`templates_cost`); a template outside the grammar is never rendered.
 
 A template passes only when every node of its syntax tree is inside the subset real chat
 templates use (`ALLOWED_NODES`: output, loops, conditions, set, macros, filter blocks, the
@@ -77,7 +79,8 @@ CALLABLE_GLOBALS = frozenset(
 ALLOWED_NODES = frozenset(
     {
         nodes.Template, nodes.Output, nodes.TemplateData, nodes.For, nodes.If, nodes.Assign,
-        nodes.AssignBlock, nodes.Macro, nodes.FilterBlock, nodes.Scope, nodes.Break,
+        nodes.AssignBlock, nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.Scope,
+        nodes.Break,
         nodes.Continue, nodes.Name, nodes.NSRef, nodes.Const, nodes.List, nodes.Tuple,
         nodes.Dict, nodes.Pair, nodes.Keyword, nodes.Getattr, nodes.Getitem, nodes.Slice,
         nodes.Call, nodes.Filter, nodes.Test, nodes.CondExpr, nodes.And, nodes.Or, nodes.Not,
@@ -149,8 +152,9 @@ def check_template(source: str, display: str, member: str | None = None) -> list
     try:
         tree = _environment().parse(source)
         callables = _callables(tree)
+        macros = {m.name for m in tree.find_all(nodes.Macro)}
         problems = [(node, p) for node in tree.find_all(nodes.Node)
-                    for p in _grammar_problems(node, callables) + _node_problems(node)]
+                    for p in _grammar_problems(node, callables, macros) + _node_problems(node)]
         problems += [(node, p) for node, p in _set_block_problems(tree)]
     except TemplateSyntaxError as error:
         findings.append(
@@ -172,6 +176,11 @@ def check_template(source: str, display: str, member: str | None = None) -> list
         return findings
     for node, (rule, severity, message) in problems:
         findings.append(finding(rule, severity, message, getattr(node, "lineno", None)))
+    if not any(severity >= Severity.high for _, (_, severity, _) in problems):
+        from dflash_guard.scan.templates_cost import cost_problems  # renders, under the budget
+
+        for rule, severity, message in cost_problems(source, tree):
+            findings.append(finding(rule, severity, message, None))
     return findings
 
 
@@ -187,11 +196,16 @@ def _callables(tree: nodes.Template) -> set[str]:
     return names
 
 
-def _grammar_problems(node: nodes.Node, callables: set[str]) -> list[Problem]:
-    """Whether `node` is inside the subset: its kind, and what a call calls."""
+def _grammar_problems(node: nodes.Node, callables: set[str], macros: set[str]) -> list[Problem]:
+    """Whether `node` is inside the subset: its kind, what a call calls, and that a
+    `{% call %}` block hands its `caller` to a macro of the template, nothing else."""
     if type(node) not in ALLOWED_NODES:
         return [(rules.TPL_UNLISTED, Severity.high, f"uses the construct {type(node).__name__}, "
                  "outside the subset real chat templates use")]
+    if isinstance(node, nodes.CallBlock) and not (
+            isinstance(node.call.node, nodes.Name) and node.call.node.name in macros):
+        return [(rules.TPL_UNLISTED, Severity.high, "a {% call %} block that calls something "
+                 "other than a macro of the template (it would be handed `caller`)")]
     if not isinstance(node, nodes.Call):
         return []
     callee = node.node

@@ -1,6 +1,7 @@
 """Where chat templates live: `tokenizer_config.json` (a string, `[{name, template}]` or
 `{name: template}`),
-`chat_template.json` and `*.jinja` files; each is checked by `template_check` (GGUF metadata
+`chat_template.json` and `*.jinja` files (`chat_template.jinja`, `additional_chat_templates/`,
+any other); each is checked by `template_check` (GGUF metadata
 templates by `gguf_check`). jinja2 loads only when a template file is scanned.
 """
 
@@ -12,6 +13,24 @@ from dflash_guard import rules
 from dflash_guard.scan import formats, jsonfile
 from dflash_guard.scan.interface import Finding, Severity
 from dflash_guard.scan.regular import read_regular
+
+ADDITIONAL_TEMPLATES = "additional_chat_templates"  # transformers' CHAT_TEMPLATE_DIR
+
+
+def template_files(folder: Path) -> dict[str, Path]:
+    """The template files transformers reads from a folder, by the name it gives each:
+    `chat_template.jinja` as `default`, then `additional_chat_templates/NAME.jinja` as `NAME`
+    (a `default.jinja` there replaces it); when any exists, `tokenizer_config.json`'s template
+    is not read."""
+    files: dict[str, Path] = {}
+    if (folder / "chat_template.jinja").is_file():
+        files["default"] = folder / "chat_template.jinja"
+    extra = folder / ADDITIONAL_TEMPLATES
+    if extra.is_dir():
+        for path in sorted(extra.glob("*.jinja")):
+            if path.is_file():
+                files[path.name.removesuffix(".jinja")] = path
+    return files
 
 
 def read_jinja(path: Path) -> str:
