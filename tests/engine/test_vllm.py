@@ -125,7 +125,7 @@ def test_monitor_reads_vllm_tau_over_an_interval_of_traffic(servers):
     candidate = servers[1]
     watcher = subprocess.Popen(
         [sys.executable, "-m", "dflash_guard", "monitor", "--metrics", candidate.metrics,
-         "--interval", "6", "--once", "--format", "json"],
+         "--interval", "15", "--once", "--format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     prompts = read_prompts(ROOT / "kernels_ref" / "prompts" / "default.jsonl")[:3]
     done = threading.Event()
