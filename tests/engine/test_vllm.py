@@ -129,16 +129,21 @@ def test_monitor_reads_vllm_tau_over_an_interval_of_traffic(servers):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     prompts = read_prompts(ROOT / "kernels_ref" / "prompts" / "default.jsonl")[:3]
     done = threading.Event()
+    failures: list[BaseException] = []
 
     def traffic() -> None:
-        """Requests until the monitor has read its interval (at most 60 rounds)."""
-        with CompletionClient("candidate", candidate.url, timeout=60.0) as client:
-            model = client.first_model()
-            for _ in range(60):
-                for prompt in prompts:
-                    if done.is_set():
-                        return
-                    client.complete(prompt, model=model, max_tokens=24)
+        """Requests until the monitor has read its interval (at most 60 rounds); a failed
+        request is kept for the assertion, not lost with the thread."""
+        try:
+            with CompletionClient("candidate", candidate.url, timeout=60.0) as client:
+                model = client.first_model()
+                for _ in range(60):
+                    for prompt in prompts:
+                        if done.is_set():
+                            return
+                        client.complete(prompt, model=model, max_tokens=24)
+        except Exception as error:  # noqa: BLE001 - reported below
+            failures.append(error)
 
     sender = threading.Thread(target=traffic)
     sender.start()
@@ -147,6 +152,7 @@ def test_monitor_reads_vllm_tau_over_an_interval_of_traffic(servers):
     finally:
         done.set()
         sender.join()
+    assert not failures, failures
     [line] = out.splitlines()
     reading = json.loads(line)
     assert reading["source"] == "vllm" and reading["drafts"] > 0, line
