@@ -217,7 +217,7 @@ def test_gate_refuses_a_candidate_serving_a_drifted_target(locked_pair, referenc
         result = run_gate(GateOptions(lock, policy, locked_pair.roots,
                                       out=tmp_path / "approval.json"))
     assert not result.approved
-    assert [c.name for c in result.checks][-2:] == ["endpoint diff", "reference diff"]
-    assert result.checks[-2].outcome.ok  # the live diff alone would have passed it
+    assert [c.name for c in result.checks][-3:] == ["endpoint diff", "rollout", "reference diff"]
+    assert result.checks[-3].outcome.ok  # the live diff alone would have passed it
     assert "does not serve the locked target" in result.reason, result.reason
     assert not (tmp_path / "approval.json").exists()

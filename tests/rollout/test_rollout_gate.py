@@ -58,8 +58,8 @@ def test_gate_approves_and_records_the_speedup(cli, locked_pair, reference_serve
     policy = rollout_policy(tmp_path, "0.01", reference_servers.urls)
     result = gate(cli, locked_pair, policy, out)
     assert result.exit_code == 0, result.stdout + result.stderr
-    step = json.loads(result.stdout)["checks"][-1]
-    assert step["name"] == "rollout" and step["verdict"] == "passed"
+    step = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "rollout")
+    assert step["verdict"] == "passed"
     measured = recorded(out, "rollout")
     assert measured["expected_concurrency"] == measured["concurrency"] == 2
     assert measured["min_speedup"] == 0.01 and measured["speedup"] > 0.01
