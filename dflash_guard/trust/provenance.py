@@ -12,13 +12,12 @@ approved set exactly, listed with the same walk as `verify`.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import read_input, read_input_text, write_atomic
+from dflash_guard.fileio import loads_json, read_input, read_input_text, write_atomic
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.trust.intoto import Statement, dumps_json
 from dflash_guard.trust.policy import Signers
@@ -70,12 +69,13 @@ def sign_approval(out: Path, *, key: Path | None = None, token: IdentityToken | 
 def read_approval(path: Path) -> dict[str, Any]:
     """Read an approval record and check it is an in-toto Statement v1 from dflash-guard (v3, or
     a v2 record from an earlier release)."""
-    text = read_input_text(path, "approval record", APPROVAL_MAX_BYTES)
+    data = loads_json(read_input_text(path, "approval record", APPROVAL_MAX_BYTES),
+                      f"approval record {path}")
+    kind = data.get("predicateType") if isinstance(data, dict) else None
     try:
-        kind = json.loads(text).get("predicateType") if text.lstrip().startswith("{") else None
-        wanted = kind if kind in PREDICATE_TYPES else PREDICATE_TYPE
-        return Statement.loads(text, wanted, "a dflash-guard approval").to_json()
-    except (ValueError, RecursionError) as error:
+        return Statement.from_json(data, kind if kind in PREDICATE_TYPES else PREDICATE_TYPE,
+                                   "a dflash-guard approval").to_json()
+    except ValueError as error:
         raise InputError(f"{path}: {error}") from None
 
 
