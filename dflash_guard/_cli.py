@@ -10,12 +10,19 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from dflash_guard import __version__
-from dflash_guard.errors import EXIT_ERROR, Error
+from dflash_guard.errors import EXIT_ERROR, EXIT_FINDING, Error
 from dflash_guard.fileio import guard_inputs
+
+if TYPE_CHECKING:
+    from typer._click.core import Context, Parameter  # typer vendors click
+
+PROG = "dflash-guard"
 
 # Top-level command name -> the module in dflash_guard/cli/ that registers it (help order).
 COMMAND_MODULES = {
@@ -36,6 +43,46 @@ COMMAND_MODULES = {
     "launch": "launch_cmd",
     "verify-approval": "approval_cmd",
 }
+
+
+class _PlainFlags:
+    """Help that shows no Python type: none for a flag (`-h/--help`, `--quiet`, ...), which
+    takes no value, and only the metavar for an argument. Every other option writes its metavar
+    by hand (tests/cli/test_conventions.py)."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        params: list[Parameter] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+            elif isinstance(param, TyperArgument) and param.metavar is not None:
+                # typer prints an argument's Python type beside its metavar (`PATH <path>`)
+                param.display_type_rich = _no_type  # type: ignore[method-assign]
+        return params
+
+
+def _no_type(ctx: Context) -> None:
+    """No type column for an argument whose metavar says what it takes."""
+
+
+class Command(_PlainFlags, TyperCommand):
+    """A dflash-guard command."""
+
+
+class Group(_PlainFlags, TyperGroup):
+    """A dflash-guard command group."""
+
+
+def _conventions(app: typer.Typer) -> None:
+    """Every command and group under `app` built as `Command` / `Group` (typer's own classes
+    are the defaults it fills in)."""
+    for info in app.registered_commands:
+        if info.cls in (None, TyperCommand):
+            info.cls = Command
+    for group in app.registered_groups:
+        group.cls = Group
+        if group.typer_instance is not None:
+            _conventions(group.typer_instance)
 
 
 def _version(value: bool) -> None:
@@ -62,11 +109,14 @@ def build_app(command: str | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=True,
         pretty_exceptions_enable=False,
+        cls=Group,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
     app.callback()(_root)
     wanted = COMMAND_MODULES.get(command or "")
     for module in dict.fromkeys([wanted] if wanted else COMMAND_MODULES.values()):
         importlib.import_module(f"dflash_guard.cli.{module}").register(app)
+    _conventions(app)
     return app
 
 
@@ -80,7 +130,12 @@ def main(argv: list[str] | None = None) -> None:
 
             args = upgrade_args(args)
         with guard_inputs():  # no output of the command replaces a file it read
-            build_app(command)(args=args, standalone_mode=True)
+            code = build_app(command)(args=args, prog_name=PROG, standalone_mode=False)
+    except typer.TyperException as error:  # click's usage errors: one line, not a panel
+        _usage_error(error)
+    except typer.Abort:
+        _print_error("aborted", "")
+        sys.exit(EXIT_FINDING)
     except Error as error:
         _print_error("error:", error.diagnostics())
         sys.exit(error.exit_code)
@@ -95,6 +150,20 @@ def main(argv: list[str] | None = None) -> None:
             f"{type(error).__name__}: {error} (set DFLASH_GUARD_DEBUG=1 for the traceback)",
         )
         sys.exit(EXIT_ERROR)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(error: typer.TyperException) -> NoReturn:
+    """A usage error as one `error:` line naming the command's help, then its exit code (2).
+    The bare group (`dflash-guard policy`) has printed its help already."""
+    code = getattr(error, "exit_code", EXIT_ERROR)
+    if type(error).__name__ != "NoArgsIsHelpError":
+        # pydantic's prefix on a parser's ValueError says nothing to a user
+        message = error.format_message().replace("Value error, ", "")
+        ctx = getattr(error, "ctx", None)
+        hint = f" (try '{ctx.command_path} -h')" if ctx is not None else ""
+        _print_error("error:", message + hint)
+    sys.exit(code)
 
 
 def _print_error(label: str, text: str) -> None:

@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish
-from dflash_guard.cli.options import Identities, Issuer, PublicKeys, extra_signers
+from dflash_guard.cli.options import (
+    Identities,
+    Issuer,
+    Json,
+    PublicKeys,
+    chosen_format,
+    extra_signers,
+)
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.approval import render_approval
@@ -18,36 +25,44 @@ from dflash_guard.trust.provenance import check_approval
 
 
 def verify_approval(
-    record: Annotated[Path, typer.Argument(help="The approval record `gate --out` wrote.")],
+    record: Annotated[Path, typer.Argument(metavar="RECORD",
+                                           help="The approval record `gate --out` wrote.")],
     policy: Annotated[str | None, typer.Option(
-        "--policy", help="The policy the record must have been approved under, whose "
-                         "signatures.approvals signers must have signed it (a built-in name, "
-                         "or a file given as a path).")] = None,
+        "--policy", metavar="POLICY",
+        help="The policy the record must have been approved under, whose "
+             "signatures.approvals signers must have signed it (a built-in name, "
+             "or a file given as a path).")] = None,
     accept_policy_digest: Annotated[list[str] | None, typer.Option(
-        "--accept-policy-digest", help="Also accept a record approved under the policy with "
-                                       "this digest (sha256:HEX; repeatable).")] = None,
+        "--accept-policy-digest", metavar="DIGEST",
+        help="Also accept a record approved under the policy with "
+             "this digest (sha256:HEX; repeatable).")] = None,
     root: Annotated[list[str] | None, typer.Option(
-        "--root", help="ROLE=DIR: where that artifact lives (repeatable; a role not given is "
-                       "looked up in the HF cache, as `verify` does).")] = None,
+        "--root", metavar="ROLE=DIR",
+        help="ROLE=DIR: where that artifact lives (repeatable; a role not given is "
+             "looked up in the HF cache, as `verify` does).")] = None,
     lock: Annotated[Path, typer.Option(
-        "--lock", help="The approved lockfile: its folders are compared with the record.")
+        "--lock", metavar="FILE",
+        help="The approved lockfile: its folders are compared with the record.")
     ] = Path("dflash.lock"),
     public_key: PublicKeys = None,
     identity: Identities = None,
     issuer: Issuer = None,
     trust_root: Annotated[Path | None, typer.Option(
-        "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
+        "--trust-root", metavar="JSON",
+        help="Sigstore trusted root (JSON) for offline verification.")] = None,
     signature_only: Annotated[bool, typer.Option(
-        "--signature-only", metavar="", help="Check the policy and signature, not the disk.")
+        "--signature-only", help="Check the policy and signature, not the disk.")
     ] = False,
-    fmt: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
-                   ] = PlainFormat.text,
+    fmt: Annotated[PlainFormat, typer.Option("--format", metavar="[text|json]",
+                                             help="text or json.")
+                   ] = PlainFormat.text, as_json: Json = False,
 ) -> None:
     """Check an approval record's policy, signature and files; exit 0 verified, 1 not.
 
     Example: dflash-guard verify-approval approval.json --policy ./prod.yaml --lock dflash.lock
     --root target=models/target --root drafter=models/drafter
     """
+    fmt = chosen_format(fmt, as_json)
     accepted = load_policy(policy).accepting(extra_signers(public_key, identity, issuer))
     verdict = check_approval(
         record, accepted, roots=None if signature_only else parse_roots(root or []),

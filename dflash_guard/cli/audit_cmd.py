@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dflash_guard.cli.common import stderr, stdout
+from dflash_guard.cli.options import Json, chosen_format
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat, exit_code
@@ -61,45 +62,54 @@ def _flag_rules(fail_on: Severity | None, max_age_days: int | None, require_sign
 
 
 def audit(
-    lock: Annotated[Path, typer.Option("--lock", help="Lockfile to audit.")] = Path(
+    lock: Annotated[Path, typer.Option("--lock", metavar="FILE", help="Lockfile to audit.")] = Path(
         "dflash.lock"),
     advisories: Annotated[list[str] | None, typer.Option(
-        "--advisories", help="OSV feed: a JSON or zip file, a folder of them, or an https:// "
-                             "URL (repeatable).")] = None,
+        "--advisories", metavar="SOURCE",
+        help="OSV feed: a JSON or zip file, a folder of them, or an https:// "
+             "URL (repeatable).")] = None,
     engine_repo: Annotated[list[str] | None, typer.Option(
-        "--engine-repo", help="NAME=PATH: a local git clone of a locked engine (or Hub repo "
-                              "ORG/NAME), to decide GIT ranges (repeatable).")] = None,
+        "--engine-repo", metavar="NAME=DIR",
+        help="NAME=PATH: a local git clone of a locked engine (or Hub repo "
+             "ORG/NAME), to decide GIT ranges (repeatable).")] = None,
     policy: Annotated[str | None, typer.Option(
-        "--policy", help="Audit as this policy's advisories section says (feeds, signers, "
-                         "fail_on, max_age_days); --advisories adds feeds.")] = None,
+        "--policy", metavar="POLICY",
+        help="Audit as this policy's advisories section says (feeds, signers, "
+             "fail_on, max_age_days); --advisories adds feeds.")] = None,
     fail_on: Annotated[Severity | None, typer.Option(
         "--fail-on", parser=Severity.parse, metavar=SEVERITY_METAVAR,
         help="Fail on advisories (and undecided ranges) at or above this "
-                          "severity (default: low).")] = None,
+             "severity (default: low).")] = None,
     max_age_days: Annotated[int | None, typer.Option(
-        "--max-age-days", min=1, help="Refuse a feed whose newest record is older.")] = None,
+        "--max-age-days", metavar="DAYS", min=1,
+        help="Refuse a feed whose newest record is older.")] = None,
     require_signed: Annotated[bool, typer.Option(
         "--require-signed", help="Refuse a feed file without a signature beside it.")] = False,
     public_key: Annotated[list[Path] | None, typer.Option(
-        "--public-key", help="Accept feeds signed with this ECDSA public key (PEM; "
-                             "repeatable).")] = None,
+        "--public-key", metavar="PEM", help="Accept feeds signed with this ECDSA public key (PEM; "
+                                            "repeatable).")] = None,
     identity: Annotated[list[str] | None, typer.Option(
-        "--identity", help="Accept feeds signed by this Sigstore identity (repeatable; with "
-                           "--issuer).")] = None,
+        "--identity", metavar="IDENTITY",
+        help="Accept feeds signed by this Sigstore identity (repeatable; with "
+             "--issuer).")] = None,
     issuer: Annotated[str | None, typer.Option(
-        "--issuer", help="The OIDC issuer of the --identity signers.")] = None,
+        "--issuer", metavar="URL", help="The OIDC issuer of the --identity signers.")] = None,
     trust_root: Annotated[Path | None, typer.Option(
-        "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="text, json or sarif.")
-                   ] = OutputFormat.text,
+        "--trust-root", metavar="JSON",
+        help="Sigstore trusted root (JSON) for offline verification.")] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", metavar="[text|json|sarif]",
+                                              help="text, json or sarif.")
+                   ] = OutputFormat.text, as_json: Json = False,
     output: Annotated[Path | None, typer.Option(
-        "--output", help="Write the report to FILE (atomically), not stdout.")] = None,
+        "-o", "--output", metavar="FILE",
+        help="Write the report to FILE (atomically), not stdout.")] = None,
 ) -> None:
     """Match every locked engine commit, Hub revision and package version against OSV
     advisories: exit 0 clean, 1 affected/undecided/refused feed, 2 input error.
 
     Example: dflash-guard audit --lock dflash.lock --advisories feeds/ --engine-repo vllm=../vllm
     """
+    fmt = chosen_format(fmt, as_json)
     from dflash_guard.audit.run import run_audit, run_policy_audit
     from dflash_guard.formats.text.audit import render_audit
     from dflash_guard.trust.policy import load_policy

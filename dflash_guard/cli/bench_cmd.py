@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Quiet
+from dflash_guard.cli.options import Json, Quiet, chosen_format
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.lossless.defaults import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
@@ -17,48 +17,58 @@ from dflash_guard.rollout.bench import DEFAULT_MAX_TOKENS
 
 def bench(
     baseline: Annotated[str, typer.Option(
-        "--baseline", help="The engine without speculation (OpenAI-compatible base URL).")],
+        "--baseline", metavar="URL",
+        help="The engine without speculation (OpenAI-compatible base URL).")],
     candidate: Annotated[str, typer.Option(
-        "--candidate", help="The same engine with speculation.")],
+        "--candidate", metavar="URL", help="The same engine with speculation.")],
     concurrency: Annotated[str, typer.Option(
-        "--concurrency", help="Comma-separated concurrency tiers.")] = "1,2,4,8",
+        "--concurrency", metavar="N,N,...", help="Comma-separated concurrency tiers.")] = "1,2,4,8",
     prompts: Annotated[Path | None, typer.Option(
-        "--prompts", help="JSONL prompt set (default: the built-in one).")] = None,
+        "--prompts", metavar="JSONL", help="JSONL prompt set (default: the built-in one).")] = None,
     requests: Annotated[int | None, typer.Option(
-        "--requests", min=1, help="Requests per tier and endpoint (default: 2 x tier, >= 4).")
+        "--requests", metavar="N", min=1,
+        help="Requests per tier and endpoint (default: 2 x tier, >= 4).")
     ] = None,
     duration: Annotated[float | None, typer.Option(
-        "--duration", min=0.001, help="Seconds per tier and endpoint (instead of --requests).")
+        "--duration", metavar="SECONDS", min=0.001,
+        help="Seconds per tier and endpoint (instead of --requests).")
     ] = None,
     max_tokens: Annotated[int, typer.Option(
-        "--max-tokens", min=1, help="Output budget of each request.")] = DEFAULT_MAX_TOKENS,
+        "--max-tokens", metavar="N", min=1,
+        help="Output budget of each request.")] = DEFAULT_MAX_TOKENS,
     model: Annotated[str | None, typer.Option(
-        "--model", help="Model name (default: the first each server lists).")] = None,
+        "--model", metavar="NAME",
+        help="Model name (default: the first each server lists).")] = None,
     metrics: Annotated[str | None, typer.Option(
-        "--metrics", help="The candidate's Prometheus endpoint, for its tau per tier "
-                          "(default: /metrics at the candidate's origin).")] = None,
+        "--metrics", metavar="URL",
+        help="The candidate's Prometheus endpoint, for its tau per tier "
+             "(default: /metrics at the candidate's origin).")] = None,
     no_metrics: Annotated[bool, typer.Option(
         "--no-metrics", help="Do not read the candidate's tau.")] = False,
     timeout: Annotated[float, typer.Option(
-        "--timeout", min=0.001, help="Per-request timeout in seconds.")] = DEFAULT_TIMEOUT_S,
+        "--timeout", metavar="SECONDS", min=0.001,
+        help="Per-request timeout in seconds.")] = DEFAULT_TIMEOUT_S,
     retries: Annotated[int, typer.Option(
-        "--retries", min=0, help="Retries on HTTP 429/503.")] = DEFAULT_RETRIES,
+        "--retries", metavar="N", min=0, help="Retries on HTTP 429/503.")] = DEFAULT_RETRIES,
     api_key_env: Annotated[str | None, typer.Option(
-        "--api-key-env", help="Environment variable holding the API key.")] = None,
+        "--api-key-env", metavar="VAR", help="Environment variable holding the API key.")] = None,
     stream: Annotated[bool, typer.Option(
         "--stream", help="Stream the answers and report the time to the first token.")
     ] = False,
     plot: Annotated[Path | None, typer.Option(
-        "--plot", help="Draw speedup and tau against concurrency (.png or .svg; needs "
-                       "matplotlib).")] = None,
-    output_format: Annotated[PlainFormat, typer.Option("--format", help="text or json.")
-                             ] = PlainFormat.text,
+        "--plot", metavar="FILE",
+        help="Draw speedup and tau against concurrency (.png or .svg; needs "
+             "matplotlib).")] = None,
+    output_format: Annotated[PlainFormat, typer.Option("--format", metavar="[text|json]",
+                                                       help="text or json.")
+                             ] = PlainFormat.text, as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Benchmark an engine with and without speculation at each concurrency tier.
 
     Example: dflash-guard bench --baseline http://h:8000 --candidate http://h:8001 --plot b.svg
     """
+    output_format = chosen_format(output_format, as_json)
     from dflash_guard.cli.options import engine
     from dflash_guard.formats.text.bench import render_bench
     from dflash_guard.lossless.defaults import DEFAULT_PROMPTS

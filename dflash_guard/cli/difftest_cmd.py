@@ -23,11 +23,13 @@ from dflash_guard.cli.options import (
     Dtype,
     FailOnWarning,
     Format,
+    Json,
     MaxNewTokens,
     Prompts,
     Quiet,
     Target,
     Threads,
+    chosen_format,
 )
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text import difftest as views
@@ -54,17 +56,19 @@ def local(
     max_new_tokens: MaxNewTokens = None, block_size: BlockSize = None,
     device: Device = "cpu", dtype: Dtype = "float32", threads: Threads = None,
     inject: Annotated[str | None, typer.Option(
-        "--inject", help="Plant a known engine bug: "
+        "--inject", metavar="FAULT", help="Plant a known engine bug: "
         + ", ".join(f for f in Fault if f.greedy) + ".")] = None,
     cuda_graphs: Annotated[bool, typer.Option(
         "--cuda-graphs", help="Replay the decode steps as CUDA graphs (cuda).")] = False,
     fail_on_warning: FailOnWarning = False, output_format: Format = PlainFormat.text,
+    as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Greedy speculative vs autoregressive decoding on the reference runner.
 
     Example: dflash-guard difftest local --target pair/target --drafter pair/drafter
     """
+    output_format = chosen_format(output_format, as_json)
     import dataclasses
 
     from dflash_guard.lossless.local import run_difftest
@@ -83,27 +87,29 @@ def local(
 def sampled(
     target: Target, drafter: Drafter, prompts: Prompts = None,
     samples: Annotated[int, typer.Option(
-        "--samples", min=1, help="Draws per prompt and side.")] = DEFAULT_RUNNER_SAMPLES,
+        "--samples", metavar="N", min=1,
+        help="Draws per prompt and side.")] = DEFAULT_RUNNER_SAMPLES,
     sample_tokens: Annotated[int, typer.Option(
-        "--sample-tokens", min=1, help="Tokens per draw, compared jointly.")
+        "--sample-tokens", metavar="N", min=1, help="Tokens per draw, compared jointly.")
     ] = DEFAULT_RUNNER_TOKENS,
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0)] = 1.0,
-    top_k: Annotated[int | None, typer.Option("--top-k", min=1)] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", min=0.0, max=1.0)] = None,
+    temperature: Annotated[float, typer.Option("--temperature", metavar="T", min=0.0)] = 1.0,
+    top_k: Annotated[int | None, typer.Option("--top-k", metavar="K", min=1)] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", metavar="P", min=0.0, max=1.0)] = None,
     alpha: Annotated[float, typer.Option(
-        "--alpha", help="Family-wise false-alarm rate.")] = DEFAULT_ALPHA,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+        "--alpha", metavar="ALPHA", help="Family-wise false-alarm rate.")] = DEFAULT_ALPHA,
+    seed: Annotated[int, typer.Option("--seed", metavar="N")] = 0,
     inject: Annotated[str | None, typer.Option(
-        "--inject", help="Plant a sampler bug: "
+        "--inject", metavar="FAULT", help="Plant a sampler bug: "
         + ", ".join(f for f in Fault if f.sampling) + ".")] = None,
     block_size: BlockSize = None, device: Device = "cpu", dtype: Dtype = "float32",
     threads: Threads = None,
-    output_format: Format = PlainFormat.text, quiet: Quiet = False,
+    output_format: Format = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
     """Sampled speculative decoding must draw from the target's law (chi-square tests).
 
     Example: dflash-guard difftest sampled --target pair/target --drafter pair/drafter
     """
+    output_format = chosen_format(output_format, as_json)
     from dflash_guard.lossless.options import SampledOptions
     from dflash_guard.lossless.sampled import run_sampled_difftest
 

@@ -15,6 +15,7 @@ from dflash_guard.cli.options import (
     Dtype,
     FailOnWarning,
     Format,
+    Json,
     MaxNewTokens,
     Metrics,
     Model,
@@ -24,6 +25,7 @@ from dflash_guard.cli.options import (
     Quiet,
     Threads,
     Timeout,
+    chosen_format,
     engine,
 )
 from dflash_guard.errors import InputError
@@ -40,19 +42,21 @@ from dflash_guard.lossless.prompts import read_prompts
 
 def endpoint(
     baseline: Annotated[str, typer.Option(
-        "--baseline", help="URL of the engine without speculation.")],
+        "--baseline", metavar="URL", help="URL of the engine without speculation.")],
     candidate: Candidate, prompts: Prompts = None, model: Model = None,
     max_new_tokens: MaxNewTokens = None, concurrency: Concurrency = 4,
     api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
     near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
     timeout: Timeout = DEFAULT_TIMEOUT_S, no_token_ids: NoTokenIds = False,
     fail_on_warning: FailOnWarning = False, output_format: Format = PlainFormat.text,
+    as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Two live OpenAI-compatible engines, without and with the drafter.
 
     Example: dflash-guard difftest endpoint --baseline http://h:8000 --candidate http://h:8001
     """
+    output_format = chosen_format(output_format, as_json)
     import dataclasses
 
     from dflash_guard.lossless.endpoint import EndpointOptions, run_endpoint_diff
@@ -72,15 +76,18 @@ def endpoint(
 
 def reference(
     target: Annotated[Path, typer.Option(
-        "--target", help="The safetensors target folder kernels_ref decodes.")],
+        "--target", metavar="DIR", help="The safetensors target folder kernels_ref decodes.")],
     candidate: Annotated[str, typer.Option(
-        "--candidate", help="URL of the engine under test.")],
+        "--candidate", metavar="URL", help="URL of the engine under test.")],
     gguf: Annotated[Path | None, typer.Option(
-        "--gguf", help="The GGUF the engine serves (tokenizer check, record).")] = None,
+        "--gguf", metavar="FILE",
+        help="The GGUF the engine serves (tokenizer check, record).")] = None,
     conversion: Annotated[Path | None, typer.Option(
-        "--conversion", help="Its conversion record (default: GGUF.conversion.json).")] = None,
+        "--conversion", metavar="FILE",
+        help="Its conversion record (default: GGUF.conversion.json).")] = None,
     record: Annotated[Path | None, typer.Option(
-        "--record", help="Write the GGUF comparison record (in-toto) here.")] = None,
+        "--record", metavar="FILE",
+        help="Write the GGUF comparison record (in-toto) here.")] = None,
     precision: Annotated[str | None, typer.Option(
         "--precision", metavar="TYPE", help="What the engine serves, for the measured logprob "
         "tolerance: float32, float16, bfloat16, q8_0 (default: the GGUF's, else float32).")
@@ -92,12 +99,13 @@ def reference(
     concurrency: Concurrency = 4, api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
     near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
     timeout: Timeout = DEFAULT_TIMEOUT_S, dtype: Dtype = "float32", threads: Threads = None,
-    output_format: Format = PlainFormat.text, quiet: Quiet = False,
+    output_format: Format = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
     """An engine against kernels_ref decoding the safetensors target (GGUF serving).
 
     Example: dflash-guard difftest reference --target t/ --candidate http://h:8080 --gguf t.gguf
     """
+    output_format = chosen_format(output_format, as_json)
     from dflash_guard.lossless.options import ReferenceOptions
     from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
     from dflash_guard.outputs import refuse_outputs_over_inputs
@@ -124,15 +132,16 @@ def isolation(
     candidate: Candidate, prompts: Prompts = None, model: Model = None,
     max_new_tokens: MaxNewTokens = None,
     concurrency: Annotated[int, typer.Option(
-        "--concurrency", min=2, help="Requests in flight (other tenants).")] = 4,
+        "--concurrency", metavar="N", min=2, help="Requests in flight (other tenants).")] = 4,
     api_key_env: ApiKeyEnv = None, near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
     timeout: Timeout = DEFAULT_TIMEOUT_S, no_token_ids: NoTokenIds = False,
-    output_format: Format = PlainFormat.text, quiet: Quiet = False,
+    output_format: Format = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
     """One engine: each prompt alone, then among prefix-sharing tenants; outputs must match.
 
     Example: dflash-guard difftest isolation --candidate http://h:8001
     """
+    output_format = chosen_format(output_format, as_json)
     from dflash_guard.lossless.isolation import IsolationOptions, run_isolation_diff
 
     options = IsolationOptions(

@@ -18,22 +18,26 @@ def register(app: typer.Typer) -> None:
 
     @fixtures.command("make")
     def make(
-        out_dir: Annotated[Path, typer.Argument(help="Folder to write target/ and drafter/ in.")],
+        out_dir: Annotated[Path, typer.Argument(metavar="DIR",
+                                                help="Folder to write target/ and drafter/ in.")],
         force: Annotated[bool, typer.Option(
             "--force", help="Delete and rewrite DIR/target and DIR/drafter if present.")] = False,
         dflash2: Annotated[bool, typer.Option(
             "--dflash2", help="Write a DFlash 2 drafter (the trained one plus seeded "
-            "convolutions and candidate selector) as DIR/drafter.")] = False,
+                              "convolutions and candidate selector) as DIR/drafter.")] = False,
         head_dim: Annotated[int | None, typer.Option(
-            "--head-dim", help="Zero-pad both models' attention heads to this size (64 or 256): "
+            "--head-dim", metavar="N",
+            help="Zero-pad both models' attention heads to this size (64 or 256): "
             "the same function, for engines without head_dim-16 kernels (vLLM on CPU).")] = None,
         vocab: Annotated[str | None, typer.Option(
-            "--vocab", help="Write a tiny random-weight pair with a real vocabulary and chat "
-            "template instead: qwen3 or llama3 (built from --llamacpp-tree; see "
-            "docs/real-vocab.md).")] = None,
+            "--vocab", metavar="[qwen3|llama3]",
+            help="Write a tiny random-weight pair with a real vocabulary and chat "
+                 "template instead: qwen3 or llama3 (built from --llamacpp-tree; see "
+                 "docs/real-vocab.md).")] = None,
         llamacpp_tree: Annotated[Path | None, typer.Option(
-            "--llamacpp-tree", help="The pinned llama.cpp source tree, for --vocab (printed by "
-            "`scripts/build-llamacpp.sh tree`).")] = None,
+            "--llamacpp-tree", metavar="DIR",
+            help="The pinned llama.cpp source tree, for --vocab (printed by "
+                 "`scripts/build-llamacpp.sh tree`).")] = None,
         quiet: Quiet = False,
     ) -> None:
         """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR.

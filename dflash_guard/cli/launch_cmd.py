@@ -10,7 +10,7 @@ import typer
 
 from dflash_guard import formats
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Quiet
+from dflash_guard.cli.options import Json, Quiet, chosen_format
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.formats import OutputFormat, PlainFormat
@@ -20,44 +20,50 @@ from dflash_guard.trust.policy import load_policy
 
 
 def launch(
-    engine: Annotated[str, typer.Argument(help="vllm, llama.cpp or sglang.")],
+    engine: Annotated[str, typer.Argument(metavar="ENGINE", help="vllm, llama.cpp or sglang.")],
     command: Annotated[list[str] | None, typer.Argument(
-        help="After `--`: more engine arguments (none that launch controls), or with --check "
-             "the whole command line to lint.")] = None,
-    lock_path: Annotated[str, typer.Option("--lock", help="The lockfile.")] = "dflash.lock",
+        metavar="ARG", help="After `--`: more engine arguments (none that launch controls), "
+                               "or with --check the whole command line to lint.")] = None,
+    lock_path: Annotated[str, typer.Option("--lock", metavar="FILE",
+                                           help="The lockfile.")] = "dflash.lock",
     policy: Annotated[str | None, typer.Option(
-        "--policy", help="default, strict, dev or a policy file (its `launch` section: caps, "
-        "speculative method and tokens; reviewed_code for --trust-remote-code).")] = None,
+        "--policy", metavar="POLICY",
+        help="default, strict, dev or a policy file (its `launch` section: caps, "
+             "speculative method and tokens; reviewed_code for --trust-remote-code).")] = None,
     root: Annotated[list[str] | None, typer.Option(
-        "--root", help="ROLE=DIR: load that artifact from this folder, verified against the lock "
-        "first (required for local artifacts and for llama.cpp); with --check, the command "
-        "must load it from there.")] = None,
-    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
+        "--root", metavar="ROLE=DIR",
+        help="ROLE=DIR: load that artifact from this folder, verified against the lock "
+             "first (required for local artifacts and for llama.cpp); with --check, the command "
+             "must load it from there.")] = None,
+    host: Annotated[str, typer.Option("--host", metavar="ADDR",
+                                      help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", metavar="PORT", min=1, max=65535)] = 8000,
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", metavar="NAME",
         help="Variable holding the API key (required when --host is not loopback).")] = None,
     trust_remote_code: Annotated[bool, typer.Option(
         "--trust-remote-code", help="Pass the engine's --trust-remote-code: refused unless the "
-        "policy approves every .py file loaded by sha256.")] = False,
+                                    "policy approves every .py file loaded by sha256.")] = False,
     baseline: Annotated[bool, typer.Option(
         "--baseline", help="Serve the target alone, no speculation (the diff's baseline).")
     ] = False,
     tokens: Annotated[int | None, typer.Option(
-        "--num-speculative-tokens", min=1,
+        "--num-speculative-tokens", metavar="N", min=1,
         help="Draft tokens per step (default: the policy's launch.num_speculative_tokens, else "
-        "the drafter's block size less one, as the engines take it).")
+             "the drafter's block size less one, as the engines take it).")
     ] = None,
     program: Annotated[str | None, typer.Option(
-        "--program", help="The python (vllm, sglang) or llama-server to run (default: python3, "
-        "llama-server); with --check vllm, the python whose vLLM parser resolves the command."
+        "--program", metavar="PROGRAM",
+        help="The python (vllm, sglang) or llama-server to run (default: python3, "
+             "llama-server); with --check vllm, the python whose vLLM parser resolves the command."
     )] = None,
     execute: Annotated[bool, typer.Option(
         "--exec", help="Replace this process with the engine instead of printing.")] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="Lint the command after `--` against the lock and policy.")] = False,
     fmt: Annotated[OutputFormat, typer.Option(
-        "--format", help="text or json (--check: also sarif).")] = OutputFormat.text,
+        "--format", metavar="[text|json|sarif]",
+        help="text or json (--check: also sarif).")] = OutputFormat.text, as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Print the serve command that loads exactly the locked artifacts, or refuse (exit 1).
@@ -70,6 +76,7 @@ def launch(
 
     Example: dflash-guard launch vllm --lock dflash.lock --root target=T --root drafter=D
     """
+    fmt = chosen_format(fmt, as_json)
     from dflash_guard.launch.check import check_command
     from dflash_guard.launch.plan import LaunchOptions
     from dflash_guard.launch.run import run_launch

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Quiet
+from dflash_guard.cli.options import Json, Quiet, chosen_format
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import PlainFormat
@@ -24,24 +24,30 @@ export_app = typer.Typer(help="Export parts of a lockfile.", no_args_is_help=Tru
 
 def lock(
     target: Annotated[
-        str, typer.Option("--target", help="ORG/NAME\\[@REV], an HF-cache snapshot or a folder.")
+        str, typer.Option("--target", metavar="SOURCE",
+                          help="ORG/NAME\\[@REV], an HF-cache snapshot or a folder.")
     ],
     drafter: Annotated[
-        str, typer.Option("--drafter", help="ORG/NAME\\[@REV], an HF-cache snapshot or a folder.")
+        str, typer.Option("--drafter", metavar="SOURCE",
+                          help="ORG/NAME\\[@REV], an HF-cache snapshot or a folder.")
     ],
     gguf: Annotated[
-        str | None, typer.Option("--gguf", help="Optional GGUF source, same forms.")
+        str | None, typer.Option("--gguf", metavar="SOURCE",
+                                 help="Optional GGUF source, same forms.")
     ] = None,
     engine: Annotated[
-        list[str] | None, typer.Option("--engine", help="NAME=GIT_URL@SHA40\\[#REF], repeatable.")
+        list[str] | None, typer.Option("--engine", metavar="NAME=URL@SHA",
+                                       help="NAME=GIT_URL@SHA40\\[#REF], repeatable.")
     ] = None,
     package: Annotated[
         list[str] | None,
         typer.Option(
-            "--package", help="NAME==VERSION@sha256:HEX|FILE\\[,...] or a wheel path, repeatable."
+            "--package", metavar="SPEC",
+            help="NAME==VERSION@sha256:HEX|FILE\\[,...] or a wheel path, repeatable."
         ),
     ] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Lockfile to write.")] = Path(
+    output: Annotated[Path, typer.Option("-o", "--output", metavar="FILE",
+                                         help="Lockfile to write.")] = Path(
         "dflash.lock"
     ),
     confirmed_by: Annotated[Path | None, typer.Option(
@@ -50,13 +56,15 @@ def lock(
              "HF-cache snapshots it lists (same repo, commit and exactly its files) are "
              "recorded hub-confirmed instead of cache-unconfirmed.")] = None,
     policy: Annotated[str | None, typer.Option(
-        "--policy", help="With --confirmed-by: the policy whose lockfile signers the earlier "
-                         "lock's signature must verify against.")] = None,
+        "--policy", metavar="POLICY",
+        help="With --confirmed-by: the policy whose lockfile signers the earlier "
+             "lock's signature must verify against.")] = None,
     trust_root: Annotated[Path | None, typer.Option(
-        "--trust-root", help="Sigstore trusted root (JSON) for offline verification.")] = None,
+        "--trust-root", metavar="JSON",
+        help="Sigstore trusted root (JSON) for offline verification.")] = None,
     fmt: Annotated[
-        PlainFormat, typer.Option("--format", help="text or json.")
-    ] = PlainFormat.text,
+        PlainFormat, typer.Option("--format", metavar="[text|json]", help="text or json.")
+    ] = PlainFormat.text, as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Pin target, drafter (and gguf) revisions, engine SHAs and package hashes into a lockfile.
@@ -66,6 +74,7 @@ def lock(
 
     Example: dflash-guard lock --target pair/target --drafter pair/drafter -o dflash.lock
     """
+    fmt = chosen_format(fmt, as_json)
     refuse_unwritable([("-o", output)])
     sources = {"target": target, "drafter": drafter}
     if gguf:
@@ -103,11 +112,13 @@ def lock(
 
 @export_app.command("requirements")
 def export_requirements(
-    lock_path: Annotated[Path, typer.Option("--lock", help="Lockfile to read.")] = Path(
+    lock_path: Annotated[Path, typer.Option("--lock", metavar="FILE",
+                                            help="Lockfile to read.")] = Path(
         "dflash.lock"
     ),
     output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="File to write (default stdout).")
+        Path | None, typer.Option("-o", "--output", metavar="FILE",
+                                  help="File to write (default stdout).")
     ] = None,
 ) -> None:
     """Write a pip --require-hashes requirements file for the locked packages.

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import stdout
+from dflash_guard.cli.options import Json, chosen_format
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat, verdict_exit
 from dflash_guard.formats.text.monitor import interval_line
@@ -45,37 +46,45 @@ def verified_baseline(record: Path, policy: str | None) -> float:
 
 def monitor(
     metrics: Annotated[str, typer.Option(
-        "--metrics", help="The engine's Prometheus endpoint, e.g. http://host:8000/metrics.")],
+        "--metrics", metavar="URL",
+        help="The engine's Prometheus endpoint, e.g. http://host:8000/metrics.")],
     interval: Annotated[float, typer.Option(
-        "--interval", min=0.0, help="Seconds between scrapes (one interval).")
+        "--interval", metavar="SECONDS", min=0.0, help="Seconds between scrapes (one interval).")
     ] = DEFAULT_INTERVAL_S,
     min_tau: Annotated[float, typer.Option(
-        "--min-tau", min=1.0, help="Alarm when an interval's tau falls below this (collapse).")
+        "--min-tau", metavar="TAU", min=1.0,
+        help="Alarm when an interval's tau falls below this (collapse).")
     ] = DEFAULT_MIN_TAU,
     max_drop: Annotated[float, typer.Option(
-        "--max-drop", min=0.0, max=100.0,
+        "--max-drop", metavar="PCT", min=0.0, max=100.0,
         help="Alarm when tau falls more than this percentage below the baseline.")
     ] = DEFAULT_MAX_DROP_PCT,
     baseline_tau: Annotated[float | None, typer.Option(
-        "--baseline-tau", min=1.0, help="The expected tau (instead of --record).")] = None,
+        "--baseline-tau", metavar="TAU", min=1.0,
+        help="The expected tau (instead of --record).")] = None,
     record: Annotated[Path | None, typer.Option(
-        "--record", help="An approval record from `gate`, signed by an approval signer of "
-                         "--policy: its difftest tau is the baseline.")
+        "--record", metavar="FILE",
+        help="An approval record from `gate`, signed by an approval signer of "
+             "--policy: its difftest tau is the baseline.")
     ] = None,
     policy: Annotated[str | None, typer.Option(
-        "--policy", help="With --record: the policy whose approval signers signed it.")
+        "--policy", metavar="POLICY",
+        help="With --record: the policy whose approval signers signed it.")
     ] = None,
     once: Annotated[bool, typer.Option(
         "--once", help="Watch one interval, then exit (1 on an alarm): for cron or CI.")
     ] = False,
     intervals: Annotated[int | None, typer.Option(
-        "--intervals", min=1, help="Stop after this many intervals (default: run until stopped).")
+        "--intervals", metavar="N", min=1,
+        help="Stop after this many intervals (default: run until stopped).")
     ] = None,
     timeout: Annotated[float, typer.Option(
-        "--timeout", min=0.001, help="Per-scrape timeout in seconds.")] = DEFAULT_TIMEOUT_S,
+        "--timeout", metavar="SECONDS", min=0.001,
+        help="Per-scrape timeout in seconds.")] = DEFAULT_TIMEOUT_S,
     output_format: Annotated[PlainFormat, typer.Option(
-        "--format", help="text, or json: one JSON line per interval for log shippers.")
-    ] = PlainFormat.text,
+        "--format", metavar="[text|json]",
+        help="text, or json: one JSON line per interval for log shippers.")
+    ] = PlainFormat.text, as_json: Json = False,
 ) -> None:
     """Scrape an engine's metrics and alarm on collapsed, dropped or 100% acceptance.
 
@@ -83,6 +92,7 @@ def monitor(
 
     Example: dflash-guard monitor --metrics http://127.0.0.1:8000/metrics --record app.json --once
     """
+    output_format = chosen_format(output_format, as_json)
     if baseline_tau is not None and record is not None:
         raise InputError("give either --baseline-tau or --record, not both")
     if record is not None:

@@ -5,52 +5,80 @@ flags."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from dflash_guard.errors import InputError
-from dflash_guard.formats import PlainFormat
+from dflash_guard.formats import OutputFormat, PlainFormat
 from dflash_guard.lossless.defaults import DEFAULT_RETRIES
 
 if TYPE_CHECKING:  # the endpoint client imports an HTTP stack: `scan` and `lock` do not pay it
     from dflash_guard.lossless.endpoint.engine import EngineEndpoint
     from dflash_guard.trust.policy import Signers
 
-Target = Annotated[Path, typer.Option("--target", help="Target model folder (HF layout).")]
-Drafter = Annotated[Path, typer.Option("--drafter", help="DFlash drafter folder (HF layout).")]
+Target = Annotated[Path, typer.Option("--target", metavar="DIR",
+                                      help="Target model folder (HF layout).")]
+Drafter = Annotated[Path, typer.Option("--drafter", metavar="DIR",
+                                       help="DFlash drafter folder (HF layout).")]
 Prompts = Annotated[Path | None, typer.Option(
-    "--prompts", help="JSONL prompt set (default: the shipped set).")]
+    "--prompts", metavar="JSONL", help="JSONL prompt set (default: the shipped set).")]
 MaxNewTokens = Annotated[int | None, typer.Option(
-    "--max-new-tokens", min=1, help="Token budget (caps per-prompt budgets).")]
+    "--max-new-tokens", metavar="N", min=1, help="Token budget (caps per-prompt budgets).")]
 BlockSize = Annotated[int | None, typer.Option(
-    "--block-size", min=1, help="Draft block size (default: the drafter's).")]
-Device = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
-Dtype = Annotated[str, typer.Option("--dtype", help="float32, float64 or bfloat16.")]
+    "--block-size", metavar="N", min=1, help="Draft block size (default: the drafter's).")]
+Device = Annotated[str, typer.Option("--device", metavar="[cpu|cuda]", help="cpu or cuda.")]
+Dtype = Annotated[str, typer.Option("--dtype", metavar="DTYPE",
+                                    help="float32, float64 or bfloat16.")]
 Threads = Annotated[int | None, typer.Option(
-    "--threads", min=1, help="Torch CPU threads for kernels_ref (default: chosen from the model's "
-    "size and the free cores).")]
-Format = Annotated[PlainFormat, typer.Option("--format", help="text or json.")]
+    "--threads", metavar="N", min=1,
+    help="Torch CPU threads for kernels_ref (default: chosen from the model's "
+         "size and the free cores).")]
+Format = Annotated[PlainFormat, typer.Option("--format", metavar="[text|json]",
+                                             help="text or json.")]
+Json = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+OutAlias = Annotated[Path | None, typer.Option(
+    "--out", hidden=True, metavar="FILE", help="The old spelling of -o/--output.")]
 Quiet = Annotated[bool, typer.Option(
     "--quiet", "-q", help="No progress on stderr (errors still go there).")]
 FailOnWarning = Annotated[bool, typer.Option(
     "--fail-on-warning", help="Exit 1 on an acceptance warning too.")]
 Candidate = Annotated[str, typer.Option(
-    "--candidate", help="URL of the engine with the DFlash drafter.")]
+    "--candidate", metavar="URL", help="URL of the engine with the DFlash drafter.")]
 Model = Annotated[str | None, typer.Option(
-    "--model", help="Served model name (default: the server's first).")]
-Concurrency = Annotated[int, typer.Option("--concurrency", min=1,
+    "--model", metavar="NAME", help="Served model name (default: the server's first).")]
+Concurrency = Annotated[int, typer.Option("--concurrency", metavar="N", min=1,
                                           help="Requests in flight on each engine.")]
 ApiKeyEnv = Annotated[str | None, typer.Option(
-    "--api-key-env", help="Environment variable holding the API key.")]
+    "--api-key-env", metavar="VAR", help="Environment variable holding the API key.")]
 Metrics = Annotated[str | None, typer.Option(
-    "--metrics", help="The engine's Prometheus /metrics URL (acceptance).")]
+    "--metrics", metavar="URL", help="The engine's Prometheus /metrics URL (acceptance).")]
 NearTieMargin = Annotated[float, typer.Option(
-    "--near-tie-margin", min=0.0, help="Top-2 logprob margin (nats) of a near-tie.")]
+    "--near-tie-margin", metavar="NATS", min=0.0,
+    help="Top-2 logprob margin (nats) of a near-tie.")]
 Timeout = Annotated[float, typer.Option(
-    "--timeout", min=0.001, help="Per-request timeout in seconds.")]
+    "--timeout", metavar="SECONDS", min=0.001, help="Per-request timeout in seconds.")]
 NoTokenIds = Annotated[bool, typer.Option(
     "--no-token-ids", help="Plain OpenAI: ask for no vLLM token-id fields.")]
+
+
+F = TypeVar("F", PlainFormat, OutputFormat)
+
+
+def chosen_format(fmt: F, as_json: bool) -> F:
+    """The report format `--format` and `--json` ask for (`--json` is `--format json`)."""
+    if not as_json:
+        return fmt
+    if fmt.value not in ("text", "json"):
+        raise InputError(f"--json and --format {fmt.value}: give one of them")
+    return type(fmt)("json")
+
+
+def output_path(output: Path | None, out: Path | None) -> Path | None:
+    """`-o/--output`, or the same given with its old spelling `--out`."""
+    if output is not None and out is not None:
+        raise InputError("--out is the old spelling of -o/--output: give one of them")
+    return output if output is not None else out
 
 
 def engine(url: str, *, model: str | None, api_key_env: str | None, timeout: float,
@@ -63,13 +91,16 @@ def engine(url: str, *, model: str | None, api_key_env: str | None, timeout: flo
 
 
 PublicKeys = Annotated[list[Path] | None, typer.Option(
-    "--public-key", help="Also accept signatures by this ECDSA public key (PEM; repeatable), as "
-                         "cosign's --key does.")]
+    "--public-key", metavar="PEM",
+    help="Also accept signatures by this ECDSA public key (PEM; repeatable), as "
+         "cosign's --key does.")]
 Identities = Annotated[list[str] | None, typer.Option(
-    "--identity", "--cert-identity", help="Also accept signatures by this Sigstore identity "
-                                          "(repeatable; with --issuer).")]
+    "--identity", "--cert-identity", metavar="IDENTITY",
+    help="Also accept signatures by this Sigstore identity "
+         "(repeatable; with --issuer).")]
 Issuer = Annotated[str | None, typer.Option(
-    "--issuer", "--cert-oidc-issuer", help="The OIDC issuer of the --identity signers.")]
+    "--issuer", "--cert-oidc-issuer", metavar="URL",
+    help="The OIDC issuer of the --identity signers.")]
 
 
 def extra_signers(public_keys: list[Path] | None, identities: list[str] | None,

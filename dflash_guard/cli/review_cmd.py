@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Format, Quiet
+from dflash_guard.cli.options import Format, Json, Quiet, chosen_format
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.fileio import write_atomic
@@ -43,7 +43,7 @@ def review(
         "-o", "--output", metavar="FILE",
         help="Write the policy recording the review here (atomically; never over an input).")
     ] = None,
-    fmt: Format = PlainFormat.text,
+    fmt: Format = PlainFormat.text, as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Show what each unreviewed remote-code file can do; with --output, write a policy that
@@ -54,6 +54,7 @@ def review(
 
     Example: dflash-guard review --root target=pair/target --root drafter=pair/drafter
     """
+    fmt = chosen_format(fmt, as_json)
     if output is not None and not reviewer:
         raise InputError("--output: give --reviewer NAME too (it is recorded with each entry)")
     lock = load_lockfile(lock_path)

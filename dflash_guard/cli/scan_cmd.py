@@ -10,7 +10,7 @@ import typer
 
 from dflash_guard import formats
 from dflash_guard.cli.common import progress
-from dflash_guard.cli.options import Quiet
+from dflash_guard.cli.options import Json, Quiet, chosen_format
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat, exit_code
@@ -26,17 +26,21 @@ def register(app: typer.Typer) -> None:
 
     @app.command("scan")
     def scan(
-        paths: Annotated[list[Path], typer.Argument(help="Files or folders to scan.")],
+        paths: Annotated[list[Path], typer.Argument(metavar="PATH",
+                                                    help="Files or folders to scan.")],
         target: Annotated[
             Path | None,
-            typer.Option("--target", help="Target model folder to check a drafter config against."),
+            typer.Option("--target", metavar="DIR",
+                         help="Target model folder to check a drafter config against."),
         ] = None,
         output_format: Annotated[
-            OutputFormat, typer.Option("--format", help="Report format.")
-        ] = OutputFormat.text,
+            OutputFormat, typer.Option("--format", metavar="[text|json|sarif]",
+                                       help="Report format.")
+        ] = OutputFormat.text, as_json: Json = False,
         output: Annotated[
             Path | None,
-            typer.Option("--output", help="Write the report to FILE (atomically), not stdout."),
+            typer.Option("-o", "--output", metavar="FILE",
+                         help="Write the report to FILE (atomically), not stdout."),
         ] = None,
         fail_on: Annotated[
             Severity,
@@ -50,11 +54,13 @@ def register(app: typer.Typer) -> None:
         ] = Severity.medium,
         reviewed: Annotated[
             list[str] | None,
-            typer.Option("--reviewed", help="sha256 of a reviewed code file (repeatable)."),
+            typer.Option("--reviewed", metavar="SHA256",
+                         help="sha256 of a reviewed code file (repeatable)."),
         ] = None,
         param_budget: Annotated[
             int | None,
-            typer.Option("--param-budget", help="Most parameters a drafter may have (3e9)."),
+            typer.Option("--param-budget", metavar="N",
+                         help="Most parameters a drafter may have (3e9)."),
         ] = None,
         quiet: Quiet = False,
     ) -> None:
@@ -62,6 +68,7 @@ def register(app: typer.Typer) -> None:
 
         Example: dflash-guard scan pair/drafter --target pair/target --format sarif
         """
+        output_format = chosen_format(output_format, as_json)
         refuse_outputs_over_inputs([("--output", output)],
                                    [*(("PATH", Path(p)) for p in paths), ("--target", target)])
         with progress(quiet) as shown:

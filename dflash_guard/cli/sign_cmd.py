@@ -13,9 +13,11 @@ from dflash_guard.trust.signing import sign_keyless, sign_with_key
 
 
 def sign(
-    lock: Annotated[Path, typer.Argument(help="The lockfile to sign (e.g. dflash.lock).")],
+    lock: Annotated[Path, typer.Argument(metavar="LOCK",
+                                         help="The lockfile to sign (e.g. dflash.lock).")],
     key: Annotated[Path | None, typer.Option(
-        "--key", help="ECDSA P-256 private key (PEM) for offline signing: writes LOCK.sig.")
+        "--key", metavar="PEM",
+        help="ECDSA P-256 private key (PEM) for offline signing: writes LOCK.sig.")
     ] = None,
     interactive: Annotated[bool | None, typer.Option(
         "--interactive/--no-interactive",

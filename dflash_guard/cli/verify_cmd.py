@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Identities, Issuer, PublicKeys, Quiet, extra_signers
+from dflash_guard.cli.options import (
+    Identities,
+    Issuer,
+    Json,
+    PublicKeys,
+    Quiet,
+    chosen_format,
+    extra_signers,
+)
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.verify import render_verify
@@ -35,41 +43,46 @@ def parse_roots(specs: list[str]) -> dict[str, Path]:
 
 
 def verify(
-    lock_path: Annotated[Path, typer.Option("--lock", help="Lockfile to check against.")] = Path(
+    lock_path: Annotated[Path, typer.Option("--lock", metavar="FILE",
+                                            help="Lockfile to check against.")] = Path(
         "dflash.lock"
     ),
     root: Annotated[
-        list[str] | None, typer.Option("--root", help="ROLE=DIR: where that artifact lives.")
+        list[str] | None, typer.Option("--root", metavar="ROLE=DIR",
+                                       help="ROLE=DIR: where that artifact lives.")
     ] = None,
     download: Annotated[
-        bool, typer.Option("--download", metavar="",
+        bool, typer.Option("--download",
                            help="Fetch missing artifacts at the pinned SHA.")
     ] = False,
     no_cache: Annotated[
-        bool, typer.Option("--no-cache", metavar="",
+        bool, typer.Option("--no-cache",
                            help="Ignore the stat cache; hash everything.")
     ] = False,
     policy: Annotated[
         str | None,
-        typer.Option("--policy", help="Policy naming the accepted signers: default, strict, dev "
-                     "(always the built-in ones) or a file given as a path (./p.yaml)."),
+        typer.Option("--policy", metavar="POLICY",
+                     help="Policy naming the accepted signers: default, strict, dev "
+                          "(always the built-in ones) or a file given as a path (./p.yaml)."),
     ] = None,
     trust_root: Annotated[
         Path | None,
-        typer.Option("--trust-root", help="Sigstore trusted root (JSON): verify offline."),
+        typer.Option("--trust-root", metavar="JSON",
+                     help="Sigstore trusted root (JSON): verify offline."),
     ] = None,
     public_key: PublicKeys = None,
     identity: Identities = None,
     issuer: Issuer = None,
     fmt: Annotated[
-        PlainFormat, typer.Option("--format", help="text or json.")
-    ] = PlainFormat.text,
+        PlainFormat, typer.Option("--format", metavar="[text|json]", help="text or json.")
+    ] = PlainFormat.text, as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Check every locked file on disk: missing, extra, size and sha256 (exit 1 on any mismatch).
 
     Example: dflash-guard verify --root target=pair/target --root drafter=pair/drafter
     """
+    fmt = chosen_format(fmt, as_json)
     lockfile = load_lockfile(lock_path)
     # a bad policy fails before any hashing
     accepted = load_policy(policy).accepting(extra_signers(public_key, identity, issuer))

@@ -66,7 +66,7 @@ def _check_signing(options: GateOptions) -> None:
     if signing.key is not None and not signing.key.is_file():
         raise InputError(f"--key {signing.key}: no such file")
     if signing.wanted and options.out is None:
-        raise InputError("signing the approval needs --out FILE")
+        raise InputError("signing the approval needs -o/--output FILE")
 
 
 def _check_outputs(options: GateOptions, policy: Policy) -> None:
@@ -76,7 +76,7 @@ def _check_outputs(options: GateOptions, policy: Policy) -> None:
         return
     out = Path(options.out)
     suffix = KEY_SIG_SUFFIX if options.signing.key is not None else SIGSTORE_SUFFIX
-    outputs = [("--out", out)]
+    outputs = [("--output", out)]
     if options.signing.wanted:
         outputs.append(("signature", out.with_name(out.name + suffix)))
     lock_path = Path(options.lock_path)

@@ -20,10 +20,13 @@ validation together; split apart, the two halves would drift.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import difflib
 import hashlib
 import importlib.resources
+import itertools
 import math
 import os
 import re
@@ -389,9 +392,26 @@ def resolve_policy(spec: str | Path | None) -> Path:
     if "/" in spec or os.sep in spec or spec.endswith((".yaml", ".yml")):
         return Path(spec)
     raise InputError(
-        f"--policy {spec!r}: not a built-in policy ({', '.join(BUILTIN_POLICIES)}); give a policy "
-        f"file as a path (./{spec}, or a name ending in .yaml)"
+        f"--policy {spec!r}: not a built-in policy ({', '.join(BUILTIN_POLICIES)}); "
+        f"{_did_you_mean(spec)}give a policy file as a path (./{spec}, or a name ending in .yaml)"
     )
+
+
+def _did_you_mean(spec: str, folder: Path = Path()) -> str:
+    """`did you mean 'strict'? ` for the closest built-in name, or policy file in `folder`
+    (its first 1,000 entries), to `spec`; or nothing."""
+    candidates = dict.fromkeys(BUILTIN_POLICIES, "")
+    with contextlib.suppress(OSError):
+        for entry in itertools.islice(folder.iterdir(), 1000):
+            if entry.suffix in (".yaml", ".yml"):
+                candidates[entry.name] = entry.stem
+    spelled = {name: name for name in candidates} | {stem: name for name, stem in
+                                                     candidates.items() if stem}
+    close = difflib.get_close_matches(Path(spec).name, spelled, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    name = spelled[close[0]]
+    return f"did you mean {name if name in BUILTIN_POLICIES else str(folder / name)!r}? "
 
 
 def is_builtin(policy: Policy) -> bool:
@@ -795,6 +815,8 @@ class PolicyCheck:
 def load_policy(path: str | Path | None = None) -> Policy:
     """Read and validate a policy file (None: the built-in default); `InputError` when bad."""
     resolved = resolve_policy(path)
+    if not resolved.exists() and (hint := _did_you_mean(resolved.name, resolved.parent)):
+        raise InputError(f"--policy {str(path)!r}: no such file; {hint.rstrip()}")
     text = read_input_text(resolved, "policy", POLICY_MAX_BYTES)
     return parse_policy(text, str(resolved), base=resolved.parent)
 

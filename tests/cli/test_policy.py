@@ -51,7 +51,7 @@ def test_policy_show_without_argument_prints_the_default(cli):
 def test_policy_show_text_is_yaml(cli):
     result = cli("policy", "show", "dev")
     assert result.exit_code == 0
-    assert "name: dev\n" in result.stdout and "digest: sha256:" in result.stdout
+    assert "name: dev-copy\n" in result.stdout and "digest: sha256:" in result.stdout
 
 
 def test_policy_show_missing_file_is_exit_2(cli, tmp_path):

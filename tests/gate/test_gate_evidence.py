@@ -214,9 +214,13 @@ def test_policy_show_prints_a_file_policy_check_accepts(cli, tmp_path):
         checked = cli("policy", "check", path)
         assert checked.exit_code == 0, checked.stderr
         def effective(policy):
-            return {k: v for k, v in policy.to_json().items() if k not in ("source", "digest")}
+            return {k: v for k, v in policy.to_json().items()
+                    if k not in ("source", "digest", "name")}
 
-        assert effective(load_policy(path)) == effective(load_policy(name))
+        copy = load_policy(path)
+        assert effective(copy) == effective(load_policy(name))
+        # a copy's digest is not the built-in's, so neither is its name (issue 36, item 10)
+        assert copy.name == f"{name}-copy" and copy.digest != load_policy(name).digest
 
 
 # --- vacuous verdicts beyond the gate: isolation (N29), sampled (0 dof) ----------------------
