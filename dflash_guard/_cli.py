@@ -42,6 +42,7 @@ COMMAND_MODULES = {
     "bench": "bench_cmd",
     "launch": "launch_cmd",
     "verify-approval": "approval_cmd",
+    "verify-installed": "installed_cmd",
 }
 
 
