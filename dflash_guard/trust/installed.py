@@ -28,6 +28,7 @@ distribution holds (listed as `extra`: that fails closed).
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import dataclasses
 import email.parser
@@ -62,6 +63,7 @@ RECORD_MAX_BYTES = 16 * 1024 * 1024
 RECORD_MAX_ROWS = 100_000
 METADATA_MAX_BYTES = 4 * 1024 * 1024
 CODE_MAX_BYTES = 16 * 1024 * 1024  # a .py or .pyc larger is not read: a problem, not a pass
+HASH_MAX_BYTES = 64 * 1024 ** 3  # all files RECORD names together (the largest wheels: ~5 GiB)
 WALK_MAX_ENTRIES = 100_000
 WALK_MAX_DEPTH = 32
 SEARCH_MAX_ENTRIES = 100_000  # entries of one site folder looked at for the .dist-info
@@ -162,6 +164,7 @@ def check_installed(lock: Lockfile, name: str, *, paths: Iterable[Path] | None =
     record_path = f"{dist_info.name}/RECORD"
     listed = {_key(site, row.path): row for row in rows}
     verified: dict[str, str] = {}  # absolute path -> sha256 hex, of every file that proved out
+    _refuse_oversized(site, rows)
     for row in rows:
         problem = _check_row(site, row, record_path, verified)
         if problem is not None:
@@ -237,6 +240,18 @@ def _key(site: Path, path: str) -> str:
     """A RECORD path as one absolute, normalised path (a path RECORD lists twice, spelled two
     ways, is one file)."""
     return os.path.normpath(site / path)
+
+
+def _refuse_oversized(site: Path, rows: list[RecordRow]) -> None:
+    """Hashing is bounded: RECORD may name any file (`../`, absolute paths), so the total size
+    of what it names is checked before a byte is read."""
+    total = 0
+    for row in rows:
+        with contextlib.suppress(OSError):
+            total += Path(_key(site, row.path)).stat().st_size
+    if total > HASH_MAX_BYTES:
+        raise InputError(f"{site}: RECORD names {total:,} bytes of files, more than "
+                         f"{HASH_MAX_BYTES:,}")
 
 
 def _check_row(site: Path, row: RecordRow, record_path: str,
