@@ -74,7 +74,7 @@ def launch(
 
     --check ENGINE -- COMMAND... lints an existing serve command instead (scan findings).
 
-    Example: dflash-guard launch vllm --lock dflash.lock --root target=T --root drafter=D
+    Example: dflash-guard launch vllm --root target=pair/target --root drafter=pair/drafter
     """
     fmt = chosen_format(fmt, as_json)
     from dflash_guard.launch.check import check_command

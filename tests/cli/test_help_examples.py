@@ -1,16 +1,20 @@
 """The `Example:` line of each `--help` runs as written, in a folder holding the built-in pair
 as `fixtures make pair` writes it (`pair/target`, `pair/drafter`), in the order a user follows:
-lock, then verify, scan and review against that lock."""
+lock, then verify, scan and review against that lock, launch the pair, and check the installed
+dflash client against the lock a clone ships."""
 
 from __future__ import annotations
 
 import re
 import shlex
 import shutil
+from pathlib import Path
 
 import pytest
 
 from dflash_guard.pins.lockfile import load_lockfile
+
+LOCKFILES = Path(__file__).resolve().parents[2] / "lockfiles"
 
 # command -> the exit code its example gives on the built-in pair
 EXAMPLES = [
@@ -21,6 +25,8 @@ EXAMPLES = [
     (("gate",), 1),  # refused at the scan: unreviewed code, and the refusal names `review`
     (("policy", "show"), 0),
     (("policy", "check"), 0),
+    (("launch",), 0),  # prints the vLLM command loading the verified pair
+    (("verify-installed",), 0),  # z-lab's dflash client, as the Makefile installs it
 ]
 
 
@@ -35,6 +41,8 @@ def example(cli, command: tuple[str, ...]) -> list[str]:
 def pair_folder(tmp_path, monkeypatch, builtin_pair):
     shutil.copytree(builtin_pair.target, tmp_path / "pair" / "target")
     shutil.copytree(builtin_pair.drafter, tmp_path / "pair" / "drafter")
+    (tmp_path / "lockfiles").mkdir()  # as in a clone: the lock pinning the dflash client
+    shutil.copy(LOCKFILES / "dflash-client.lock", tmp_path / "lockfiles")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "300")  # the help on one line per paragraph line
     return tmp_path
