@@ -31,7 +31,7 @@ step "2. lock it: every file's sha256, the engine at a full commit"
 
 step "3. gate it under $policy"
 "${guard[@]}" gate --lock "$out/dflash.lock" --policy "$policy" \
-  --root target="$out/target" --root drafter="$out/drafter" --out "$out/approval.json"
+  --root target="$out/target" --root drafter="$out/drafter" -o "$out/approval.json"
 
 step "the approval record ($out/approval.json): an in-toto statement"
 "$python" - "$out/approval.json" <<'PY'
@@ -63,7 +63,7 @@ PY
 set +e
 "${guard[@]}" gate --lock "$out/dflash.lock" --policy "$policy" \
   --root target="$out/target" --root drafter="$out/drafter-tampered" \
-  --out "$out/approval-tampered.json"
+  -o "$out/approval-tampered.json"
 status=$?
 set -e
 if [ "$status" -eq 1 ] && [ ! -e "$out/approval-tampered.json" ]; then

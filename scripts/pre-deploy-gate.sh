@@ -3,7 +3,7 @@
 # Its exit status is the decision: 0 approved (deploy), 1 refused, 2 usage or input error.
 #
 #   scripts/pre-deploy-gate.sh [--lock dflash.lock] [--policy strict] \
-#       [--root target=DIR --root drafter=DIR] [--out approval.json] [--sign | --key KEY] ...
+#       [--root target=DIR --root drafter=DIR] [-o approval.json] [--sign | --key KEY] ...
 #
 # Every argument is passed to `dflash-guard gate`; the defaults below apply when not given.
 # Environment: DFLASH_GUARD (the command, default `dflash-guard`), DFLASH_LOCK, DFLASH_POLICY,
@@ -18,7 +18,7 @@ args=("$@")
 has() { local flag=$1; for a in "${args[@]}"; do [[ $a == "$flag" || $a == "$flag="* ]] && return 0; done; return 1; }
 has --lock || args+=(--lock "${DFLASH_LOCK:-dflash.lock}")
 has --policy || args+=(--policy "${DFLASH_POLICY:-strict}")
-has --out || args+=(--out "${DFLASH_APPROVAL:-approval.json}")
+has -o || has --output || has --out || args+=(--output "${DFLASH_APPROVAL:-approval.json}")
 
 "${guard[@]}" gate "${args[@]}"
 status=$?
