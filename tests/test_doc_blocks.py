@@ -38,8 +38,6 @@ NOT_RUN = {
         "needs the Hub and a commit the reader looks up",
     ("advisories.md", "dflash-guard audit --lock dflash.lock --advisories FEED [--advisories"):
         "a synopsis (placeholders)",
-    ("advisories.md", 'dflash-guard advisory new --id x_ACME-2026-0001 --summary "..." --sever'):
-        "placeholders (<sha>, ORG/NAME) for the reader's own finding",
     ("ci.md", "python -m build                    # sdist + wheel (policies and the built-in"):
         "builds from an index (tests/release builds the wheel offline)",
     ("diff-testing.md", "dflash-guard fixtures make pair/ [--force]             # the built-in"):
@@ -81,8 +79,6 @@ NOT_RUN = {
         "output, not a command",
     ("signing.md", "dflash-guard sign dflash.lock               # Sigstore, keyless: writes"):
         "keyless signing needs a CI identity and Sigstore's servers",
-    ("signing.md", "model_signing sign key pair/drafter --private_key key.pem --signature "):
-        "needs the reader's key pair",
     ("signing.md", "$ dflash-guard gate --lock dflash.lock --policy ./mine.yaml \\"):
         "a transcript (the command and what it printed)",
     ("trust.md", "dflash-guard verify-approval approval.json --policy ./prod.yaml --lock"):
@@ -209,6 +205,21 @@ def test_block_review(cli, builtin_pair, tmp_path, monkeypatch):
     output = run_block("review", tmp_path, strict=False)  # the first review exits 1, as it says
     assert "UNREVIEWED" in output and "WRITTEN" in output and "APPROVED" in output
     assert (tmp_path / "reviewed.yaml").is_file() and (tmp_path / "approval.json").is_file()
+
+
+def test_block_advisory_new(tmp_path):
+    run_block("advisory-new", tmp_path)
+    for name in ("a.json", "b.json", "c.json", "a.json.sig"):
+        assert (tmp_path / name).is_file(), name
+
+
+def test_block_model_signing(builtin_pair, tmp_path):
+    """With the pair and the key pair signing.md's "Signing a lockfile" makes."""
+    shutil.copytree(builtin_pair.drafter, tmp_path / "pair" / "drafter")
+    subprocess.run("openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 "
+                   "-nocrypt -out key.pem", shell=True, cwd=tmp_path, check=True, timeout=60)
+    run_block("model-signing", tmp_path)
+    assert (tmp_path / "pair" / "drafter" / "model.sig").is_file()
 
 
 def test_block_pair64(tmp_path):
