@@ -218,7 +218,7 @@ def test_run_step_writes_sarif_and_annotates_findings(venv_bin: Path, tmp_path: 
     [
         ({"command": "deploy"}, "command must be verify, scan, gate or audit, not 'deploy'"),
         ({"command": "scan"}, "scan needs roots"),
-        ({"command": "verify", "args": "--no-such-flag"}, "Error: No such option: --no-such-flag"),
+        ({"command": "verify", "args": "--no-such-flag"}, "error: No such option: --no-such-flag"),
     ],
     ids=["unknown-command", "scan-without-roots", "usage-error"],
 )
