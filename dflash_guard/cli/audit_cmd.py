@@ -109,10 +109,11 @@ def audit(
 
     Example: dflash-guard audit --lock dflash.lock --advisories feeds/ --engine-repo vllm=../vllm
     """
-    fmt = chosen_format(fmt, as_json)
     from dflash_guard.audit.run import run_audit, run_policy_audit
     from dflash_guard.formats.text.audit import render_audit
     from dflash_guard.trust.policy import load_policy
+
+    fmt = chosen_format(fmt, as_json)
 
     clones = parse_clones(engine_repo or [])
     if policy is not None:

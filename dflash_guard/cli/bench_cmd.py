@@ -68,13 +68,14 @@ def bench(
 
     Example: dflash-guard bench --baseline http://h:8000 --candidate http://h:8001 --plot b.svg
     """
-    output_format = chosen_format(output_format, as_json)
     from dflash_guard.cli.options import engine
     from dflash_guard.formats.text.bench import render_bench
     from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
     from dflash_guard.lossless.prompts import read_prompts
     from dflash_guard.rollout.bench import BenchOptions, parse_tiers, run_bench
     from dflash_guard.urls import metrics_url
+
+    output_format = chosen_format(output_format, as_json)
 
     if requests is not None and duration is not None:
         raise InputError("give either --requests or --duration, not both")

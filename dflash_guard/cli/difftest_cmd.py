@@ -68,11 +68,12 @@ def local(
 
     Example: dflash-guard difftest local --target pair/target --drafter pair/drafter
     """
-    output_format = chosen_format(output_format, as_json)
     import dataclasses
 
     from dflash_guard.lossless.local import run_difftest
     from dflash_guard.lossless.options import LocalOptions
+
+    output_format = chosen_format(output_format, as_json)
 
     options = LocalOptions(target, drafter, prompts=prompts, max_new_tokens=max_new_tokens,
                            block_size=block_size, device=device, dtype=dtype,
@@ -109,9 +110,10 @@ def sampled(
 
     Example: dflash-guard difftest sampled --target pair/target --drafter pair/drafter
     """
-    output_format = chosen_format(output_format, as_json)
     from dflash_guard.lossless.options import SampledOptions
     from dflash_guard.lossless.sampled import run_sampled_difftest
+
+    output_format = chosen_format(output_format, as_json)
 
     options = SampledOptions(
         target, drafter, prompts=prompts, samples=samples, sample_tokens=sample_tokens,

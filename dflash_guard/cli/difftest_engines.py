@@ -56,10 +56,11 @@ def endpoint(
 
     Example: dflash-guard difftest endpoint --baseline http://h:8000 --candidate http://h:8001
     """
-    output_format = chosen_format(output_format, as_json)
     import dataclasses
 
     from dflash_guard.lossless.endpoint import EndpointOptions, run_endpoint_diff
+
+    output_format = chosen_format(output_format, as_json)
 
     options = EndpointOptions(
         engine(baseline, model=model, api_key_env=api_key_env, timeout=timeout),
@@ -105,10 +106,11 @@ def reference(
 
     Example: dflash-guard difftest reference --target t/ --candidate http://h:8080 --gguf t.gguf
     """
-    output_format = chosen_format(output_format, as_json)
     from dflash_guard.lossless.options import ReferenceOptions
     from dflash_guard.lossless.reference_diff import run_reference_diff, write_reference_record
     from dflash_guard.outputs import refuse_outputs_over_inputs
+
+    output_format = chosen_format(output_format, as_json)
 
     if record is not None and not record.parent.is_dir():
         raise InputError(f"--record {record}: folder {record.parent} does not exist")
@@ -141,8 +143,9 @@ def isolation(
 
     Example: dflash-guard difftest isolation --candidate http://h:8001
     """
-    output_format = chosen_format(output_format, as_json)
     from dflash_guard.lossless.isolation import IsolationOptions, run_isolation_diff
+
+    output_format = chosen_format(output_format, as_json)
 
     options = IsolationOptions(
         engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout),

@@ -76,10 +76,11 @@ def launch(
 
     Example: dflash-guard launch vllm --root target=pair/target --root drafter=pair/drafter
     """
-    fmt = chosen_format(fmt, as_json)
     from dflash_guard.launch.check import check_command
     from dflash_guard.launch.plan import LaunchOptions
     from dflash_guard.launch.run import run_launch
+
+    fmt = chosen_format(fmt, as_json)
 
     lock = load_lockfile(lock_path)
     loaded_policy = load_policy(policy)
