@@ -9,8 +9,9 @@ What it proves, and what it cannot:
   must be what compiling its hashed source here gives, byte for byte after the header: Python
   runs a `.pyc` instead of its source when the header matches, so a `.pyc` is code like any
   other. It is compiled (`compile`, which runs nothing), never loaded.
-- Files in the distribution's own folders (its packages and its `.dist-info`) that RECORD does
-  not list fail (`extra`): a module dropped beside the others is imported like them.
+- Files in the distribution's own folders (its `.dist-info`, and each top-level folder holding
+  its Python code) that RECORD does not list fail (`extra`): a module dropped beside the others
+  is imported like them.
 - Without the locked wheel, all of that only says the install agrees with itself: whoever can
   write the files can write RECORD too (RECORD-only). With a wheel whose sha256 the lock pins
   (`--wheel`, or a wheelhouse folder), every RECORD row the wheel ships must carry the wheel's
@@ -169,7 +170,7 @@ def check_installed(lock: Lockfile, name: str, *, paths: Iterable[Path] | None =
         problem = _check_row(site, row, record_path, verified)
         if problem is not None:
             problems.append(problem)
-    own = list(_own_files(site, rows))
+    own = list(_own_files(site, rows, dist_info.name))
     for path in own:
         if _key(site, path) not in listed and not path.endswith(".pyc"):
             problems.append(FileProblem(path, "extra", "on disk in the distribution's folders, "
@@ -293,11 +294,13 @@ def _b64(digest: bytes) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
-def _own_files(site: Path, rows: list[RecordRow]) -> Iterator[str]:
-    """Every file under the distribution's own top-level folders (those of its RECORD paths
-    inside `site`), as a RECORD-style path; bounded in entries and depth."""
-    tops = sorted({PurePosixPath(r.path).parts[0] for r in rows
-                   if len(PurePosixPath(r.path).parts) > 1 and not r.path.startswith(("/", ".."))})
+def _own_files(site: Path, rows: list[RecordRow], dist_info: str) -> Iterator[str]:
+    """Every file under the distribution's own folders (its `.dist-info`, and each top-level
+    folder of `site` holding its Python code: a `bin/` that `pip --target` shares is not one),
+    as a RECORD-style path; bounded in entries and depth."""
+    tops = sorted({dist_info} | {PurePosixPath(r.path).parts[0] for r in rows
+                                 if len(PurePosixPath(r.path).parts) > 1 and r.path.endswith(".py")
+                                 and not r.path.startswith(("/", ".."))})
     seen = 0
     for top in tops:
         if not (site / top).is_dir() or (site / top).is_symlink():

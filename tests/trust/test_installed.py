@@ -89,12 +89,14 @@ def _copy_dflash(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("tamper", ["none", "same-size edit", "appended", "added module",
-                                    "bytecode", "removed", "version"])
+                                    "added to dist-info", "bytecode", "removed", "version",
+                                    "another bin script"])
 def test_a_changed_copy_of_dflash_is_refused(cli, elsewhere, tamper):
     site = _copy_dflash(elsewhere / "venv")
     cli_py = site / "dflash" / "cli.py"
     kind = {
         "same-size edit": "modified", "appended": "size", "added module": "extra",
+        "added to dist-info": "extra",
         "bytecode": "bytecode", "removed": "missing", "version": "version",
     }.get(tamper)
     if tamper == "same-size edit":
@@ -105,6 +107,10 @@ def test_a_changed_copy_of_dflash_is_refused(cli, elsewhere, tamper):
             handle.write("\nimport socket\n")
     elif tamper == "added module":
         (site / "dflash" / "telemetry.py").write_text("import urllib.request\n")
+    elif tamper == "added to dist-info":
+        (next(site.glob("dflash-*.dist-info")) / "entry_points.txt.orig").write_text("x\n")
+    elif tamper == "another bin script":  # another distribution's: not dflash's to answer for
+        (elsewhere / "venv" / "bin" / "pip").write_text("#!/usr/bin/python\n")
     elif tamper == "bytecode":
         pyc = next((site / "dflash" / "__pycache__").glob("cli.*.pyc"))
         other = next((site / "dflash" / "__pycache__").glob("model.*.pyc"))
