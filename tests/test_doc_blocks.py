@@ -189,7 +189,7 @@ def _clone_root(folder: Path) -> Path:
 
 def test_block_verify_installed(tmp_path):
     output = run_block("verify-installed", _clone_root(tmp_path))
-    assert "OK: " in output and "network: dflash/benchmark.py" in output
+    assert "OK: " in output and "dflash/benchmark.py:154" in output
 
 
 def test_block_policy_copy(tmp_path):
