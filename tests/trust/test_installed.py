@@ -200,3 +200,10 @@ def test_a_package_the_lock_does_not_pin_is_an_input_error(cli, elsewhere):
     assert "pins no package 'dflash'" in result.stderr
     missing = cli("verify-installed", "dflash", "--lock", CLIENT_LOCK, "--path", elsewhere)
     assert missing.exit_code == 2 and "not installed" in missing.stderr
+
+
+def test_two_installs_in_one_folder_are_refused(cli, elsewhere):
+    site = _copy_dflash(elsewhere / "venv")
+    shutil.copytree(next(site.glob("dflash-*.dist-info")), site / "dflash-0.0.9.dist-info")
+    result = cli("verify-installed", "dflash", "--lock", CLIENT_LOCK, "--path", site)
+    assert result.exit_code == 2 and "2 installs of dflash" in result.stderr
