@@ -14,7 +14,7 @@ from dflash_guard.cli.options import Format, Json, chosen_format
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.installed import render_installed
 from dflash_guard.pins.lockfile import load_lockfile
-from dflash_guard.trust.installed import check_installed
+from dflash_guard.trust.installed import check_installed, pip_cache_dir, pip_cache_files
 
 
 def verify_installed(
@@ -31,7 +31,8 @@ def verify_installed(
                                         "with the wheel's when its sha256 is the lock's.")] = None,
     wheelhouse: Annotated[Path | None, typer.Option(
         "--wheelhouse", metavar="DIR", help="A folder of wheels to find the locked one in "
-                                            "(default: ./.wheelhouse when there is one).")] = None,
+                                            "(default: ./.wheelhouse when there is one; pip's "
+                                            "cache is searched too).")] = None,
     fmt: Format = PlainFormat.text, as_json: Json = False,
 ) -> None:
     """Check an installed package against its lock: every RECORD file's hash, files RECORD does
@@ -42,7 +43,8 @@ def verify_installed(
     """
     fmt = chosen_format(fmt, as_json)
     folder = wheelhouse if wheelhouse is not None else Path(".wheelhouse")
-    wheels = [*(wheel or []), *(sorted(folder.glob("*.whl"))[:10_000] if folder.is_dir() else [])]
+    wheels = [*(wheel or []), *(sorted(folder.glob("*.whl"))[:10_000] if folder.is_dir() else []),
+              *pip_cache_files(pip_cache_dir())]
     check = check_installed(load_lockfile(lock_path), name, paths=path or None, wheels=wheels)
     finish(check, fmt, render_installed)
 

@@ -14,10 +14,10 @@ What it proves, and what it cannot:
   is imported like them.
 - Without the locked wheel, all of that only says the install agrees with itself: whoever can
   write the files can write RECORD too (RECORD-only). With a wheel whose sha256 the lock pins
-  (`--wheel`, or a wheelhouse folder), every RECORD row the wheel ships must carry the wheel's
-  own hash, every file the wheel ships must be installed, and the installer's own additions are
-  listed (launcher scripts, INSTALLER, REQUESTED, direct_url.json): those the wheel cannot vouch
-  for.
+  (`--wheel`, a wheelhouse folder, or pip's cache), every RECORD row the wheel ships must carry
+  the wheel's own hash, every file the wheel ships must be installed, and the installer's own
+  additions are listed (launcher scripts, INSTALLER, REQUESTED, direct_url.json): those the wheel
+  cannot vouch for.
 - The capability report is the remote-code scanner's (`scan/remote_code`): a review aid that
   sees what `ast` can resolve, not a verdict; it does not change the exit code.
 
@@ -385,9 +385,9 @@ def _against_wheel(package: Package, dist_info: str, rows: list[RecordRow],
     """Compare the installed RECORD with the RECORD of the locked wheel among `wheels`."""
     wheel = _locked_wheel(package, wheels)
     if wheel is None:
-        return None, ("RECORD-only: no wheel whose sha256 the lock pins was given (--wheel, "
-                      "--wheelhouse): the files agree with RECORD, and RECORD with nothing "
-                      "the lock pins"), ()
+        return None, ("RECORD-only: no wheel whose sha256 the lock pins was found (--wheel, "
+                      "--wheelhouse, pip's cache): the files agree with RECORD, and RECORD "
+                      "with nothing the lock pins"), ()
     shipped = {row.path: row for row in _wheel_record(wheel)}
     installed = {row.path: row for row in rows}
     for path, row in shipped.items():
@@ -417,20 +417,66 @@ def _against_wheel(package: Package, dist_info: str, rows: list[RecordRow],
 
 
 def _locked_wheel(package: Package, wheels: list[Path]) -> Path | None:
+    """The first of `wheels` whose sha256 the lock pins: a `.whl` named for the package, or a
+    file of pip's HTTP cache (`*.body`, named by URL) that is a wheel holding its RECORD."""
     wanted = canonicalize_name(package.name)
     for wheel in wheels:
-        try:
-            name, version, _, _ = parse_wheel_filename(wheel.name)
-        except InvalidWheelFilename:
-            continue
-        if name != wanted or _version(str(version)) != _version(package.version):
-            continue
+        if wheel.suffix == ".body":
+            if not _holds_dist_info(wheel, package):
+                continue
+        else:
+            try:
+                name, version, _, _ = parse_wheel_filename(wheel.name)
+            except InvalidWheelFilename:
+                continue
+            if name != wanted or _version(str(version)) != _version(package.version):
+                continue
         try:
             if sha256_file(wheel) in package.sha256:
                 return wheel
         except InputError:
             continue
     return None
+
+
+def _holds_dist_info(path: Path, package: Package) -> bool:
+    """Whether `path` is a zip whose directory names `NAME-VERSION.dist-info/RECORD` (its
+    central directory only is read)."""
+    try:
+        with open_binary(path) as handle:
+            if handle.read(4) != b"PK\x03\x04":
+                return False
+            with zipfile.ZipFile(handle) as archive:
+                names = archive.namelist()[:WHEEL_MAX_MEMBERS]
+    except (zipfile.BadZipFile, InputError, OSError):
+        return False
+    wanted = canonicalize_name(package.name)
+    for name in names:
+        folder, _, leaf = name.partition("/")
+        dist, _, version = folder.removesuffix(".dist-info").partition("-")
+        if (leaf == "RECORD" and folder.endswith(".dist-info") and canonicalize_name(dist) == wanted
+                and _version(version) == _version(package.version)):
+            return True
+    return False
+
+
+def pip_cache_files(cache: Path) -> list[Path]:
+    """The wheels pip keeps in `cache`: the wheels it built (`wheels/**/*.whl`) and the bodies
+    of its HTTP cache (`http-v2/**/*.body`), at most WALK_MAX_ENTRIES files looked at."""
+    found: list[Path] = []
+    for sub, pattern in (("wheels", "*.whl"), ("http-v2", "*.body")):
+        if (cache / sub).is_dir():
+            found += itertools.islice((p for p in (cache / sub).rglob(pattern) if p.is_file()),
+                                      WALK_MAX_ENTRIES)
+    return found
+
+
+def pip_cache_dir() -> Path:
+    """pip's cache folder, as pip finds it on Linux (`PIP_CACHE_DIR`, else the XDG cache)."""
+    if explicit := os.environ.get("PIP_CACHE_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pip"
 
 
 def _wheel_record(wheel: Path) -> list[RecordRow]:

@@ -33,6 +33,7 @@ DFLASH_WHEEL_SHA256 = "b3fe38d9413efc30a952c8b38b34f1dcc696ba6d7b865acbf540a34cc
 @pytest.fixture
 def elsewhere(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no ./.wheelhouse to find a wheel in
+    monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "no-pip-cache"))  # nor a pip cache
     return tmp_path
 
 
@@ -152,7 +153,8 @@ def _wheel(folder: Path, module: str) -> Path:
     return wheel
 
 
-def test_the_locked_wheel_catches_what_record_alone_cannot(cli, elsewhere, builtin_pair):
+def test_the_locked_wheel_catches_what_record_alone_cannot(cli, elsewhere, builtin_pair,
+                                                            monkeypatch):
     wheel = _wheel(elsewhere, "import socket\n\n\ndef ping():\n    socket.create_connection("
                               "('example.invalid', 80))\n")
     site = elsewhere / "site"
@@ -186,6 +188,16 @@ def test_the_locked_wheel_catches_what_record_alone_cannot(cli, elsewhere, built
     assert report["capabilities"]["process"] == ["acme_tool/__init__.py:2"]
     code, report = check(cli, "acme-tool", "--lock", lock, "--path", site, "--wheel", wheel)
     assert code == 1 and {p["kind"] for p in report["problems"]} == {"not-the-wheel's"}
+
+    # The same wheel found in pip's HTTP cache (a body file named by URL) is the locked one.
+    body = elsewhere / "pip-cache" / "http-v2" / "a" / "b" / "c" / "d" / "e" / ("f" * 56 + ".body")
+    body.parent.mkdir(parents=True)
+    body.write_bytes(wheel.read_bytes())
+    (body.parent / "not-a-wheel.body").write_bytes(b"HTTP cache of something else")
+    monkeypatch.setenv("PIP_CACHE_DIR", str(elsewhere / "pip-cache"))
+    code, report = check(cli, "acme-tool", "--lock", lock, "--path", site)
+    assert code == 1 and report["proof"] == "wheel" and report["wheel"] == str(body)
+    monkeypatch.setenv("PIP_CACHE_DIR", str(elsewhere / "no-pip-cache"))
 
     # A wheel the lock does not pin proves nothing: RECORD-only again.
     (elsewhere / "other").mkdir()
