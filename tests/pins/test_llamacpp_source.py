@@ -97,6 +97,7 @@ def test_a_fetch_extracts_only_the_vocabularies_and_refuses_another_archive(
 
     result = cli("fixtures", "vocab", "fetch", "--lock", lock, "--url", url, "--json")
     assert result.exit_code == 0, result.stderr
+    assert "downloading" in result.stderr and "extracting" in result.stderr  # progress
     report = json.loads(result.stdout)
     tree = Path(report["tree"])
     assert tree == tree_dir(tmp_path / ".dflash-guard-cache", sha)
