@@ -224,6 +224,25 @@ def test_a_record_of_another_gguf_or_target_is_not_accepted(gated):
     assert not accepts(statement, no_gguf).ok
 
 
+@pytest.mark.parametrize(("logprobs", "reason"), [
+    (None, "it carries no logprob check"),
+    ("absent", "it carries no logprob check"),
+    ({"passed": False, "max_delta": 0.2, "tolerance": 0.05}, "its logprobs did not pass"),
+    ({"passed": "yes"}, "its logprobs did not pass"),
+])
+def test_a_passed_record_without_a_passed_logprob_check_is_not_accepted(gated, logprobs, reason):
+    """A record from before logprobs were compared (no field), or one whose verdict says passed
+    while its logprob check did not: the greedy tokens alone do not prove the locked model."""
+    _, _, lock, records = gated
+    statement = read_comparison(records["good"])
+    assert statement.predicate["logprobs"]["passed"] is True and accepts(statement, lock).ok
+    predicate = {k: v for k, v in statement.predicate.items() if k != "logprobs"}
+    if logprobs != "absent":
+        predicate["logprobs"] = logprobs
+    outcome = accepts(dataclasses.replace(statement, predicate=predicate), lock)
+    assert not outcome.ok and outcome.reason.startswith(reason), outcome.reason
+
+
 def test_a_policy_naming_a_missing_record_is_an_input_error(tmp_path):
     from dflash_guard.errors import InputError
     from dflash_guard.trust.policy import load_policy
