@@ -96,8 +96,13 @@ class ReferenceDiffReport(ClassifiedResults):
 
     @property
     def wrong_model(self) -> str | None:
-        """Why the served model is not the locked one, by its logprobs (None: it is)."""
-        return None if self.logprobs is None else self.logprobs.reason()
+        """Why the served model is not the locked one, by its logprobs, naming the model the
+        endpoint served (None: it is the locked one). The name proves nothing either way: an
+        engine serves any weights under any name; the logprobs are the evidence."""
+        why = None if self.logprobs is None else self.logprobs.reason()
+        if why is None or self.model is None:
+            return why
+        return f"{why}; the endpoint served it as {self.model!r}"
 
     @property
     def passed(self) -> bool:

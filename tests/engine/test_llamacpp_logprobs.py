@@ -5,8 +5,12 @@ The built-in pair's target converted to an f32 GGUF with llama.cpp's own convert
 with the page's flags (`-c 512 -np 4`); `difftest reference --target --candidate --gguf
 --record` with nothing else: the shipped prompt set, its two stop-string prompts included, at
 the default 64 tokens. Then issue 38's drifted target (one MLP matrix scaled by 1.02, converted
-the same way) served as if it were the locked one: the greedy tokens may agree, the logprobs do
-not, and the diff refuses it. The locked pair passes with the measured margin.
+the same way) served under the locked GGUF's name: the greedy tokens may agree, the logprobs do
+not, and the diff refuses it, naming the model it was served as; so does another target with the
+same tokenizer under its own name. The locked pair passes with the measured margin.
+The gate, on a llama.cpp baseline and a DFlash candidate (the built-in drafter converted too),
+approves the locked GGUF with the largest logprob difference in its approval record, and refuses
+the drifted one at its reference diff while every other check passes.
 
 The engine build is part of the suite: when it fails, these tests fail (never skip).
 """
@@ -17,12 +21,15 @@ import json
 
 import pytest
 
+from dflash_guard.gate import EndpointOverrides, GateOptions, run_gate
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.logprob_check import TOLERANCES
+from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import read_comparison
-from tests.support.kernels import drifted_target
+from tests.support.kernels import drifted_target, random_pair
 from tests.support.llamacpp import build_server, convert, llama_server
+from tests.support.trust import recorded, write_lock, write_policy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -32,27 +39,33 @@ STOP_PROMPTS = {"stop-newline-in-block", "stop-paren-in-block"}
 
 @pytest.fixture(scope="module")
 def ggufs(builtin_pair, tmp_path_factory):
-    """(target folder, its f32 GGUF, the drifted target's f32 GGUF)."""
+    """(target folder, its f32 GGUF, the drifted target's f32 GGUF, another target's f32 GGUF:
+    a random-weight model with the same tokenizer)."""
     folder = tmp_path_factory.mktemp("logprobs")
     target = builtin_pair.target
     drifted = drifted_target(target, folder / "drifted")
+    other, _ = random_pair(folder / "other", seed=7)
     return (target, convert(target, folder / "gguf" / "target.gguf"),
-            convert(drifted, folder / "gguf" / "drifted.gguf"))
+            convert(drifted, folder / "gguf" / "drifted.gguf"),
+            convert(other, folder / "gguf" / "other.gguf"))
 
 
 @pytest.fixture(scope="module")
 def reports(ggufs, tmp_path_factory):
-    """The page's command on the locked GGUF and on the drifted one (exit code, JSON, record)."""
+    """The page's command on the locked GGUF, the drifted one and the other target (exit code,
+    JSON, record)."""
     import subprocess
     import sys
 
     engine = build_server()
-    target, locked, drifted = ggufs
+    target, locked, drifted, other = ggufs
     folder = tmp_path_factory.mktemp("records")
     found = {}
-    for name, gguf in (("locked", locked), ("drifted", drifted)):
+    served = {"locked": (locked, ()), "drifted": (drifted, ("--alias", locked.name)),
+              "other": (other, ())}  # the drifted one under the locked GGUF's name
+    for name, (gguf, alias) in served.items():
         record = folder / f"{name}.json"
-        with llama_server(engine, gguf, **DOCS_FLAGS) as server:
+        with llama_server(engine, gguf, **DOCS_FLAGS, extra=alias) as server:
             done = subprocess.run(
                 [sys.executable, "-m", "dflash_guard", "difftest", "reference", "--target",
                  str(target), "--candidate", server.url, "--gguf", str(locked), "--record",
@@ -95,6 +108,60 @@ def test_a_drifted_target_is_refused(reports):
     assert worst["delta"] > 2 * report["logprobs"]["tolerance"]
     assert record.predicate["passed"] is False
     assert record.predicate["logprobs"]["max_delta"] == worst["delta"]
+    assert report["wrong_model"].endswith("the endpoint served it as 'target.gguf'")
+
+
+def test_another_target_under_its_own_name_is_refused(reports):
+    """A random-weight target with the locked tokenizer, served as other.gguf: its logprobs are
+    nowhere near the reference's, and the reason names the model the endpoint served."""
+    code, report, record = reports["other"]
+    assert code == 1 and report["verdict"] == "wrong-model" and not record.predicate["passed"]
+    assert report["wrong_model"].startswith("the served model is not the locked one: at ")
+    assert report["wrong_model"].endswith("the endpoint served it as 'other.gguf'")
+    assert report["logprobs"]["max_delta"] > 10 * report["logprobs"]["tolerance"]
+
+
+@pytest.fixture(scope="module")
+def gated(builtin_pair, ggufs, tmp_path_factory):
+    """The gate (the built-in pair's folders locked, the test policy) on a llama.cpp baseline and
+    a DFlash candidate serving the locked GGUF, then the drifted one: (result, record path)."""
+    engine = build_server()
+    target, locked, drifted, _ = ggufs
+    folder = tmp_path_factory.mktemp("gated")
+    drafter = convert(builtin_pair.drafter, folder / "drafter.gguf", target_dir=target)
+    lock = write_lock(build_lock({k: str(v) for k, v in builtin_pair.roots.items()}).lock,
+                      folder / "dflash.lock")
+    policy = write_policy(folder / "policy")
+    found = {}
+    for name, gguf in (("locked", locked), ("drifted", drifted)):
+        out = folder / f"{name}-approval.json"
+        with (llama_server(engine, gguf) as baseline,
+              llama_server(engine, gguf, drafter) as candidate):
+            found[name] = run_gate(GateOptions(
+                lock, policy, builtin_pair.roots, out=out,
+                endpoints=EndpointOverrides(baseline.url, candidate.url))), out
+    return found
+
+
+def test_the_gate_approves_the_locked_gguf_with_its_largest_logprob_difference(gated):
+    result, out = gated["locked"]
+    assert result.approved, result.reason
+    assert recorded(out, "endpoint diff")["identical"]
+    diff = recorded(out, "reference diff")
+    assert diff["passed"] and diff["verdict"] == "identical"
+    logprobs = diff["logprobs"]
+    assert logprobs["passed"] and logprobs["tolerance"] == TOLERANCES["float32"]
+    assert 0 < 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
+
+
+def test_the_gate_refuses_the_drifted_gguf_at_its_reference_diff(gated):
+    """Every other check passes (the local files are the locked ones; the DFlash candidate
+    decodes like its baseline): only the logprobs show that the served model is another."""
+    result, out = gated["drifted"]
+    assert not result.approved and not out.exists()
+    assert [c.name for c in result.checks if not c.outcome.ok] == ["reference diff"]
+    assert result.reason.startswith("reference diff: the candidate does not serve the locked "
+                                    "target: the served model is not the locked one"), result.reason
 
 
 @pytest.mark.parametrize(("outtype", "precision"), [("f16", "float16"), ("bf16", "bfloat16"),
@@ -102,7 +169,6 @@ def test_a_drifted_target_is_refused(reports):
 def test_the_tolerance_follows_the_conversions_weight_type(ggufs, tmp_path, outtype, precision):
     """llama.cpp's converter keeps norms in F32 and writes the matrices as asked: the matrices
     name the precision (q8_0 has no measured tolerance: a diff of it needs its own)."""
-    target, _, _ = ggufs
+    target, locked, _, _ = ggufs
     assert gguf_precision(convert(target, tmp_path / "t.gguf", outtype=outtype)) == precision
-    _, locked, _ = ggufs
     assert gguf_precision(locked) == "float32"

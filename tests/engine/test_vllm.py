@@ -8,6 +8,9 @@ servers are started exactly as `dflash-guard launch vllm` prints them: the targe
   (a range: acceptance moves with batching while the tokens stay identical);
 - `--reference` against kernels_ref on the original head_dim-16 target is identical, and its
   logprobs are kernels_ref's within half the float32 tolerance;
+- the gate on the two launched engines approves the locked pair, its approval record carrying
+  the reference diff's largest logprob difference (the drifted target is refused in
+  test_vllm_tampered.py);
 - `--isolation` is identical;
 - `bench` and `monitor` read vLLM's tau over real traffic;
 - `launch --check` passes the running command and catches the same command at an unpinned Hub
@@ -26,12 +29,13 @@ from pathlib import Path
 
 import pytest
 
+from dflash_guard.gate import EndpointOverrides, GateOptions, run_gate
 from dflash_guard.lossless.endpoint import CompletionClient
 from dflash_guard.lossless.prompts import read_prompts
 from dflash_guard.pins.resolve import build_lock
 from tests.support.launch import LAUNCH
 from tests.support.llamacpp import free_port
-from tests.support.trust import write_lock, write_policy
+from tests.support.trust import recorded, write_lock, write_policy
 from tests.support.vllm import SERVE_ARGS, install, launch_argv, vllm_servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -154,6 +158,28 @@ def test_vllm_matches_kernels_ref_on_the_head_dim_16_target(pair, servers):
     logprobs = report["logprobs"]  # the served model is the locked one, with room to spare
     assert logprobs["passed"] and logprobs["values"] > 0
     assert 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
+
+
+def test_the_gate_approves_the_locked_pair_with_its_largest_logprob_difference(pair, servers,
+                                                                             tmp_path):
+    """The gate on the launched baseline and candidate: every check passes, the reference diff
+    against kernels_ref on the locked (head_dim-64) target included, and the approval record
+    holds its largest logprob difference and the tolerance it was held to."""
+    target, drafter, lock, policy, _ = pair
+    baseline, candidate = servers
+    out = tmp_path / "approval.json"
+    result = run_gate(GateOptions(lock, policy, {"target": target, "drafter": drafter}, out=out,
+                                  endpoints=EndpointOverrides(baseline.url, candidate.url)))
+    assert result.approved, result.reason
+    step = next(c for c in result.checks if c.name == "reference diff")
+    assert "largest logprob difference" in step.outcome.reason, step.outcome.reason
+    diff = recorded(out, "reference diff")
+    assert diff["passed"] and diff["verdict"] == "identical" and diff["prompts"] == 12
+    logprobs = diff["logprobs"]
+    assert logprobs["passed"] and logprobs["values"] > 0
+    assert logprobs["tolerance_from"] == "measured for float32"
+    assert 0 <= 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
+    assert diff["engine"]["url"].startswith(candidate.url)
 
 
 def test_vllm_output_does_not_depend_on_other_requests(servers):
