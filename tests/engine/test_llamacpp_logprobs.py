@@ -27,7 +27,7 @@ from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.logprob_check import TOLERANCES
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import read_comparison
-from tests.support.kernels import drifted_target, random_pair
+from tests.support.kernels import drifted_target, random_pair, swapped_drafter
 from tests.support.llamacpp import build_server, convert, llama_server
 from tests.support.trust import recorded, write_lock, write_policy
 
@@ -45,6 +45,8 @@ def ggufs(builtin_pair, tmp_path_factory):
     target = builtin_pair.target
     drifted = drifted_target(target, folder / "drifted")
     other, _ = random_pair(folder / "other", seed=7)
+    config = json.loads((other / "config.json").read_text())  # room for the shipped prompts
+    (other / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 512}))
     return (target, convert(target, folder / "gguf" / "target.gguf"),
             convert(drifted, folder / "gguf" / "drifted.gguf"),
             convert(other, folder / "gguf" / "other.gguf"))
@@ -71,6 +73,7 @@ def reports(ggufs, tmp_path_factory):
                  str(target), "--candidate", server.url, "--gguf", str(locked), "--record",
                  str(record), "--format", "json", "--quiet"],
                 capture_output=True, text=True, check=False, timeout=900)
+        assert done.returncode in (0, 1), done.stderr
         found[name] = (done.returncode, json.loads(done.stdout), read_comparison(record))
     return found
 
@@ -117,51 +120,113 @@ def test_another_target_under_its_own_name_is_refused(reports):
     code, report, record = reports["other"]
     assert code == 1 and report["verdict"] == "wrong-model" and not record.predicate["passed"]
     assert report["wrong_model"].startswith("the served model is not the locked one: at ")
-    assert report["wrong_model"].endswith("the endpoint served it as 'other.gguf'")
+    assert report["wrong_model"].endswith("other.gguf'")  # the name it was served as
     assert report["logprobs"]["max_delta"] > 10 * report["logprobs"]["tolerance"]
 
 
 @pytest.fixture(scope="module")
-def gated(builtin_pair, ggufs, tmp_path_factory):
-    """The gate (the built-in pair's folders locked, the test policy) on a llama.cpp baseline and
-    a DFlash candidate serving the locked GGUF, then the drifted one: (result, record path)."""
+def drafters(builtin_pair, ggufs, tmp_path_factory):
+    """The built-in drafter converted to GGUF, and a swapped one (rows of its matrices
+    shuffled: another drafter for the same target)."""
+    target = ggufs[0]
+    folder = tmp_path_factory.mktemp("drafters")
+    swapped = swapped_drafter(builtin_pair.drafter, folder / "swapped")
+    return (convert(builtin_pair.drafter, folder / "drafter.gguf", target_dir=target),
+            convert(swapped, folder / "swapped.gguf", target_dir=target))
+
+
+@pytest.fixture(scope="module")
+def drafted(builtin_pair, ggufs, drafters):
+    """`difftest reference --drafter --metrics` on DFlash servers of the locked GGUF with the
+    locked drafter and with the swapped one: {name: report}."""
+    import subprocess
+    import sys
+
     engine = build_server()
-    target, locked, drifted, _ = ggufs
+    target, locked, _, _ = ggufs
+    found = {}
+    for name, drafter in zip(("locked", "swapped"), drafters, strict=True):
+        with llama_server(engine, locked, drafter) as server:
+            done = subprocess.run(
+                [sys.executable, "-m", "dflash_guard", "difftest", "reference", "--target",
+                 str(target), "--candidate", server.url, "--metrics", server.metrics,
+                 "--drafter", str(builtin_pair.drafter), "--concurrency", "1", "--format",
+                 "json", "--quiet"], capture_output=True, text=True, check=False, timeout=900)
+        assert done.returncode in (0, 1), done.stderr
+        found[name] = json.loads(done.stdout)
+    return found
+
+
+def test_a_swapped_drafter_is_told_by_its_acceptance(drafted):
+    """llama.cpp with another drafter commits the target's tokens: only its acceptance tells
+    (its logprobs cannot pass here: the speculative path measures none, below)."""
+    locked, swapped = drafted["locked"]["drafter"], drafted["swapped"]["drafter"]
+    assert locked["passed"] and 0.9 <= locked["ratio"] <= 1.2, locked
+    assert drafted["swapped"]["identical"] and drafted["swapped"]["hard"] == 0
+    assert not swapped["passed"] and swapped["ratio"] < 0.6, swapped
+    assert drafted["swapped"]["wrong_drafter"].startswith("the engine does not draft like the "
+                                                          "locked drafter")
+    assert drafted["locked"]["wrong_drafter"] is None
+
+
+@pytest.fixture(scope="module")
+def gated(builtin_pair, ggufs, drafters, tmp_path_factory):
+    """The gate (the built-in pair's folders locked, the test policy) on llama.cpp serving the
+    locked GGUF, then the drifted one: with the server alone as both engines, and on the locked
+    GGUF with a DFlash candidate (the built-in drafter converted too): (result, record path)."""
+    engine = build_server()
+    _, locked, drifted, _ = ggufs
     folder = tmp_path_factory.mktemp("gated")
-    drafter = convert(builtin_pair.drafter, folder / "drafter.gguf", target_dir=target)
+    drafter = drafters[0]
     lock = write_lock(build_lock({k: str(v) for k, v in builtin_pair.roots.items()}).lock,
                       folder / "dflash.lock")
     policy = write_policy(folder / "policy")
-    found = {}
-    for name, gguf in (("locked", locked), ("drifted", drifted)):
+
+    def gate(name: str, baseline: str, candidate: str):
         out = folder / f"{name}-approval.json"
-        with (llama_server(engine, gguf) as baseline,
-              llama_server(engine, gguf, drafter) as candidate):
-            found[name] = run_gate(GateOptions(
-                lock, policy, builtin_pair.roots, out=out,
-                endpoints=EndpointOverrides(baseline.url, candidate.url))), out
+        return run_gate(GateOptions(lock, policy, builtin_pair.roots, out=out,
+                                    endpoints=EndpointOverrides(baseline, candidate))), out
+
+    found = {}
+    with (llama_server(engine, locked) as baseline,
+          llama_server(engine, locked, drafter) as candidate):
+        found["locked"] = gate("locked", baseline.url, baseline.url)
+        found["dflash"] = gate("dflash", baseline.url, candidate.url)
+    with llama_server(engine, drifted) as baseline:
+        found["drifted"] = gate("drifted", baseline.url, baseline.url)
     return found
 
 
 def test_the_gate_approves_the_locked_gguf_with_its_largest_logprob_difference(gated):
     result, out = gated["locked"]
     assert result.approved, result.reason
-    assert recorded(out, "endpoint diff")["identical"]
     diff = recorded(out, "reference diff")
     assert diff["passed"] and diff["verdict"] == "identical"
     logprobs = diff["logprobs"]
     assert logprobs["passed"] and logprobs["tolerance"] == TOLERANCES["float32"]
+    assert logprobs["placeholders"] == 0
     assert 0 < 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
 
 
 def test_the_gate_refuses_the_drifted_gguf_at_its_reference_diff(gated):
-    """Every other check passes (the local files are the locked ones; the DFlash candidate
-    decodes like its baseline): only the logprobs show that the served model is another."""
+    """Every other check passes (the local files are the locked ones): only the logprobs show
+    that the served model is another."""
     result, out = gated["drifted"]
     assert not result.approved and not out.exists()
     assert [c.name for c in result.checks if not c.outcome.ok] == ["reference diff"]
     assert result.reason.startswith("reference diff: the candidate does not serve the locked "
                                     "target: the served model is not the locked one"), result.reason
+
+
+def test_the_gate_cannot_approve_a_speculative_llamacpp_candidate_by_its_logprobs(gated):
+    """llama.cpp's speculative path reports every token it accepts with probability 1 and no
+    top-k: nothing measured there, so the reference diff of a DFlash candidate cannot show the
+    locked model, and the gate refuses (fail closed), saying why. Its endpoint diff passed."""
+    result, out = gated["dflash"]
+    assert not result.approved and not out.exists()
+    assert [c.name for c in result.checks if not c.outcome.ok] == ["reference diff"]
+    assert "the engine measured no logprob at " in result.reason, result.reason
+    assert "llama.cpp's speculative path" in result.reason
 
 
 @pytest.mark.parametrize(("outtype", "precision"), [("f16", "float16"), ("bf16", "bfloat16"),

@@ -29,14 +29,21 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.gate import EndpointOverrides, GateOptions, run_gate
+from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless.endpoint import CompletionClient
 from dflash_guard.lossless.prompts import read_prompts
 from dflash_guard.pins.resolve import build_lock
 from tests.support.launch import LAUNCH
 from tests.support.llamacpp import free_port
 from tests.support.trust import recorded, write_lock, write_policy
-from tests.support.vllm import SERVE_ARGS, install, launch_argv, vllm_servers
+from tests.support.vllm import (
+    GATE_DIFFTEST,
+    SERVE_ARGS,
+    gate_endpoints,
+    install,
+    launch_argv,
+    vllm_servers,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -162,14 +169,16 @@ def test_vllm_matches_kernels_ref_on_the_head_dim_16_target(pair, servers):
 
 def test_the_gate_approves_the_locked_pair_with_its_largest_logprob_difference(pair, servers,
                                                                              tmp_path):
-    """The gate on the launched baseline and candidate: every check passes, the reference diff
-    against kernels_ref on the locked (head_dim-64) target included, and the approval record
-    holds its largest logprob difference and the tolerance it was held to."""
-    target, drafter, lock, policy, _ = pair
+    """The gate on the launched baseline and candidate (with its counters): every check passes,
+    the reference diff against kernels_ref on the locked (head_dim-64) target included, and the
+    approval record holds its largest logprob difference, the tolerance it was held to, and the
+    candidate's acceptance against kernels_ref's with the locked drafter."""
+    target, drafter, lock, _, _ = pair
     baseline, candidate = servers
     out = tmp_path / "approval.json"
-    result = run_gate(GateOptions(lock, policy, {"target": target, "drafter": drafter}, out=out,
-                                  endpoints=EndpointOverrides(baseline.url, candidate.url)))
+    policy = write_policy(tmp_path / "policy", (GATE_DIFFTEST, gate_endpoints(
+        baseline.url, candidate.url, MAX_NEW_TOKENS)))
+    result = run_gate(GateOptions(lock, policy, {"target": target, "drafter": drafter}, out=out))
     assert result.approved, result.reason
     step = next(c for c in result.checks if c.name == "reference diff")
     assert "largest logprob difference" in step.outcome.reason, step.outcome.reason
@@ -180,6 +189,9 @@ def test_the_gate_approves_the_locked_pair_with_its_largest_logprob_difference(p
     assert logprobs["tolerance_from"] == "measured for float32"
     assert 0 <= 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
     assert diff["engine"]["url"].startswith(candidate.url)
+    # its counters: the drafts are accepted like the locked drafter's in kernels_ref (batching
+    # moves vLLM's tau a little above it)
+    assert diff["drafter"]["passed"] and 0.9 <= diff["drafter"]["ratio"] <= 1.3, diff["drafter"]
 
 
 def test_vllm_output_does_not_depend_on_other_requests(servers):

@@ -106,6 +106,22 @@ def test_an_engine_that_reports_no_logprobs_proves_nothing():
     assert "cannot be shown to serve the locked model" in (check.reason() or "")
 
 
+def test_a_placeholder_logprob_is_not_a_measurement():
+    """llama.cpp's speculative path commits every token it accepts with probability 1 and no
+    top-k: those positions are not compared, and the check cannot pass with them; a computed
+    logprob of 0 comes with its alternatives and is compared."""
+    engine = answer([5, 6, 7], [-0.1, 0.0, 0.0], [((5, -0.1), (8, -2.0)), (), ((7, 0.0),)])
+    prompt = compare_prompt("p", engine, [{5: -0.1, 8: -2.0}, {6: -1.5}, {7: 0.0}])
+    assert (prompt.placeholders, prompt.compared_positions, prompt.values) == (1, 2, 3)
+    assert prompt.max_delta == 0  # position 1's 1.5 nats were never measured by the engine
+    check = LogprobCheck(0.05, "test", (prompt,))
+    assert not check.passed and check.to_json()["placeholders"] == 1
+    assert (check.reason() or "").startswith("the engine measured no logprob at 1 of the 3 "
+                                             "positions it committed")
+    honest = compare_prompt("p", answer([5], [0.0], [((5, 0.0),)]), [{5: 0.0}])
+    assert LogprobCheck(0.05, "test", (honest,)).passed
+
+
 def test_both_decodes_end_at_their_first_stop_token():
     """kernels_ref stops at the stop token and emits it; llama.cpp ignores `stop_token_ids` and
     decodes on to the budget: cut, both are the same tokens."""

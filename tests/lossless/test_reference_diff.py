@@ -20,7 +20,7 @@ from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import PREDICATE_TYPE, accepts, read_comparison
 from dflash_guard.trust.signing import sign_with_key
-from tests.support.kernels import drifted_target, random_pair
+from tests.support.kernels import drifted_target, random_pair, swapped_drafter
 from tests.support.reference_server import running_server
 from tests.support.scan_builders import write_vocab_gguf
 from tests.support.trust import make_key_pair, with_artifact, write_lock, write_policy
@@ -126,6 +126,38 @@ def test_a_drifted_target_is_not_the_locked_model(cli, builtin_pair, tmp_path):
     assert predicate["logprobs"]["max_delta"] == worst["delta"]
     assert text.exit_code == 1 and "NOT THE LOCKED MODEL" in text.stdout
     assert "largest difference from kernels_ref" in text.stdout
+
+
+def test_a_swapped_drafter_is_told_by_its_acceptance(cli, builtin_pair, reference_servers,
+                                                    tmp_path):
+    """A lossless engine drafting with another drafter commits the target's tokens with the
+    target's logprobs: only its acceptance tells. Against kernels_ref's tau with the locked
+    drafter, the locked candidate passes and the swapped one is refused, by name."""
+    target, drafter = builtin_pair.target, builtin_pair.drafter
+    swapped = swapped_drafter(drafter, tmp_path / "swapped")
+
+    def diff(url: str) -> tuple[int, dict]:
+        result = reference(cli, target, url, DEFAULT_PROMPTS, "--drafter", drafter,
+                           "--metrics", url + "/metrics")
+        return result.exit_code, json.loads(result.stdout)
+
+    code, locked = diff(reference_servers.candidate.url)
+    assert code == 0 and locked["passed"] and locked["drafter"]["passed"], locked["drafter"]
+    # kernels_ref.serve counts as vLLM does (its short last blocks not as drafts): 1.07 measured
+    assert 0.95 <= locked["drafter"]["ratio"] <= 1.2, locked["drafter"]
+    with running_server(target, swapped) as server:
+        code, report = diff(server.url)
+    assert code == 1 and report["verdict"] == "wrong-drafter"
+    assert report["identical"] and report["logprobs"]["passed"]  # the target's, as promised
+    assert report["drafter"]["ratio"] < 0.6, report["drafter"]
+    assert report["wrong_drafter"].startswith("the engine does not draft like the locked "
+                                              "drafter: its mean acceptance length")
+
+
+def test_the_drafter_check_needs_the_engines_counters(cli, builtin_pair):
+    result = cli("difftest", "reference", "--target", builtin_pair.target, "--candidate",
+                 "http://127.0.0.1:9", "--drafter", builtin_pair.drafter)
+    assert result.exit_code == 2 and "give --metrics too" in result.stderr
 
 
 def test_a_precision_never_measured_needs_its_own_tolerance(cli, builtin_pair):
