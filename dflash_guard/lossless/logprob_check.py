@@ -24,11 +24,13 @@ from dflash_guard.lossless.endpoint.client import Completion
 # largest measured on the locked built-in pair over the shipped prompts (3,115 values), on every
 # engine measured, times 2 to 2.5 (docs/diff-testing.md, "The logprob check"). A 2% drift of one
 # MLP matrix moved it 0.199 on kernels_ref, vLLM and llama.cpp: caught at float32 and float16, not
-# at bfloat16, whose own rounding moves it 0.30 when the engine computes in bfloat16.
+# at bfloat16, whose own rounding moves it 0.30 when the engine computes in bfloat16, nor at q8_0
+# (its 32-value blocks on the pair's 64-wide rows: 0.324, and 3 of 12 greedy streams diverge).
 TOLERANCES: dict[str, float] = {
     "float32": 0.05,  # llama.cpp f32 GGUF 0.0204, vLLM 2.2e-5, kernels_ref.serve 1.1e-5
     "float16": 0.08,  # kernels_ref.serve in float16 0.037, llama.cpp f16 GGUF 0.0217
     "bfloat16": 0.6,  # kernels_ref.serve in bfloat16 0.30, llama.cpp bf16 GGUF 0.064
+    "q8_0": 0.8,  # llama.cpp q8_0 GGUF 0.324 (the drifted target's q8_0: 0.347)
 }
 
 
