@@ -23,7 +23,13 @@ from dflash_guard.trust.signing import sign_with_key
 from tests.support.kernels import drifted_target, random_pair, swapped_drafter
 from tests.support.reference_server import running_server
 from tests.support.scan_builders import write_vocab_gguf
-from tests.support.trust import make_key_pair, with_artifact, write_lock, write_policy
+from tests.support.trust import (
+    make_key_pair,
+    one_line,
+    with_artifact,
+    write_lock,
+    write_policy,
+)
 
 pytestmark = pytest.mark.slow  # a reference-server subprocess, about 3 s
 
@@ -147,6 +153,11 @@ def test_a_swapped_drafter_is_told_by_its_acceptance(cli, builtin_pair, referenc
     assert 0.95 <= locked["drafter"]["ratio"] <= 1.2, locked["drafter"]
     with running_server(target, swapped) as server:
         code, report = diff(server.url)
+        text = cli("difftest", "reference", "--target", target, "--candidate", server.url,
+                   "--max-new-tokens", "12", "--drafter", drafter, "--metrics",
+                   server.url + "/metrics")
+    assert text.exit_code == 1 and "NOT THE LOCKED DRAFTER" in one_line(text.stdout)
+    assert "kernels_ref's with the locked drafter" in one_line(text.stdout)
     assert code == 1 and report["verdict"] == "wrong-drafter"
     assert report["identical"] and report["logprobs"]["passed"]  # the target's, as promised
     assert report["drafter"]["ratio"] < 0.6, report["drafter"]
