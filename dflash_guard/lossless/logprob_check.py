@@ -95,6 +95,14 @@ class PromptLogprobs:
         return None if self.worst is None else self.worst.delta
 
 
+def is_placeholder(answer: Completion, position: int) -> bool:
+    """Whether the engine's logprob at `position` is a placeholder (`PLACEHOLDER` with no
+    top-k beside it), not a measurement."""
+    chosen = answer.token_logprobs[position] if position < len(answer.token_logprobs) else None
+    tops = answer.top_logprobs[position] if position < len(answer.top_logprobs) else ()
+    return chosen == PLACEHOLDER and not tops
+
+
 def compare_prompt(prompt_id: str, answer: Completion,
                    reference: Sequence[Mapping[int, float]]) -> PromptLogprobs:
     """The engine's logprobs in `answer` against `reference` (per position, the reference's
@@ -108,7 +116,7 @@ def compare_prompt(prompt_id: str, answer: Completion,
         reported: list[tuple[int, float, bool]] = []
         chosen = answer.token_logprobs[position] if position < len(answer.token_logprobs) else None
         tops = answer.top_logprobs[position] if position < len(answer.top_logprobs) else ()
-        if chosen == PLACEHOLDER and not tops:
+        if is_placeholder(answer, position):
             placeholders += 1
             continue
         if chosen is not None:
@@ -150,6 +158,7 @@ class LogprobCheck:
     tolerance: float  # nats
     tolerance_from: str  # "float32 (measured)", "--max-logprob-delta", the policy ...
     prompts: tuple[PromptLogprobs, ...]
+    remeasured: int = 0  # placeholders the engine measured on a one-token request instead
 
     @property
     def worst(self) -> LogprobDelta | None:
@@ -192,10 +201,10 @@ class LogprobCheck:
         if worst.delta <= self.tolerance:
             if self.placeholders:
                 return (f"the engine measured no logprob at {self.placeholders} of the "
-                        f"{self.positions} positions it committed (probability 1, no top-k: "
-                        "llama.cpp's speculative path does not compute them for the tokens it "
-                        "accepts): it cannot be shown to serve the locked model there; diff it "
-                        "without speculation")
+                        f"{self.positions} positions it committed (probability 1, no top-k, as "
+                        "llama.cpp's speculative path reports the tokens it accepts, and no "
+                        "one-token request measured them either): it cannot be shown to serve "
+                        "the locked model there")
             return None
         return (f"{WRONG_MODEL}: at {worst.prompt_id} position "
                 f"{worst.position} the logprob of token {worst.token} is {worst.engine:.6g} on "
@@ -212,6 +221,7 @@ class LogprobCheck:
             "tolerance_from": self.tolerance_from,
             "values": self.values,
             "placeholders": self.placeholders,
+            "remeasured": self.remeasured,
             "prompts": [{"prompt_id": p.prompt_id, "positions": p.positions,
                          "compared_positions": p.compared_positions, "values": p.values,
                          "placeholders": p.placeholders,

@@ -45,6 +45,7 @@ from dflash_guard.lossless.local import mean_acceptance
 from dflash_guard.lossless.logprob_check import (
     LogprobCheck,
     compare_prompt,
+    is_placeholder,
     tokens_reported,
     tolerance_for,
 )
@@ -216,6 +217,41 @@ def _with_logprobs(target: Target, prompt: Prompt, reference: Completion, answer
     return replace(reference, top_logprobs=tops), values
 
 
+def _measure_placeholders(engine: CompletionClient, model: str, prompts: list[Prompt],
+                          answers: list[Completion], stop_ids: frozenset[int], room: int,
+                          concurrency: int) -> tuple[list[Completion], int]:
+    """`answers` with each placeholder logprob (an engine's speculative path that measured
+    nothing) replaced by the engine's own measurement there: a one-token request of the prompt
+    and the engine's tokens before that position, whose token comes from the engine's
+    non-speculative path with its logprobs. Kept a placeholder where that token is not the one
+    committed, or past the target's context. Returns the answers and how many were measured."""
+    asked: list[tuple[int, int]] = []  # (answer, position)
+    for a, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
+        cut = until_stop(answer, stop_ids | prompt.stop_ids)
+        asked += [(a, i) for i in range(len(cut.token_ids or ()))
+                  if is_placeholder(cut, i) and len(prompt.ids) + i < room]
+
+    def ask(item: tuple[int, int]) -> Completion:
+        a, i = item
+        ids = (*prompts[a].ids, *(answers[a].token_ids or ())[:i])
+        return engine.complete(PromptSpec(f"{prompts[a].id}@{i}", ids, 1), model=model,
+                               max_tokens=1)
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="placeholder") as pool:
+        measured = list(pool.map(ask, asked))
+    chosen = [list(a.token_logprobs) for a in answers]
+    tops = [list(a.top_logprobs) for a in answers]
+    filled = 0
+    for (a, i), one in zip(asked, measured, strict=True):
+        token = (answers[a].token_ids or ())[i]
+        if (one.token_ids or ())[:1] != (token,) or not one.token_logprobs:
+            continue
+        chosen[a][i], tops[a][i] = one.token_logprobs[0], one.top_logprobs[0]
+        filled += 1
+    return [replace(answer, token_logprobs=tuple(c), top_logprobs=tuple(t))
+            for answer, c, t in zip(answers, chosen, tops, strict=True)], filled
+
+
 def _judge_near_tie(result: PromptResult, check: LogprobCheck) -> PromptResult:
     """A near-tie stays one only where the engine's logprobs up to it agree with the
     reference's within the tolerance; otherwise it is a hard divergence."""
@@ -302,15 +338,19 @@ def run_reference_diff(options: ReferenceOptions,
         if before is not None and metrics_url:
             acceptance = acceptance_from_metrics(before, parse_prometheus(
                 engine.get_text(metrics_url)))
+        if any(a.token_ids is None for a in answers):
+            raise EndpointError(f"candidate endpoint {o.candidate.shown_url} reports no token "
+                                "ids (logprobs): the reference diff compares token ids")
+        with stage(progress, "measuring the positions the engine left unmeasured"):
+            answers, measured = _measure_placeholders(
+                engine, model, prompts, answers, stop_ids,
+                target.config.max_position_embeddings, o.concurrency)
     drafter = None
     if o.drafter is not None:
         with stage(progress, "decoding with the locked drafter"), using_threads(threads):
             drafter = DrafterCheck(_reference_tau(o, target, prompts, budgets, stop_ids),
                                    acceptance.mean_acceptance_length if acceptance else None)
 
-    if any(a.token_ids is None for a in answers):
-        raise EndpointError(f"candidate endpoint {o.candidate.shown_url} reports no token ids "
-                            "(logprobs): the reference diff compares token ids")
     results, compared = [], []
     with stage(progress, "the logprobs at every position", len(prompts), "prompts"), \
             using_threads(threads):
@@ -323,7 +363,7 @@ def run_reference_diff(options: ReferenceOptions,
                                                compare_text=False))
             compared.append(compare_prompt(prompt.id, answer, values))
             progress.advanced()
-    check = LogprobCheck(tolerance, tolerance_from, tuple(compared))
+    check = LogprobCheck(tolerance, tolerance_from, tuple(compared), measured)
     return replace(
         base,
         model=model,

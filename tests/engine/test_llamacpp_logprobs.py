@@ -10,8 +10,9 @@ not, and the diff refuses it, naming the model it was served as; so does another
 same tokenizer under its own name. The locked pair passes with the measured margin.
 The gate on llama.cpp approves the locked GGUF with the largest logprob difference in its
 approval record and refuses the drifted one at its reference diff, every other check passing;
-on a DFlash candidate (the built-in drafter converted too) it refuses: llama.cpp's speculative
-path reports no logprobs for the tokens it accepts. A swapped drafter is told by its acceptance.
+on a DFlash candidate (the built-in drafter converted too) too, the positions its speculative
+path reports without logprobs measured again one token at a time. A swapped drafter is told by
+its acceptance.
 A q8_0 conversion is held to the q8_0 tolerance, measured here.
 
 The engine build is part of the suite: when it fails, these tests fail (never skip).
@@ -160,11 +161,13 @@ def drafted(builtin_pair, ggufs, drafters):
 
 
 def test_a_swapped_drafter_is_told_by_its_acceptance(drafted):
-    """llama.cpp with another drafter commits the target's tokens: only its acceptance tells
-    (its logprobs cannot pass here: the speculative path measures none, below)."""
+    """llama.cpp with another drafter commits the target's tokens with the target's logprobs:
+    only its acceptance tells."""
     locked, swapped = drafted["locked"]["drafter"], drafted["swapped"]["drafter"]
+    assert drafted["locked"]["passed"] and drafted["locked"]["verdict"] == "identical"
     assert locked["passed"] and 0.9 <= locked["ratio"] <= 1.2, locked
-    assert drafted["swapped"]["identical"] and drafted["swapped"]["hard"] == 0
+    assert drafted["swapped"]["verdict"] == "wrong-drafter"
+    assert drafted["swapped"]["identical"] and drafted["swapped"]["logprobs"]["passed"]
     assert not swapped["passed"] and swapped["ratio"] < 0.6, swapped
     assert drafted["swapped"]["wrong_drafter"].startswith("the engine does not draft like the "
                                                           "locked drafter")
@@ -174,8 +177,8 @@ def test_a_swapped_drafter_is_told_by_its_acceptance(drafted):
 @pytest.fixture(scope="module")
 def gated(builtin_pair, ggufs, drafters, tmp_path_factory):
     """The gate (the built-in pair's folders locked, the test policy) on llama.cpp serving the
-    locked GGUF, then the drifted one: with the server alone as both engines, and on the locked
-    GGUF with a DFlash candidate (the built-in drafter converted too): (result, record path)."""
+    locked GGUF, then the drifted one: with the server alone as both engines, and with a DFlash
+    candidate (the built-in drafter converted too): (result, record path)."""
     engine = build_server()
     _, locked, drifted, _ = ggufs
     folder = tmp_path_factory.mktemp("gated")
@@ -194,8 +197,10 @@ def gated(builtin_pair, ggufs, drafters, tmp_path_factory):
           llama_server(engine, locked, drafter) as candidate):
         found["locked"] = gate("locked", baseline.url, baseline.url)
         found["dflash"] = gate("dflash", baseline.url, candidate.url)
-    with llama_server(engine, drifted) as baseline:
+    with (llama_server(engine, drifted) as baseline,
+          llama_server(engine, drifted, drafter) as candidate):
         found["drifted"] = gate("drifted", baseline.url, baseline.url)
+        found["drifted-dflash"] = gate("drifted-dflash", baseline.url, candidate.url)
     return found
 
 
@@ -210,25 +215,28 @@ def test_the_gate_approves_the_locked_gguf_with_its_largest_logprob_difference(g
     assert 0 < 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
 
 
-def test_the_gate_refuses_the_drifted_gguf_at_its_reference_diff(gated):
-    """Every other check passes (the local files are the locked ones): only the logprobs show
-    that the served model is another."""
-    result, out = gated["drifted"]
+@pytest.mark.parametrize("served", ["drifted", "drifted-dflash"])
+def test_the_gate_refuses_the_drifted_gguf_at_its_reference_diff(gated, served):
+    """Every other check passes (the local files are the locked ones; the DFlash candidate
+    decodes like its baseline): only the logprobs show that the served model is another, the
+    DFlash candidate's measured again where its speculative path left placeholders."""
+    result, out = gated[served]
     assert not result.approved and not out.exists()
     assert [c.name for c in result.checks if not c.outcome.ok] == ["reference diff"]
     assert result.reason.startswith("reference diff: the candidate does not serve the locked "
                                     "target: the served model is not the locked one"), result.reason
 
 
-def test_the_gate_cannot_approve_a_speculative_llamacpp_candidate_by_its_logprobs(gated):
+def test_the_gate_approves_a_dflash_candidate_by_remeasuring_its_placeholders(gated):
     """llama.cpp's speculative path reports every token it accepts with probability 1 and no
-    top-k: nothing measured there, so the reference diff of a DFlash candidate cannot show the
-    locked model, and the gate refuses (fail closed), saying why. Its endpoint diff passed."""
+    top-k: the reference diff asks each such position again alone (one token, from the
+    non-speculative path), so the DFlash candidate's logprobs are all measured and compared."""
     result, out = gated["dflash"]
-    assert not result.approved and not out.exists()
-    assert [c.name for c in result.checks if not c.outcome.ok] == ["reference diff"]
-    assert "the engine measured no logprob at " in result.reason, result.reason
-    assert "llama.cpp's speculative path" in result.reason
+    assert result.approved, result.reason
+    logprobs = recorded(out, "reference diff")["logprobs"]
+    # measured: 81 placeholders over the 12 prompts at the policy's 8 tokens
+    assert logprobs["passed"] and logprobs["placeholders"] == 0 and logprobs["remeasured"] > 40
+    assert 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
 
 
 def test_a_q8_0_conversion_is_held_to_its_measured_tolerance(engine_and_q8):

@@ -23,10 +23,12 @@ from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.logprob_check import (
     LogprobCheck,
     compare_prompt,
+    is_placeholder,
     tokens_reported,
     tolerance_for,
 )
-from dflash_guard.lossless.reference_diff import _judge_near_tie
+from dflash_guard.lossless.prompts import Prompt
+from dflash_guard.lossless.reference_diff import _judge_near_tie, _measure_placeholders
 from dflash_guard.lossless.result import Divergence, PromptResult
 
 
@@ -120,6 +122,34 @@ def test_a_placeholder_logprob_is_not_a_measurement():
                                              "positions it committed")
     honest = compare_prompt("p", answer([5], [0.0], [((5, 0.0),)]), [{5: 0.0}])
     assert LogprobCheck(0.05, "test", (honest,)).passed
+
+
+class OneTokenEngine:
+    """An engine's one-token answers: `tokens[context length]` with logprob -0.5 and a top-2."""
+
+    def __init__(self, tokens):
+        self.tokens, self.asked = tokens, []
+
+    def complete(self, spec, *, model, max_tokens):
+        self.asked.append((len(spec.prompt), max_tokens))
+        token = self.tokens[len(spec.prompt)]
+        return answer([token], [-0.5], [((token, -0.5), (1, -1.0))])
+
+
+def test_placeholders_are_measured_on_one_token_requests():
+    """Each placeholder position is asked again alone (the prompt and the engine's tokens
+    before it, one token): its measurement replaces the placeholder; one whose token is not
+    the committed one, or past the target's context, stays a placeholder."""
+    prompt = Prompt("p", (9, 9))
+    committed = [5, 6, 7, 8]  # position 2: the engine's own answer there is another token
+    decoded = answer(committed, [-0.1, 0.0, 0.0, 0.0], [((5, -0.1),), (), (), ()])
+    engine = OneTokenEngine([9, 9, 5, 6, 4, 8])
+    [filled], measured = _measure_placeholders(engine, "m", [prompt], [decoded], frozenset(),
+                                               room=5, concurrency=2)
+    assert sorted(engine.asked) == [(3, 1), (4, 1)] and measured == 1  # position 3: no room
+    assert filled.token_logprobs == (-0.1, -0.5, 0.0, 0.0)
+    assert filled.top_logprobs[1] == ((6, -0.5), (1, -1.0))
+    assert [is_placeholder(filled, i) for i in range(4)] == [False, False, True, True]
 
 
 def test_both_decodes_end_at_their_first_stop_token():
