@@ -149,7 +149,7 @@ def test_a_swapped_drafter_is_told_by_its_acceptance(cli, builtin_pair, referenc
 
     code, locked = diff(reference_servers.candidate.url)
     assert code == 0 and locked["passed"] and locked["drafter"]["passed"], locked["drafter"]
-    # kernels_ref.serve counts as vLLM does (its short last blocks not as drafts): 1.07 measured
+    # 1.07 measured here at 12 tokens, 1.02 at 64: the engine counts its steps its own way
     assert 0.95 <= locked["drafter"]["ratio"] <= 1.2, locked["drafter"]
     with running_server(target, swapped) as server:
         code, report = diff(server.url)
