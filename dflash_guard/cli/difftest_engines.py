@@ -96,6 +96,9 @@ def reference(
     max_logprob_delta: Annotated[float | None, typer.Option(
         "--max-logprob-delta", min=0.0, metavar="NATS", help="Largest logprob difference "
         "from kernels_ref allowed (default: the one measured for --precision).")] = None,
+    drafter: Annotated[Path | None, typer.Option(
+        "--drafter", help="The locked drafter: the engine's acceptance over the diff (its "
+        "--metrics) must reach kernels_ref's with it.")] = None,
     prompts: Prompts = None, model: Model = None, max_new_tokens: MaxNewTokens = None,
     concurrency: Concurrency = 4, api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
     near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
@@ -116,13 +119,13 @@ def reference(
         raise InputError(f"--record {record}: folder {record.parent} does not exist")
     refuse_outputs_over_inputs([("--record", record)], [
         ("--target", target), ("--gguf", gguf), ("--conversion", conversion),
-        ("--prompts", prompts)])
+        ("--prompts", prompts), ("--drafter", drafter)])
     options = ReferenceOptions(
         target, engine(candidate, model=model, api_key_env=api_key_env, timeout=timeout,
                        metrics=metrics), gguf=gguf, conversion=conversion, prompts=prompts,
         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS, concurrency=concurrency,
         near_tie_margin=near_tie_margin, dtype=dtype, threads=threads, precision=precision,
-        max_logprob_delta=max_logprob_delta)
+        max_logprob_delta=max_logprob_delta, drafter=drafter)
     with progress(quiet) as shown:
         report = run_reference_diff(options, shown)
         if record is not None:

@@ -295,9 +295,12 @@ def check_reference_diff(inputs: GateInputs) -> Checked:
         return Outcome.skipped("not configured (the policy has no difftest.endpoints)"), None
     assert inputs.engines is not None
     tolerance = inputs.policy.difftest.max_logprob_delta
+    locations, candidate = inputs.get(VerifiedFiles).locations, inputs.engines[1]
+    # the drafter is judged by the candidate's acceptance counters: only with its metrics
+    drafter = locations["drafter"] if candidate.metrics_url else None
     try:
         report = run_reference_diff(ReferenceOptions(
-            inputs.get(VerifiedFiles).locations["target"], inputs.engines[1],
+            locations["target"], candidate, drafter=drafter,
             prompts=Path(rules.prompts) if rules.prompts else None,
             max_new_tokens=rules.max_new_tokens, concurrency=rules.concurrency,
             near_tie_margin=rules.near_tie_margin, threads=inputs.options.threads,
@@ -311,6 +314,9 @@ def check_reference_diff(inputs: GateInputs) -> Checked:
     if report.wrong_model:
         return Outcome.refused(f"the candidate does not serve the locked target: "
                                f"{report.wrong_model}"), None
+    if report.wrong_drafter:
+        return Outcome.refused(f"the candidate does not draft with the locked drafter: "
+                               f"{report.wrong_drafter}"), None
     if not report.passed:
         first = report.hard_divergences[0] if report.hard_divergences else None
         where = f" (first: {first.prompt_id})" if first is not None else ""
@@ -319,8 +325,12 @@ def check_reference_diff(inputs: GateInputs) -> Checked:
     check = report.logprobs
     figures = (f"; largest logprob difference {check.worst.delta:.2g} <= {check.tolerance:g} "
                "nats" if check is not None and check.worst is not None else "")
+    drafted = (f"; drafter: tau {report.drafter.engine_tau:.2f} against kernels_ref's "
+               f"{report.drafter.reference_tau:.2f}" if report.drafter is not None
+               and report.drafter.engine_tau is not None else
+               "; drafter not checked (difftest.endpoints.metrics is off)")
     return (Outcome.passed(f"{len(report.results)} prompts match kernels_ref on the locked "
-                           f"target{figures}"), ReferenceEvidence(summary))
+                           f"target{figures}{drafted}"), ReferenceEvidence(summary))
 
 
 def check_rollout(inputs: GateInputs) -> Checked:

@@ -106,6 +106,7 @@ class ReferenceOptions:
     precision: str | None = None  # what the engine serves; None: the GGUF's, else float32
     max_logprob_delta: float | None = None  # nats; None: the tolerance measured for `precision`
     max_logprob_delta_from: str = "--max-logprob-delta"  # where that tolerance comes from
+    drafter: Path | None = None  # the locked drafter: the engine's acceptance against its own
 
     def __post_init__(self) -> None:
         _check_threads(self.threads)
@@ -117,6 +118,9 @@ class ReferenceOptions:
             tolerance_for(self.precision)  # a precision never measured needs its own tolerance
         if self.conversion is not None and self.gguf is None:
             raise InputError("--conversion describes a GGUF: give --gguf too")
+        if self.drafter is not None and self.candidate.metrics_url is None:
+            raise InputError("--drafter is judged by the engine's acceptance counters: give "
+                             "--metrics too")
 
 
 def _check_threads(threads: int | None) -> None:

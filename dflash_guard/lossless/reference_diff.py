@@ -29,6 +29,7 @@ from typing import Any
 
 from dflash_guard.fileio import read_input
 from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+from dflash_guard.lossless.drafter_check import DrafterCheck
 from dflash_guard.lossless.endpoint.client import Completion, CompletionClient, EndpointError
 from dflash_guard.lossless.endpoint.compare import compare_completions, result_json, until_stop
 from dflash_guard.lossless.endpoint.metrics import (
@@ -40,9 +41,11 @@ from dflash_guard.lossless.endpoint.metrics import (
 )
 from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
+from dflash_guard.lossless.local import mean_acceptance
 from dflash_guard.lossless.logprob_check import (
     LogprobCheck,
     compare_prompt,
+    is_placeholder,
     tokens_reported,
     tolerance_for,
 )
@@ -60,7 +63,7 @@ from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.trust.comparison import comparison_statement, read_conversion, write_comparison
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.generate import generate
-from kernels_ref.load import load_target
+from kernels_ref.load import load_drafter, load_target
 from kernels_ref.logprobs import output_logprobs, top_logprobs
 from kernels_ref.model import Target
 from kernels_ref.prompts import MAX_PROMPT_FILE_BYTES, Chat, PromptSpec
@@ -89,6 +92,7 @@ class ReferenceDiffReport(ClassifiedResults):
     warnings: tuple[str, ...] = field(default_factory=tuple)
     threads: ThreadChoice | None = None  # what the reference decode ran on
     logprobs: LogprobCheck | None = None  # the engine's logprobs against the reference's
+    drafter: DrafterCheck | None = None  # its acceptance against the locked drafter's (--drafter)
 
     @property
     def identical(self) -> bool:
@@ -96,15 +100,27 @@ class ReferenceDiffReport(ClassifiedResults):
 
     @property
     def wrong_model(self) -> str | None:
-        """Why the served model is not the locked one, by its logprobs (None: it is)."""
-        return None if self.logprobs is None else self.logprobs.reason()
+        """Why the served model is not the locked one, by its logprobs, naming the model the
+        endpoint served (None: it is the locked one). The name proves nothing either way: an
+        engine serves any weights under any name; the logprobs are the evidence."""
+        why = None if self.logprobs is None else self.logprobs.reason()
+        if why is None or self.model is None:
+            return why
+        return f"{why}; the endpoint served it as {self.model!r}"
+
+    @property
+    def wrong_drafter(self) -> str | None:
+        """Why the engine is not drafting like the locked drafter (None: it is, or no drafter
+        was given to check)."""
+        return None if self.drafter is None else self.drafter.reason()
 
     @property
     def passed(self) -> bool:
-        """No refusal, no hard divergence and logprobs within the tolerance (near-ties are
-        counted, a policy decides)."""
+        """No refusal, no hard divergence, logprobs within the tolerance and, when a drafter
+        was checked, its acceptance (near-ties are counted, a policy decides)."""
         return (self.refused is None and bool(self.results) and not self.hard_divergences
-                and self.logprobs is not None and self.wrong_model is None)
+                and self.logprobs is not None and self.wrong_model is None
+                and self.wrong_drafter is None)
 
     @property
     def verdict(self) -> str:
@@ -112,6 +128,8 @@ class ReferenceDiffReport(ClassifiedResults):
             return "refused"
         if self.results and self.wrong_model is not None:
             return "wrong-model"
+        if self.results and self.wrong_drafter is not None:
+            return "wrong-drafter"
         if self.hard_divergences:
             return "diverged"
         return "identical" if self.identical else "near-ties"
@@ -129,6 +147,8 @@ class ReferenceDiffReport(ClassifiedResults):
             "divergences": [r.prompt_id for r in self.results if not r.identical],
             "wrong_model": self.wrong_model if self.results else None,
             "logprobs": None if self.logprobs is None else self.logprobs.to_json(),
+            "wrong_drafter": self.wrong_drafter if self.results else None,
+            "drafter": None if self.drafter is None else self.drafter.to_json(),
             "prompt_set": {"name": self.prompt_set, "digest": {"sha256": self.prompt_set_sha256}},
             "max_new_tokens": self.max_new_tokens,
             "reference": {"runner": "kernels_ref", "target": self.target},
@@ -156,6 +176,8 @@ class ReferenceDiffReport(ClassifiedResults):
             "threads": None if self.threads is None else self.threads.to_json(),
             "wrong_model": self.wrong_model if self.results else None,
             "logprobs": None if self.logprobs is None else self.logprobs.to_json(),
+            "wrong_drafter": self.wrong_drafter if self.results else None,
+            "drafter": None if self.drafter is None else self.drafter.to_json(),
         }
 
 
@@ -165,6 +187,17 @@ def _reference(target: Target, prompt: Prompt, budget: int, stop_ids: frozenset[
     run = generate(target, None, list(prompt.ids), max_new_tokens=budget,
                    stop_ids=stop_ids | prompt.stop_ids)
     return Completion("", tuple(run.tokens), None, (), run.stop_reason)
+
+
+def _reference_tau(options: ReferenceOptions, target: Target, prompts: list[Prompt],
+                   budgets: list[int], stop_ids: frozenset[int]) -> float:
+    """kernels_ref's mean acceptance length with the locked drafter over the same prompts and
+    budgets (its tokens are the target's: only the acceptance is kept)."""
+    assert options.drafter is not None
+    drafter = load_drafter(options.drafter, target)
+    return mean_acceptance([generate(target, drafter, list(p.ids), max_new_tokens=b,
+                                     stop_ids=stop_ids | p.stop_ids)
+                            for p, b in zip(prompts, budgets, strict=True)])
 
 
 def _with_logprobs(target: Target, prompt: Prompt, reference: Completion, answer: Completion
@@ -182,6 +215,41 @@ def _with_logprobs(target: Target, prompt: Prompt, reference: Completion, answer
     values = [{t: float(rows[i, t]) for t in wanted if 0 <= t < vocab}
               for i, wanted in enumerate(tokens_reported(answer)[: rows.shape[0]])]
     return replace(reference, top_logprobs=tops), values
+
+
+def _measure_placeholders(engine: CompletionClient, model: str, prompts: list[Prompt],
+                          answers: list[Completion], stop_ids: frozenset[int], room: int,
+                          concurrency: int) -> tuple[list[Completion], int]:
+    """`answers` with each placeholder logprob (an engine's speculative path that measured
+    nothing) replaced by the engine's own measurement there: a one-token request of the prompt
+    and the engine's tokens before that position, whose token comes from the engine's
+    non-speculative path with its logprobs. Kept a placeholder where that token is not the one
+    committed, or past the target's context. Returns the answers and how many were measured."""
+    asked: list[tuple[int, int]] = []  # (answer, position)
+    for a, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
+        cut = until_stop(answer, stop_ids | prompt.stop_ids)
+        asked += [(a, i) for i in range(len(cut.token_ids or ()))
+                  if is_placeholder(cut, i) and len(prompt.ids) + i < room]
+
+    def ask(item: tuple[int, int]) -> Completion:
+        a, i = item
+        ids = (*prompts[a].ids, *(answers[a].token_ids or ())[:i])
+        return engine.complete(PromptSpec(f"{prompts[a].id}@{i}", ids, 1), model=model,
+                               max_tokens=1)
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="placeholder") as pool:
+        measured = list(pool.map(ask, asked))
+    chosen = [list(a.token_logprobs) for a in answers]
+    tops = [list(a.top_logprobs) for a in answers]
+    filled = 0
+    for (a, i), one in zip(asked, measured, strict=True):
+        token = (answers[a].token_ids or ())[i]
+        if (one.token_ids or ())[:1] != (token,) or not one.token_logprobs:
+            continue
+        chosen[a][i], tops[a][i] = one.token_logprobs[0], one.top_logprobs[0]
+        filled += 1
+    return [replace(answer, token_logprobs=tuple(c), top_logprobs=tuple(t))
+            for answer, c, t in zip(answers, chosen, tops, strict=True)], filled
 
 
 def _judge_near_tie(result: PromptResult, check: LogprobCheck) -> PromptResult:
@@ -270,10 +338,19 @@ def run_reference_diff(options: ReferenceOptions,
         if before is not None and metrics_url:
             acceptance = acceptance_from_metrics(before, parse_prometheus(
                 engine.get_text(metrics_url)))
+        if any(a.token_ids is None for a in answers):
+            raise EndpointError(f"candidate endpoint {o.candidate.shown_url} reports no token "
+                                "ids (logprobs): the reference diff compares token ids")
+        with stage(progress, "measuring the positions the engine left unmeasured"):
+            answers, measured = _measure_placeholders(
+                engine, model, prompts, answers, stop_ids,
+                target.config.max_position_embeddings, o.concurrency)
+    drafter = None
+    if o.drafter is not None:
+        with stage(progress, "decoding with the locked drafter"), using_threads(threads):
+            drafter = DrafterCheck(_reference_tau(o, target, prompts, budgets, stop_ids),
+                                   acceptance.mean_acceptance_length if acceptance else None)
 
-    if any(a.token_ids is None for a in answers):
-        raise EndpointError(f"candidate endpoint {o.candidate.shown_url} reports no token ids "
-                            "(logprobs): the reference diff compares token ids")
     results, compared = [], []
     with stage(progress, "the logprobs at every position", len(prompts), "prompts"), \
             using_threads(threads):
@@ -286,12 +363,13 @@ def run_reference_diff(options: ReferenceOptions,
                                                compare_text=False))
             compared.append(compare_prompt(prompt.id, answer, values))
             progress.advanced()
-    check = LogprobCheck(tolerance, tolerance_from, tuple(compared))
+    check = LogprobCheck(tolerance, tolerance_from, tuple(compared), measured)
     return replace(
         base,
         model=model,
         results=tuple(_judge_near_tie(r, check) for r in results),
         logprobs=check,
+        drafter=drafter,
         acceptance=acceptance,
         response_drafts=ResponseDrafts.total(a.drafts for a in answers),
         warnings=tuple(acceptance_warnings(acceptance)) if metrics_url else (),

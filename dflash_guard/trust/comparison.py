@@ -9,7 +9,8 @@ and output digests), or null when none was given.
 
 A policy's `gguf_comparisons` may name such a record instead of a hand-written entry; the gate
 accepts it for the locked GGUF only when `accepts` finds its subjects equal to the lock's files
-(the GGUF by digest, every target subject by path and digest) and the verdict passed.
+(the GGUF by digest, every target subject by path and digest), the verdict passed, and so
+did its logprob check (`predicate.logprobs.passed`; fail closed on a record that has none).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def read_comparison(path: Path) -> Statement:
 
 def accepts(statement: Statement, lock: Lockfile) -> Outcome:
     """Whether the record covers the lock's GGUF: a GGUF subject equal to a locked `.gguf` file,
-    every target subject equal to the locked target's file, and a passed verdict."""
+    every target subject equal to the locked target's file, a passed verdict and a passed
+    logprob check (a record without one, from before logprobs were compared, is refused)."""
     gguf, target = lock.artifact("gguf"), lock.artifact("target")
     if gguf is None or target is None:
         return Outcome.refused("the lock has no gguf and target artifacts to compare")
@@ -115,5 +117,14 @@ def accepts(statement: Statement, lock: Lockfile) -> Outcome:
             return Outcome.refused(f"target/{path} differs from the locked target")
     if statement.predicate.get("passed") is not True:
         return Outcome.refused(f"its verdict is {statement.predicate.get('verdict')!r}")
+    logprobs = statement.predicate.get("logprobs")
+    if not isinstance(logprobs, dict):
+        return Outcome.refused("it carries no logprob check (a record written before the diff "
+                               "compared logprobs proves the greedy tokens only, not that the "
+                               "engine served the locked model): compare again")
+    if logprobs.get("passed") is not True:
+        return Outcome.refused(f"its logprobs did not pass (largest difference "
+                               f"{logprobs.get('max_delta')!r}, tolerance "
+                               f"{logprobs.get('tolerance')!r})")
     return Outcome.passed(f"compared on {statement.predicate.get('prompts')} prompts: "
                           f"{statement.predicate.get('verdict')}")

@@ -8,6 +8,9 @@ servers are started exactly as `dflash-guard launch vllm` prints them: the targe
   (a range: acceptance moves with batching while the tokens stay identical);
 - `--reference` against kernels_ref on the original head_dim-16 target is identical, and its
   logprobs are kernels_ref's within half the float32 tolerance;
+- the gate on the two launched engines approves the locked pair, its approval record carrying
+  the reference diff's largest logprob difference (the drifted target is refused in
+  test_vllm_tampered.py);
 - `--isolation` is identical;
 - `bench` and `monitor` read vLLM's tau over real traffic;
 - `launch --check` passes the running command and catches the same command at an unpinned Hub
@@ -26,13 +29,21 @@ from pathlib import Path
 
 import pytest
 
+from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless.endpoint import CompletionClient
 from dflash_guard.lossless.prompts import read_prompts
 from dflash_guard.pins.resolve import build_lock
 from tests.support.launch import LAUNCH
 from tests.support.llamacpp import free_port
-from tests.support.trust import write_lock, write_policy
-from tests.support.vllm import SERVE_ARGS, install, launch_argv, vllm_servers
+from tests.support.trust import recorded, write_lock, write_policy
+from tests.support.vllm import (
+    GATE_DIFFTEST,
+    SERVE_ARGS,
+    gate_endpoints,
+    install,
+    launch_argv,
+    vllm_servers,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -96,13 +107,16 @@ def test_the_launched_candidate_matches_the_launched_baseline(servers):
     assert len(acceptance["accepted_per_position"]) == BLOCK - 1
 
 
-# Before the reference diff: after its logprob requests, an interval of the CPU build's
-# candidate drafted nothing (-k "kernels_ref or monitor_reads"). In the full suite beside the
-# other xdist worker it drafts nothing in the interval either, while alone, or run with the
-# module's other tests, it passes. Not diagnosed (closing note of 2026-12-02): it still runs,
-# and is reported XFAIL or XPASS, never as a pass it did not make.
-@pytest.mark.xfail(reason="vLLM CPU: no drafts in the interval beside the other xdist worker, "
-                          "or after the reference diff; undiagnosed", strict=False)
+# In the full suite beside the other xdist worker an interval of the CPU build's candidate
+# drafted nothing (closing note of 2026-12-02); alone, or with the module's other tests, it
+# passes. Ruled out on 2026-12-02: logprob requests (vLLM's runner drafts unless the batch's
+# longest sequence would not fit the drafter's max_model_len, logprobs are not consulted, and
+# its drafts kept counting after a reference diff); the order (after the reference diff and the
+# gate it passes since the interval waits for traffic); CPU contention (a 2-thread torch loop
+# beside the server: about 90 drafts a second). Still undiagnosed: it runs, and is reported
+# XFAIL or XPASS, never as a pass it did not make.
+@pytest.mark.xfail(reason="vLLM CPU: no drafts in the interval beside the other xdist worker; "
+                          "not logprobs, order or CPU load; undiagnosed", strict=False)
 def test_monitor_reads_vllm_tau_over_an_interval_of_traffic(servers):
     candidate = servers[1]
     prompts = read_prompts(ROOT / "kernels_ref" / "prompts" / "default.jsonl")[:3]
@@ -154,6 +168,33 @@ def test_vllm_matches_kernels_ref_on_the_head_dim_16_target(pair, servers):
     logprobs = report["logprobs"]  # the served model is the locked one, with room to spare
     assert logprobs["passed"] and logprobs["values"] > 0
     assert 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
+
+
+def test_the_gate_approves_the_locked_pair_with_its_largest_logprob_difference(pair, servers,
+                                                                             tmp_path):
+    """The gate on the launched baseline and candidate (with its counters): every check passes,
+    the reference diff against kernels_ref on the locked (head_dim-64) target included, and the
+    approval record holds its largest logprob difference, the tolerance it was held to, and the
+    candidate's acceptance against kernels_ref's with the locked drafter."""
+    target, drafter, lock, _, _ = pair
+    baseline, candidate = servers
+    out = tmp_path / "approval.json"
+    policy = write_policy(tmp_path / "policy", (GATE_DIFFTEST, gate_endpoints(
+        baseline.url, candidate.url, MAX_NEW_TOKENS)))
+    result = run_gate(GateOptions(lock, policy, {"target": target, "drafter": drafter}, out=out))
+    assert result.approved, result.reason
+    step = next(c for c in result.checks if c.name == "reference diff")
+    assert "largest logprob difference" in step.outcome.reason, step.outcome.reason
+    diff = recorded(out, "reference diff")
+    assert diff["passed"] and diff["verdict"] == "identical" and diff["prompts"] == 12
+    logprobs = diff["logprobs"]
+    assert logprobs["passed"] and logprobs["values"] > 0
+    assert logprobs["tolerance_from"] == "measured for float32"
+    assert 0 <= 2 * logprobs["max_delta"] <= logprobs["tolerance"], logprobs["where"]
+    assert diff["engine"]["url"].startswith(candidate.url)
+    # its counters: the drafts are accepted like the locked drafter's in kernels_ref (batching
+    # moves vLLM's tau a little above it)
+    assert diff["drafter"]["passed"] and 0.9 <= diff["drafter"]["ratio"] <= 1.3, diff["drafter"]
 
 
 def test_vllm_output_does_not_depend_on_other_requests(servers):

@@ -17,7 +17,7 @@ from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless import endpoint as endpoint_diff
 from dflash_guard.lossless.endpoint import run_endpoint_diff
 from dflash_guard.trust.policy import load_policy
-from tests.support.kernels import drifted_target
+from tests.support.kernels import drifted_target, swapped_drafter
 from tests.support.reference_server import running_server
 from tests.support.trust import GATE_PROMPTS, one_line, recorded, write_lock, write_policy
 
@@ -83,6 +83,8 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     assert summary["prompts"] == 2 and summary["identical"] is True
     assert summary["hard"] == 0 and summary["near_ties"] == 0
     assert summary["acceptance"]["source"] == "vllm" and summary["acceptance"]["drafts"] > 0
+    drafter = recorded(out, "reference diff")["drafter"]  # its metrics: the drafter checked
+    assert drafter["passed"] and drafter["engine_tau"] > 1.5
     assert sent_keys == [SECRET]
     for text in (result.stdout, result.stderr, out.read_text(), policy.read_text()):
         assert SECRET not in text
@@ -221,3 +223,23 @@ def test_gate_refuses_a_candidate_serving_a_drifted_target(locked_pair, referenc
     assert result.checks[-3].outcome.ok  # the live diff alone would have passed it
     assert "does not serve the locked target" in result.reason, result.reason
     assert not (tmp_path / "approval.json").exists()
+
+
+def test_gate_refuses_a_candidate_drafting_with_another_drafter(locked_pair, reference_servers,
+                                                                lock, tmp_path):
+    """Issue 38's swapped drafter: the candidate serves the locked target with another drafter.
+    Lossless, it commits the target's tokens and logprobs; with the candidate's counters
+    (`metrics: true`) its acceptance is held against kernels_ref's with the locked drafter, and
+    the gate refuses it at the reference diff, naming the drafter."""
+    swapped = swapped_drafter(locked_pair.drafter, tmp_path / "swapped")
+    baseline = reference_servers.baseline.url
+    with running_server(locked_pair.target, swapped) as candidate:
+        policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
+            baseline, candidate.url, "metrics: true")))
+        result = run_gate(GateOptions(lock, policy, locked_pair.roots,
+                                      out=tmp_path / "approval.json"))
+    assert not result.approved and not (tmp_path / "approval.json").exists()
+    assert [c.name for c in result.checks if not c.outcome.ok] == ["reference diff"]
+    assert result.reason.startswith("reference diff: the candidate does not draft with the "
+                                    "locked drafter: the engine does not draft like the locked "
+                                    "drafter"), result.reason

@@ -23,10 +23,12 @@ from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.logprob_check import (
     LogprobCheck,
     compare_prompt,
+    is_placeholder,
     tokens_reported,
     tolerance_for,
 )
-from dflash_guard.lossless.reference_diff import _judge_near_tie
+from dflash_guard.lossless.prompts import Prompt
+from dflash_guard.lossless.reference_diff import _judge_near_tie, _measure_placeholders
 from dflash_guard.lossless.result import Divergence, PromptResult
 
 
@@ -104,6 +106,50 @@ def test_an_engine_that_reports_no_logprobs_proves_nothing():
     check = LogprobCheck(1.0, "test", (prompt,))
     assert prompt.values == 0 and not check.passed
     assert "cannot be shown to serve the locked model" in (check.reason() or "")
+
+
+def test_a_placeholder_logprob_is_not_a_measurement():
+    """llama.cpp's speculative path commits every token it accepts with probability 1 and no
+    top-k: those positions are not compared, and the check cannot pass with them; a computed
+    logprob of 0 comes with its alternatives and is compared."""
+    engine = answer([5, 6, 7], [-0.1, 0.0, 0.0], [((5, -0.1), (8, -2.0)), (), ((7, 0.0),)])
+    prompt = compare_prompt("p", engine, [{5: -0.1, 8: -2.0}, {6: -1.5}, {7: 0.0}])
+    assert (prompt.placeholders, prompt.compared_positions, prompt.values) == (1, 2, 3)
+    assert prompt.max_delta == 0  # position 1's 1.5 nats were never measured by the engine
+    check = LogprobCheck(0.05, "test", (prompt,))
+    assert not check.passed and check.to_json()["placeholders"] == 1
+    assert (check.reason() or "").startswith("the engine measured no logprob at 1 of the 3 "
+                                             "positions it committed")
+    honest = compare_prompt("p", answer([5], [0.0], [((5, 0.0),)]), [{5: 0.0}])
+    assert LogprobCheck(0.05, "test", (honest,)).passed
+
+
+class OneTokenEngine:
+    """An engine's one-token answers: `tokens[context length]` with logprob -0.5 and a top-2."""
+
+    def __init__(self, tokens):
+        self.tokens, self.asked = tokens, []
+
+    def complete(self, spec, *, model, max_tokens):
+        self.asked.append((len(spec.prompt), max_tokens))
+        token = self.tokens[len(spec.prompt)]
+        return answer([token], [-0.5], [((token, -0.5), (1, -1.0))])
+
+
+def test_placeholders_are_measured_on_one_token_requests():
+    """Each placeholder position is asked again alone (the prompt and the engine's tokens
+    before it, one token): its measurement replaces the placeholder; one whose token is not
+    the committed one, or past the target's context, stays a placeholder."""
+    prompt = Prompt("p", (9, 9))
+    committed = [5, 6, 7, 8]  # position 2: the engine's own answer there is another token
+    decoded = answer(committed, [-0.1, 0.0, 0.0, 0.0], [((5, -0.1),), (), (), ()])
+    engine = OneTokenEngine([9, 9, 5, 6, 4, 8])
+    [filled], measured = _measure_placeholders(engine, "m", [prompt], [decoded], frozenset(),
+                                               room=5, concurrency=2)
+    assert sorted(engine.asked) == [(3, 1), (4, 1)] and measured == 1  # position 3: no room
+    assert filled.token_logprobs == (-0.1, -0.5, 0.0, 0.0)
+    assert filled.top_logprobs[1] == ((6, -0.5), (1, -1.0))
+    assert [is_placeholder(filled, i) for i in range(4)] == [False, False, True, True]
 
 
 def test_both_decodes_end_at_their_first_stop_token():

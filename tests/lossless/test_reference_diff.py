@@ -20,10 +20,16 @@ from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import PREDICATE_TYPE, accepts, read_comparison
 from dflash_guard.trust.signing import sign_with_key
-from tests.support.kernels import drifted_target, random_pair
+from tests.support.kernels import drifted_target, random_pair, swapped_drafter
 from tests.support.reference_server import running_server
 from tests.support.scan_builders import write_vocab_gguf
-from tests.support.trust import make_key_pair, with_artifact, write_lock, write_policy
+from tests.support.trust import (
+    make_key_pair,
+    one_line,
+    with_artifact,
+    write_lock,
+    write_policy,
+)
 
 pytestmark = pytest.mark.slow  # a reference-server subprocess, about 3 s
 
@@ -128,6 +134,43 @@ def test_a_drifted_target_is_not_the_locked_model(cli, builtin_pair, tmp_path):
     assert "largest difference from kernels_ref" in text.stdout
 
 
+def test_a_swapped_drafter_is_told_by_its_acceptance(cli, builtin_pair, reference_servers,
+                                                    tmp_path):
+    """A lossless engine drafting with another drafter commits the target's tokens with the
+    target's logprobs: only its acceptance tells. Against kernels_ref's tau with the locked
+    drafter, the locked candidate passes and the swapped one is refused, by name."""
+    target, drafter = builtin_pair.target, builtin_pair.drafter
+    swapped = swapped_drafter(drafter, tmp_path / "swapped")
+
+    def diff(url: str) -> tuple[int, dict]:
+        result = reference(cli, target, url, DEFAULT_PROMPTS, "--drafter", drafter,
+                           "--metrics", url + "/metrics")
+        return result.exit_code, json.loads(result.stdout)
+
+    code, locked = diff(reference_servers.candidate.url)
+    assert code == 0 and locked["passed"] and locked["drafter"]["passed"], locked["drafter"]
+    # 1.07 measured here at 12 tokens, 1.02 at 64: the engine counts its steps its own way
+    assert 0.95 <= locked["drafter"]["ratio"] <= 1.2, locked["drafter"]
+    with running_server(target, swapped) as server:
+        code, report = diff(server.url)
+        text = cli("difftest", "reference", "--target", target, "--candidate", server.url,
+                   "--max-new-tokens", "12", "--drafter", drafter, "--metrics",
+                   server.url + "/metrics")
+    assert text.exit_code == 1 and "NOT THE LOCKED DRAFTER" in one_line(text.stdout)
+    assert "kernels_ref's with the locked drafter" in one_line(text.stdout)
+    assert code == 1 and report["verdict"] == "wrong-drafter"
+    assert report["identical"] and report["logprobs"]["passed"]  # the target's, as promised
+    assert report["drafter"]["ratio"] < 0.6, report["drafter"]
+    assert report["wrong_drafter"].startswith("the engine does not draft like the locked "
+                                              "drafter: its mean acceptance length")
+
+
+def test_the_drafter_check_needs_the_engines_counters(cli, builtin_pair):
+    result = cli("difftest", "reference", "--target", builtin_pair.target, "--candidate",
+                 "http://127.0.0.1:9", "--drafter", builtin_pair.drafter)
+    assert result.exit_code == 2 and "give --metrics too" in result.stderr
+
+
 def test_a_precision_never_measured_needs_its_own_tolerance(cli, builtin_pair):
     result = cli("difftest", "reference", "--target", builtin_pair.target, "--candidate",
                  "http://127.0.0.1:9", "--precision", "q4_k")
@@ -222,6 +265,25 @@ def test_a_record_of_another_gguf_or_target_is_not_accepted(gated):
     no_gguf = dataclasses.replace(lock, artifacts=tuple(a for a in lock.artifacts
                                                         if a.role != "gguf"))
     assert not accepts(statement, no_gguf).ok
+
+
+@pytest.mark.parametrize(("logprobs", "reason"), [
+    (None, "it carries no logprob check"),
+    ("absent", "it carries no logprob check"),
+    ({"passed": False, "max_delta": 0.2, "tolerance": 0.05}, "its logprobs did not pass"),
+    ({"passed": "yes"}, "its logprobs did not pass"),
+])
+def test_a_passed_record_without_a_passed_logprob_check_is_not_accepted(gated, logprobs, reason):
+    """A record from before logprobs were compared (no field), or one whose verdict says passed
+    while its logprob check did not: the greedy tokens alone do not prove the locked model."""
+    _, _, lock, records = gated
+    statement = read_comparison(records["good"])
+    assert statement.predicate["logprobs"]["passed"] is True and accepts(statement, lock).ok
+    predicate = {k: v for k, v in statement.predicate.items() if k != "logprobs"}
+    if logprobs != "absent":
+        predicate["logprobs"] = logprobs
+    outcome = accepts(dataclasses.replace(statement, predicate=predicate), lock)
+    assert not outcome.ok and outcome.reason.startswith(reason), outcome.reason
 
 
 def test_a_policy_naming_a_missing_record_is_an_input_error(tmp_path):

@@ -88,3 +88,24 @@ def drifted_target(target_dir: Path, out: Path, *, tensor: str = DRIFTED_TENSOR,
             save_file(weights, path, metadata={"format": "pt"})
             return out
     raise KeyError(f"{tensor} is not in {target_dir}")
+
+
+def swapped_drafter(drafter_dir: Path, out: Path, *, seed: int = 0) -> Path:
+    """A copy of `drafter_dir` with the rows of every weight matrix shuffled: another drafter for
+    the same target (same config, code, shapes and weight statistics; its drafts mostly
+    rejected), issue 38's swapped drafter."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(drafter_dir, out)
+    generator = torch.Generator().manual_seed(seed)
+    for path in out.glob("*.safetensors"):
+        path.chmod(0o644)
+        weights = load_file(path)
+        for name, weight in weights.items():
+            if weight.ndim == 2:
+                order = torch.randperm(weight.shape[0], generator=generator)
+                weights[name] = weight[order].contiguous()
+        save_file(weights, path, metadata={"format": "pt"})
+    return out

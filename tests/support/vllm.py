@@ -33,6 +33,16 @@ SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS
 SERVE_ARGS = ("--enforce-eager", "--dtype", "float32")
 
 
+GATE_DIFFTEST = "  near_tie_allowance: 0.0\n"  # the default policy's line the section follows
+
+
+def gate_endpoints(baseline: str, candidate: str, max_new_tokens: int) -> str:
+    """`GATE_DIFFTEST` with an endpoints section on the two engines, the candidate's counters
+    read (what the gate's drafter check needs): a `write_policy` replacement."""
+    return (f"{GATE_DIFFTEST}  endpoints:\n    baseline: {baseline}\n    candidate: {candidate}\n"
+            f"    max_new_tokens: {max_new_tokens}\n    metrics: true\n")
+
+
 def install(timeout: float = 3600.0) -> Path:
     """The pinned vLLM venv's python (installed once, then cached; waits for an install in
     progress); `EngineUnavailable` when the install fails."""

@@ -205,6 +205,7 @@ def gguf_lock(locked_pair, tmp_path):
 
 def _record(locked_pair, gguf: Path, out: Path, **summary) -> Path:
     base = {"passed": True, "verdict": "identical", "prompts": 12,
+            "logprobs": {"passed": True, "max_delta": 1e-5, "tolerance": 0.05},
             "prompt_set": {"name": "builtin", "digest": {
                 "sha256": prompt_set_digest(load_policy("default"))}}}
     statement = comparison_statement(target_dir=locked_pair.target, gguf=gguf,
@@ -236,6 +237,7 @@ def test_a_signed_complete_record_is_evidence(locked_pair, gguf_lock, tmp_path, 
     ({"prompts": True}, "nothing was tested"),
     ({"prompt_set": {"name": "x", "digest": {"sha256": "0" * 64}}}, "prompt set"),
     ({"passed": "yes"}, "verdict"),
+    ({"logprobs": None}, "no logprob check"),
 ])
 def test_a_signed_record_that_tested_nothing_or_other_prompts_is_not(locked_pair, gguf_lock,
                                                                      tmp_path, key_pair, change,

@@ -155,6 +155,10 @@ def render_reference(report: ReferenceDiffReport, console: Console) -> None:
         if r.divergence is not None:
             console.print(divergence_line(r, "reference", "engine"), highlight=False)
     _logprobs(report, console)
+    if report.drafter is not None and report.drafter.engine_tau is not None:
+        console.print(f"drafter: the engine's tau {report.drafter.engine_tau:.3g}, kernels_ref's "
+                      f"with the locked drafter {report.drafter.reference_tau:.3g} (at least "
+                      f"{report.drafter.min_ratio:g} times it expected)", highlight=False)
     _drafts(report.response_drafts, "engine responses", console)
     _warnings(report.warnings, console)
     if report.wrong_model is not None:
@@ -164,6 +168,10 @@ def render_reference(report: ReferenceDiffReport, console: Console) -> None:
         console.print(f"verdict: [red]NOT THE LOCKED MODEL[/] ({len(report.hard_divergences)} "
                       f"hard, {len(report.near_ties)} near-tie(s)): {markup_safe(evidence)}",
                       highlight=False)
+        return
+    if report.wrong_drafter is not None:
+        console.print(f"verdict: [red]NOT THE LOCKED DRAFTER[/]: "
+                      f"{markup_safe(report.wrong_drafter)}", highlight=False)
         return
     console.print(verdict_line(report, passed=report.passed), highlight=False)
 
