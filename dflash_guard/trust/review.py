@@ -24,6 +24,7 @@ from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan import remote_code
 from dflash_guard.scan.interface import Finding
+from dflash_guard.scan.remote_code.capabilities import RULE_LABELS
 from dflash_guard.severity import Severity
 from dflash_guard.trust.judge import locked_code_sha256
 from dflash_guard.trust.policy import BUILTIN_POLICIES, RemoteCode, load_policy
@@ -46,9 +47,17 @@ class CodeToReview:
         """`ROLE/PATH`, as the gate's refusal names it."""
         return f"{self.role}/{self.path}"
 
+    @property
+    def can(self) -> tuple[str, ...]:
+        """The capabilities its findings at `medium` or above name (spawn, connect...), each
+        once, most severe first."""
+        ranked = sorted(self.capabilities, key=lambda f: -f.severity)
+        return tuple(dict.fromkeys(RULE_LABELS[f.rule_id] for f in ranked
+                                   if f.severity >= Severity.medium and f.rule_id in RULE_LABELS))
+
     def to_json(self) -> dict[str, object]:
         return {"role": self.role, "path": self.path, "sha256": self.sha256 or None,
-                "scanned": self.scanned,
+                "scanned": self.scanned, "can": list(self.can),
                 "capabilities": [f.to_json() for f in self.capabilities]}
 
 
@@ -149,7 +158,8 @@ def _found(code: CodeToReview) -> list[str]:
                          "(read it there)")]
     if not code.capabilities:
         return [_comment("  capabilities: none the scan could see")]
-    return [_comment(f"  {f.severity.name} {f.rule_id}"
+    summary = [_comment(f"  can: {', '.join(code.can)}")] if code.can else []
+    return summary + [_comment(f"  {f.severity.name} {f.rule_id}"
                      f"{f' line {f.line}' if f.line else ''}: {f.message}")
             for f in code.capabilities]
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.scan import adaptive_boundary
+from tests.scan.adaptive_capabilities import CASES as CAPABILITY_CASES
 from tests.scan.adaptive_remote_code import AUTO_MAP_CASES, code_cases
 
 
@@ -152,6 +153,8 @@ MALICIOUS: list[Case] = [
       for name, relative, source in TEMPLATE_COST_CASES),
     *(Case(name, "remote code", lay, culprit) for name, lay, culprit in code_cases()),
     *(Case(name, "remote code", lay, culprit) for name, lay, culprit in AUTO_MAP_CASES),
+    *(Case(name, "remote code (helpers)", lay, culprit) for name, lay, culprit in code_cases(
+        {name: payload for name, (_, payload) in CAPABILITY_CASES.items()})),
     *(Case(*case) for case in adaptive_boundary.MALICIOUS),
 ]
 

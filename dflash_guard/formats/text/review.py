@@ -28,6 +28,8 @@ def render_review(review: Review, console: Console) -> None:
                           "bytes: read it there", highlight=False, soft_wrap=True)
         elif not code.capabilities:
             console.print("  capabilities: none the scan could see", highlight=False)
+        if code.can:
+            console.print(f"  can: {markup_safe(', '.join(code.can))}", highlight=False)
         for finding in code.capabilities:
             line = f" line {finding.line}" if finding.line else ""
             console.print(f"  {finding.severity.name} {finding.rule_id}{line}: "

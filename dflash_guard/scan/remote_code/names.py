@@ -38,6 +38,7 @@ class Names:
         self.bound: dict[str, str] = {}
         self.star_modules: list[str] = []
         self.modules: set[str] = set()  # local names bound to an imported module or its members
+        self.constants: dict[str, str] = {}  # local names bound to a string literal
 
     def bind_import(self, local: str, qualified: str) -> None:
         """`import a.b as local` / `from a import b as local`."""

@@ -7,7 +7,7 @@ file patterns see the path whatever way it was spelled. Unknown pieces fold to `
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 _JOINERS = frozenset(
     {"os.path.join", "posixpath.join", "ntpath.join", "pathlib.Path", "pathlib.PurePath",
@@ -19,16 +19,20 @@ UNKNOWN = "{}"
 MAX_DEPTH = 32
 
 
-def fold(node: ast.AST, resolve: Callable[[ast.AST], str], depth: int = 0) -> str:
-    """The path `node` builds, with `{}` for what is not known; `~` for the home folder."""
+def fold(node: ast.AST, resolve: Callable[[ast.AST], str], depth: int = 0,
+         constants: Mapping[str, str] | None = None) -> str:
+    """The path `node` builds, with `{}` for what is not known; `~` for the home folder; a name
+    bound to a string literal in the file (`constants`) is that string."""
     if depth > MAX_DEPTH:
         return UNKNOWN
 
     def again(inner: ast.AST) -> str:
-        return fold(inner, resolve, depth + 1)
+        return fold(inner, resolve, depth + 1, constants)
 
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
+    if isinstance(node, ast.Name) and constants and node.id in constants:
+        return constants[node.id]
     if isinstance(node, ast.JoinedStr):
         return "".join(again(v) if not isinstance(v, ast.FormattedValue) else again(v.value)
                        for v in node.values)
