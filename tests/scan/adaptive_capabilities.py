@@ -113,8 +113,20 @@ CASES: dict[str, tuple[str, str]] = {
     "pandas-eval": ("evaluate a string as code", "import pandas as pd\npd.eval('1 + 1')\n"),
     "pydoc-locate": ("reach attributes by a computed name",
                      "import pydoc\npydoc.locate('o' + 's.sys' + 'tem')('id')\n"),
-    "getattr-concatenated": ("reach attributes by a computed name",
+    # a name built of literals is folded: the call is os.system itself
+    "getattr-concatenated": ("spawn a process",
                              "import os\ngetattr(os, 'sys' + 'tem')('id')\n"),
+    "getattr-on-data-module-used": ("reach attributes by a computed name",
+                                    "import torch\ndef f(cfg):\n"
+                                    "    return getattr(torch, cfg.kind).load(cfg.repo, 'm')\n"),
+    "unknown-receiver-system": ("spawn a process",
+                                "import sys\ndef f(name):\n"
+                                "    sys.modules.get(name).system('id')\n"),
+    "hf-home-token": ("read credentials",
+                      "import os\nfrom huggingface_hub import constants\n"
+                      "t = open(os.path.join(constants.HF_HOME, 'token')).read()\n"),
+    "tar-extract-outside": ("write files",
+                            "import tarfile\ntarfile.open('a.tar').extract('m', '/usr/lib')\n"),
 }
 
 # name -> payload: the same helpers as published code uses them (must stay below medium).

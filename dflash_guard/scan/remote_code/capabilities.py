@@ -5,9 +5,12 @@ a helper is a reviewed diff of this table.
 
 An entry's pattern is `PREFIX.LAST`: the resolved dotted name must start at the module path
 `PREFIX` (any depth below it) and its last part must match the glob `LAST`; `?.LAST` matches a
-method of any object (`api.upload_folder(...)` where `api` is an `HfApi()` the rules cannot
-type). Some entries hold only when the call's arguments say so (`When`): a URL literal handed to
-a reader that fetches URLs, a repository id handed to `from_pretrained`, `pretrained=True`.
+method of an object the rules cannot resolve (`api.upload_folder(...)` where `api` is an
+`HfApi()`), `*.LAST` a method of any object, resolved or not. Some entries hold only when the
+call's arguments say so (`When`): a URL handed to a reader that fetches URLs, a repository id
+handed to `from_pretrained`, `pretrained=True`, or only when called (a method name that is also
+a plain attribute elsewhere). Arguments are folded first (string pieces, names bound to
+literals).
 Module-wide capabilities (every function of `subprocess`, `socket`, `pickle`...) are the module
 lists in `catalog`; this table holds the helpers of other modules.
 """
@@ -66,6 +69,7 @@ class When(enum.Enum):
     """What else a call needs for the entry to hold."""
 
     always = "always"
+    call = "called (a method name other objects use as an attribute too)"
     url = "a literal URL argument"
     repo_id = "a literal repository id (ORG/NAME) as the first argument"
     pretrained = "pretrained=True (or weights=...)"
@@ -109,6 +113,12 @@ ENTRIES: tuple[Entry, ...] = (
           "CPython Lib/webbrowser.py: BackgroundBrowser.open runs subprocess.Popen"),
     Entry(("os.startfile", "os.posix_spawn", "os.posix_spawnp"), (S,), CRITICAL,
           "starts a program", "CPython Doc/library/os.rst (Process Management)"),
+    Entry(("concurrent.futures.process.*",), (S,), CRITICAL, "starts worker processes",
+          "CPython Lib/concurrent/futures/process.py ProcessPoolExecutor"),
+    Entry(("?.system", "?.popen", "?.Popen", "?.check_output", "?.check_call", "?.getoutput",
+           "?.getstatusoutput", "?.spawnv*", "?.spawnl*", "?.execv*", "?.execl*"), (S,),
+          CRITICAL, "runs a command (the name of os's and subprocess's, on an object the rules "
+          "cannot resolve)", "CPython Lib/os.py, Lib/subprocess.py", When.call),
     # -- connect ------------------------------------------------------------------------------
     Entry(("torch.hub.load", "torch.hub.list", "torch.hub.help"), (L, C), CRITICAL,
           "downloads a GitHub repository and imports its hubconf.py",
@@ -149,7 +159,7 @@ ENTRIES: tuple[Entry, ...] = (
           "fetches files of a repository from the Hub",
           "transformers/utils/hub.py cached_file/cached_files (hf_hub_download); "
           "transformers/pipelines/__init__.py pipeline() downloads a task's default model"),
-    Entry(("?.from_pretrained",), (C,), HIGH, "loads another repository from the Hub",
+    Entry(("*.from_pretrained",), (C,), HIGH, "loads another repository from the Hub",
           "transformers/modeling_utils.py, configuration_utils.py, tokenization_utils_base.py "
           "from_pretrained: an id that is not a local folder goes to utils/hub.py cached_file",
           When.repo_id),
@@ -164,7 +174,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(("numpy.DataSource", "numpy.lib.npyio.DataSource", "numpy.lib._datasource.*"), (C,),
           HIGH, "opens URLs", "numpy/lib/_datasource.py DataSource.open: urlopen for a URL"),
     Entry(("numpy.loadtxt", "numpy.genfromtxt", "numpy.fromregex", "pandas.read_*",
-           "PIL.Image.open", "?.open", "?.load", "?.urlopen", "?.urlretrieve", "?.get"),
+           "PIL.Image.open", "*.open", "*.load", "*.get"),
           (C,), HIGH, "fetches a URL",
           "numpy/lib/_npyio_impl.py loadtxt/genfromtxt open through _datasource (URLs "
           "included); pandas/io/common.py get_handle (urlopen for URLs)", When.url),
@@ -179,6 +189,8 @@ ENTRIES: tuple[Entry, ...] = (
           HIGH, "downloads pretrained weights",
           "timm/models/_builder.py load_pretrained (Hub or URL); torchvision/models/_api.py "
           "WeightsEnum.get_state_dict (load_state_dict_from_url)", When.pretrained),
+    Entry(("?.urlopen", "?.urlretrieve"), (C,), HIGH, "fetches a URL",
+          "CPython Lib/urllib/request.py (OpenerDirector.open, urlretrieve)", When.call),
     Entry(("?.create_connection", "?.open_connection", "?.sock_connect",
            "?.create_datagram_endpoint", "?.sendall", "?.sendto"), (C,), HIGH,
           "opens or uses a network connection",
@@ -235,6 +247,10 @@ ENTRIES: tuple[Entry, ...] = (
           "(parse_expr: eval); numexpr/necompiler.py stringToExpression (eval)"),
     Entry(("torch.jit.CompilationUnit",), (E,), HIGH, "compiles TorchScript source",
           "torch/jit/_script.py CompilationUnit(src)"),
+    Entry(("typing.ForwardRef", "typing._eval_type", "trace.Trace", "bdb.*"), (E,), HIGH,
+          "evaluates a string as code",
+          "CPython Lib/typing.py ForwardRef._evaluate (eval), Lib/trace.py and Lib/bdb.py run "
+          "(exec)"),
 )
 
 _URL = re.compile(r"^(https?|ftps?|s3|gs|hf)://", re.IGNORECASE)
@@ -251,13 +267,13 @@ _COMPILED = tuple((entry, tuple(_compile(p) for p in entry.patterns)) for entry 
 
 def find(name: str, call: ast.Call | None = None) -> Entry | None:
     """The first entry whose pattern matches the resolved `name` (`?.attr`: an unknown
-    receiver's method, matched only by `?.` patterns) and whose condition the arguments of
+    receiver's method, matched by `?.` and `*.` patterns) and whose condition the arguments of
     `call` meet (None: no call to judge, so only unconditional entries)."""
     module, _, last = name.rpartition(".")
     for entry, patterns in _COMPILED:
         for prefix, glob in patterns:
-            if prefix == "?":
-                matched = True
+            if prefix in ("*", "?"):
+                matched = prefix == "*" or module == "?"
             elif module == "?":
                 matched = False
             else:
@@ -273,6 +289,8 @@ def holds(entry: Entry, node: ast.Call | None) -> bool:
         return True
     if node is None:
         return False
+    if entry.when is When.call:
+        return True
     values = [*node.args, *(k.value for k in node.keywords)]
     literals = [v.value for v in values if isinstance(v, ast.Constant)
                 and isinstance(v.value, str)]

@@ -106,7 +106,9 @@ SAVERS = frozenset({"save", "savez", "savez_compressed", "save_file", "dump", "t
                     "connect", "memmap",
                     # tempfile writes in the system temporary folder unless `dir=` says else
                     "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory",
-                    "TemporaryFile", "SpooledTemporaryFile"})
+                    "TemporaryFile", "SpooledTemporaryFile",
+                    # tarfile/zipfile extract(member, path); filelock creates its lock file
+                    "extract", "FileLock", "SoftFileLock"})
 # Attributes that reach a function's globals, its code or every class of the interpreter: the
 # classic ways out of any name-based rule (`(lambda: 0).__globals__`, `().__class__.__base__`).
 INTROSPECTION = frozenset(

@@ -53,6 +53,7 @@ _PICKLE_SWITCHES = {
     "numpy.load": ("allow_pickle", 2, False),
     "numpy.lib.npyio.load": ("allow_pickle", 2, False),
     "numpy.lib.format.read_array": ("allow_pickle", 1, False),
+    "numpy.lib.npyio.NpzFile": ("allow_pickle", 2, False),
 }
 # A message that already names its capability (a catalog entry's) is not labelled again.
 _LABELS = tuple(f"{c.value}" for c in Capability) + tuple(f"{v}:" for v in RULE_LABELS.values())
@@ -366,10 +367,11 @@ class Visitor(ast.NodeVisitor):
         )
 
     def check_getattr(self, node: ast.Call) -> None:
-        if len(node.args) >= 2 and constant_str(node.args[1]) in catalog.INTROSPECTION:
-            self.introspection(node, constant_str(node.args[1]) or "")
-        if len(node.args) < 2 or constant_str(node.args[1]) is not None:
-            return  # a constant name resolves like an attribute (see visit_Call's resolve)
+        known = self.names.text(node.args[1]) if len(node.args) >= 2 else None
+        if known in catalog.INTROSPECTION:
+            self.introspection(node, known or "")
+        if len(node.args) < 2 or known is not None:
+            return  # a name built of literals resolves like an attribute (see Names.resolve)
         key = node.args[1]
         if isinstance(key, ast.Name) and key.id in self.constant_loop_names:
             return
@@ -378,7 +380,8 @@ class Visitor(ast.NodeVisitor):
             target.split(".")[0] in self.names.modules or target in ("builtins", GLOBALS)
         ):
             return
-        if target in catalog.DATA_MODULES and id(node) not in self.handled:
+        used = id(node) in self.handled or isinstance(self.parents.get(id(node)), ast.Attribute)
+        if target in catalog.DATA_MODULES and not used:
             return  # getattr(torch, config.torch_dtype), getattr(operator, op): data, not code
         self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
                  f"{Capability.dynamic_attribute.value}: getattr() with a computed name on "
