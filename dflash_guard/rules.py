@@ -262,6 +262,12 @@ TPL_INJECTED = Rule(
     "A chat template adds an instruction of its own to the conversation.",
     "an unknown template adding more constant words than role markers to a system turn",
 )
+TPL_UNREVIEWED = Rule(
+    "DG-TPL-UNREVIEWED", Severity.low,
+    "A chat template that is neither a known published one nor reviewed.",
+    "sha256 not in `scan/known_templates.json` nor the policy's `reviewed_templates` (the tier's "
+    "`templates: reviewed-only` refuses it in the gate)",
+)
 CONFIG_INVALID = Rule(
     "DG-CONFIG-INVALID", Severity.medium,
     "A config file that cannot be read.",

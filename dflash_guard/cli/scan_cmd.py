@@ -50,7 +50,8 @@ def register(app: typer.Typer) -> None:
         ] = Severity.medium,
         reviewed: Annotated[
             list[str] | None,
-            typer.Option("--reviewed", help="sha256 of a reviewed code file (repeatable)."),
+            typer.Option("--reviewed",
+                         help="sha256 of a reviewed code file or chat template (repeatable)."),
         ] = None,
         param_budget: Annotated[
             int | None,
@@ -69,6 +70,7 @@ def register(app: typer.Typer) -> None:
                 paths,
                 target=target,
                 reviewed_sha256=frozenset(digest.lower() for digest in reviewed or []),
+                reviewed_templates=frozenset(digest.lower() for digest in reviewed or []),
                 param_budget=param_budget,
                 progress=shown,
             )

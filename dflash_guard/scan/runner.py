@@ -67,8 +67,9 @@ _CODE_CONFIGS = channels.AUTO_MAP_CONFIGS | {"adapter_config.json", "modules.jso
 
 
 class _Run:
-    def __init__(self, reviewed: frozenset[str]) -> None:
+    def __init__(self, reviewed: frozenset[str], reviewed_templates: frozenset[str]) -> None:
         self.reviewed = reviewed
+        self.reviewed_templates = reviewed_templates
         self.findings: list[Finding] = []
         self.remote_code: dict[str, RemoteCodeFile] = {}
         self.pickle_files: list[str] = []
@@ -89,13 +90,14 @@ class _Run:
             self.possible_pickle(path, display, "a weight index makes torch.load read it")
             return
         if name in _TEMPLATE_CONFIGS:
-            self.findings += templates.scan_config_templates(path, display)
+            self.findings += templates.scan_config_templates(path, display,
+                                                             self.reviewed_templates)
         if name in _CODE_CONFIGS:
             self.code_channels(path, display)
         if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
             self.findings += safetensors_check.check_index(path, display)
         if suffix == ".jinja":
-            self.findings += templates.scan_jinja_file(path, display)
+            self.findings += templates.scan_jinja_file(path, display, self.reviewed_templates)
         if suffix == ".json" and loaded_as is None:  # any name a config could point at
             self.findings += tokenizer_regex.check_tokenizer_json(path, display)
         try:
@@ -116,7 +118,7 @@ class _Run:
                 fmt is Format.safetensors):
             return self.safetensors(path, display, fmt)
         if suffix in GGUF_SUFFIXES or fmt is Format.gguf:
-            findings = gguf_check.scan_gguf_file(path, display)
+            findings = gguf_check.scan_gguf_file(path, display, self.reviewed_templates)
             self.findings += findings
             broken = {rules.GGUF_MALFORMED.id, rules.UNSCANNABLE.id}
             return "not a valid GGUF file" if any(f.rule_id in broken for f in findings) else None
@@ -320,14 +322,16 @@ def scan_paths(
     *,
     target: Path | None = None,
     reviewed_sha256: frozenset[str] = frozenset(),
+    reviewed_templates: frozenset[str] = frozenset(),
     param_budget: int | None = None,
     progress: Progress = NO_PROGRESS,
 ) -> ScanReport:
     """Scan files and folders (a checkpoint, an HF cache snapshot, a locked role).
 
     `target` is the target model's folder, against which every drafter config found is checked;
-    each folder is a stage of `progress` (`scanning PATH`, in files). Raises `InputError` when a
-    path (or the target) does not exist.
+    `reviewed_sha256` the digests of reviewed code files, `reviewed_templates` of reviewed chat
+    templates (the catalog's published ones need none); each folder is a stage of `progress`
+    (`scanning PATH`, in files). Raises `InputError` when a path (or the target) does not exist.
     """
     for path in [*paths, *([target] if target is not None else [])]:
         if not Path(path).exists():
@@ -336,7 +340,7 @@ def scan_paths(
             raise InputError(f"{path}: not a regular file or folder")
     if target is not None and not Path(target).is_dir():
         raise InputError(f"{target}: --target must be a model folder")
-    run = _Run(frozenset(reviewed_sha256))
+    run = _Run(frozenset(reviewed_sha256), frozenset(reviewed_templates))
     folders: list[tuple[Path, str, dict[str, list[int]]]] = []
     roots: list[tuple[str, str]] = []
     for raw in paths:
