@@ -22,6 +22,7 @@ from dflash_guard.scan import (
     binformats,
     channels,
     drafter_config,
+    flax_msgpack,
     formats,
     gguf_check,
     jsonfile,
@@ -137,9 +138,10 @@ class _Run:
         return problem
 
     def parsed_binary(self, path: Path, display: str, fmt: Format, suffix: str) -> str | None:
-        """For a file shaped like a numeric `.npz`, an image, or (named `.model`) a
-        sentencepiece model: "" when it parses whole as that format and holds no pickle stream,
-        else why not; None when it is shaped like none of them (`binformats`)."""
+        """For a file shaped like a numeric `.npz`, an image, (named `.model`) a sentencepiece
+        model or (named `.msgpack`) a flax checkpoint: "" when it parses whole as that format and
+        holds no pickle stream, else why not; None when it is shaped like none of them
+        (`binformats`, `flax_msgpack`)."""
         with open_regular(path) as handle:
             head = handle.read(12)
         kind = binformats.image_kind(head)
@@ -149,6 +151,8 @@ class _Run:
             problem, what = binformats.image_problem(path, kind), f"a {kind} image"
         elif suffix == ".model" and fmt is Format.unknown:
             problem, what = binformats.sentencepiece_problem(path), "a sentencepiece model"
+        elif suffix == ".msgpack" and fmt is Format.unknown:
+            problem, what = flax_msgpack.msgpack_problem(path), "a flax msgpack checkpoint"
         else:
             return None
         if problem is not None:
