@@ -23,6 +23,10 @@ CASES: dict[str, tuple[str, str]] = {
     "webbrowser-open": ("spawn a process", "import webbrowser as w\nw.open('http://e/x')\n"),
     "torch-multiprocessing": ("spawn a process",
                               "import torch.multiprocessing as tmp\ntmp.spawn(print)\n"),
+    "uuid-command-helper": ("spawn a process",
+                            "import uuid\nuuid._get_command_stdout('sh', '-c', 'id')\n"),
+    "venv-with-pip": ("spawn a process",
+                      "import venv\nvenv.create('/tmp/v', with_pip=True)\n"),
     # connect
     "model-zoo-load-url": ("load code or pickles, connect to the network",
                            "from torch.utils import model_zoo\nmodel_zoo.load_url('http://e/w.pt')\n"),
@@ -57,6 +61,19 @@ CASES: dict[str, tuple[str, str]] = {
                                "import torch.distributed as d\n"
                                "d.init_process_group('gloo', init_method='tcp://e:29500', rank=0,"
                                " world_size=2)\n"),
+    "sentence-transformer-repo": ("connect to the network",
+                                  "from sentence_transformers import SentenceTransformer as ST\n"
+                                  "ST('evil/encoder')\n"),
+    "torchvision-dataset-download": ("connect to the network",
+                                     "from torchvision import datasets\n"
+                                     "datasets.MNIST('data', download=True)\n"),
+    "evaluate-load": ("connect to the network, load code or pickles",
+                      "import evaluate\nevaluate.load('evil/metric')\n"),
+    "wsgiref-server": ("connect to the network",
+                       "from wsgiref.simple_server import make_server\n"
+                       "make_server('', 8000, print).serve_forever()\n"),
+    "boto3-client": ("connect to the network",
+                     "import boto3\nboto3.client('s3').upload_file('a', 'b', 'c')\n"),
     "timm-pretrained": ("connect to the network",
                         "import timm\n"
                         "timm.create_model('vit_base_patch16_224', pretrained=True)\n"),
@@ -97,6 +114,8 @@ CASES: dict[str, tuple[str, str]] = {
     "logging-dict-config": ("load code or pickles",
                             "import logging.config as lc\nlc.dictConfig({'version': 1, "
                             "'handlers': {'h': {'()': 'os.system'}}})\n"),
+    "pandas-read-hdf": ("load code or pickles",
+                        "import pandas as pd\npd.read_hdf('store.h5', 'frame')\n"),
     "entry-points": ("load code or pickles",
                      "from importlib.metadata import entry_points\n"
                      "[e.load() for e in entry_points(group='x')]\n"),
@@ -144,6 +163,10 @@ TWINS: dict[str, str] = {
                             "    return tempfile.mkdtemp()\n",
     "timm-untrained": "import timm\ndef build():\n"
                       "    return timm.create_model('vit_base_patch16_224', pretrained=False)\n",
+    "torchvision-dataset-local": "from torchvision import datasets\ndef data(root):\n"
+                                 "    return datasets.MNIST(root, download=False)\n",
+    "sentence-transformer-local": "from sentence_transformers import SentenceTransformer\n"
+                                  "def load(path):\n    return SentenceTransformer(path)\n",
     "numpy-loadtxt-local": "import numpy as np\ndef read(path):\n    return np.loadtxt(path)\n",
     "sandboxed-jinja2": "from jinja2.sandbox import ImmutableSandboxedEnvironment\n"
                         "def render(t, m):\n"

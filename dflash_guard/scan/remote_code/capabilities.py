@@ -72,7 +72,7 @@ class When(enum.Enum):
     call = "called (a method name other objects use as an attribute too)"
     url = "a literal URL argument"
     repo_id = "a literal repository id (ORG/NAME) as the first argument"
-    pretrained = "pretrained=True (or weights=...)"
+    pretrained = "pretrained=True, weights=... or download=True"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +115,11 @@ ENTRIES: tuple[Entry, ...] = (
           "starts a program", "CPython Doc/library/os.rst (Process Management)"),
     Entry(("concurrent.futures.process.*",), (S,), CRITICAL, "starts worker processes",
           "CPython Lib/concurrent/futures/process.py ProcessPoolExecutor"),
+    Entry(("uuid._get_command_stdout", "platform._syscmd_*", "venv.create", "venv.EnvBuilder",
+           "spacy.cli.download"), (S,), CRITICAL, "runs a command",
+          "CPython Lib/uuid.py _get_command_stdout(command, *args) and Lib/platform.py "
+          "_syscmd_* (subprocess), Lib/venv/__init__.py (runs ensurepip); spacy/cli/download.py "
+          "(pip in a subprocess)"),
     Entry(("?.system", "?.popen", "?.Popen", "?.check_output", "?.check_call", "?.getoutput",
            "?.getstatusoutput", "?.spawnv*", "?.spawnl*", "?.execv*", "?.execl*"), (S,),
           CRITICAL, "runs a command (the name of os's and subprocess's, on an object the rules "
@@ -155,11 +160,15 @@ ENTRIES: tuple[Entry, ...] = (
            "transformers.utils.hub.download_url", "transformers.utils.hub.has_file",
            "transformers.utils.download_url",
            "transformers.utils.has_file", "transformers.utils.get_file_from_repo",
-           "transformers.pipeline", "transformers.pipelines.pipeline"), (C,), HIGH,
+           "transformers.pipeline", "transformers.pipelines.pipeline",
+           "transformers.cached_path", "transformers.get_from_cache",
+           "transformers.hf_bucket_url", "transformers.get_checkpoint_shard_files"), (C,), HIGH,
           "fetches files of a repository from the Hub",
           "transformers/utils/hub.py cached_file/cached_files (hf_hub_download); "
           "transformers/pipelines/__init__.py pipeline() downloads a task's default model"),
-    Entry(("*.from_pretrained",), (C,), HIGH, "loads another repository from the Hub",
+    Entry(("*.from_pretrained", "sentence_transformers.SentenceTransformer",
+           "sentence_transformers.CrossEncoder"), (C,), HIGH,
+          "loads another repository from the Hub",
           "transformers/modeling_utils.py, configuration_utils.py, tokenization_utils_base.py "
           "from_pretrained: an id that is not a local folder goes to utils/hub.py cached_file",
           When.repo_id),
@@ -185,10 +194,17 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(("datasets.load_dataset", "datasets.load_dataset_builder"), (C, L), HIGH,
           "downloads a dataset (and may run its loading script)",
           "datasets/load.py load_dataset: Hub download, dataset_module_factory imports scripts"),
-    Entry(("timm.create_model", "torchvision.models.*", "open_clip.create_model*"), (C,),
-          HIGH, "downloads pretrained weights",
+    Entry(("timm.create_model", "torchvision.models.*", "open_clip.create_model*",
+           "torchvision.datasets.*"), (C,), HIGH, "downloads pretrained weights or a data set",
           "timm/models/_builder.py load_pretrained (Hub or URL); torchvision/models/_api.py "
-          "WeightsEnum.get_state_dict (load_state_dict_from_url)", When.pretrained),
+          "WeightsEnum.get_state_dict (load_state_dict_from_url); torchvision/datasets/utils.py "
+          "download_url (download=True)", When.pretrained),
+    Entry(("nltk.download", "evaluate.load", "evaluate.load_metric"), (C, L), HIGH,
+          "downloads data (evaluate: and runs the metric's script)",
+          "nltk/downloader.py Downloader.download; evaluate/loading.py load "
+          "(evaluation_module_factory imports the downloaded script)"),
+    Entry(("wsgiref.simple_server.*",), (C,), HIGH, "serves on a socket",
+          "CPython Lib/wsgiref/simple_server.py make_server (socketserver)"),
     Entry(("?.urlopen", "?.urlretrieve"), (C,), HIGH, "fetches a URL",
           "CPython Lib/urllib/request.py (OpenerDirector.open, urlretrieve)", When.call),
     Entry(("?.create_connection", "?.open_connection", "?.sock_connect",
@@ -229,6 +245,10 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(("keras.models.load_model", "tensorflow.keras.models.load_model",
            "keras.saving.load_model"), (L,), HIGH, "loads a model whose layers may be code",
           "keras/src/saving/saving_api.py load_model (Lambda layers)"),
+    Entry(("pandas.read_hdf", "pandas.HDFStore", "sklearn.externals.joblib.load"), (L,), HIGH,
+          "unpickles (object columns of an HDF5 store; joblib)",
+          "pandas/io/pytables.py (object data is pickled); sklearn/externals/joblib re-exports "
+          "joblib.load"),
     # -- evaluate a string as code ------------------------------------------------------------
     Entry(("timeit.timeit", "timeit.repeat", "timeit.Timer"), (E,), HIGH,
           "compiles and runs its statement string",
@@ -303,7 +323,7 @@ def holds(entry: Entry, node: ast.Call | None) -> bool:
         return isinstance(text, str) and bool(_REPO_ID.match(text)) and not text.startswith(".")
     for keyword in node.keywords:  # When.pretrained
         value = keyword.value
-        if keyword.arg == "pretrained" and not (
+        if keyword.arg in ("pretrained", "download") and not (
             isinstance(value, ast.Constant) and value.value in (False, None, "")
         ):
             return True

@@ -43,6 +43,9 @@ NETWORK_MODULES = frozenset(
         "ftplib", "smtplib", "telnetlib", "paramiko", "websocket", "websockets", "webbrowser",
         "xmlrpc", "poplib", "imaplib", "nntplib", "socketserver", "asyncore", "asynchat", "grpc",
         "zmq", "pycurl", "fsspec",
+        # clients of storage services and downloaders: their whole purpose is the network
+        "boto3", "botocore", "s3fs", "gcsfs", "httplib2", "wget", "gdown", "modelscope",
+        "tornado", "twisted", "redis", "pymongo", "kafka", "paho", "mechanize",
     }
 )
 DYNAMIC_MODULES = frozenset(
