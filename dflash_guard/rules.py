@@ -282,12 +282,14 @@ TOKENIZER_REGEX = Rule(
 RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,
     "Remote code runs processes.",
-    "`os.system/popen/exec*/spawn*`, `subprocess`, `pty` (critical: a call, high: an import)",
+    "`os.system/popen/exec*/spawn*`, `subprocess`, `pty`, and helpers that spawn "
+    "(`scan/remote_code/capabilities.py`) (critical: a call, high: an import)",
 )
 RC_NETWORK = Rule(
     "DG-RC-NETWORK", Severity.high,
     "Remote code uses the network.",
-    "`socket`, `urllib`, `requests`, `httpx`, `http`, `aiohttp`...",
+    "`socket`, `urllib`, `requests`, `httpx`, `http`, `aiohttp`..., and helpers that connect "
+    "(Hub uploads and downloads, `from_pretrained` of a repo id, log handlers that ship records)",
 )
 RC_DYNAMIC_CODE = Rule(
     "DG-RC-DYNAMIC-CODE", Severity.high,

@@ -33,10 +33,16 @@ ALLOWED_IMPORTS = frozenset(
         "unicodedata", "uuid", "warnings", "weakref", "xformers",
     }
 )
+# Modules that are a capability in every function (their documented purpose, in the Python
+# library reference or their own docs, is the source); helpers of other modules that reach a
+# capability are `capabilities.ENTRIES`, each with its source.
+# spawn: CPython Doc/library/subprocess.rst, pty.rst, multiprocessing.rst; pip, pexpect, sh, plumbum
 PROCESS_MODULES = frozenset(
     {"subprocess", "pty", "_posixsubprocess", "multiprocessing", "pip", "ensurepip", "pexpect",
      "sh", "plumbum"}
 )
+# connect: CPython Doc/library/socket.rst, ssl, urllib.request, http.client, ftplib, smtplib,
+# xmlrpc, poplib, imaplib, nntplib, socketserver, webbrowser; requests, httpx, aiohttp, urllib3...
 NETWORK_MODULES = frozenset(
     {
         "socket", "ssl", "urllib", "urllib2", "urllib3", "requests", "httpx", "http", "aiohttp",
@@ -48,6 +54,8 @@ NETWORK_MODULES = frozenset(
         "tornado", "twisted", "redis", "pymongo", "kafka", "paho", "mechanize",
     }
 )
+# load code or pickles: CPython Doc/library/marshal.rst, pickle, ctypes, runpy, code, codeop,
+# zipimport, pkgutil, imp, shelve, copyreg; dill, cloudpickle, cffi, jsonpickle, pyximport
 DYNAMIC_MODULES = frozenset(
     {
         "marshal", "pickle", "_pickle", "dill", "cloudpickle", "ctypes", "cffi", "runpy", "code",
