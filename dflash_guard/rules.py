@@ -262,6 +262,12 @@ TPL_INJECTED = Rule(
     "A chat template adds an instruction of its own to the conversation.",
     "an unknown template adding more constant words than role markers to a system turn",
 )
+TPL_UNREVIEWED = Rule(
+    "DG-TPL-UNREVIEWED", Severity.low,
+    "A chat template that is neither a known published one nor reviewed.",
+    "sha256 not in `scan/known_templates.json` nor the policy's `reviewed_templates` (the tier's "
+    "`templates: reviewed-only` refuses it in the gate)",
+)
 CONFIG_INVALID = Rule(
     "DG-CONFIG-INVALID", Severity.medium,
     "A config file that cannot be read.",
@@ -276,12 +282,14 @@ TOKENIZER_REGEX = Rule(
 RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,
     "Remote code runs processes.",
-    "`os.system/popen/exec*/spawn*`, `subprocess`, `pty` (critical: a call, high: an import)",
+    "`os.system/popen/exec*/spawn*`, `subprocess`, `pty`, and helpers that spawn "
+    "(`scan/remote_code/capabilities.py`) (critical: a call, high: an import)",
 )
 RC_NETWORK = Rule(
     "DG-RC-NETWORK", Severity.high,
     "Remote code uses the network.",
-    "`socket`, `urllib`, `requests`, `httpx`, `http`, `aiohttp`...",
+    "`socket`, `urllib`, `requests`, `httpx`, `http`, `aiohttp`..., and helpers that connect "
+    "(Hub uploads and downloads, `from_pretrained` of a repo id, log handlers that ship records)",
 )
 RC_DYNAMIC_CODE = Rule(
     "DG-RC-DYNAMIC-CODE", Severity.high,

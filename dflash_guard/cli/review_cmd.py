@@ -1,5 +1,6 @@
-"""`dflash-guard review`: the capability report of each unreviewed remote-code file, and the
-policy that records the review (`dflash_guard/trust/review.py`)."""
+"""`dflash-guard review`: the capability report of each unreviewed remote-code file, the
+unreviewed chat templates, and the policy that records the review
+(`dflash_guard/trust/review.py`)."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def review(
                        "verify, then review what is locked", err=True)
             raise typer.Exit(EXIT_FINDING)
         found = find_unreviewed(lock, verified.locations, extends, progress=shown)
-    if output is not None and found.reviewable:
+    if output is not None and (found.reviewable or found.templates):
         assert reviewer is not None
         text = policy_text(found, reviewer, dt.datetime.now(dt.UTC).date(),
                            name or f"{extends}-reviewed")

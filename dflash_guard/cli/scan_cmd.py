@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         reviewed: Annotated[
             list[str] | None,
             typer.Option("--reviewed", metavar="SHA256",
-                         help="sha256 of a reviewed code file (repeatable)."),
+                         help="sha256 of a reviewed code file or chat template (repeatable)."),
         ] = None,
         param_budget: Annotated[
             int | None,
@@ -76,6 +76,7 @@ def register(app: typer.Typer) -> None:
                 paths,
                 target=target,
                 reviewed_sha256=frozenset(digest.lower() for digest in reviewed or []),
+                reviewed_templates=frozenset(digest.lower() for digest in reviewed or []),
                 param_budget=param_budget,
                 progress=shown,
             )

@@ -123,6 +123,7 @@ def check_scan(inputs: GateInputs) -> Checked:
             [folder],
             target=locations.get("target") if is_drafter else None,
             reviewed_sha256=inputs.policy.reviewed_sha256,
+            reviewed_templates=inputs.policy.reviewed_template_sha256,
             param_budget=inputs.policy.drafter_max_params if is_drafter else None,
             progress=inputs.progress,
         )

@@ -31,8 +31,10 @@ INT32, FLOAT32 = 5, 6  # GGUF value types
 UNIFORM_BLOCKS = frozenset({"llama", "qwen2", "qwen3"})
 
 
-def scan_gguf_file(path: Path, display: str) -> list[Finding]:
-    """Findings for one GGUF file; a header llama.cpp's reader refuses is one."""
+def scan_gguf_file(path: Path, display: str,
+                   reviewed: frozenset[str] = frozenset()) -> list[Finding]:
+    """Findings for one GGUF file; a header llama.cpp's reader refuses is one; `reviewed`:
+    the sha256 of the chat templates a reviewer accepted."""
 
     def finding(
         rule: Rule, severity: Severity, message: str, member: str | None = None
@@ -43,7 +45,7 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
 
     try:
         with open_regular(path) as handle, read_gguf(handle) as gguf:
-            return _findings(gguf, display, finding)
+            return _findings(gguf, display, finding, reviewed)
     except GGUFLimit as error:
         return [finding(rules.UNSCANNABLE, Severity.high, f"GGUF header over a limit: {error}")]
     except GGUFError as error:
@@ -52,7 +54,8 @@ def scan_gguf_file(path: Path, display: str) -> list[Finding]:
         return [finding(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}")]
 
 
-def _findings(gguf: GGUF, display: str, finding: Callable[..., Finding]) -> list[Finding]:
+def _findings(gguf: GGUF, display: str, finding: Callable[..., Finding],
+              reviewed: frozenset[str]) -> list[Finding]:
     findings = [finding(rules.GGUF_TENSORS, Severity.high, message)
                 for message in layout_problems(gguf) + declared_problems(gguf)]
     findings += [finding(rules.GGUF_METADATA, Severity.high, message)
@@ -76,9 +79,11 @@ def _findings(gguf: GGUF, display: str, finding: Callable[..., Finding]) -> list
             findings.append(finding(rules.GGUF_METADATA, Severity.high,
                                     f"{key} cannot be read: {error.reason}", member=key))
             continue
-        from dflash_guard.scan.template_check import check_template  # jinja2: only for a template
+        # jinja2: only for a template
+        from dflash_guard.scan.template_check import check_template, review_findings
 
         findings.extend(check_template(source, display, member=key))
+        findings.extend(review_findings(source, display, key, reviewed))
     return findings
 
 

@@ -22,6 +22,7 @@ from dflash_guard.scan import (
     binformats,
     channels,
     drafter_config,
+    flax_msgpack,
     formats,
     gguf_check,
     jsonfile,
@@ -67,8 +68,9 @@ _CODE_CONFIGS = channels.AUTO_MAP_CONFIGS | {"adapter_config.json", "modules.jso
 
 
 class _Run:
-    def __init__(self, reviewed: frozenset[str]) -> None:
+    def __init__(self, reviewed: frozenset[str], reviewed_templates: frozenset[str]) -> None:
         self.reviewed = reviewed
+        self.reviewed_templates = reviewed_templates
         self.findings: list[Finding] = []
         self.remote_code: dict[str, RemoteCodeFile] = {}
         self.pickle_files: list[str] = []
@@ -89,13 +91,14 @@ class _Run:
             self.possible_pickle(path, display, "a weight index makes torch.load read it")
             return
         if name in _TEMPLATE_CONFIGS:
-            self.findings += templates.scan_config_templates(path, display)
+            self.findings += templates.scan_config_templates(path, display,
+                                                             self.reviewed_templates)
         if name in _CODE_CONFIGS:
             self.code_channels(path, display)
         if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
             self.findings += safetensors_check.check_index(path, display)
         if suffix == ".jinja":
-            self.findings += templates.scan_jinja_file(path, display)
+            self.findings += templates.scan_jinja_file(path, display, self.reviewed_templates)
         if suffix == ".json" and loaded_as is None:  # any name a config could point at
             self.findings += tokenizer_regex.check_tokenizer_json(path, display)
         try:
@@ -116,7 +119,7 @@ class _Run:
                 fmt is Format.safetensors):
             return self.safetensors(path, display, fmt)
         if suffix in GGUF_SUFFIXES or fmt is Format.gguf:
-            findings = gguf_check.scan_gguf_file(path, display)
+            findings = gguf_check.scan_gguf_file(path, display, self.reviewed_templates)
             self.findings += findings
             broken = {rules.GGUF_MALFORMED.id, rules.UNSCANNABLE.id}
             return "not a valid GGUF file" if any(f.rule_id in broken for f in findings) else None
@@ -135,9 +138,10 @@ class _Run:
         return problem
 
     def parsed_binary(self, path: Path, display: str, fmt: Format, suffix: str) -> str | None:
-        """For a file shaped like a numeric `.npz`, an image, or (named `.model`) a
-        sentencepiece model: "" when it parses whole as that format and holds no pickle stream,
-        else why not; None when it is shaped like none of them (`binformats`)."""
+        """For a file shaped like a numeric `.npz`, an image, (named `.model`) a sentencepiece
+        model or (named `.msgpack`) a flax checkpoint: "" when it parses whole as that format and
+        holds no pickle stream, else why not; None when it is shaped like none of them
+        (`binformats`, `flax_msgpack`)."""
         with open_regular(path) as handle:
             head = handle.read(12)
         kind = binformats.image_kind(head)
@@ -147,6 +151,8 @@ class _Run:
             problem, what = binformats.image_problem(path, kind), f"a {kind} image"
         elif suffix == ".model" and fmt is Format.unknown:
             problem, what = binformats.sentencepiece_problem(path), "a sentencepiece model"
+        elif suffix == ".msgpack" and fmt is Format.unknown:
+            problem, what = flax_msgpack.msgpack_problem(path), "a flax msgpack checkpoint"
         else:
             return None
         if problem is not None:
@@ -320,14 +326,16 @@ def scan_paths(
     *,
     target: Path | None = None,
     reviewed_sha256: frozenset[str] = frozenset(),
+    reviewed_templates: frozenset[str] = frozenset(),
     param_budget: int | None = None,
     progress: Progress = NO_PROGRESS,
 ) -> ScanReport:
     """Scan files and folders (a checkpoint, an HF cache snapshot, a locked role).
 
     `target` is the target model's folder, against which every drafter config found is checked;
-    each folder is a stage of `progress` (`scanning PATH`, in files). Raises `InputError` when a
-    path (or the target) does not exist.
+    `reviewed_sha256` the digests of reviewed code files, `reviewed_templates` of reviewed chat
+    templates (the catalog's published ones need none); each folder is a stage of `progress`
+    (`scanning PATH`, in files). Raises `InputError` when a path (or the target) does not exist.
     """
     for path in [*paths, *([target] if target is not None else [])]:
         if not Path(path).exists():
@@ -336,7 +344,7 @@ def scan_paths(
             raise InputError(f"{path}: not a regular file or folder")
     if target is not None and not Path(target).is_dir():
         raise InputError(f"{target}: --target must be a model folder")
-    run = _Run(frozenset(reviewed_sha256))
+    run = _Run(frozenset(reviewed_sha256), frozenset(reviewed_templates))
     folders: list[tuple[Path, str, dict[str, list[int]]]] = []
     roots: list[tuple[str, str]] = []
     for raw in paths:

@@ -131,6 +131,22 @@ def _environment() -> ImmutableSandboxedEnvironment:
     )
 
 
+def review_findings(source: str, display: str, member: str | None,
+                    reviewed: frozenset[str]) -> list[Finding]:
+    """The unreviewed-template finding (low) when the template is neither a published one of
+    the catalog (`known_templates.json`) nor in `reviewed` (the policy's `reviewed_templates`)."""
+    from dflash_guard.scan.templates_cost import is_known, template_sha256
+
+    digest = template_sha256(source)
+    if is_known(source) or digest in reviewed:
+        return []
+    return [Finding.of(rules.TPL_UNREVIEWED, display,
+                       f"chat template not reviewed (sha256 {digest}): not a published template "
+                       "of the catalog nor on the policy's reviewed_templates; a tier with "
+                       "`templates: reviewed-only` refuses it (`dflash-guard review` lists it)",
+                       member=member, detector=DETECTOR)]
+
+
 def check_template(source: str, display: str, member: str | None = None) -> list[Finding]:
     """Findings for one chat template's source text."""
 

@@ -7,6 +7,7 @@ templates by `gguf_check`). jinja2 loads only when a template file is scanned.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from dflash_guard import rules
@@ -15,6 +16,14 @@ from dflash_guard.scan.interface import Finding, Severity
 from dflash_guard.scan.regular import read_regular
 
 ADDITIONAL_TEMPLATES = "additional_chat_templates"  # transformers' CHAT_TEMPLATE_DIR
+_UNREVIEWED_DIGEST = re.compile(r"\(sha256 ([0-9a-f]{64})\)")
+
+
+def unreviewed_digest(finding: Finding) -> str | None:
+    """The sha256 a DG-TPL-UNREVIEWED finding names (`template_check.review_findings`), else
+    None."""
+    match = _UNREVIEWED_DIGEST.search(finding.message)
+    return match.group(1) if match and finding.rule_id == rules.TPL_UNREVIEWED.id else None
 
 
 def template_files(folder: Path) -> dict[str, Path]:
@@ -39,9 +48,11 @@ def read_jinja(path: Path) -> str:
     return read_regular(path, formats.MAX_TEXT_BYTES).decode("utf-8")
 
 
-def scan_jinja_file(path: Path, display: str) -> list[Finding]:
-    """A `chat_template.jinja` (or any `.jinja`) file."""
-    from dflash_guard.scan.template_check import DETECTOR, check_template
+def scan_jinja_file(path: Path, display: str,
+                    reviewed: frozenset[str] = frozenset()) -> list[Finding]:
+    """A `chat_template.jinja` (or any `.jinja`) file; `reviewed`: the sha256 of templates
+    a reviewer accepted (beyond the catalog's)."""
+    from dflash_guard.scan.template_check import DETECTOR, check_template, review_findings
 
     try:
         source = read_jinja(path)
@@ -55,7 +66,7 @@ def scan_jinja_file(path: Path, display: str) -> list[Finding]:
                 detector=DETECTOR,
             )
         ]
-    return check_template(source, display)
+    return check_template(source, display) + review_findings(source, display, None, reviewed)
 
 
 def templates_in_config(config: object) -> list[tuple[str, str]]:
@@ -77,7 +88,8 @@ def templates_in_config(config: object) -> list[tuple[str, str]]:
     return []
 
 
-def scan_config_templates(path: Path, display: str) -> list[Finding]:
+def scan_config_templates(path: Path, display: str,
+                          reviewed: frozenset[str] = frozenset()) -> list[Finding]:
     """Chat templates inside `tokenizer_config.json` or `chat_template.json`."""
     try:
         config = jsonfile.read(path)
@@ -96,9 +108,10 @@ def scan_config_templates(path: Path, display: str) -> list[Finding]:
     found = templates_in_config(config)
     if not found:
         return []  # no template: jinja2 stays unloaded
-    from dflash_guard.scan.template_check import check_template
+    from dflash_guard.scan.template_check import check_template, review_findings
 
     findings: list[Finding] = []
     for name, source in found:
         findings.extend(check_template(source, display, member=name))
+        findings.extend(review_findings(source, display, name, reviewed))
     return findings

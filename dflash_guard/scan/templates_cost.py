@@ -71,9 +71,14 @@ def known_templates() -> frozenset[str]:
     return frozenset(json.loads(KNOWN_TEMPLATES.read_text(encoding="utf-8")))
 
 
+def template_sha256(source: str) -> str:
+    """The digest a template is known and reviewed by: sha256 of its UTF-8 text."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
 def is_known(source: str) -> bool:
     """Whether `source` is byte for byte a published template of the catalog."""
-    return hashlib.sha256(source.encode("utf-8")).hexdigest() in known_templates()
+    return template_sha256(source) in known_templates()
 
 
 def cost_problems(source: str, tree: nodes.Template) -> list[Problem]:

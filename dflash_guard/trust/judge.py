@@ -17,10 +17,11 @@ from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.rules import RC_REMOTE_REPO
 from dflash_guard.scan.interface import Finding
 from dflash_guard.scan.report import ScanReport
+from dflash_guard.scan.templates import unreviewed_digest
 from dflash_guard.severity import Severity
 from dflash_guard.trust.evidence import artifact_key, comparison_records, engine_build
 from dflash_guard.trust.model_card import card_problems
-from dflash_guard.trust.policy import Policy, RemoteCode
+from dflash_guard.trust.policy import Policy, RemoteCode, Templates
 
 MAX_LISTED = 3
 # How a reviewer gets past an unreviewed-code refusal (`dflash_guard/trust/review.py`).
@@ -64,7 +65,8 @@ class Judge:
     def scan(self, artifact: Artifact, report: ScanReport) -> tuple[list[Finding], list[str]]:
         """The findings that fail under the policy and every problem the policy has with one
         artifact's scan: failing findings, remote code its tier denies or nobody reviewed,
-        pickle weights its tier forbids, a drafter over the parameter budget."""
+        chat templates nobody reviewed where the tier wants them reviewed, pickle weights its
+        tier forbids, a drafter over the parameter budget."""
         policy, tier = self.policy, self.tier(artifact)
         rule, fail_on = policy.rule(tier), self.fail_on
         locked_code = locked_code_sha256(artifact)
@@ -92,6 +94,14 @@ class Judge:
                 problems.append(f"{role}/{code.path}: unreviewed remote code "
                                 f"(sha256 {code.sha256}); review it with `{REVIEW_HINT}`, "
                                 "which writes a policy listing it in reviewed_code")
+        if rule.templates is Templates.reviewed_only:
+            for finding in report.findings:
+                if (digest := unreviewed_digest(finding)) is not None:
+                    member = f" [{finding.member}]" if finding.member else ""
+                    problems.append(f"{role}/{finding.file}{member}: unreviewed chat template "
+                                    f"(sha256 {digest}) for the {tier} tier; review it with "
+                                    f"`{REVIEW_HINT}`, which writes a policy listing it in "
+                                    "reviewed_templates")
         if report.pickle_files and not rule.pickle_allowed and not self.waived(
                 "pickle", artifact_key(artifact)):
             problems.append(f"{role}: pickle-format weights are not allowed for the {tier} "

@@ -86,6 +86,15 @@ class RemoteCode(StrEnum):
     allow = "allow"
 
 
+class Templates(StrEnum):
+    """What a tier may do with a chat template: `reviewed-only` accepts a published template of
+    the catalog (`scan/known_templates.json`) or one on `reviewed_templates`; `allow` any that
+    passes the scan's checks."""
+
+    reviewed_only = "reviewed-only"
+    allow = "allow"
+
+
 @dataclasses.dataclass(frozen=True)
 class TierRule:
     """What an artifact of one trust tier must satisfy."""
@@ -94,6 +103,7 @@ class TierRule:
     remote_code: RemoteCode
     pickle_allowed: bool
     staging_required: bool
+    templates: Templates = Templates.reviewed_only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +139,14 @@ class ReviewedCode:
     path: str
     reviewer: str
     date: dt.date
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewedTemplate:
+    """A chat template someone reviewed, known by the sha256 of its UTF-8 text."""
+
+    sha256: str
+    note: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +275,7 @@ class Policy:
     gguf_comparisons: tuple[GgufComparison, ...]
     waivers: tuple[Waiver, ...]
     document: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+    reviewed_templates: tuple[ReviewedTemplate, ...] = ()
     # `gguf_comparisons` entries given as `record: PATH`: GGUF comparison records
     # (`difftest reference --record`), checked against the lock by the gate
     gguf_comparison_records: tuple[Path, ...] = ()
@@ -325,6 +344,10 @@ class Policy:
     @property
     def reviewed_sha256(self) -> frozenset[str]:
         return frozenset(r.sha256 for r in self.reviewed_code)
+
+    @property
+    def reviewed_template_sha256(self) -> frozenset[str]:
+        return frozenset(r.sha256 for r in self.reviewed_templates)
 
     def staging_approved(self, repo: str | None, commit: str | None) -> StagingApproval | None:
         return next(
@@ -440,12 +463,15 @@ def _signers(field: Field, base: Path) -> Signers:
 
 def _tier_rule(field: Field) -> TierRule:
     names = ("signature_required", "remote_code", "pickle_allowed", "staging_required")
-    f = field.mapping(names, names)
+    f = field.mapping((*names, "templates"), names)
+    templates = f.optional("templates")  # absent: reviewed-only (fails closed)
     return TierRule(
         signature_required=f["signature_required"].flag(),
         remote_code=RemoteCode(f["remote_code"].choice(tuple(r.value for r in RemoteCode))),
         pickle_allowed=f["pickle_allowed"].flag(),
         staging_required=f["staging_required"].flag(),
+        templates=Templates(templates.choice(tuple(t.value for t in Templates)))
+        if templates is not None else Templates.reviewed_only,
     )
 
 
@@ -612,10 +638,12 @@ def _model_card_rules(field: Field) -> ModelCardRules:
 TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "cache_tier", "tiers",
     "artifacts",
-    "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "staging_approvals",
-    "gguf_comparisons", "waivers", "advisories", "rollout", "launch", "model_card",
+    "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "reviewed_templates",
+    "staging_approvals", "gguf_comparisons", "waivers", "advisories", "rollout", "launch",
+    "model_card",
 )
-OPTIONAL_LISTS = ("reviewed_code", "staging_approvals", "gguf_comparisons", "waivers")
+OPTIONAL_LISTS = ("reviewed_code", "reviewed_templates", "staging_approvals", "gguf_comparisons",
+                  "waivers")
 REQUIRED = (
     "policy_version", "name", "orgs", "local_tier", "tiers", "artifacts", "engines", "scan",
     "difftest", "drafter", "signatures",
@@ -691,6 +719,11 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
                                                                   "date"))
         reviewed.append(ReviewedCode(r["sha256"].text(SHA256_RE.match, "a 64-hex sha256"),
                                      r["path"].text(), r["reviewer"].text(), r["date"].date()))
+    templates = []
+    for item in f["reviewed_templates"].items() if "reviewed_templates" in f else []:
+        t = item.mapping(("sha256", "note"), ("sha256", "note"))
+        templates.append(ReviewedTemplate(t["sha256"].text(SHA256_RE.match, "a 64-hex sha256"),
+                                          t["note"].text()))
     staging = []
     for item in f["staging_approvals"].items() if "staging_approvals" in f else []:
         s = item.mapping(("artifact", "approver", "date"), ("artifact", "approver", "date"))
@@ -748,6 +781,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         model_signers=model_signers,
         approval_signers=approval_signers,
         reviewed_code=tuple(reviewed),
+        reviewed_templates=tuple(templates),
         staging_approvals=tuple(staging),
         gguf_comparisons=tuple(comparisons),
         waivers=tuple(waivers),

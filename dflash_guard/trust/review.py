@@ -1,6 +1,7 @@
 """The reviewer's way past `reviewed_code`: the remote code the gate would refuse as unreviewed,
-each file with what the scan found it can do (its capability report), and the policy file that
-records the review: a built-in policy extended with the reviewed sha256s, commented.
+each file with what the scan found it can do (its capability report), the chat templates it
+would refuse as unreviewed (`reviewed_templates`), and the policy file that records the review:
+a built-in policy extended with the reviewed sha256s, commented.
 
 The files are verified against the lock first (every byte hashed, no stat cache), so a digest
 written here is the locked one; a policy only ever names code by sha256, so a file changed
@@ -24,9 +25,17 @@ from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan import remote_code
 from dflash_guard.scan.interface import Finding
+from dflash_guard.scan.remote_code.capabilities import RULE_LABELS
+from dflash_guard.scan.templates import unreviewed_digest
 from dflash_guard.severity import Severity
 from dflash_guard.trust.judge import locked_code_sha256
-from dflash_guard.trust.policy import BUILTIN_POLICIES, RemoteCode, load_policy
+from dflash_guard.trust.policy import (
+    BUILTIN_POLICIES,
+    RemoteCode,
+    ReviewedTemplate,
+    Templates,
+    load_policy,
+)
 
 REVIEW_COMMAND = "dflash-guard review"
 
@@ -46,10 +55,38 @@ class CodeToReview:
         """`ROLE/PATH`, as the gate's refusal names it."""
         return f"{self.role}/{self.path}"
 
+    @property
+    def can(self) -> tuple[str, ...]:
+        """The capabilities its findings at `medium` or above name (spawn, connect...), each
+        once, most severe first."""
+        ranked = sorted(self.capabilities, key=lambda f: -f.severity)
+        return tuple(dict.fromkeys(RULE_LABELS[f.rule_id] for f in ranked
+                                   if f.severity >= Severity.medium and f.rule_id in RULE_LABELS))
+
     def to_json(self) -> dict[str, object]:
         return {"role": self.role, "path": self.path, "sha256": self.sha256 or None,
-                "scanned": self.scanned,
+                "scanned": self.scanned, "can": list(self.can),
                 "capabilities": [f.to_json() for f in self.capabilities]}
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplateToReview:
+    """A chat template that is neither a published one of the catalog nor reviewed, where the
+    artifact's tier wants it reviewed (`templates: reviewed-only`)."""
+
+    role: str
+    path: str  # the file inside the role's folder
+    member: str | None  # which template of the file (a config's or a GGUF's key), if named
+    sha256: str  # of the template's UTF-8 text
+
+    @property
+    def name(self) -> str:
+        """`ROLE/PATH [member]`, as the gate's refusal names it."""
+        return f"{self.role}/{self.path}" + (f" [{self.member}]" if self.member else "")
+
+    def to_json(self) -> dict[str, object]:
+        return {"role": self.role, "path": self.path, "member": self.member,
+                "sha256": self.sha256}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +98,7 @@ class Review:
     written: str | None = None
     fail_on: Severity = Severity.high  # the base's scan.fail_on: a finding at it still fails
     denied: tuple[str, ...] = ()  # roles whose tier denies remote code, reviewed or not
+    templates: tuple[TemplateToReview, ...] = ()
 
     @property
     def reviewable(self) -> tuple[CodeToReview, ...]:
@@ -71,13 +109,14 @@ class Review:
     def passed(self) -> bool:
         """Nothing is left unreviewed: there was nothing, or the policy covering it is written
         (and no file lacked the bytes to review)."""
-        return not self.files or (self.written is not None
-                                  and len(self.reviewable) == len(self.files))
+        return not (self.files or self.templates) or (
+            self.written is not None and len(self.reviewable) == len(self.files))
 
     def to_json(self) -> dict[str, object]:
         return {"passed": self.passed, "extends": self.base, "written": self.written,
                 "fail_on": self.fail_on.name, "denied_roles": list(self.denied),
-                "unreviewed": [f.to_json() for f in self.files]}
+                "unreviewed": [f.to_json() for f in self.files],
+                "unreviewed_templates": [t.to_json() for t in self.templates]}
 
     def still_failing(self, code: CodeToReview) -> list[str]:
         """The rules of the file's findings the gate refuses even once it is reviewed (at
@@ -94,16 +133,26 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
 
     policy = load_policy(_builtin(base))
     files: list[CodeToReview] = []
+    templates: list[TemplateToReview] = []
     denied: list[str] = []
     for artifact in lock.artifacts:
         folder = locations.get(artifact.role)
         # The tier an unsigned lock gives (a signed one may give a Hub artifact its org's).
         rule = policy.rule(policy.artifact_tier(artifact, provenance_trusted=False))
-        if folder is None or rule.remote_code is RemoteCode.allow:
+        if folder is None or (rule.remote_code is RemoteCode.allow
+                              and rule.templates is Templates.allow):
             continue
         is_drafter = artifact.role == "drafter"
         report = scan_paths([folder], target=locations.get("target") if is_drafter else None,
-                            reviewed_sha256=policy.reviewed_sha256, progress=progress)
+                            reviewed_sha256=policy.reviewed_sha256,
+                            reviewed_templates=policy.reviewed_template_sha256,
+                            progress=progress)
+        if rule.templates is Templates.reviewed_only:
+            templates += [TemplateToReview(artifact.role, f.file, f.member, digest)
+                          for f in report.findings
+                          if (digest := unreviewed_digest(f)) is not None]
+        if rule.remote_code is RemoteCode.allow:
+            continue
         locked = locked_code_sha256(artifact)
         for code in report.remote_code:
             sha256, scanned = code.sha256, bool(code.sha256)
@@ -118,7 +167,7 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
             if rule.remote_code is RemoteCode.deny and artifact.role not in denied:
                 denied.append(artifact.role)
     return Review(base, tuple(files), fail_on=Severity.parse(policy.fail_on),
-                  denied=tuple(denied))
+                  denied=tuple(denied), templates=tuple(templates))
 
 
 def _builtin(name: str) -> str:
@@ -149,7 +198,8 @@ def _found(code: CodeToReview) -> list[str]:
                          "(read it there)")]
     if not code.capabilities:
         return [_comment("  capabilities: none the scan could see")]
-    return [_comment(f"  {f.severity.name} {f.rule_id}"
+    summary = [_comment(f"  can: {', '.join(code.can)}")] if code.can else []
+    return summary + [_comment(f"  {f.severity.name} {f.rule_id}"
                      f"{f' line {f.line}' if f.line else ''}: {f.message}")
             for f in code.capabilities]
 
@@ -179,7 +229,27 @@ def policy_text(review: Review, reviewer: str, today: dt.date, name: str) -> str
         lines += _capabilities(review, code)
         lines += _entries([{"sha256": code.sha256, "path": code.name, "reviewer": reviewer,
                             "date": today}])
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _template_lines(review, base.reviewed_templates, reviewer,
+                                             today)) + "\n"
+
+
+def _template_lines(review: Review, kept: tuple[ReviewedTemplate, ...], reviewer: str,
+                    today: dt.date) -> list[str]:
+    """`reviewed_templates:` with the base's entries and one per template reviewed now."""
+    lines = []
+    if kept:
+        lines.append(_comment(f"  kept from the built-in `{review.base}` policy"))
+        lines += _entries([{"sha256": t.sha256, "note": t.note} for t in kept])
+    written = {t.sha256 for t in kept}
+    for template in review.templates:
+        if template.sha256 in written:
+            continue
+        written.add(template.sha256)
+        lines.append(_comment(f"{template.name}: chat template (sha256 {template.sha256})"))
+        lines += _entries([{"sha256": template.sha256,
+                            "note": f"{template.name}, reviewed by {reviewer} on "
+                                    f"{today.isoformat()}"}])
+    return ["reviewed_templates:" if lines else "reviewed_templates: []", *lines]
 
 
 def _entries(entries: list[dict[str, object]]) -> list[str]:

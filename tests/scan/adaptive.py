@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.scan import adaptive_boundary
+from tests.scan.adaptive_capabilities import CASES as CAPABILITY_CASES
 from tests.scan.adaptive_remote_code import AUTO_MAP_CASES, code_cases
 
 
@@ -55,6 +56,15 @@ def _nested_hidden(folder: Path) -> None:
 
 
 # -- class formats: only allowlisted formats that parse completely pass ----------------------
+def _msgpack_foreign_extension(folder: Path) -> None:
+    """A msgpack checkpoint whose leaf is an extension type flax never writes: a payload for
+    some reader other than flax's (the parser accepts exactly flax's three codes)."""
+    import msgpack
+
+    _write(folder, "flax_model.msgpack", msgpack.packb({"params": msgpack.ExtType(
+        42, _SYSTEM_PICKLE)}))
+
+
 def _unknown_binary(folder: Path) -> None:
     """No signature the sniffer knows and a data-looking name: `pickle.load` still reads it."""
     _write(folder, "extra_state.dat", b"\x00\x17DFL" + bytes(range(256)) * 4)
@@ -135,6 +145,8 @@ MALICIOUS: list[Case] = [
     Case("index-names-text-shard", "formats", _text_named_shard, "notes.txt"),
     Case("zip-member-link", "formats", _zip_member_link, "assets.zip"),
     Case("json-named-pickle", "formats", _json_named_pickle, "generation_config.json"),
+    Case("msgpack-foreign-extension", "formats", _msgpack_foreign_extension,
+         "flax_model.msgpack"),
     Case("template-include", "templates", _template(
         "tokenizer_config.json", "{% include 'system.txt' %}{{ messages[0].content }}"),
         "tokenizer_config.json"),
@@ -152,6 +164,8 @@ MALICIOUS: list[Case] = [
       for name, relative, source in TEMPLATE_COST_CASES),
     *(Case(name, "remote code", lay, culprit) for name, lay, culprit in code_cases()),
     *(Case(name, "remote code", lay, culprit) for name, lay, culprit in AUTO_MAP_CASES),
+    *(Case(name, "remote code (helpers)", lay, culprit) for name, lay, culprit in code_cases(
+        {name: payload for name, (_, payload) in CAPABILITY_CASES.items()})),
     *(Case(*case) for case in adaptive_boundary.MALICIOUS),
 ]
 
@@ -188,6 +202,17 @@ def _numpy_array(folder: Path) -> None:
     import numpy as np
 
     np.save(folder / "embeddings.npy", np.arange(4096, dtype=np.float32))
+
+
+def _flax_checkpoint(folder: Path) -> None:
+    """A flax checkpoint as flax's msgpack_serialize writes it (tests/support/flax_msgpack.py)."""
+    import numpy as np
+
+    from tests.support.flax_msgpack import flax_serialize
+
+    state = {"params": {"dense": {"kernel": np.ones((4, 4), "float32"),
+                                  "bias": np.zeros(4, "float32")}}}
+    _write(folder, "flax_model.msgpack", flax_serialize(state))
 
 
 def _sharded_safetensors(folder: Path) -> None:
@@ -236,6 +261,7 @@ def _published_modeling_code(folder: Path) -> None:
 BENIGN: list[Case] = [
     Case("hf-local-dir", "walk", _hf_local_dir, ""),
     Case("numpy-array", "formats", _numpy_array, ""),
+    Case("flax-checkpoint", "formats", _flax_checkpoint, ""),
     Case("sharded-safetensors", "formats", _sharded_safetensors, ""),
     Case("published-text", "formats", _text_files, ""),
     Case("published-templates", "templates", _published_templates, ""),

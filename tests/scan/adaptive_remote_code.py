@@ -131,10 +131,12 @@ def _lay_code(relative: str, source: str) -> Callable[[Path], None]:
     return lay
 
 
-def code_cases() -> list[tuple[str, Callable[[Path], None], str]]:
-    """(name, lay, culprit) for every payload, alternately at module level and in `forward`."""
+def code_cases(payloads: dict[str, str] | None = None
+               ) -> list[tuple[str, Callable[[Path], None], str]]:
+    """(name, lay, culprit) for every payload (of `PAYLOADS` unless given), alternately at
+    module level and in `forward`."""
     cases = []
-    for index, (name, payload) in enumerate(PAYLOADS.items()):
+    for index, (name, payload) in enumerate((PAYLOADS if payloads is None else payloads).items()):
         relative = _FILES[index % len(_FILES)]
         source = _HEADER + (payload if index % 2 == 0 else _in_forward(payload))
         cases.append((name, _lay_code(relative, source), relative))

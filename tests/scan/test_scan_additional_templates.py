@@ -46,10 +46,11 @@ def test_a_template_under_additional_chat_templates_is_scanned(tmp_path: Path) -
     extra = tmp_path / "additional_chat_templates"
     extra.mkdir()
     (extra / "tool_use.jinja").write_text(TOOL_USE)
-    assert scan_paths([tmp_path]).findings == []
+    assert [f.rule_id for f in scan_paths([tmp_path]).findings] == ["DG-TPL-UNREVIEWED"]
     (extra / "tool_use.jinja").write_text(
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
         + TOOL_USE)
     found = scan_paths([tmp_path]).findings
     assert [(f.rule_id, f.file) for f in found] == [
-        ("DG-TPL-COST", "additional_chat_templates/tool_use.jinja")]
+        ("DG-TPL-COST", "additional_chat_templates/tool_use.jinja"),
+        ("DG-TPL-UNREVIEWED", "additional_chat_templates/tool_use.jinja")]

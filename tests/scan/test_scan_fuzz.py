@@ -76,7 +76,9 @@ def test_safetensors_bytes(data: bytes) -> None:
 def test_seeds_are_clean() -> None:
     """The mutations start from valid files, so what the fuzzers find comes from the mutation."""
     assert _scan_bytes("model.safetensors", SAFETENSORS_SEED).findings == []
-    assert _scan_bytes("model.gguf", GGUF_SEED).findings == []
+    # the seed's own template is not a published one: only that (low) note
+    assert [f.rule_id for f in _scan_bytes("model.gguf", GGUF_SEED).findings] == [
+        "DG-TPL-UNREVIEWED"]
     assert _scan_bytes("model.pkl", PICKLE_SEED).max_severity.name == "low"
     assert _scan_bytes("model.pt", TORCH_ZIP_SEED).max_severity.name == "low"
     assert _scan_bytes("model.joblib", JOBLIB_SEED).max_severity.name == "low"

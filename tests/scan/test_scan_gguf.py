@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from pathlib import Path
 
@@ -27,8 +28,14 @@ def write_gguf(path: Path, template: str | None) -> Path:
 
 
 def test_benign_gguf_is_clean(tmp_path: Path) -> None:
-    path = write_gguf(tmp_path / "m.gguf", "{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    assert scan_gguf_file(path, "m.gguf") == []
+    """Clean once its template is reviewed; before, only the (low) note that it is not."""
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    path = write_gguf(tmp_path / "m.gguf", template)
+    found = scan_gguf_file(path, "m.gguf")
+    assert [(f.rule_id, f.member) for f in found] == [
+        ("DG-TPL-UNREVIEWED", "tokenizer.chat_template")]
+    digest = hashlib.sha256(template.encode()).hexdigest()
+    assert scan_gguf_file(path, "m.gguf", frozenset({digest})) == []
 
 
 def test_cve_2024_34359_template_in_metadata(tmp_path: Path) -> None:

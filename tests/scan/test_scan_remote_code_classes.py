@@ -137,8 +137,9 @@ CASES = {
         "DG-RC-NESTED-REMOTE-CODE",
         "from transformers import AutoModel\ndef run():\n"
         "    AutoModel.from_pretrained('x/y', trust_remote_code=True)\n",
-        "from transformers import AutoModel\ndef run():\n"
-        "    AutoModel.from_pretrained('x/y', trust_remote_code=False)\n",
+        # (a literal repository id would be another capability: connect, another repository)
+        "from transformers import AutoModel\ndef run(path):\n"
+        "    AutoModel.from_pretrained(path, trust_remote_code=False)\n",
     ),
     "custom_pipelines": (
         "DG-RC-NESTED-REMOTE-CODE",

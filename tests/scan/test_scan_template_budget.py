@@ -235,7 +235,8 @@ def test_scan_reports_p8_and_p9(cli, tmp_path: Path, template: str) -> None:
     result = cli("scan", tmp_path, "--format", "json")
     assert result.exit_code == 1, result.stderr
     findings = json.loads(result.stdout)["findings"]
-    assert [(f["rule_id"], f["severity"]) for f in findings] == [("DG-TPL-COST", "high")]
+    assert [(f["rule_id"], f["severity"]) for f in findings] == [("DG-TPL-COST", "high"),
+                                                                 ("DG-TPL-UNREVIEWED", "low")]
 
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% if m.role == "
@@ -265,12 +266,35 @@ def test_published_templates_with_long_preambles_are_known_and_a_copy_edited_is_
 
 def test_the_catalog_is_the_published_templates_it_names() -> None:
     """known_templates.json against the files it came from (regenerate it with
-    scripts/known-templates.py): every real template of the tree and the corpus, nothing else."""
+    scripts/known-templates.py): every real template of the tree (its `.jinja` files and its
+    vocabulary GGUFs' metadata, read by the scan's own GGUF walk), of the corpus (`.jinja` and
+    configs) and the built-in pair's, nothing else."""
     import hashlib
 
+    from dflash_guard.scan.gguf_check import TEMPLATE_KEY, scan_gguf_file
+    from dflash_guard.scan.templates import templates_in_config
     from dflash_guard.scan.templates_cost import KNOWN_TEMPLATES
+    from kernels_ref.fixtures import CHAT_TEMPLATE
+    from kernels_ref.gguf_reader import STRING, read_gguf
 
     catalog = json.loads(KNOWN_TEMPLATES.read_text())
     digests = {hashlib.sha256(p.read_bytes()).hexdigest() for p in _real_templates()}
+    corpus = CORPUS.parent
+    for entry in json.loads((corpus / "MANIFEST.json").read_text()):
+        if entry["file"].endswith(".json"):
+            config = json.loads((corpus / entry["file"]).read_text(encoding="utf-8"))
+            digests |= {hashlib.sha256(text.encode()).hexdigest()
+                        for _, text in templates_in_config(config)}
+    digests.add(hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest())
+    vocab = sorted((source_tree() / "models").glob("*.gguf"))
+    assert len(vocab) >= 19
+    for path in vocab:
+        with path.open("rb") as handle, read_gguf(handle) as gguf:
+            digests |= {hashlib.sha256(gguf.raw(field)[8:]).hexdigest()
+                        for key, field in gguf.fields.items()
+                        if key.startswith(TEMPLATE_KEY) and field.type == STRING}
+        # so the scan notes none of them as unreviewed
+        assert [f for f in scan_gguf_file(path, path.name)
+                if f.rule_id == "DG-TPL-UNREVIEWED"] == [], path.name
     assert set(catalog) == digests
     assert all(entry["name"] and entry["source"] for entry in catalog.values())

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 
 def render_review(review: Review, console: Console) -> None:
     """One block per file (name, sha256, one line per capability), then the verdict line."""
-    if not review.files:
-        console.print(f"[green]OK[/]: no unreviewed remote code under `{review.base}`",
-                      highlight=False)
+    if not review.files and not review.templates:
+        console.print(f"[green]OK[/]: no unreviewed remote code or chat template under "
+                      f"`{review.base}`", highlight=False)
         return
     for code in review.files:
         digest = code.sha256 or "no bytes to review (missing)"
@@ -28,6 +28,8 @@ def render_review(review: Review, console: Console) -> None:
                           "bytes: read it there", highlight=False, soft_wrap=True)
         elif not code.capabilities:
             console.print("  capabilities: none the scan could see", highlight=False)
+        if code.can:
+            console.print(f"  can: {markup_safe(', '.join(code.can))}", highlight=False)
         for finding in code.capabilities:
             line = f" line {finding.line}" if finding.line else ""
             console.print(f"  {finding.severity.name} {finding.rule_id}{line}: "
@@ -37,6 +39,10 @@ def render_review(review: Review, console: Console) -> None:
             console.print(f"  [yellow]note[/]: the gate still refuses {failing} at fail_on "
                           f"{review.fail_on.name}, reviewed or not (a waiver scan:RULE covers "
                           "it)", highlight=False, soft_wrap=True)
+    for template in review.templates:
+        console.print(f"[bold]{markup_safe(template.name)}[/]  chat template sha256 "
+                      f"{template.sha256}: not a published template of the catalog; read it "
+                      "as code (it runs on every request)", highlight=False, soft_wrap=True)
     for role in review.denied:
         console.print(f"[yellow]note[/]: `{review.base}` denies remote code for the {role}'s "
                       "tier: reviewed or not, the gate refuses it (the tier comes from "
@@ -44,12 +50,16 @@ def render_review(review: Review, console: Console) -> None:
                       soft_wrap=True)
     count = len(review.files)
     files = "file" if count == 1 else "files"
+    listed = f"{count} remote-code {files}" + (
+        f", {len(review.templates)} chat template{'s' if len(review.templates) != 1 else ''}"
+        if review.templates else "")
     if review.written is not None:
         console.print(f"[green]WRITTEN[/]: {markup_safe(review.written)} extends "
-                      f"`{review.base}` with {len(review.reviewable)} reviewed {files}; gate "
-                      f"with --policy ./{markup_safe(review.written)}", highlight=False,
+                      f"`{review.base}` with {len(review.reviewable)} reviewed {files} and "
+                      f"{len(review.templates)} reviewed templates; gate with "
+                      f"--policy ./{markup_safe(review.written)}", highlight=False,
                       soft_wrap=True)
     if not review.passed:
-        console.print(f"[red]UNREVIEWED[/]: {count} remote-code {files}; read each, then run "
+        console.print(f"[red]UNREVIEWED[/]: {listed}; read each, then run "
                       "again with --reviewer YOU --output my-policy.yaml", highlight=False,
                       soft_wrap=True)

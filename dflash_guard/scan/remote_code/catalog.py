@@ -7,10 +7,12 @@ an alias, a re-binding, a `getattr` with a constant name or a lookup through `sy
 
 from __future__ import annotations
 
+import ast
 import re
 
 from dflash_guard import rules
 from dflash_guard.rules import Rule
+from dflash_guard.scan.remote_code import capabilities
 from dflash_guard.severity import Severity
 
 # Modules that modeling, configuration and tokenizer code of published models imports. An import
@@ -31,18 +33,29 @@ ALLOWED_IMPORTS = frozenset(
         "unicodedata", "uuid", "warnings", "weakref", "xformers",
     }
 )
+# Modules that are a capability in every function (their documented purpose, in the Python
+# library reference or their own docs, is the source); helpers of other modules that reach a
+# capability are `capabilities.ENTRIES`, each with its source.
+# spawn: CPython Doc/library/subprocess.rst, pty.rst, multiprocessing.rst; pip, pexpect, sh, plumbum
 PROCESS_MODULES = frozenset(
     {"subprocess", "pty", "_posixsubprocess", "multiprocessing", "pip", "ensurepip", "pexpect",
      "sh", "plumbum"}
 )
+# connect: CPython Doc/library/socket.rst, ssl, urllib.request, http.client, ftplib, smtplib,
+# xmlrpc, poplib, imaplib, nntplib, socketserver, webbrowser; requests, httpx, aiohttp, urllib3...
 NETWORK_MODULES = frozenset(
     {
         "socket", "ssl", "urllib", "urllib2", "urllib3", "requests", "httpx", "http", "aiohttp",
         "ftplib", "smtplib", "telnetlib", "paramiko", "websocket", "websockets", "webbrowser",
         "xmlrpc", "poplib", "imaplib", "nntplib", "socketserver", "asyncore", "asynchat", "grpc",
         "zmq", "pycurl", "fsspec",
+        # clients of storage services and downloaders: their whole purpose is the network
+        "boto3", "botocore", "s3fs", "gcsfs", "httplib2", "wget", "gdown", "modelscope",
+        "tornado", "twisted", "redis", "pymongo", "kafka", "paho", "mechanize",
     }
 )
+# load code or pickles: CPython Doc/library/marshal.rst, pickle, ctypes, runpy, code, codeop,
+# zipimport, pkgutil, imp, shelve, copyreg; dill, cloudpickle, cffi, jsonpickle, pyximport
 DYNAMIC_MODULES = frozenset(
     {
         "marshal", "pickle", "_pickle", "dill", "cloudpickle", "ctypes", "cffi", "runpy", "code",
@@ -71,7 +84,7 @@ _SHUTIL_WRITE = frozenset(
 )
 _PATH_WRITE = frozenset(
     {"write_text", "write_bytes", "unlink", "rmdir", "rmtree", "touch", "symlink_to", "hardlink_to",
-     "extractall"}
+     "extractall", "rename", "chmod", "lchmod"}
 )
 DECODERS = frozenset(
     {"b64decode", "b32decode", "b16decode", "a85decode", "b85decode", "decodebytes",
@@ -87,15 +100,26 @@ DATA_MODULES = frozenset({"operator", "math", "torch", "torch.nn", "torch.nn.fun
 CREDENTIAL_ENV = re.compile(r"TOKEN(?!IZER)|SECRET|PASSW|API_?KEY|ACCESS_KEY|CREDENTIAL|AUTH",
                             re.I)
 CREDENTIAL_PATHS = re.compile(
-    r"huggingface/token\b|stored_tokens|\.ssh\b|id_rsa|id_ed25519|\.netrc|\.aws/credentials|\.git-credentials|"
-    r"\.docker/config\.json|\.kube/config",
+    r"huggingface/token\b|stored_tokens|\.ssh\b|id_rsa|id_ed25519|\.netrc|\.aws/|\.git-credentials|"
+    r"\.docker/config\.json|\.kube/config|\.pypirc|\.npmrc|\.config/gcloud|\.azure/|\.gnupg|"
+    r"\.kaggle/kaggle\.json|\.config/gh/hosts|/etc/shadow|/proc/[^/]+/environ",
     re.IGNORECASE,
 )
 SITE_PACKAGES = re.compile(r"site-packages|dist-packages|sitecustomize|usercustomize")
 ENCODED_BLOB = re.compile(r"^(?:[A-Za-z0-9+/]{200,}={0,2}|[0-9a-fA-F]{200,})$")
 # Calls that write their path argument (judged by the path: outside the folder is high).
 SAVERS = frozenset({"save", "savez", "savez_compressed", "save_file", "dump", "tofile", "to_csv",
-                    "savetxt", "save_pretrained", "to_json_file", "to_filename"})
+                    "savetxt", "save_pretrained", "to_json_file", "to_filename",
+                    # CPython Lib/logging/__init__.py FileHandler, basicConfig(filename=...)
+                    "FileHandler", "RotatingFileHandler", "TimedRotatingFileHandler",
+                    "WatchedFileHandler", "basicConfig",
+                    # sqlite3.connect / dbm.open create the file; numpy.memmap(mode="w+")
+                    "connect", "memmap",
+                    # tempfile writes in the system temporary folder unless `dir=` says else
+                    "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory",
+                    "TemporaryFile", "SpooledTemporaryFile",
+                    # tarfile/zipfile extract(member, path); filelock creates its lock file
+                    "extract", "FileLock", "SoftFileLock"})
 # Attributes that reach a function's globals, its code or every class of the interpreter: the
 # classic ways out of any name-based rule (`(lambda: 0).__globals__`, `().__class__.__base__`).
 INTROSPECTION = frozenset(
@@ -139,12 +163,15 @@ SETTINGS = re.compile(r"(^|\.)(config|backends|flags)(\.|$)")
 Action = tuple[Rule, Severity, str]
 
 
-def action(name: str) -> Action | None:
-    """The rule, severity and wording of calling the resolved `name`, or None for a harmless one."""
+def action(name: str, call: ast.Call | None = None) -> Action | None:
+    """The rule, severity and wording of calling the resolved `name` (with the arguments of
+    `call` where an entry depends on them), or None for a harmless one."""
     root = name.split(".")[0]
     last = name.rsplit(".", 1)[-1]
     if name.startswith(PURE_SUBMODULES):
         return None
+    if (entry := capabilities.find(name, call)) is not None:
+        return entry.capabilities[0].rule, entry.severity, entry.message(name)
     if name in ("eval", "exec"):
         return rules.RC_DYNAMIC_CODE, Severity.critical, f"calls {name}()"
     if name in ("compile", "__import__", "breakpoint") or name in CODE_SINKS:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from dflash_guard.scan.remote_code.catalog import BUILTIN_NAMES, REROOT, action
+from dflash_guard.scan.remote_code.paths import UNKNOWN, fold
 
 GLOBALS = "<globals>"
 # Lookups by key through these resolve to the key itself (a module or a builtin).
@@ -38,6 +39,7 @@ class Names:
         self.bound: dict[str, str] = {}
         self.star_modules: list[str] = []
         self.modules: set[str] = set()  # local names bound to an imported module or its members
+        self.constants: dict[str, str] = {}  # local names bound to a string literal
 
     def bind_import(self, local: str, qualified: str) -> None:
         """`import a.b as local` / `from a import b as local`."""
@@ -77,6 +79,14 @@ class Names:
             return self._call(node)
         return ""
 
+    def text(self, node: ast.AST | None) -> str | None:
+        """The string `node` builds when every piece is known (`"sys" + "tem"`, an f-string of
+        literals, a name bound to a literal), else None."""
+        if node is None:
+            return None
+        folded = fold(node, self.resolve, constants=self.constants)
+        return None if UNKNOWN in folded else folded
+
     def _name(self, name: str) -> str:
         if name in self.bound:
             return self.bound[name]
@@ -110,12 +120,12 @@ class Names:
                 return self.normalise(f"{base}.{constant_str(inner.args[0])}") if base else ""
         func = self.resolve(node.func)
         first = node.args[0] if node.args else None
-        second = constant_str(node.args[1]) if len(node.args) > 1 else None
+        second = self.text(node.args[1]) if len(node.args) > 1 else None
         if func == "getattr" and first is not None and second is not None:
             base = self.resolve(first)
             return self.normalise(f"{base}.{second}") if base else ""
-        if func in ("__import__", "importlib.import_module") and constant_str(first):
-            module = constant_str(first) or ""
+        if func in ("__import__", "importlib.import_module") and self.text(first):
+            module = self.text(first) or ""
             self.modules.add(module.split(".")[0])
             return module
         if func in ("sys.modules.get", "builtins.__dict__.get", f"{GLOBALS}.get"):

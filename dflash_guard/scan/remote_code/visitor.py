@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dflash_guard import rules
 from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.remote_code import catalog
+from dflash_guard.scan.remote_code.capabilities import RULE_LABELS, Capability
 from dflash_guard.scan.remote_code.names import GLOBALS, Names, constant_str
 from dflash_guard.scan.remote_code.paths import UNKNOWN, fold, is_outside
 
@@ -42,6 +43,20 @@ _OPENERS = frozenset({"open", "io.open", "os.fdopen", "codecs.open", "gzip.open"
                       "lzma.open", "io.FileIO", "tarfile.open", "zipfile.ZipFile", "shelve.open"})
 _MODE = ("r", "w", "a", "x", "b", "t", "+")
 MAX_LITERAL_DEPTH = 3
+# Loaders whose keyword decides whether they unpickle: name -> (keyword, its position, whether
+# the value that keeps them from unpickling is True). torch/serialization.py load(f,
+# map_location, pickle_module, *, weights_only); numpy/lib/_npyio_impl.py load(file, mmap_mode,
+# allow_pickle); numpy/lib/format.py read_array(fp, allow_pickle).
+_PICKLE_SWITCHES = {
+    "torch.load": ("weights_only", 99, True),
+    "torch.serialization.load": ("weights_only", 99, True),
+    "numpy.load": ("allow_pickle", 2, False),
+    "numpy.lib.npyio.load": ("allow_pickle", 2, False),
+    "numpy.lib.format.read_array": ("allow_pickle", 1, False),
+    "numpy.lib.npyio.NpzFile": ("allow_pickle", 2, False),
+}
+# A message that already names its capability (a catalog entry's) is not labelled again.
+_LABELS = tuple(f"{c.value}" for c in Capability) + tuple(f"{v}:" for v in RULE_LABELS.values())
 
 
 class Visitor(ast.NodeVisitor):
@@ -67,6 +82,9 @@ class Visitor(ast.NodeVisitor):
     ) -> None:
         """Record a finding; an action (`runs`) at import time is also an import-time finding."""
         where = self.context[-1]
+        label = RULE_LABELS.get(rule.id)
+        if label is not None and not message.startswith(_LABELS):
+            message = f"{label}: {message}"
         line = getattr(node, "lineno", None)
         line = line + self.line_offset if line is not None else None
         if rule is rules.RC_FS_WRITE and self.in_save_method():
@@ -227,6 +245,8 @@ class Visitor(ast.NodeVisitor):
             for t, v in zip(target.elts, value.elts, strict=False):
                 self.bind(t, v)
         elif isinstance(target, ast.Name):
+            if (text := constant_str(value)) is not None:
+                self.names.constants.setdefault(target.id, text)  # sticky, like the modules
             resolved = self.names.resolve(value)
             if resolved and self.names.is_module_rooted(resolved):
                 self.names.bind(target.id, resolved)
@@ -302,12 +322,12 @@ class Visitor(ast.NodeVisitor):
             attr = constant_str(node.args[0])
             if attr is None or any(catalog.dangerous_attribute(a) for a in attr.split(".")):
                 self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
-                         f"{name}({attr or 'a computed name'!s}) reaches attributes by name",
-                         runs=True)
+                         f"{Capability.dynamic_attribute.value}: "
+                         f"{name}({attr or 'a computed name'!s})", runs=True)
         elif (name in _OPENERS or last == "open") and self.write_mode(node):
             severity, message = self.write_target(node)
             self.add(rules.RC_FS_WRITE, severity, node, message, runs=True)
-        elif (hit := self.action(name)) is not None:
+        elif (hit := self.action(name, node)) is not None:
             rule, severity, message = hit
             if name in catalog.CODE_SINKS and self.carries_decoded(node):
                 rule, severity = rules.RC_ENCODED_BLOB, Severity.critical
@@ -347,10 +367,11 @@ class Visitor(ast.NodeVisitor):
         )
 
     def check_getattr(self, node: ast.Call) -> None:
-        if len(node.args) >= 2 and constant_str(node.args[1]) in catalog.INTROSPECTION:
-            self.introspection(node, constant_str(node.args[1]) or "")
-        if len(node.args) < 2 or constant_str(node.args[1]) is not None:
-            return  # a constant name resolves like an attribute (see visit_Call's resolve)
+        known = self.names.text(node.args[1]) if len(node.args) >= 2 else None
+        if known in catalog.INTROSPECTION:
+            self.introspection(node, known or "")
+        if len(node.args) < 2 or known is not None:
+            return  # a name built of literals resolves like an attribute (see Names.resolve)
         key = node.args[1]
         if isinstance(key, ast.Name) and key.id in self.constant_loop_names:
             return
@@ -359,25 +380,50 @@ class Visitor(ast.NodeVisitor):
             target.split(".")[0] in self.names.modules or target in ("builtins", GLOBALS)
         ):
             return
-        if target in catalog.DATA_MODULES and id(node) not in self.handled:
+        used = id(node) in self.handled or isinstance(self.parents.get(id(node)), ast.Attribute)
+        if target in catalog.DATA_MODULES and not used:
             return  # getattr(torch, config.torch_dtype), getattr(operator, op): data, not code
         self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
-                 f"getattr() with a computed name on {target}", runs=True)
+                 f"{Capability.dynamic_attribute.value}: getattr() with a computed name on "
+                 f"{target} reaches any of its functions", runs=True)
 
     def check_keywords(self, node: ast.Call, name: str) -> None:
         """Loader switches: another repo's remote code, or unpickling a file of the folder."""
+        if name in _PICKLE_SWITCHES:
+            self.check_unpickling(node, name)
         for keyword in node.keywords:
-            value = keyword.value.value if isinstance(keyword.value, ast.Constant) else None
-            unpickles = (name == "torch.load" and keyword.arg == "weights_only" and value is False
-                         ) or (name == "numpy.load" and keyword.arg == "allow_pickle" and value)
-            if unpickles:
-                self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
-                         f"{name}({keyword.arg}={value!s}) unpickles, which runs code", runs=True)
             if keyword.arg in ("trust_remote_code", "custom_pipelines") and not (
                 isinstance(keyword.value, ast.Constant) and keyword.value.value in (False, None)
             ):
                 self.add(rules.RC_NESTED_REMOTE_CODE, Severity.high, node,
                          f"passes {keyword.arg}= to a loader: runs another repository's code")
+
+    def check_unpickling(self, node: ast.Call, name: str) -> None:
+        """`torch.load` and `numpy.load` unpickle unless their switch says not to: a switch
+        set to unpickle, or computed, is high; `torch.load` without `weights_only` is low (its
+        default is weights only from torch 2.6, a pickle before)."""
+        switch, position, safe = _PICKLE_SWITCHES[name]
+        given = next((k.value for k in node.keywords if k.arg == switch), None)
+        if given is None and len(node.args) > position:
+            given = node.args[position]
+        label = "load code or pickles"
+        if any(k.arg == "pickle_module" for k in node.keywords):
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                     f"{label}: {name}(pickle_module=...) unpickles with a module of its own",
+                     runs=True)
+        if given is None:
+            if safe:
+                self.add(rules.RC_DYNAMIC_CODE, Severity.low, node,
+                         f"{label}: {name}() without {switch}=True loads weights only under "
+                         "torch >= 2.6 (the default), a pickle before", runs=True)
+        elif not isinstance(given, ast.Constant):
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                     f"{label}: {name}({switch}=<computed>) may unpickle, which runs code",
+                     runs=True)
+        elif bool(given.value) is not safe:
+            self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
+                     f"{label}: {name}({switch}={given.value!s}) unpickles, which runs code",
+                     runs=True)
 
     def visit_Dict(self, node: ast.Dict) -> None:
         for key, value in zip(node.keys, node.values, strict=False):
@@ -415,7 +461,8 @@ class Visitor(ast.NodeVisitor):
         elif (base in ("sys.modules", "builtins", "builtins.__dict__", GLOBALS)
               or base.endswith(".__dict__")) and constant_str(node.slice) is None:
             self.add(rules.RC_DYNAMIC_CODE, Severity.high, node,
-                     f"looks up {base} by a computed key", runs=True)
+                     f"{Capability.dynamic_attribute.value}: looks up {base} by a computed key",
+                     runs=True)
         self.generic_visit(node)
 
     def visit_Compare(self, node: ast.Compare) -> None:
@@ -445,7 +492,7 @@ class Visitor(ast.NodeVisitor):
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if not isinstance(self.parents.get(id(node)), ast.BinOp):  # the whole expression once
-            self.check_path(node, fold(node, self.names.resolve))
+            self.check_path(node, fold(node, self.names.resolve, constants=self.names.constants))
         self.generic_visit(node)
 
     def check_paths(self, node: ast.Call, name: str) -> None:
@@ -453,7 +500,8 @@ class Visitor(ast.NodeVisitor):
         pieces = [*node.args, *(k.value for k in node.keywords)]
         if isinstance(node.func, ast.Attribute):
             pieces.append(node.func.value)
-        folded = [fold(piece, self.names.resolve) for piece in pieces]
+        folded = [fold(piece, self.names.resolve, constants=self.names.constants)
+                  for piece in pieces]
         for path in folded:
             self.check_path(node, path)
         if name.rsplit(".", 1)[-1] in catalog.SAVERS and not self.in_save_method():
@@ -506,12 +554,24 @@ class Visitor(ast.NodeVisitor):
             self.add(rule, Severity.high, node, f"refers to {name} as a value ({message})",
                      runs=self.context[-1] == "decorator")  # a decorator is called
 
-    def action(self, name: str) -> catalog.Action | None:
+    def action(self, name: str, call: ast.Call | None = None) -> catalog.Action | None:
         """`catalog.action`, where a dotted name that does not start at an imported module (a
         local such as `code.append`) is judged by its last part only (`x.write_text`)."""
+        if call is not None:  # arguments folded to the strings they build (for `When`)
+            call = ast.Call(func=call.func, args=[self.folded(a) for a in call.args],
+                            keywords=[ast.keyword(arg=k.arg, value=self.folded(k.value))
+                                      for k in call.keywords])
         if "." in name and not name.startswith("?.") and not self.names.is_module_rooted(name):
-            return catalog.action("?." + name.rsplit(".", 1)[-1])
-        return catalog.action(name)
+            return catalog.action("?." + name.rsplit(".", 1)[-1], call)
+        return catalog.action(name, call)
+
+    def folded(self, node: ast.expr) -> ast.expr:
+        """A string-building argument (`BASE + "/x"`, an f-string, a name bound to a literal)
+        as the literal it folds to; any other argument as it is."""
+        if isinstance(node, (ast.Constant, ast.Starred)):
+            return node
+        text = fold(node, self.names.resolve, constants=self.names.constants)
+        return node if text == UNKNOWN else ast.Constant(value=text)
 
     def escapes(self, node: ast.AST, name: str) -> bool:
         """A capability module or namespace used as a value (stored, returned, passed...)."""
@@ -550,7 +610,8 @@ class Visitor(ast.NodeVisitor):
         target = node.args[0] if node.args else None
         if isinstance(node.func, ast.Attribute) and self.names.resolve(node.func) not in _OPENERS:
             target = node.func.value  # Path(...).open("w")
-        value = fold(target, self.names.resolve) if target is not None else UNKNOWN
+        value = (fold(target, self.names.resolve, constants=self.names.constants)
+                 if target is not None else UNKNOWN)
         if value.startswith(UNKNOWN) or not value:
             return Severity.high, "opens a computed path for writing"
         outside = is_outside(value)
