@@ -24,8 +24,8 @@ from dflash_guard.fileio import open_binary, read_input_json
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
-from dflash_guard.pins.folder import list_folder
-from dflash_guard.pins.hashing import StatCache, git_blob_id, hash_files, sha256_file
+from dflash_guard.pins.folder import absolute_root, list_folder
+from dflash_guard.pins.hashing import StatCache, digest_files, git_blob_id, sha256_file
 from dflash_guard.pins.lockfile import (
     CACHE_UNCONFIRMED,
     HUB_CONFIRMED,
@@ -136,26 +136,24 @@ def _lock_folder(
     """Hash every file of a folder (or a cached snapshot) into an artifact."""
     in_cache = repo is not None
     boundary = hub.snapshot_boundary(folder) if in_cache else None
-    files, unsafe = list_folder(folder, boundary)
+    files, unsafe = list_folder(absolute_root(folder), boundary)
     if unsafe:
         first = unsafe[0]
         raise _Refused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
     if not files:
         raise InputError(f"{folder}: the folder has no files to lock")
     stat_cache = StatCache()
-    hashes = hash_files(files.values(), cache=stat_cache, progress=progress,
-                        stage_name=f"hashing {role}")
+    digests = digest_files(files.values(), cache=stat_cache, progress=progress,
+                           stage_name=f"hashing {role}")
     stat_cache.save()  # a verify right after the lock is then a stat per file
-    locked = tuple(
-        LockedFile(
-            path=rel,
-            size=path.stat().st_size,
-            sha256=hashes[path],
-            blob_id=hub.cached_blob_id(path) if in_cache else None,
-        )
-        for rel, path in sorted(files.items())
-    )
-    code_refs = _lock_code_refs(role, {rel: files[rel] for rel in AUTO_MAP_FILES if rel in files})
+    rows = []
+    for rel, path in sorted(files.items()):
+        sha256, size = digests[path]  # the size is the bytes hashed: no second stat
+        rows.append(LockedFile(rel, size, sha256,
+                               hub.cached_blob_id(Path(path)) if in_cache else None))
+    locked = tuple(rows)
+    code_refs = _lock_code_refs(role, {rel: Path(files[rel]) for rel in AUTO_MAP_FILES
+                                       if rel in files})
     if in_cache:
         assert repo is not None and commit is not None
         provenance = _snapshot_provenance(role, repo, commit, locked, confirmed_by)
