@@ -106,7 +106,7 @@ def main() -> None:
             folder.mkdir()
         _write_files(model, args.files)
         for i in range(5):
-            (drafter / f"part-{i}.json").write_text('{"drafter": %d}\n' % i)
+            (drafter / f"part-{i}.json").write_text(f'{{"drafter": {i}}}\n')
         (tiny / "config.json").write_text("{}\n")
         lock_path, cli_lock, tiny_lock = (work / name for name in ("dflash.lock", "cli.lock",
                                                                    "tiny.lock"))

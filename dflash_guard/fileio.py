@@ -102,6 +102,7 @@ def open_binary(path: str | os.PathLike[str]) -> BinaryIO:
 
 
 SMALL_INPUT_BYTES = 16 * 1024 * 1024  # policies, records, signatures, keys
+MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any real config, index or tokenizer_config
 
 
 def read_input(path: str | os.PathLike[str], what: str, limit: int = SMALL_INPUT_BYTES) -> bytes:

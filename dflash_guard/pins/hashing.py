@@ -83,14 +83,22 @@ def _hash_path(name: str, seen: os.stat_result | None,
     try:  # never blocks: a FIFO swapped in for a file is refused after opening (fstat)
         fd, opened = open_regular_stat(name)
         try:
-            if opened.st_size < SMALL_BUFFER_BYTES:  # a file that grew is still read to its end
-                while chunk := os.read(fd, SMALL_BUFFER_BYTES):
+            size = opened.st_size
+            if size < SMALL_BUFFER_BYTES:
+                # Asked for a byte more than its size, a first read that returns exactly the
+                # size has met the end (a regular file reads short only there): one read, not
+                # two. A file that grew or shrank is read on to its end.
+                chunk = os.read(fd, size + 1)
+                while chunk:
                     digest.update(chunk)
                     hashed += len(chunk)
                     if on_bytes is not None:
                         on_bytes(len(chunk))
+                    if len(chunk) == size == hashed:
+                        break
+                    chunk = os.read(fd, SMALL_BUFFER_BYTES)
             else:
-                buffer = bytearray(min(CHUNK_BYTES, opened.st_size))
+                buffer = bytearray(min(CHUNK_BYTES, size))
                 view = memoryview(buffer)
                 while n := os.readv(fd, [buffer]):
                     digest.update(view[:n])
@@ -128,16 +136,11 @@ def stat_key(st: os.stat_result, name: str) -> str:
     return f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{name}"
 
 
-def absolute(path: str | os.PathLike[str]) -> str:
-    """`path` as the absolute name a stat key carries: as given when absolute, else made so
-    without a `stat` (`os.path.abspath`)."""
-    name = os.fspath(path)
-    return name if name.startswith("/") else os.path.abspath(name)
-
-
 def _stat_key(path: str | os.PathLike[str], st: os.stat_result | None = None) -> str:
     """`stat_key` of `path` (`st`: its `os.stat` when the caller just took it)."""
-    return stat_key(os.stat(path) if st is None else st, absolute(path))
+    name = os.fspath(path)
+    return stat_key(os.stat(name) if st is None else st,
+                    name if name.startswith("/") else os.path.abspath(name))
 
 
 def _read_private(path: Path, limit: int) -> bytes | None:
@@ -221,6 +224,8 @@ class StatCache:
             return {}
         if not isinstance(loaded, dict):
             return {}
+        if all(type(v) is str for v in loaded.values()):  # as written: no copy of 100k entries
+            return loaded
         return {k: v for k, v in loaded.items() if isinstance(v, str)}
 
     def get(self, path: str | os.PathLike[str]) -> str | None:
@@ -297,6 +302,7 @@ def digest_files(
     results: dict[P, tuple[str, int]] = {}
     small: list[Todo[P]] = []
     large: list[Todo[P]] = []
+    lookup = cache._entries.get if cache is not None else None  # the hot loop: no method call
     for path in paths:
         name = os.fspath(path)
         try:
@@ -305,9 +311,9 @@ def digest_files(
             small.append((path, name, None, None))  # hashing will report it
             continue
         key = None
-        if cache is not None:
-            key = stat_key(st, absolute(name))
-            if (hit := cache.lookup(key)) is not None:
+        if lookup is not None:
+            key = stat_key(st, name if name.startswith("/") else os.path.abspath(name))
+            if (hit := lookup(key)) is not None:
                 results[path] = (hit, st.st_size)
                 continue
         (small if st.st_size < INLINE_BYTES else large).append((path, name, st, key))

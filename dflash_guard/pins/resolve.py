@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dflash_guard.errors import HubError, InputError, shorten
-from dflash_guard.fileio import open_binary, read_input_json
+from dflash_guard.fileio import MAX_JSON_BYTES, open_binary, read_input_json
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
@@ -39,7 +39,6 @@ from dflash_guard.pins.lockfile import (
     package_problem,
 )
 from dflash_guard.progress import NO_PROGRESS, Progress
-from dflash_guard.scan.jsonfile import MAX_JSON_BYTES
 from dflash_guard.urls import check_recorded_url
 
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
