@@ -89,11 +89,12 @@ class _Refused(Exception):
 
 
 def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None,
-                progress: Progress = NO_PROGRESS) -> Artifact:
+                progress: Progress = NO_PROGRESS, cache: StatCache | None = None) -> Artifact:
     """Lock one SRC: a local folder, an HF-cache snapshot, or `ORG/NAME[@REV]` on the Hub.
 
     `confirmed_by`: an earlier lock whose `hub-confirmed` artifacts can confirm a snapshot; a
-    folder's hashing is a stage of `progress` (`hashing ROLE`)."""
+    folder's hashing is a stage of `progress` (`hashing ROLE`), answered and recorded by the
+    stat `cache` when one is given (its caller saves it)."""
     path = Path(src).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -101,8 +102,8 @@ def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None,
         if (identity := hub.snapshot_identity(path)) is not None:
             repo, commit = identity
             return _lock_folder(role, path, repo=repo, commit=commit, revision=commit,
-                                confirmed_by=confirmed_by, progress=progress)
-        return _lock_folder(role, path, progress=progress)
+                                confirmed_by=confirmed_by, progress=progress, cache=cache)
+        return _lock_folder(role, path, progress=progress, cache=cache)
     if src.startswith((".", "/", "~")):
         raise InputError(f"--{role} {src}: no such folder")
     parsed = hub.parse_hub_source(src)
@@ -118,7 +119,7 @@ def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None,
                 f"({hub.hub_cache_dir()}) has no snapshot for it"
             )
         return _lock_folder(role, snapshot, repo=repo, commit=cached, revision=revision,
-                            confirmed_by=confirmed_by, progress=progress)
+                            confirmed_by=confirmed_by, progress=progress, cache=cache)
     return _lock_hub(role, repo, revision)
 
 
@@ -131,6 +132,7 @@ def _lock_folder(
     revision: str | None = None,
     confirmed_by: Lockfile | None = None,
     progress: Progress = NO_PROGRESS,
+    cache: StatCache | None = None,
 ) -> Artifact:
     """Hash every file of a folder (or a cached snapshot) into an artifact."""
     in_cache = repo is not None
@@ -141,10 +143,8 @@ def _lock_folder(
         raise _Refused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
     if not files:
         raise InputError(f"{folder}: the folder has no files to lock")
-    stat_cache = StatCache()
-    digests = digest_files(files.values(), cache=stat_cache, progress=progress,
+    digests = digest_files(files.values(), cache=cache, progress=progress,
                            stage_name=f"hashing {role}")
-    stat_cache.save()  # a verify right after the lock is then a stat per file
     rows = []
     for rel, path in sorted(files.items()):
         sha256, size = digests[path]  # the size is the bytes hashed: no second stat
@@ -349,11 +349,14 @@ def build_lock(
     reports to `progress`."""
     parsed_engines = tuple(parse_engine(e) for e in engines)
     parsed_packages = tuple(parse_package(p) for p in packages)
+    cache = StatCache()  # one for every folder, read and written once
     try:
-        artifacts = tuple(lock_source(role, src, confirmed_by, progress)
+        artifacts = tuple(lock_source(role, src, confirmed_by, progress, cache)
                           for role, src in sources.items())
     except _Refused as refusal:
         return LockResult(Outcome.refused(str(refusal)))
+    finally:
+        cache.save()  # a verify right after the lock is then a stat per file
     lock = Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)
     return LockResult(Outcome.passed(f"{len(artifacts)} artifacts locked"), lock)
 
