@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import itertools
 import json
 import os
 import secrets
@@ -322,28 +321,28 @@ def digest_files(
         return results
     meter = _Meter(progress, len(small) + len(large))
 
-    def work(batch: list[Todo[P]]) -> list[tuple[P, str, int, str | None]]:
-        done = []
+    def work(batch: list[Todo[P]]) -> None:
+        # Results and cache entries are written here, from the pool's threads and this one:
+        # one dict store each, atomic under the GIL.
         small_bytes = 0
         for path, name, seen, key in batch:
             chunked = seen is not None and seen.st_size >= CHUNK_BYTES  # reported as read
             sha, size, unchanged = _hash_path(name, seen if key is not None else None,
                                               meter.read if chunked else None)
+            results[path] = (sha, size)
+            if unchanged and cache is not None and key is not None:
+                cache.put(key, sha)
             small_bytes += 0 if chunked else size
-            done.append((path, sha, size, key if unchanged else None))
         meter.hashed(len(batch), small_bytes)
-        return done
 
     total = sum(seen.st_size for _, _, seen, _ in small + large if seen is not None)
     with (stage(progress, stage_name, total, BYTES),
           ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool):
         hashed_meanwhile = pool.map(work, _batches(large))
-        hashed_here = [work(batch) for batch in _batches(small)]
-        for batch in itertools.chain(hashed_here, hashed_meanwhile):
-            for path, sha, size, key in batch:
-                results[path] = (sha, size)
-                if cache is not None and key is not None:
-                    cache.put(key, sha)
+        for batch in _batches(small):
+            work(batch)
+        for _ in hashed_meanwhile:  # a worker's error is raised here
+            pass
     return results
 
 
