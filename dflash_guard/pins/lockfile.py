@@ -34,6 +34,7 @@ from dflash_guard import __version__
 from dflash_guard.errors import InputError, shorten
 from dflash_guard.fileio import read_regular, write_atomic
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
+from dflash_guard.pins.gcpause import paused_gc
 from dflash_guard.schema import MAX_DOCUMENT_CHARS, Field, Fields, read_document
 from dflash_guard.urls import check_recorded_url
 
@@ -604,4 +605,5 @@ def load_lockfile(path: str | Path) -> Lockfile:
         raise InputError(f"cannot read lockfile {error}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"cannot read lockfile {path}: {error}") from None
-    return parse_lockfile(text, str(path))
+    with paused_gc():  # a 100k-file table is 100k rows
+        return parse_lockfile(text, str(path))

@@ -25,6 +25,7 @@ from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
 from dflash_guard.pins.folder import absolute_root, list_folder
+from dflash_guard.pins.gcpause import paused_gc
 from dflash_guard.pins.hashing import StatCache, digest_files, git_blob_id, sha256_file
 from dflash_guard.pins.lockfile import (
     CACHE_UNCONFIRMED,
@@ -349,14 +350,16 @@ def build_lock(
     reports to `progress`."""
     parsed_engines = tuple(parse_engine(e) for e in engines)
     parsed_packages = tuple(parse_package(p) for p in packages)
-    cache = StatCache()  # one for every folder, read and written once
     try:
-        artifacts = tuple(lock_source(role, src, confirmed_by, progress, cache)
-                          for role, src in sources.items())
+        with paused_gc():
+            cache = StatCache()  # one for every folder, read and written once
+            try:
+                artifacts = tuple(lock_source(role, src, confirmed_by, progress, cache)
+                                  for role, src in sources.items())
+            finally:
+                cache.save()  # a verify right after the lock is then a stat per file
     except _Refused as refusal:
         return LockResult(Outcome.refused(str(refusal)))
-    finally:
-        cache.save()  # a verify right after the lock is then a stat per file
     lock = Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)
     return LockResult(Outcome.passed(f"{len(artifacts)} artifacts locked"), lock)
 

@@ -16,6 +16,7 @@ from typing import Any
 from dflash_guard.errors import InputError
 from dflash_guard.pins import hub
 from dflash_guard.pins.folder import absolute_root, list_folder
+from dflash_guard.pins.gcpause import paused_gc
 from dflash_guard.pins.hashing import StatCache, hash_files, stat_key
 from dflash_guard.pins.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
 from dflash_guard.progress import NO_PROGRESS, Progress
@@ -109,19 +110,20 @@ def verify_lock(
     if unknown:
         raise InputError(f"--root {unknown[0]}=...: the lockfile has no artifact with that role")
     report = VerifyReport(problems=[], locations={})
-    cache = StatCache() if use_cache else None
-    for artifact in lock.artifacts:
-        target = _locate(artifact, roots.get(artifact.role), download, report)
-        if target is None:
-            continue
-        report.locations[artifact.role] = target.folder
-        _compare(target, cache, progress, report)
-        for ref in artifact.code_refs:
-            code = _locate_code_ref(artifact.role, ref, download, report)
-            if code is not None:
-                _compare(code, cache, progress, report)
-    if cache is not None:
-        cache.save()
+    with paused_gc():
+        cache = StatCache() if use_cache else None
+        for artifact in lock.artifacts:
+            target = _locate(artifact, roots.get(artifact.role), download, report)
+            if target is None:
+                continue
+            report.locations[artifact.role] = target.folder
+            _compare(target, cache, progress, report)
+            for ref in artifact.code_refs:
+                code = _locate_code_ref(artifact.role, ref, download, report)
+                if code is not None:
+                    _compare(code, cache, progress, report)
+        if cache is not None:
+            cache.save()
     return report
 
 

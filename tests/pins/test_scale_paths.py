@@ -5,6 +5,7 @@ Timing is measured by `benchmarks/bench_lock_scale.py`, never asserted here."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from dflash_guard import schema
 from dflash_guard.pins import hashing
 from dflash_guard.pins.folder import absolute_root
+from dflash_guard.pins.gcpause import paused_gc
 from dflash_guard.pins.lockfile import _node, parse_lockfile
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.pins.verify import verify_lock
@@ -110,3 +112,20 @@ def test_a_lock_by_one_spelling_answers_a_verify_by_another_from_the_cache(
     assert lock is not None and [f.size for f in lock.artifacts[0].files] == [0, 2, 4]
     report = verify_lock(lock, {"target": Path("./model/")})
     assert report.passed and report.cache_hits == 3 and report.bytes_hashed == 0
+
+
+def test_paused_gc_restores_the_collector_as_it_was():
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause still holds
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # it was off: left off
+    finally:
+        gc.enable()
