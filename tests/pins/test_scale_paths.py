@@ -5,6 +5,7 @@ Timing is measured by `benchmarks/bench_lock_scale.py`, never asserted here."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import os
@@ -17,7 +18,7 @@ from dflash_guard import schema
 from dflash_guard.pins import hashing
 from dflash_guard.pins.folder import absolute_root
 from dflash_guard.pins.gcpause import paused_gc
-from dflash_guard.pins.lockfile import _node, parse_lockfile
+from dflash_guard.pins.lockfile import _node, dumps_lockfile, parse_lockfile
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.pins.verify import verify_lock
 from tests.support.trust import REPO
@@ -129,3 +130,15 @@ def test_paused_gc_restores_the_collector_as_it_was():
         assert not gc.isenabled()  # it was off: left off
     finally:
         gc.enable()
+
+
+def test_a_locks_remembered_digest_is_its_own():
+    """The digest is worked out once per lock; a replaced lock (another version) works out its
+    own, and a parsed lock keeps the one it checked."""
+    text = (REPO / "lockfiles" / "fixture.lock").read_text()
+    lock = parse_lockfile(text, "fixture.lock")
+    assert lock.digest() == yaml.safe_load(text)["digest"]
+    older = dataclasses.replace(lock, lockfile_version=2)
+    assert older.digest() != lock.digest()
+    assert older.digest() == parse_lockfile(dumps_lockfile(older)).digest()
+    assert dataclasses.replace(lock).digest() == lock.digest()
