@@ -67,6 +67,13 @@ def guard_inputs() -> Iterator[None]:
 def open_regular(path: str | os.PathLike[str], *, nofollow: bool = False) -> int:
     """A read-only descriptor on `path`, opened without blocking (a FIFO cannot hang us) and
     checked with `fstat` to be a regular file; `nofollow` also refuses a symlink."""
+    return open_regular_stat(path, nofollow=nofollow)[0]
+
+
+def open_regular_stat(path: str | os.PathLike[str], *,
+                      nofollow: bool = False) -> tuple[int, os.stat_result]:
+    """`open_regular`, with the `fstat` it took of the open file (a hasher keys its stat cache
+    with it: no second stat)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
     fd = os.open(path, flags)
     info = os.fstat(fd)
@@ -75,7 +82,7 @@ def open_regular(path: str | os.PathLike[str], *, nofollow: bool = False) -> int
         raise NotRegularFileError(f"{path}: {file_kind(info.st_mode)}, not a regular file")
     if _read_files is not None:
         _read_files.add((info.st_dev, info.st_ino))
-    return fd
+    return fd, info
 
 
 def read_regular(path: str | os.PathLike[str], limit: int, *, nofollow: bool = False) -> bytes:
@@ -95,6 +102,7 @@ def open_binary(path: str | os.PathLike[str]) -> BinaryIO:
 
 
 SMALL_INPUT_BYTES = 16 * 1024 * 1024  # policies, records, signatures, keys
+MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any real config, index or tokenizer_config
 
 
 def read_input(path: str | os.PathLike[str], what: str, limit: int = SMALL_INPUT_BYTES) -> bytes:

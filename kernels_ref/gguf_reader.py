@@ -1,4 +1,4 @@
-"""The one GGUF reader: header, metadata and tensor table from a memory map, bounded.
+"""The one GGUF reader: header, metadata and tensor table, read with bounded reads.
 
 Every count, length and nesting depth is checked against the bytes left in the file and against
 the caps below before anything is sized by it, so a 1 KB file claiming 2^62 items costs
@@ -11,6 +11,11 @@ over 4 dimensions, negative or overflowing extents, an unknown GGML type, rows t
 whole blocks); past that, `GGUFLimit` is this reader's cap, not the format's. Big-endian files
 are read as gguf-py reads them (llama.cpp on a little-endian host refuses them).
 
+The walk reads the file through a window of WINDOW_BYTES (`os.pread`), values are read when a
+caller asks for them, and nothing is mapped: a file another process truncates meanwhile is a
+`GGUFError` (it ends before the size it had when opened), where a memory map would kill the
+process with SIGBUS. The handle must stay open while values are read.
+
 gguf-py (`gguf.GGUFReader`) reads the same format; the suite holds this reader to it field by
 field (tests/scan/test_gguf_reader.py). gguf-py stays the writer. Torch-free, and imports
 nothing from dflash_guard, so the scanner, the diff and kernels_ref share it.
@@ -18,7 +23,6 @@ nothing from dflash_guard, so the scanner, the diff and kernels_ref share it.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -32,6 +36,7 @@ MAX_NAME_BYTES = 63  # GGML_MAX_NAME 64, with its NUL
 MAX_DIMS = 4  # GGML_MAX_DIMS
 VERSIONS = (2, 3)  # llama.cpp: v1 is no longer supported, none past GGUF_VERSION 3
 DEFAULT_ALIGNMENT = 32  # GGUF_DEFAULT_ALIGNMENT
+WINDOW_BYTES = 256 * 1024  # what the walk holds of the file at a time
 
 # The GGUF value types (gguf.h `enum gguf_type`) as struct codes; 8 is a string, 9 an array.
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
@@ -81,21 +86,18 @@ class Tensor:
 
 
 class GGUF:
-    """A GGUF header read from a memory map: `fields` in file order, `tensors`, the alignment
-    and where the data section starts. Values are read on demand; `close()` (or `with`) drops
-    the map."""
+    """A GGUF header read from an open file: `fields` in file order, `tensors`, the alignment
+    and where the data section starts. Values are read on demand, from the handle it was
+    given; `close()` (or `with`) drops the window."""
 
     def __init__(self, handle: BinaryIO) -> None:
-        size = os.fstat(handle.fileno()).st_size
+        self._fd = handle.fileno()
+        size = os.fstat(self._fd).st_size
         if size < 24:
             raise GGUFError(f"{size} bytes: shorter than a GGUF header")
         self.size = size
-        self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            self._walk()
-        except BaseException:
-            self._map.close()
-            raise
+        self._win, self._base = b"", 0  # the bytes held, and where in the file they start
+        self._walk()
 
     def __enter__(self) -> GGUF:
         return self
@@ -104,7 +106,36 @@ class GGUF:
         self.close()
 
     def close(self) -> None:
-        self._map.close()
+        self._win = b""
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _read(self, pos: int, count: int) -> bytes:
+        """The file's `count` bytes from `pos` (within its size at open); a file that ends
+        sooner was truncated meanwhile: a `GGUFError`."""
+        parts, got = [], 0
+        while got < count:
+            part = os.pread(self._fd, count - got, pos + got)
+            if not part:
+                raise GGUFError(f"the file ends at byte {pos + got}: it had {self.size} bytes "
+                                "when opened (truncated while it was read)")
+            parts.append(part)
+            got += len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _at(self, pos: int, count: int) -> int:
+        """Where the file's bytes [pos, pos + count) start in the window, read into it first
+        (from `pos`, WINDOW_BYTES or `count` if more) when they are not all there. The caller
+        has checked them against the size."""
+        at = pos - self._base
+        if at < 0 or at + count > len(self._win):
+            self._win = self._read(pos, min(max(count, WINDOW_BYTES), self.size - pos))
+            self._base, at = pos, 0
+        return at
+
+    def _bytes(self, start: int, end: int) -> bytes:
+        at = self._at(start, end - start)
+        return self._win[at:at + end - start]
 
     # -- the walk ----------------------------------------------------------------------------
 
@@ -116,7 +147,8 @@ class GGUF:
     def _number(self, code: str, pos: int, what: str) -> int:
         width = struct.calcsize(code)
         self._need(pos, width, what)
-        return int(struct.unpack_from(self.order + code, self._map, pos)[0])
+        at = self._at(pos, width)  # first: it may read a new window
+        return int(struct.unpack_from(self.order + code, self._win, at)[0])
 
     def _string_end(self, pos: int, what: str) -> int:
         length = self._number("Q", pos, f"{what}'s length")
@@ -127,7 +159,7 @@ class GGUF:
         return pos + 8 + length
 
     def _walk(self) -> None:
-        buf = self._map
+        buf = self._bytes(0, 24)
         if buf[:4] != b"GGUF":
             raise GGUFError("not a GGUF file (no magic)")
         version = struct.unpack_from("<I", buf, 4)[0]
@@ -143,7 +175,7 @@ class GGUF:
         self.fields: dict[str, Field] = {}
         for index in range(n_keys):
             end = self._string_end(pos, f"key #{index}")
-            key = bytes(buf[pos + 8:end]).decode("utf-8", "surrogateescape")
+            key = self._bytes(pos + 8, end).decode("utf-8", "surrogateescape")
             if not key:
                 raise GGUFError(f"key #{index} is empty")
             if key in self.fields:
@@ -193,11 +225,15 @@ class GGUF:
 
     def _strings_end(self, key: str, pos: int, count: int) -> int:
         """Where `count` strings from `pos` end: one bounded length read per string."""
-        unpack, buf, last = struct.Struct(self.order + "Q").unpack_from, self._map, self.size - 8
+        unpack, last = struct.Struct(self.order + "Q").unpack_from, self.size - 8
+        buf, base, top = self._win, self._base, self._base + len(self._win) - 8
         for index in range(count):
-            if pos > last:
-                raise GGUFError(f"{key} item {index} needs 8 bytes; the file has ended")
-            (length,) = unpack(buf, pos)
+            if not base <= pos <= top:  # past the window: the next one starts here
+                if pos > last:
+                    raise GGUFError(f"{key} item {index} needs 8 bytes; the file has ended")
+                self._at(pos, 8)
+                buf, base, top = self._win, self._base, self._base + len(self._win) - 8
+            (length,) = unpack(buf, pos - base)
             if length > MAX_STRING_BYTES:
                 raise GGUFLimit(f"{key} item {index} is {length} bytes, over the "
                                 f"{MAX_STRING_BYTES} this reader reads")
@@ -216,7 +252,7 @@ class GGUF:
         seen: set[str] = set()
         for index in range(count):
             end = self._string_end(pos, f"tensor #{index}'s name")
-            raw = bytes(self._map[pos + 8:end])
+            raw = self._bytes(pos + 8, end)
             name = raw.decode("utf-8", "surrogateescape")
             if len(raw) > MAX_NAME_BYTES:
                 raise GGUFError(f"tensor #{index}'s name is {len(raw)} bytes (llama.cpp: "
@@ -229,7 +265,8 @@ class GGUF:
                 raise GGUFError(f"tensor {name!r} has {n_dims} dimensions (GGML allows "
                                 f"{MAX_DIMS})")
             self._need(end + 4, 8 * n_dims + 12, f"tensor {name!r}'s info")
-            dims = struct.unpack_from(f"{self.order}{n_dims}Q", self._map, end + 4)
+            at = self._at(end + 4, 8 * n_dims + 12)
+            dims = struct.unpack_from(f"{self.order}{n_dims}Q", self._win, at)
             elements = 1
             for axis, extent in enumerate(dims):
                 if extent > _INT64_MAX:
@@ -238,7 +275,7 @@ class GGUF:
                 if elements > _INT64_MAX:
                     raise GGUFError(f"tensor {name!r} {list(dims)} overflows int64 elements")
             pos = end + 4 + 8 * n_dims
-            kind, offset = struct.unpack_from(self.order + "IQ", self._map, pos)
+            kind, offset = struct.unpack_from(self.order + "IQ", self._win, at + 8 * n_dims)
             pos += 12
             if kind not in blocks:
                 raise GGUFError(f"tensor {name!r} has unknown GGML type {kind}")
@@ -272,9 +309,9 @@ class GGUF:
         if field.type == ARRAY:
             raise GGUFError(f"{key} is an array, not one value")
         if field.type == STRING:
-            return self._text(field.start + 8, field.end, key)
+            return _text(self.raw(field)[8:], key)
         result: int | float | bool = struct.unpack_from(self.order + SCALARS[field.type],
-                                                        self._map, field.start)[0]
+                                                        self.raw(field))[0]
         return result
 
     def array(self, key: str) -> list | None:
@@ -285,30 +322,31 @@ class GGUF:
             return None
         if field.type != ARRAY or field.item_type is None:
             raise GGUFError(f"{key} is one value, not an array")
+        data = self.raw(field)  # the walk bounded it by the file and the caps
         if field.item_type in SCALARS:
-            code = f"{self.order}{field.count}{SCALARS[field.item_type]}"
-            return list(struct.unpack_from(code, self._map, field.start))
-        unpack, buf, items, pos = struct.Struct(self.order + "Q").unpack_from, self._map, [], \
-            field.start
+            return list(struct.unpack_from(f"{self.order}{field.count}"
+                                           f"{SCALARS[field.item_type]}", data))
+        unpack, items, pos = struct.Struct(self.order + "Q").unpack_from, [], 0
         for _ in range(field.count):
-            (length,) = unpack(buf, pos)
-            items.append(self._text(pos + 8, pos + 8 + length, key))
+            (length,) = unpack(data, pos)
+            items.append(_text(data[pos + 8:pos + 8 + length], key))
             pos += 8 + length
         return items
 
     def raw(self, field: Field) -> bytes:
         """The bytes of `field`'s value as stored (after its type, or after the array's item type
         and count)."""
-        return bytes(self._map[field.start:field.end])
+        return self._read(field.start, field.end - field.start)
 
-    def _text(self, start: int, end: int, key: str) -> str:
-        try:
-            return bytes(self._map[start:end]).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise GGUFError(f"{key} holds a string that is not UTF-8 ({error.reason})") from None
+
+def _text(raw: bytes, key: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise GGUFError(f"{key} holds a string that is not UTF-8 ({error.reason})") from None
 
 
 def read_gguf(handle: BinaryIO) -> GGUF:
-    """The GGUF header of the regular file open in `handle`, mapped; `GGUFError` (`GGUFLimit`
+    """The GGUF header of the regular file open in `handle`, read; `GGUFError` (`GGUFLimit`
     for this reader's caps) for one that llama.cpp's reader refuses or that does not fit."""
     return GGUF(handle)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
+from operator import attrgetter
 
 # Bookkeeping folders that tools write at the top of a model folder; never part of a model.
 IGNORED_DIRS = frozenset({".git", ".cache"})
@@ -50,26 +50,45 @@ def _link_problem(full: str, fence: str) -> str | None:
     return None
 
 
-def list_folder(root: Path, boundary: Path | None = None) -> tuple[dict[str, Path], list[Unsafe]]:
-    """Regular files under `root` by POSIX relative path, and the entries refused."""
-    files: dict[str, Path] = {}
+def absolute_root(root: str | os.PathLike[str]) -> str:
+    """`root` as an absolute path naming the same folder, so every file's path is absolute as
+    listed (a stat key needs no `abspath` per file): normalised when that cannot change the
+    folder named, only prefixed with the working folder when a `..` part follows what may be a
+    symlink."""
+    name = os.fspath(root)
+    if ".." in name.split("/"):
+        return name if name.startswith("/") else os.path.join(os.getcwd(), name)
+    return os.path.abspath(name)
+
+
+def list_folder(root: str | os.PathLike[str],
+                boundary: str | os.PathLike[str] | None = None,
+                ) -> tuple[dict[str, str], list[Unsafe]]:
+    """Regular files under `root` by POSIX relative path (each as `root` joined with it), and
+    the entries refused. Paths stay strings: a `Path` per file costs more than the walk."""
+    files: dict[str, str] = {}
     unsafe: list[Unsafe] = []
     fence = os.path.realpath(boundary if boundary is not None else root)
-    stack: list[tuple[Path, str]] = [(Path(root), "")]  # a child Path costs less than a parse
+    stack: list[tuple[str, str]] = [(os.fspath(root), "")]
     while stack:
         folder, rel_dir = stack.pop()
         try:
             with os.scandir(folder) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
+                entries = sorted(listing, key=attrgetter("name"))
         except OSError as error:
             reason = error.strerror or type(error).__name__
             unsafe.append(Unsafe(rel_dir or ".", "path",
                                  f"folder cannot be listed ({reason}): its files are unchecked"))
             continue
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        # A name encodes to at most 4 bytes a character: only a folder path this close to
+        # PATH_MAX needs each entry's length measured.
+        near_limit = len(os.fsencode(folder)) + 1 + 4 * max(
+            (len(entry.name) for entry in entries), default=0) >= PATH_MAX
         subfolders = []
         for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            if len(os.fsencode(entry.path)) >= PATH_MAX:
+            rel = prefix + entry.name
+            if near_limit and len(os.fsencode(entry.path)) >= PATH_MAX:
                 unsafe.append(Unsafe(rel, "path", f"path longer than PATH_MAX ({PATH_MAX}): "
                                                   "it cannot be opened, so it is unchecked"))
                 continue
@@ -78,12 +97,12 @@ def list_folder(root: Path, boundary: Path | None = None) -> tuple[dict[str, Pat
                     if problem := _link_problem(entry.path, fence):
                         unsafe.append(Unsafe(rel, "symlink", problem))
                     else:
-                        files[rel] = folder / entry.name
+                        files[rel] = entry.path
                 elif entry.is_dir(follow_symlinks=False):
                     if not (rel_dir == "" and entry.name in IGNORED_DIRS):
-                        subfolders.append((folder / entry.name, rel))
+                        subfolders.append((entry.path, rel))
                 elif entry.is_file(follow_symlinks=False):
-                    files[rel] = folder / entry.name
+                    files[rel] = entry.path
                 else:
                     unsafe.append(Unsafe(rel, "path", "not a regular file"))
             except OSError as error:

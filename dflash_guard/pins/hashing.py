@@ -1,7 +1,8 @@
 """Fast, bounded-memory file hashing with a stat cache.
 
-Files are hashed in a thread pool: `hashlib` releases the GIL on large updates, so threads use
-every core. Each worker streams its file through one reusable 8 MiB buffer. A stat cache maps
+Large files are hashed in a thread pool: `hashlib` releases the GIL on large updates, so
+threads use every core; each worker streams its file through one reusable 8 MiB buffer. Small
+files are hashed in the calling thread, meanwhile. A stat cache maps
 (dev, inode, size, mtime_ns, ctime_ns, path) to the sha256 so re-verifying unchanged files
 costs a `stat` each. The cache lives under `$DFLASH_GUARD_CACHE_DIR` (default
 `$XDG_CACHE_HOME/dflash-guard`), is written atomically and is authenticated with an HMAC under a
@@ -17,12 +18,13 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import open_regular, write_atomic
+from dflash_guard.fileio import open_regular_stat, write_atomic
 from dflash_guard.progress import BYTES, NO_PROGRESS, Progress, stage
 
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -33,7 +35,11 @@ STAT_CACHE_MAX_ENTRIES = 200_000
 CACHE_MAX_BYTES = 256 * 1024 * 1024
 CACHE_MAGIC = "dflash-guard-statcache-v2 hmac-sha256"
 KEY_FILE = "statcache.key"
-Todo = tuple[Path, str | None, int]  # a file to hash: path, stat key (None: uncached), size
+INLINE_BYTES = 16 * 1024  # smaller files are hashed in the calling thread (`digest_files`)
+P = TypeVar("P", str, Path)  # a path as the caller names it
+# A file to hash: the caller's path, its name, its stat (None: it failed), its stat key (None:
+# uncached).
+Todo = tuple[P, str, os.stat_result | None, str | None]
 KEY_BYTES = 32
 
 
@@ -61,30 +67,52 @@ def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | 
     CHUNK_BYTES); a file under SMALL_BUFFER_BYTES is read with plain `os.read` calls (no buffer
     to zero, no file object: those dominate 100k tiny files). A file that cannot be opened or
     read, or is not a regular file, is an `InputError`."""
+    return _hash_path(os.fspath(path), None, on_bytes)[0]
+
+
+def _hash_path(name: str, seen: os.stat_result | None,
+               on_bytes: Callable[[int], None] | None) -> tuple[str, int, bool]:
+    """(sha256, bytes hashed, unchanged) of the regular file `name`. `unchanged`: `seen` (a stat
+    taken earlier) describes the file opened, its identity and times held until the end of the
+    read, and every byte of its size was hashed; only then may the digest be cached under it
+    (an `fstat` of the open file, no second stat of the path). An `InputError` as
+    `sha256_file`."""
     digest = hashlib.sha256()
+    hashed = 0
     try:  # never blocks: a FIFO swapped in for a file is refused after opening (fstat)
-        fd = open_regular(path)
+        fd, opened = open_regular_stat(name)
         try:
-            size = os.fstat(fd).st_size
-            if size < SMALL_BUFFER_BYTES:  # a file that grew meanwhile is still read to its end
-                while chunk := os.read(fd, SMALL_BUFFER_BYTES):
+            size = opened.st_size
+            if size < SMALL_BUFFER_BYTES:
+                # Asked for a byte more than its size, a first read that returns exactly the
+                # size has met the end (a regular file reads short only there): one read, not
+                # two. A file that grew or shrank is read on to its end.
+                chunk = os.read(fd, size + 1)
+                while chunk:
                     digest.update(chunk)
+                    hashed += len(chunk)
                     if on_bytes is not None:
                         on_bytes(len(chunk))
+                    if len(chunk) == size == hashed:
+                        break
+                    chunk = os.read(fd, SMALL_BUFFER_BYTES)
             else:
                 buffer = bytearray(min(CHUNK_BYTES, size))
                 view = memoryview(buffer)
                 while n := os.readv(fd, [buffer]):
                     digest.update(view[:n])
+                    hashed += n
                     if on_bytes is not None:
                         on_bytes(n)
+            unchanged = (seen is not None and hashed == seen.st_size
+                         and _identity(seen) == _identity(opened) == _identity(os.fstat(fd)))
         finally:
             os.close(fd)
     except InputError:
         raise
     except OSError as error:
-        raise InputError(f"cannot read {path}: {error.strerror or error}") from None
-    return digest.hexdigest()
+        raise InputError(f"cannot read {name}: {error.strerror or error}") from None
+    return digest.hexdigest(), hashed, unchanged
 
 
 def git_blob_id(data: bytes) -> str:
@@ -92,18 +120,26 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
-def _stat_key(path: Path, st: os.stat_result | None = None) -> str:
-    """The identity a cached digest is bound to: (dev, inode, size, mtime_ns, ctime_ns, path).
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def stat_key(st: os.stat_result, name: str) -> str:
+    """The identity a cached digest is bound to: (dev, inode, size, mtime_ns, ctime_ns, path),
+    from the file's `stat` and its absolute path `name`.
 
     (dev, inode) name the file whatever path leads to it (a link is followed by `stat`), so a
     copy or a swapped link never inherits an entry; `ctime` cannot be set by a user (`touch -d`
     moves it on), so a rewritten file never keeps its key. The absolute path is kept for
-    readability (a `realpath` per file would cost more than the rest of a cached verify).
-    `st`: the file's `os.stat` when the caller just took it."""
-    st = os.stat(path) if st is None else st
-    name = os.fspath(path)  # already absolute when its folder was given so: no normpath each
-    name = name if name.startswith("/") else os.path.abspath(name)
+    readability (a `realpath` per file would cost more than the rest of a cached verify)."""
     return f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{name}"
+
+
+def _stat_key(path: str | os.PathLike[str], st: os.stat_result | None = None) -> str:
+    """`stat_key` of `path` (`st`: its `os.stat` when the caller just took it)."""
+    name = os.fspath(path)
+    return stat_key(os.stat(name) if st is None else st,
+                    name if name.startswith("/") else os.path.abspath(name))
 
 
 def _read_private(path: Path, limit: int) -> bytes | None:
@@ -187,19 +223,17 @@ class StatCache:
             return {}
         if not isinstance(loaded, dict):
             return {}
+        if all(type(v) is str for v in loaded.values()):  # as written: no copy of 100k entries
+            return loaded
         return {k: v for k, v in loaded.items() if isinstance(v, str)}
 
-    def get(self, path: Path) -> str | None:
+    def get(self, path: str | os.PathLike[str]) -> str | None:
         """The cached sha256 for `path` if its stat identity is unchanged."""
         try:
             key = _stat_key(path)
         except OSError:
             return None
         return self._entries.get(key)
-
-    def get_stat(self, path: Path, st: os.stat_result) -> str | None:
-        """`get` for a file whose `os.stat` the caller just took (one stat per file, not two)."""
-        return self._entries.get(_stat_key(path, st))
 
     def lookup(self, key: str) -> str | None:
         """The sha256 stored under an exact stat key."""
@@ -230,64 +264,91 @@ class StatCache:
 
 
 def hash_files(
-    paths: Iterable[Path],
+    paths: Iterable[P],
     *,
     cache: StatCache | None = None,
     progress: Progress = NO_PROGRESS,
     stage_name: str = "hashing",
     workers: int | None = None,
-) -> dict[Path, str]:
-    """sha256 of each path, in parallel; answers from `cache` when the stat identity matches.
+    stats: Mapping[P, os.stat_result] | None = None,
+) -> dict[P, str]:
+    """The sha256 of each path (`digest_files` without the sizes)."""
+    return {path: sha for path, (sha, _) in digest_files(
+        paths, cache=cache, progress=progress, stage_name=stage_name, workers=workers,
+        stats=stats).items()}
 
-    Files go to the pool in batches (up to BATCH_FILES files or BATCH_BYTES, a large file alone),
-    so many small files do not pay a task each. A file whose stat identity changes while it is
-    hashed is not cached (it may be mid-write). The files the cache does not answer for are
-    hashed as the stage `stage_name` of `progress`, in bytes, with the files done as its note.
+
+def digest_files(
+    paths: Iterable[P],
+    *,
+    cache: StatCache | None = None,
+    progress: Progress = NO_PROGRESS,
+    stage_name: str = "hashing",
+    workers: int | None = None,
+    stats: Mapping[P, os.stat_result] | None = None,
+) -> dict[P, tuple[str, int]]:
+    """(sha256, size) of each path; answers from `cache` when the stat identity matches.
+
+    Each file is stat-ed once (or its `stats` entry, a stat the caller just took, is used), then
+    opened and read; its size is the bytes hashed. Files under INLINE_BYTES are hashed in this
+    thread: for them a pool task costs more than the hashing, and the GIL serialises it anyway
+    (`hashlib` releases it only for large updates). Larger files go to a thread pool in batches
+    (up to BATCH_FILES files or BATCH_BYTES, a large file alone), hashed meanwhile. A file whose
+    identity changes while it is hashed is not cached (it may be mid-write). The files the cache
+    does not answer for are hashed as the stage `stage_name` of `progress`, in bytes, with the
+    files done as its note (reported a batch at a time).
     """
-    results: dict[Path, str] = {}
-    todo: list[Todo] = []
+    results: dict[P, tuple[str, int]] = {}
+    small: list[Todo[P]] = []
+    large: list[Todo[P]] = []
+    lookup = cache._entries.get if cache is not None else None  # the hot loop: no method call
     for path in paths:
-        key: str | None = None
+        name = os.fspath(path)
         try:
-            st = os.stat(path)
+            st = stats[path] if stats is not None else os.stat(name)
         except OSError:
-            todo.append((path, None, BATCH_BYTES))  # hashing will report it; keep it alone
+            small.append((path, name, None, None))  # hashing will report it
             continue
-        if cache is not None:
-            key = _stat_key(path, st)
-            if (hit := cache.lookup(key)) is not None:
-                results[path] = hit
+        key = None
+        if lookup is not None:
+            key = stat_key(st, name if name.startswith("/") else os.path.abspath(name))
+            if (hit := lookup(key)) is not None:
+                results[path] = (hit, st.st_size)
                 continue
-        todo.append((path, key, st.st_size))
+        (small if st.st_size < INLINE_BYTES else large).append((path, name, st, key))
 
-    if not todo:
+    if not small and not large:
         return results
-    meter = _Meter(progress, len(todo))
+    meter = _Meter(progress, len(small) + len(large))
 
-    def work(batch: list[Todo]) -> list[tuple[Path, str, str | None]]:
-        done = []
-        for path, key, size in batch:
-            large = size >= CHUNK_BYTES  # its bytes are reported as they are read
-            sha = sha256_file(path, meter.read if large else None)
-            meter.hashed(0 if large else size)
-            if key is not None and _stat_key(path) != key:
-                key = None
-            done.append((path, sha, key))
-        return done
+    def work(batch: list[Todo[P]]) -> None:
+        # Results and cache entries are written here, from the pool's threads and this one:
+        # one dict store each, atomic under the GIL.
+        small_bytes = 0
+        for path, name, seen, key in batch:
+            chunked = seen is not None and seen.st_size >= CHUNK_BYTES  # reported as read
+            sha, size, unchanged = _hash_path(name, seen if key is not None else None,
+                                              meter.read if chunked else None)
+            results[path] = (sha, size)
+            if unchanged and cache is not None and key is not None:
+                cache.put(key, sha)
+            small_bytes += 0 if chunked else size
+        meter.hashed(len(batch), small_bytes)
 
-    with (stage(progress, stage_name, sum(size for _, _, size in todo), BYTES),
+    total = sum(seen.st_size for _, _, seen, _ in small + large if seen is not None)
+    with (stage(progress, stage_name, total, BYTES),
           ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool):
-        for batch in pool.map(work, _batches(todo)):
-            for path, sha, key in batch:
-                results[path] = sha
-                if cache is not None and key is not None:
-                    cache.put(key, sha)
+        hashed_meanwhile = pool.map(work, _batches(large))
+        for batch in _batches(small):
+            work(batch)
+        for _ in hashed_meanwhile:  # a worker's error is raised here
+            pass
     return results
 
 
 class _Meter:
-    """Hashing's progress from the pool's threads, passed on one call at a time: bytes as a
-    large file is read, a small file's bytes when it is done, and the files done so far."""
+    """Hashing's progress from the pool's threads and this one, passed on one call at a time:
+    bytes as a large file is read, a batch's other bytes when it is done, and the files done."""
 
     def __init__(self, progress: Progress, files: int) -> None:
         self._progress = progress
@@ -299,18 +360,19 @@ class _Meter:
         with self._lock:
             self._progress.advanced(size, f"{self._hashed}/{self._files} files")
 
-    def hashed(self, size: int) -> None:
+    def hashed(self, files: int, size: int) -> None:
         with self._lock:
-            self._hashed += 1
+            self._hashed += files
             self._progress.advanced(size, f"{self._hashed}/{self._files} files")
 
 
-def _batches(items: list[Todo]) -> Iterator[list[Todo]]:
-    """Consecutive (path, key, size) items grouped up to BATCH_FILES files or BATCH_BYTES."""
-    batch: list[Todo] = []
+def _batches(items: list[Todo[P]]) -> Iterator[list[Todo[P]]]:
+    """Consecutive items grouped up to BATCH_FILES files or BATCH_BYTES (a file that could not
+    be stat-ed alone: it is an error)."""
+    batch: list[Todo[P]] = []
     size = 0
     for item in items:
-        size += item[2]
+        size += item[2].st_size if item[2] is not None else BATCH_BYTES
         batch.append(item)
         if size >= BATCH_BYTES or len(batch) >= BATCH_FILES:
             yield batch

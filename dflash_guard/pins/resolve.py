@@ -20,12 +20,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dflash_guard.errors import HubError, InputError, shorten
-from dflash_guard.fileio import open_binary, read_input_json
+from dflash_guard.fileio import MAX_JSON_BYTES, open_binary, read_input_json
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE, REPO_RE, SHA256_RE
 from dflash_guard.pins import hub
-from dflash_guard.pins.folder import list_folder
-from dflash_guard.pins.hashing import StatCache, git_blob_id, hash_files, sha256_file
+from dflash_guard.pins.folder import absolute_root, list_folder
+from dflash_guard.pins.gcpause import paused_gc
+from dflash_guard.pins.hashing import StatCache, digest_files, git_blob_id, sha256_file
 from dflash_guard.pins.lockfile import (
     CACHE_UNCONFIRMED,
     HUB_CONFIRMED,
@@ -39,7 +40,6 @@ from dflash_guard.pins.lockfile import (
     package_problem,
 )
 from dflash_guard.progress import NO_PROGRESS, Progress
-from dflash_guard.scan.jsonfile import MAX_JSON_BYTES
 from dflash_guard.urls import check_recorded_url
 
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
@@ -90,11 +90,12 @@ class _Refused(Exception):
 
 
 def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None,
-                progress: Progress = NO_PROGRESS) -> Artifact:
+                progress: Progress = NO_PROGRESS, cache: StatCache | None = None) -> Artifact:
     """Lock one SRC: a local folder, an HF-cache snapshot, or `ORG/NAME[@REV]` on the Hub.
 
     `confirmed_by`: an earlier lock whose `hub-confirmed` artifacts can confirm a snapshot; a
-    folder's hashing is a stage of `progress` (`hashing ROLE`)."""
+    folder's hashing is a stage of `progress` (`hashing ROLE`), answered and recorded by the
+    stat `cache` when one is given (its caller saves it)."""
     path = Path(src).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -102,8 +103,8 @@ def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None,
         if (identity := hub.snapshot_identity(path)) is not None:
             repo, commit = identity
             return _lock_folder(role, path, repo=repo, commit=commit, revision=commit,
-                                confirmed_by=confirmed_by, progress=progress)
-        return _lock_folder(role, path, progress=progress)
+                                confirmed_by=confirmed_by, progress=progress, cache=cache)
+        return _lock_folder(role, path, progress=progress, cache=cache)
     if src.startswith((".", "/", "~")):
         raise InputError(f"--{role} {src}: no such folder")
     parsed = hub.parse_hub_source(src)
@@ -119,7 +120,7 @@ def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None,
                 f"({hub.hub_cache_dir()}) has no snapshot for it"
             )
         return _lock_folder(role, snapshot, repo=repo, commit=cached, revision=revision,
-                            confirmed_by=confirmed_by, progress=progress)
+                            confirmed_by=confirmed_by, progress=progress, cache=cache)
     return _lock_hub(role, repo, revision)
 
 
@@ -132,30 +133,27 @@ def _lock_folder(
     revision: str | None = None,
     confirmed_by: Lockfile | None = None,
     progress: Progress = NO_PROGRESS,
+    cache: StatCache | None = None,
 ) -> Artifact:
     """Hash every file of a folder (or a cached snapshot) into an artifact."""
     in_cache = repo is not None
     boundary = hub.snapshot_boundary(folder) if in_cache else None
-    files, unsafe = list_folder(folder, boundary)
+    files, unsafe = list_folder(absolute_root(folder), boundary)
     if unsafe:
         first = unsafe[0]
         raise _Refused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
     if not files:
         raise InputError(f"{folder}: the folder has no files to lock")
-    stat_cache = StatCache()
-    hashes = hash_files(files.values(), cache=stat_cache, progress=progress,
-                        stage_name=f"hashing {role}")
-    stat_cache.save()  # a verify right after the lock is then a stat per file
-    locked = tuple(
-        LockedFile(
-            path=rel,
-            size=path.stat().st_size,
-            sha256=hashes[path],
-            blob_id=hub.cached_blob_id(path) if in_cache else None,
-        )
-        for rel, path in sorted(files.items())
-    )
-    code_refs = _lock_code_refs(role, {rel: files[rel] for rel in AUTO_MAP_FILES if rel in files})
+    digests = digest_files(files.values(), cache=cache, progress=progress,
+                           stage_name=f"hashing {role}")
+    rows = []
+    for rel, path in sorted(files.items()):
+        sha256, size = digests[path]  # the size is the bytes hashed: no second stat
+        rows.append(LockedFile(rel, size, sha256,
+                               hub.cached_blob_id(Path(path)) if in_cache else None))
+    locked = tuple(rows)
+    code_refs = _lock_code_refs(role, {rel: Path(files[rel]) for rel in AUTO_MAP_FILES
+                                       if rel in files})
     if in_cache:
         assert repo is not None and commit is not None
         provenance = _snapshot_provenance(role, repo, commit, locked, confirmed_by)
@@ -353,8 +351,13 @@ def build_lock(
     parsed_engines = tuple(parse_engine(e) for e in engines)
     parsed_packages = tuple(parse_package(p) for p in packages)
     try:
-        artifacts = tuple(lock_source(role, src, confirmed_by, progress)
-                          for role, src in sources.items())
+        with paused_gc():
+            cache = StatCache()  # one for every folder, read and written once
+            try:
+                artifacts = tuple(lock_source(role, src, confirmed_by, progress, cache)
+                                  for role, src in sources.items())
+            finally:
+                cache.save()  # a verify right after the lock is then a stat per file
     except _Refused as refusal:
         return LockResult(Outcome.refused(str(refusal)))
     lock = Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)

@@ -15,8 +15,9 @@ from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.pins import hub
-from dflash_guard.pins.folder import list_folder
-from dflash_guard.pins.hashing import StatCache, hash_files
+from dflash_guard.pins.folder import absolute_root, list_folder
+from dflash_guard.pins.gcpause import paused_gc
+from dflash_guard.pins.hashing import StatCache, hash_files, stat_key
 from dflash_guard.pins.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
 from dflash_guard.progress import NO_PROGRESS, Progress
 
@@ -109,19 +110,20 @@ def verify_lock(
     if unknown:
         raise InputError(f"--root {unknown[0]}=...: the lockfile has no artifact with that role")
     report = VerifyReport(problems=[], locations={})
-    cache = StatCache() if use_cache else None
-    for artifact in lock.artifacts:
-        target = _locate(artifact, roots.get(artifact.role), download, report)
-        if target is None:
-            continue
-        report.locations[artifact.role] = target.folder
-        _compare(target, cache, progress, report)
-        for ref in artifact.code_refs:
-            code = _locate_code_ref(artifact.role, ref, download, report)
-            if code is not None:
-                _compare(code, cache, progress, report)
-    if cache is not None:
-        cache.save()
+    with paused_gc():
+        cache = StatCache() if use_cache else None
+        for artifact in lock.artifacts:
+            target = _locate(artifact, roots.get(artifact.role), download, report)
+            if target is None:
+                continue
+            report.locations[artifact.role] = target.folder
+            _compare(target, cache, progress, report)
+            for ref in artifact.code_refs:
+                code = _locate_code_ref(artifact.role, ref, download, report)
+                if code is not None:
+                    _compare(code, cache, progress, report)
+        if cache is not None:
+            cache.save()
     return report
 
 
@@ -198,16 +200,20 @@ def _download_checked(
 def _compare(
     target: _Target, cache: StatCache | None, progress: Progress, report: VerifyReport,
 ) -> None:
-    """Compare one folder with its locked files, appending problems to `report`."""
+    """Compare one folder with its locked files, appending problems to `report`: one `stat` per
+    locked file answers the size check and the stat cache; only the files it does not answer
+    for are read."""
     role = target.role
-    on_disk, unsafe = list_folder(target.folder, target.boundary)
+    on_disk, unsafe = list_folder(absolute_root(target.folder), target.boundary)
     code_only = ":code:" in role
     for entry in unsafe:
         report.problems.append(FileProblem(role, entry.path, entry.kind, None, entry.detail))
     unsafe_paths = {u.path for u in unsafe}
-    to_hash: dict[Path, LockedFile] = {}
-    found: dict[Path, str] = {}  # the stat cache's answers, from the one stat taken here
-    sizes: dict[Path, int] = {}
+    matched: dict[str, LockedFile] = {}  # path on disk -> its locked file, in the lock's order
+    found: dict[str, str] = {}  # the stat cache's answers, from the one stat taken here
+    stats: dict[str, os.stat_result] = {}  # the files it does not answer for
+    lookup = cache.lookup if cache is not None else None
+    listed = 0  # locked paths the walk found
     for locked in target.files:
         if not is_safe_relpath(locked.path):
             report.problems.append(FileProblem(role, locked.path, "path", None, "unsafe path"))
@@ -219,6 +225,7 @@ def _compare(
                     FileProblem(role, locked.path, "missing", locked.sha256, None)
                 )
             continue
+        listed += 1
         try:
             st = os.stat(path)
         except OSError as error:
@@ -230,24 +237,23 @@ def _compare(
                 FileProblem(role, locked.path, "size", str(locked.size), str(st.st_size))
             )
             continue
-        to_hash[path] = locked
-        if cache is not None and (hit := cache.get_stat(path, st)) is not None:
+        matched[path] = locked
+        if lookup is not None and (hit := lookup(stat_key(st, path))) is not None:
             found[path] = hit
         else:
-            sizes[path] = st.st_size
-    if not code_only:
+            stats[path] = st
+    if not code_only and len(on_disk) > listed:  # else every file listed is a locked one
         locked_paths = {f.path for f in target.files}
         for rel in sorted(set(on_disk) - locked_paths):
             report.problems.append(FileProblem(role, rel, "extra", None, "not in the lockfile"))
     report.cache_hits += len(found)
-    report.bytes_hashed += sum(sizes.values())
-    hashes = {**found, **hash_files(sizes, cache=cache, progress=progress,
-                                    stage_name=f"hashing {role}")}
-    for path, locked in to_hash.items():
+    report.bytes_hashed += sum(st.st_size for st in stats.values())
+    hashes = {**found, **hash_files(stats, cache=cache, progress=progress,
+                                    stage_name=f"hashing {role}", stats=stats)}
+    for path, locked in matched.items():
         report.digests[f"{role}/{locked.path}"] = hashes[path]
         if hashes[path] != locked.sha256:
             report.problems.append(
                 FileProblem(role, locked.path, "sha256", locked.sha256, hashes[path])
             )
     report.files_checked += len(target.files)
-

@@ -1,5 +1,5 @@
 """GGUF files: the header and tensor table as llama.cpp's loader reads them
-(`kernels_ref.gguf_reader`, one bounded walk over a memory map), and the chat templates in
+(`kernels_ref.gguf_reader`, one bounded walk of bounded reads), and the chat templates in
 its metadata (checked by `templates`).
 
 Past what the format reader refuses, each check here is one llama.cpp's model loader makes

@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dflash_guard.fileio import MAX_JSON_BYTES as MAX_JSON_BYTES  # its cap, named in fileio
 from dflash_guard.scan.regular import read_regular
-
-MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any real config, index or tokenizer_config
 
 
 class DuplicateKey(ValueError):

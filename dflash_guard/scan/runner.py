@@ -318,7 +318,7 @@ def _files(root: Path) -> tuple[list[tuple[str, Path]], list[Unsafe]]:
     folder (or, for an HF-cache snapshot, out of its repo folder); those are reported.
     """
     found, unsafe = list_folder(root, enclosing_repo_folder(root.resolve()))
-    return sorted(found.items()), unsafe
+    return [(rel, Path(path)) for rel, path in sorted(found.items())], unsafe
 
 
 def scan_paths(

@@ -75,9 +75,10 @@ def test_verify_reports_hashing_progress_in_files_and_bytes(tmp_path, monkeypatc
     assert hashed.notes[-1] == "2/2 files"
 
 
-def test_small_files_are_reported_once_each(tmp_path):
+def test_small_files_are_reported_a_batch_at_a_time(tmp_path, monkeypatch):
     from tests.support.progress import Recorder
 
+    monkeypatch.setattr(hashing, "BATCH_FILES", 1)  # a batch a file: each is reported alone
     paths = []
     for i in range(5):
         paths.append(tmp_path / f"f{i}")
@@ -100,3 +101,16 @@ def test_files_the_cache_answers_are_not_hashed_again(tmp_path):
     recorder = Recorder()
     hash_files([path], cache=cache, progress=recorder)
     assert recorder.stages == []
+
+
+def test_a_batch_of_small_files_is_one_report(tmp_path):
+    from tests.support.progress import Recorder
+
+    paths = []
+    for i in range(5):
+        paths.append(tmp_path / f"f{i}")
+        paths[-1].write_bytes(b"x" * (i + 1))
+    recorder = Recorder()
+    hash_files(paths, progress=recorder)
+    (hashed,) = recorder.stages
+    assert (hashed.amounts, hashed.notes) == ([15], ["5/5 files"])

@@ -8,7 +8,10 @@ refused, and the 3,000,000-token GGUF of attack N24 is walked without materialis
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +27,7 @@ from kernels_ref.gguf_reader import ARRAY, GGUFError, GGUFLimit, read_gguf
 from tests.support.hostile import n24_gguf
 from tests.support.llamacpp import source_tree
 from tests.support.scan_builders import write_vocab_gguf
+from tests.support.trust import REPO
 
 SYNTHETIC = 3  # gguf-py's reader lists GGUF.version, GGUF.tensor_count, GGUF.kv_count first
 
@@ -257,4 +261,44 @@ def test_past_the_item_cap_is_a_limit_not_a_walk(
     monkeypatch.setattr("kernels_ref.gguf_reader.MAX_ARRAY_ITEMS", 1000)
     path = n24_gguf(tmp_path / "n24.gguf", tokens=1001)
     with path.open("rb") as handle, pytest.raises(GGUFLimit, match="over 1000 array items"):
+        read_gguf(handle)
+
+
+def test_a_gguf_truncated_after_the_walk_is_an_error_not_a_sigbus(tmp_path: Path) -> None:
+    """Nothing is mapped: a value read after another process truncated the file is a
+    `GGUFError` (a memory map would kill the process with SIGBUS). In a child process, so a
+    crash is seen as one."""
+    path = tmp_path / "vocab.gguf"
+    path.write_bytes((source_tree() / "models" / "ggml-vocab-qwen2.gguf").read_bytes())
+    code = (
+        "import os, sys\n"
+        "from kernels_ref.gguf_reader import GGUFError, read_gguf\n"
+        "with open(sys.argv[1], 'rb') as handle:\n"
+        "    gguf = read_gguf(handle)\n"
+        "    os.truncate(sys.argv[1], 4096)\n"
+        "    try:\n"
+        "        gguf.array('tokenizer.ggml.tokens')\n"
+        "    except GGUFError as error:\n"
+        "        print(error)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert child.returncode == 0, (child.returncode, child.stderr[-500:])
+    assert "truncated while it was read" in child.stdout
+
+
+def test_a_gguf_truncated_during_the_walk_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_vocab_gguf(tmp_path / "v.gguf", [f"tok{i}" for i in range(2000)])
+    monkeypatch.setattr("kernels_ref.gguf_reader.WINDOW_BYTES", 4096)  # many reads
+    pread = os.pread
+
+    def pread_then_truncate(fd: int, count: int, offset: int) -> bytes:
+        data = pread(fd, count, offset)
+        os.truncate(path, 8192)  # another process cuts the file after the first read
+        return data
+
+    monkeypatch.setattr("kernels_ref.gguf_reader.os.pread", pread_then_truncate)
+    with path.open("rb") as handle, pytest.raises(GGUFError, match="truncated while it was"):
         read_gguf(handle)
