@@ -152,7 +152,10 @@ def test_the_inventory_sees_an_unmarked_block(tmp_path):
 
 
 def _env() -> dict[str, str]:
-    env = clean_env(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    # One thread per engine, as tests/support starts them: a llama-server spinning on both cores
+    # beside the other xdist worker can leave a request unanswered for a minute (LLAMA_ARG_THREADS
+    # is llama.cpp's own environment spelling of -t, so the block runs as the page writes it).
+    env = clean_env(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", LLAMA_ARG_THREADS="1")
     env.pop("DFLASH_GUARD_CACHE_DIR", None)  # the engines' and tokenizers' cache of the session
     if SESSION_CACHE_DIR:
         env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR

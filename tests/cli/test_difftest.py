@@ -168,7 +168,7 @@ SAMPLING = (("--samples", "5"), ("--sample-tokens", "2"), ("--temperature", "0.5
             ("--baseline", "http://127.0.0.1:9"), ("--metrics", "http://127.0.0.1:9/metrics"),
             ("--inject", "stale-kv"), ("--fail-on-warning",), *RUNNER)),
         *((REFERENCE, flag) for flag in (
-            ("--drafter", "d"), ("--no-token-ids",), ("--inject", "stale-kv"), *SAMPLING)),
+            ("--no-token-ids",), ("--inject", "stale-kv"), *SAMPLING)),
     ],
 )
 def test_a_flag_of_another_mode_is_refused(cli, mode, flag) -> None:
