@@ -97,8 +97,8 @@ def reference(
         "--max-logprob-delta", min=0.0, metavar="NATS", help="Largest logprob difference "
         "from kernels_ref allowed (default: the one measured for --precision).")] = None,
     drafter: Annotated[Path | None, typer.Option(
-        "--drafter", metavar="DIR", help="The locked drafter: the engine's acceptance over the diff (its "
-        "--metrics) must reach kernels_ref's with it.")] = None,
+        "--drafter", metavar="DIR", help="The locked drafter: the engine's acceptance over "
+        "the diff (its --metrics) must reach kernels_ref's with it.")] = None,
     prompts: Prompts = None, model: Model = None, max_new_tokens: MaxNewTokens = None,
     concurrency: Concurrency = 4, api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
     near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
