@@ -19,14 +19,14 @@ import dataclasses
 import datetime as dt
 import hashlib
 import io
-import ipaddress
-import time
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from dflash_guard.audit.osv import Advisory, format_time, parse_advisories
+from dflash_guard.download import check_url
+from dflash_guard.download import download as bounded_download
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import loads_json, read_input, write_atomic
 from dflash_guard.trust.policy import Signers
@@ -37,12 +37,13 @@ from dflash_guard.trust.signing import (
     verify_blob_bundle,
     verify_key_signature,
 )
-from dflash_guard.urls import has_scheme, http_endpoint
+from dflash_guard.urls import has_scheme
 
 MAX_FEED_BYTES = 64 * 1024 * 1024
 MAX_ZIP_BYTES = 1024 * 1024 * 1024  # uncompressed, for a zip feed
 MAX_RECORD_BYTES = 4 * 1024 * 1024  # one record of a zip feed (osv.dev's are a few KB)
 TIMEOUT_S = 30.0
+FEED = "advisory feed"  # how errors name a feed URL
 BUNDLE_SUFFIXES = (SIGSTORE_SUFFIX, ".sigstore")
 SIGNATURE_SUFFIXES = (*BUNDLE_SUFFIXES, KEY_SIG_SUFFIX)
 
@@ -198,56 +199,13 @@ def read_feed(path: Path, rules: FeedRules, source: str | None = None) -> Feed:
 # --- downloading -----------------------------------------------------------------------------
 
 
-def _check_url(url: str) -> None:
-    parts = http_endpoint(url, "advisory feed URL")
-    if parts.scheme == "https":
-        return
-    if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):
-        return
-    raise InputError(f"advisory feed {url}: only https:// URLs are accepted "
-                     "(plain http:// only for a loopback host)")
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def download(url: str, dest: Path, *, max_bytes: int = MAX_FEED_BYTES,
              timeout: float = TIMEOUT_S, missing_ok: bool = False) -> bool:
     """Fetch `url` into `dest` whole or not at all; False when `missing_ok` and it is a 404."""
-    import httpx2
-
-    _check_url(url)
-    chunks, size = [], 0
-    deadline = time.monotonic() + timeout  # overall: a server dripping bytes cannot hold us
-    try:
-        with httpx2.Client(timeout=httpx2.Timeout(timeout), follow_redirects=True) as client, \
-                client.stream("GET", url) as response:
-            _check_url(str(response.url))
-            if response.status_code == 404 and missing_ok:
-                return False
-            if response.status_code != 200:
-                raise InputError(f"advisory feed {url}: HTTP {response.status_code}")
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > max_bytes:
-                raise InputError(f"advisory feed {url}: {declared} bytes is over the "
-                                 f"{max_bytes}-byte limit")
-            for chunk in response.iter_bytes():
-                if time.monotonic() > deadline:
-                    raise httpx2.TimeoutException("overall deadline")
-                size += len(chunk)
-                if size > max_bytes:
-                    raise InputError(f"advisory feed {url}: over the {max_bytes}-byte limit")
-                chunks.append(chunk)
-    except httpx2.TimeoutException:
-        raise InputError(f"advisory feed {url}: timed out after {timeout:g} s") from None
-    except httpx2.HTTPError as error:
-        raise InputError(f"advisory feed {url}: {type(error).__name__}: {error}") from None
+    chunks: list[bytes] = []
+    if not bounded_download(url, chunks.append, what=FEED, max_bytes=max_bytes,
+                            timeout=timeout, missing_ok=missing_ok):
+        return False
     write_atomic(dest, b"".join(chunks))
     return True
 
@@ -266,7 +224,7 @@ def load_feed(source: str, rules: FeedRules, folder: Path) -> Feed:
     """A feed from a path or URL (`folder`: where downloads go, one sub-folder per feed)."""
     if not is_url(source):
         return read_feed(Path(source), rules)
-    _check_url(source)
+    check_url(source, FEED)
     target = folder / hashlib.sha256(source.encode()).hexdigest()[:16]
     target.mkdir(parents=True, exist_ok=True)
     return fetch_feed(source, target, rules)

