@@ -9,6 +9,7 @@ executed, imported, unpickled or rendered.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import posixpath
 from pathlib import Path, PurePosixPath
@@ -26,6 +27,7 @@ from dflash_guard.scan import (
     formats,
     gguf_check,
     jsonfile,
+    onnx_check,
     remote_code,
     safetensors_check,
     templates,
@@ -77,6 +79,19 @@ class _Run:
         self.param_count: int | None = None
         self.shapes: dict[str, list[int]] = {}  # tensor name -> shape, of the folder in hand
         self.files = 0
+        self.onnx: dict[str, onnx_check.OnnxModel] = {}  # by file path
+        self.onnx_data: set[str] = set()  # paths of files an accepted ONNX model stores data in
+
+    def onnx_model(self, path: Path, relative: str | None = None, root: Path | None = None,
+                   listing: frozenset[str] = frozenset()) -> onnx_check.OnnxModel:
+        """The verdict on the ONNX file `path` (at `relative` in the folder `root` whose files
+        are `listing`), computed once; its external data files are remembered."""
+        if str(path) not in self.onnx:
+            model = onnx_check.check_onnx(path, relative, listing)
+            self.onnx[str(path)] = model
+            if model.problem is None and root is not None:
+                self.onnx_data.update(str(root / data) for data in model.data_files)
+        return self.onnx[str(path)]
 
     def scan_file(self, path: Path, display: str, loaded_as: str | None = None) -> None:
         """Route one file to its detectors. `loaded_as`: how a weight index makes a loader read
@@ -130,6 +145,10 @@ class _Run:
             return parsed or None
         if fmt is not Format.unknown or suffix in PICKLE_SUFFIXES:
             return f"{fmt.value} content" if fmt is not Format.unknown else "a pickle-family name"
+        if str(path) in self.onnx_data and suffix not in (".json", ".jsonl"):
+            if self.probe_pickle(path, display):
+                return "ONNX external data that an unpickler also reads as a pickle"
+            return None  # raw tensor bytes of an accepted model, no pickle stream in them
         if suffix in (".json", ".jsonl"):
             return _json_problem(path, lines=suffix == ".jsonl")
         problem = formats.text_problem(path)
@@ -139,9 +158,9 @@ class _Run:
 
     def parsed_binary(self, path: Path, display: str, fmt: Format, suffix: str) -> str | None:
         """For a file shaped like a numeric `.npz`, an image, (named `.model`) a sentencepiece
-        model or (named `.msgpack`) a flax checkpoint: "" when it parses whole as that format and
-        holds no pickle stream, else why not; None when it is shaped like none of them
-        (`binformats`, `flax_msgpack`)."""
+        model, (named `.msgpack`) a flax checkpoint or (named `.onnx`) an ONNX model: "" when it
+        parses whole as that format and holds no pickle stream, else why not; None when it is
+        shaped like none of them (`binformats`, `flax_msgpack`, `onnx_check`)."""
         with open_regular(path) as handle:
             head = handle.read(12)
         kind = binformats.image_kind(head)
@@ -153,6 +172,8 @@ class _Run:
             problem, what = binformats.sentencepiece_problem(path), "a sentencepiece model"
         elif suffix == ".msgpack" and fmt is Format.unknown:
             problem, what = flax_msgpack.msgpack_problem(path), "a flax msgpack checkpoint"
+        elif suffix == ".onnx" and fmt is Format.unknown:
+            problem, what = self.onnx_model(path).problem, "an ONNX model"
         else:
             return None
         if problem is not None:
@@ -357,6 +378,11 @@ def scan_paths(
         roots.append((prefix, str(raw)))
         files, unsafe = _files(root)
         loaded_as = _index_shards(files)
+        listing = frozenset(relative for relative, _ in files)
+        for relative, file in files:  # first, so that their external data is known
+            if file.suffix.lower() == ".onnx" and loaded_as.get(relative) is None:
+                with contextlib.suppress(OSError):  # scan_file reports it
+                    run.onnx_model(file, relative, root, listing)
         run.shapes = {}
         with stage(progress, f"scanning {raw}", len(files), "files"):
             for relative, file in files:

@@ -65,6 +65,50 @@ def _msgpack_foreign_extension(folder: Path) -> None:
         42, _SYSTEM_PICKLE)}))
 
 
+def _onnx_model(folder: Path, location: str = "model.onnx_data") -> Path:
+    """`onnx/model.onnx` with its weight in `onnx/<location>`, as onnx.save_model writes a large
+    model (optimum's layout)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((8, 8), dtype=np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    (folder / "onnx").mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(folder / "onnx" / "model.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=location, size_threshold=0)
+    return folder / "onnx" / "model.onnx"
+
+
+def _onnx_unknown_field(folder: Path) -> None:
+    """A valid ONNX model with a pickle in a field onnx.proto does not define: protobuf (and so
+    onnx and onnxruntime) skips it and loads the model."""
+    path = _onnx_model(folder)
+    path.write_bytes(path.read_bytes() + b"\xc2\x3e" + bytes([len(_SYSTEM_PICKLE)])
+                     + _SYSTEM_PICKLE)
+
+
+def _onnx_pickle_as_data(folder: Path) -> None:
+    """External data that is a pickle: onnx reads its bytes as the weight, torch.load runs it."""
+    _onnx_model(folder)
+    _write(folder, "onnx/model.onnx_data", _SYSTEM_PICKLE.ljust(256, b"\0"))
+
+
+def _onnx_data_outside_model_folder(folder: Path) -> None:
+    """A location out of the model's folder (into the drafter's own files): both onnx and
+    onnxruntime refuse it, so the file is not a model they load."""
+    import onnx
+
+    path = _onnx_model(folder)
+    model = onnx.load(str(path), load_external_data=False)
+    model.graph.initializer[0].external_data[0].value = "../config.json"
+    path.write_bytes(model.SerializeToString())
+
+
 def _unknown_binary(folder: Path) -> None:
     """No signature the sniffer knows and a data-looking name: `pickle.load` still reads it."""
     _write(folder, "extra_state.dat", b"\x00\x17DFL" + bytes(range(256)) * 4)
@@ -145,6 +189,10 @@ MALICIOUS: list[Case] = [
     Case("index-names-text-shard", "formats", _text_named_shard, "notes.txt"),
     Case("zip-member-link", "formats", _zip_member_link, "assets.zip"),
     Case("json-named-pickle", "formats", _json_named_pickle, "generation_config.json"),
+    Case("onnx-unknown-field", "formats", _onnx_unknown_field, "onnx/model.onnx"),
+    Case("onnx-pickle-as-data", "formats", _onnx_pickle_as_data, "onnx/model.onnx_data"),
+    Case("onnx-data-outside-model-folder", "formats", _onnx_data_outside_model_folder,
+         "onnx/model.onnx"),
     Case("msgpack-foreign-extension", "formats", _msgpack_foreign_extension,
          "flax_model.msgpack"),
     Case("template-include", "templates", _template(
@@ -215,6 +263,15 @@ def _flax_checkpoint(folder: Path) -> None:
     _write(folder, "flax_model.msgpack", flax_serialize(state))
 
 
+def _onnx_export(folder: Path) -> None:
+    """An ONNX model with its external data (onnx's writer), and two of onnx's own backend test
+    models (Apache-2.0, tests/vectors/onnx)."""
+    _onnx_model(folder)
+    vectors = Path(__file__).parents[1] / "vectors" / "onnx" / "data"
+    for source in ("light/light_squeezenet.onnx", "simple/test_sequence_model1/model.onnx"):
+        _write(folder, f"onnx/{source.replace('/', '-')}", (vectors / source).read_bytes())
+
+
 def _sharded_safetensors(folder: Path) -> None:
     """Two shards and the index transformers writes for them."""
     from tests.support.scan_builders import write_safetensors
@@ -262,6 +319,7 @@ BENIGN: list[Case] = [
     Case("hf-local-dir", "walk", _hf_local_dir, ""),
     Case("numpy-array", "formats", _numpy_array, ""),
     Case("flax-checkpoint", "formats", _flax_checkpoint, ""),
+    Case("onnx-export", "formats", _onnx_export, ""),
     Case("sharded-safetensors", "formats", _sharded_safetensors, ""),
     Case("published-text", "formats", _text_files, ""),
     Case("published-templates", "templates", _published_templates, ""),
