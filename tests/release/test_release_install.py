@@ -187,7 +187,9 @@ def test_run_step_passes_a_verified_lock(venv_bin: Path, installed_pair: Path, t
 def test_run_step_annotates_a_tampered_lockfile(venv_bin: Path, installed_pair: Path,
                                                 tmp_path: Path):
     lock = tmp_path / "dflash.lock"
-    lock.write_text(RELEASE_LOCK.read_text().replace("size: 709", "size: 710", 1))
+    tampered = RELEASE_LOCK.read_text().replace(" 709 - config.json", " 710 - config.json", 1)
+    assert tampered != RELEASE_LOCK.read_text()
+    lock.write_text(tampered)
     roots = f"target={installed_pair / 'target'}\ndrafter={installed_pair / 'drafter'}"
     result, annotations, output = _run_step(
         venv_bin, {"command": "verify", "lockfile": str(lock), "roots": roots}, tmp_path)
