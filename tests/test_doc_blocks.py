@@ -55,8 +55,6 @@ NOT_RUN = {
         "a synopsis (placeholders; needs the Hub)",
     ("policies.md", "dflash-guard policy check my-policy.yaml   # 0 valid, 1 valid but a wai"):
         "a synopsis ([FILE|NAME])",
-    ("policies.md", "for role in target drafter; do"):
-        "needs the reader's key pair and a 40-hex engine commit (<40-hex commit>)",
     ("policies.md", "dflash-guard gate [--lock dflash.lock] [--policy strict] [--root ROLE="):
         "a synopsis (placeholders)",
     ("policies.md", "│ lockfile           │ pass    │ 2 artifacts and 1 engine(s) pinned, ..."):
@@ -81,8 +79,6 @@ NOT_RUN = {
         "keyless signing needs a CI identity and Sigstore's servers",
     ("signing.md", "$ dflash-guard gate --lock dflash.lock --policy ./mine.yaml \\"):
         "a transcript (the command and what it printed)",
-    ("trust.md", "dflash-guard verify-approval approval.json --policy ./prod.yaml --lock"):
-        "needs the reader's signed approval and prod.yaml",
     ("vllm.md", "make engine          # llama.cpp's llama-server, then vLLM"):
         "builds both engines from an index (the suite never runs make)",
     ("vllm.md", "dflash-guard lock --target pair64/target --drafter pair64/drafter -o p"):
@@ -163,9 +159,10 @@ def _env() -> dict[str, str]:
 
 
 def run_block(name: str, cwd: Path, *, ports: tuple[str, ...] = (), strict: bool = True,
-              timeout: float = 900) -> str:
+              timeout: float = 900, exit_code: int = 0) -> str:
     """Run the block `name` with bash in `cwd` (its own process group, killed at the end), the
-    page's `ports` replaced by free ones; its output, after asserting it exited 0."""
+    page's `ports` replaced by free ones; its output, after asserting it exited `exit_code`
+    (the page's documented outcome)."""
     script = RUN[name].text
     for port in ports:
         assert port in script
@@ -179,7 +176,7 @@ def run_block(name: str, cwd: Path, *, ports: tuple[str, ...] = (), strict: bool
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)  # servers the block left running
-    assert process.returncode == 0, output
+    assert process.returncode == exit_code, output
     return output
 
 
@@ -251,3 +248,55 @@ def test_block_engines_llamacpp(tmp_path):
                        timeout=1800)
     assert output.count("verdict: identical") >= 2, output
     assert (tmp_path / "gguf" / "comparison.json").is_file()
+
+
+def _key_pair(folder: Path) -> None:
+    """key.pem and key.pub, made with the `openssl` commands signing.md gives."""
+    subprocess.run("openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 "
+                   "-nocrypt -out key.pem && openssl ec -in key.pem -pubout -out key.pub",
+                   shell=True, cwd=folder, check=True, timeout=60, capture_output=True)
+
+
+def test_block_strict_signed(builtin_pair, tmp_path):
+    """policies.md's walk to strict: my-strict.yaml from the policy-copy block with steps 1-3
+    applied (signers, local tier, the drafter's reviewed code), then the signing loop as written.
+    Offline, with no vLLM clone, it refuses at the policy check as the page says (exit 1)."""
+    shutil.copytree(builtin_pair.target, tmp_path / "pair" / "target")
+    shutil.copytree(builtin_pair.drafter, tmp_path / "pair" / "drafter")
+    _key_pair(tmp_path)
+    run_block("policy-copy", tmp_path)
+    policy = tmp_path / "my-strict.yaml"
+    text = policy.read_text()
+    for old, new in (("public_keys: []", "public_keys: [key.pub]"),  # 1. signers
+                     ("local_tier: unknown", "local_tier: official"),  # 2. the local tier
+                     ("reviewed_code: []", "reviewed_code:\n  - {sha256: 7a86a0914ce48fa0762127fe5"
+                      "2f97c476dd3628e7c4ebb697cc8c011e881ff4e, path: dflash.py, reviewer: "
+                      "you@example.com, date: 2026-12-01}")):  # 3. reviewed code
+        assert old in text, old
+        text = text.replace(old, new)
+    policy.write_text(text)
+    output = run_block("strict-signed", tmp_path, exit_code=1)
+    assert "signed by key key.pub" in output and "match byte for byte" in output, output
+    assert ("REFUSED: policy: engine vllm is not a proven release build (label 'v0.28.0', "
+            "unverified (pass --engine-repo vllm=CLONE))") in " ".join(output.split()), output
+    assert (tmp_path / "dflash.lock.sig").is_file() and not (tmp_path / "approval.json").exists()
+
+
+@pytest.fixture(scope="module")
+def trust_approval(tmp_path_factory) -> Path:
+    """The folder trust.md's approval block ran in (once for both of its tests)."""
+    folder = tmp_path_factory.mktemp("trust")
+    output = run_block("trust-approval", folder)
+    assert "APPROVED: record approval.json, signed approval.json.sig" in output, output
+    return folder
+
+
+def test_block_trust_approval(trust_approval):
+    assert (trust_approval / "approval.json.sig").is_file()
+    assert "prod.yaml" in (trust_approval / "approval.json").read_text()
+
+
+def test_block_verify_approval(trust_approval, tmp_path):
+    shutil.copytree(trust_approval, tmp_path, dirs_exist_ok=True)
+    output = run_block("verify-approval", tmp_path)
+    assert "VERIFIED" in output and "the record is about prod" in output, output
