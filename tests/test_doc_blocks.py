@@ -1,6 +1,7 @@
 """Every command block of README.md and docs/ either runs in a test as written or is listed
 here with the reason it cannot (issue 36, item 9 and "done when"): a block is run when a
-`<!-- doc-test: NAME -->` line stands right above it (a test below runs NAME) or it lies between
+`<!-- doc-test: NAME -->` line stands right above it (`test_block_NAME` below runs it, or
+the module RUN_ELSEWHERE names) or it lies between
 `<!-- NAME:start -->` and `<!-- NAME:end -->` (tests/test_docs.py runs those). A block that is
 neither, and is not in NOT_RUN, fails the inventory; so does a NOT_RUN entry no block matches.
 
@@ -9,24 +10,20 @@ Blocks that start servers with `&` run under `bash` in their own process group o
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
-import re
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.llamacpp import SESSION_CACHE_DIR, free_port
-from tests.support.release import clean_env
+from tests.support.doc_blocks import ALL, RUN, Block, blocks, clone_root, run_block
 from tests.support.trust import REPO
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-SHELL = ("", "sh", "bash", "console", "shell")
-RUN_BY_TEST_DOCS = {"walk", "reference-servers"}  # tests/test_docs.py runs these
+# blocks other modules run: each names its block there
+RUN_ELSEWHERE = {"walk": "tests/test_docs.py", "reference-servers": "tests/test_docs.py",
+                 "vllm-launch": "tests/engine/test_vllm.py",
+                 "vllm-check": "tests/engine/test_vllm.py",
+                 "vllm-diff": "tests/engine/test_vllm.py"}
 
 # (page, the start of the block's first line) -> why no test runs it as written.
 NOT_RUN = {
@@ -81,114 +78,42 @@ NOT_RUN = {
         "a transcript (the command and what it printed)",
     ("vllm.md", "make engine          # llama.cpp's llama-server, then vLLM"):
         "builds both engines from an index (the suite never runs make)",
-    ("vllm.md", "dflash-guard lock --target pair64/target --drafter pair64/drafter -o p"):
-        "needs the reader's policy.yaml and the vLLM build of make engine",
     ("vllm.md", ".../venv/bin/python -m vllm.entrypoints.openai.api_server --model /abs"):
         "output, not a command",
-    ("vllm.md", "dflash-guard launch --check vllm --lock dflash.lock --policy policy.ya"):
-        "placeholders ('{...}', $V)",
-    ("vllm.md", "dflash-guard difftest endpoint --baseline http://127.0.0.1:8101 --cand"):
-        "needs the two vLLM servers of the block above it",
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Block:
-    page: str
-    line: int
-    text: str
-    marker: str | None  # the test that runs it
-
-    def listed(self) -> tuple[str, str] | None:
-        """Its NOT_RUN entry, if any."""
-        first = self.text.splitlines()[0] if self.text.strip() else ""
-        return next((key for key in NOT_RUN if key[0] == self.page and first.startswith(key[1])),
-                    None)
-
-
-def blocks(page: Path) -> list[Block]:
-    """The shell-like fenced blocks of `page`, each with the marker that runs it, if any."""
-    text = page.read_text()
-    regions = [(m.start(), m.end(), m.group(1)) for m in re.finditer(
-        r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", text, flags=re.DOTALL)]
-    found = []
-    for m in re.finditer(r"^```(\w*)\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL):
-        if m.group(1) not in SHELL:
-            continue
-        before = text[:m.start()].rstrip().rsplit("\n", 1)[-1]
-        named = re.fullmatch(r"<!-- doc-test: ([\w-]+) -->", before)
-        inside = next((name for start, end, name in regions if start < m.start() < end), None)
-        found.append(Block(page.name, text[:m.start()].count("\n") + 1, m.group(2),
-                           named.group(1) if named else inside))
-    return found
-
-
-ALL = [block for page in PAGES for block in blocks(page)]
-RUN: dict[str, Block] = {b.marker: b for b in ALL if b.marker}
+def listed(block: Block) -> tuple[str, str] | None:
+    """The block's NOT_RUN entry, if any."""
+    first = block.text.splitlines()[0] if block.text.strip() else ""
+    return next((key for key in NOT_RUN if key[0] == block.page and first.startswith(key[1])),
+                None)
 
 
 def test_every_command_block_runs_or_says_why():
     runners = {name.removeprefix("test_block_").replace("_", "-")
                for name in globals() if name.startswith("test_block_")}
-    unlisted = [f"{b.page}:{b.line}" for b in ALL if b.marker is None and b.listed() is None]
+    unlisted = [f"{b.page}:{b.line}" for b in ALL if b.marker is None and listed(b) is None]
     assert unlisted == [], f"command blocks no test runs and NOT_RUN does not list: {unlisted}"
-    stale = sorted(set(NOT_RUN) - {b.listed() for b in ALL if b.marker is None})
+    stale = sorted(set(NOT_RUN) - {listed(b) for b in ALL if b.marker is None})
     assert stale == [], f"NOT_RUN entries no block matches any more: {stale}"
-    unknown = sorted({b.marker for b in ALL if b.marker} - runners - RUN_BY_TEST_DOCS)
+    unknown = sorted({b.marker for b in ALL if b.marker} - runners - set(RUN_ELSEWHERE))
     assert unknown == [], f"doc-test markers without a test: {unknown}"
     assert sorted(runners - set(RUN)) == []  # each runner finds its block
     assert all(reason for reason in NOT_RUN.values())
+    for name, module in RUN_ELSEWHERE.items():
+        assert name in RUN and f'"{name}"' in (REPO / module).read_text(), (name, module)
 
 
 def test_the_inventory_sees_an_unmarked_block(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("x\n\n<!-- doc-test: one -->\n```sh\ndflash-guard -h\n```\n\n```\nls\n```\n")
     first, second = blocks(page)
-    assert first.marker == "one" and second.marker is None and second.listed() is None
-
-
-def _env() -> dict[str, str]:
-    # One thread per engine, as tests/support starts them: a llama-server spinning on both cores
-    # beside the other xdist worker can leave a request unanswered for a minute (LLAMA_ARG_THREADS
-    # is llama.cpp's own environment spelling of -t, so the block runs as the page writes it).
-    env = clean_env(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", LLAMA_ARG_THREADS="1")
-    env.pop("DFLASH_GUARD_CACHE_DIR", None)  # the engines' and tokenizers' cache of the session
-    if SESSION_CACHE_DIR:
-        env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
-    return env
-
-
-def run_block(name: str, cwd: Path, *, ports: tuple[str, ...] = (), strict: bool = True,
-              timeout: float = 900, exit_code: int = 0) -> str:
-    """Run the block `name` with bash in `cwd` (its own process group, killed at the end), the
-    page's `ports` replaced by free ones; its output, after asserting it exited `exit_code`
-    (the page's documented outcome)."""
-    script = RUN[name].text
-    for port in ports:
-        assert port in script
-        script = script.replace(port, str(free_port()))
-    flags = "-euo" if strict else "-uo"
-    process = subprocess.Popen(["bash", flags, "pipefail", "-c", script], cwd=cwd,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=_env(), start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)  # servers the block left running
-    assert process.returncode == exit_code, output
-    return output
-
-
-def _clone_root(folder: Path) -> Path:
-    """`folder` set up as a clone's root for a block that calls scripts/ and lockfiles/."""
-    for name in ("scripts", "lockfiles"):
-        (folder / name).symlink_to(REPO / name)
-    return folder
+    assert first.marker == "one" and second.marker is None and listed(second) is None
 
 
 def test_block_verify_installed(tmp_path):
-    output = run_block("verify-installed", _clone_root(tmp_path))
+    output = run_block("verify-installed", clone_root(tmp_path))
     assert "OK: " in output and "dflash/benchmark.py:154" in output
 
 
@@ -244,7 +169,7 @@ def test_block_real_vocab(tmp_path):
 def test_block_engines_llamacpp(tmp_path):
     """docs/engines.md: build (cached), convert, two llama-servers started with `&`, both diffs,
     the servers stopped by the block's own `kill`."""
-    output = run_block("engines-llamacpp", _clone_root(tmp_path), ports=("8080", "8081"),
+    output = run_block("engines-llamacpp", clone_root(tmp_path), ports=("8080", "8081"),
                        timeout=1800)
     assert output.count("verdict: identical") >= 2, output
     assert (tmp_path / "gguf" / "comparison.json").is_file()
