@@ -37,7 +37,7 @@ import pytest
 from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless.endpoint import CompletionClient
 from dflash_guard.lossless.prompts import read_prompts
-from tests.support.doc_blocks import clone_root, run_block
+from tests.support.doc_blocks import RUN, clone_root, run_block
 from tests.support.llamacpp import free_port
 from tests.support.trust import recorded, write_policy
 from tests.support.vllm import GATE_DIFFTEST, gate_endpoints, install, vllm_servers
@@ -237,13 +237,28 @@ def test_launch_check_of_the_running_command_and_an_unpinned_public_one(cli, pai
     assert {("DG-LAUNCH-UNPINNED", "--revision"), ("DG-LAUNCH-EXPOSED", "--host")} <= rules
 
 
-def test_the_pages_launch_check_finds_a_public_bind_and_another_template(pair):
-    """docs/vllm.md's "Linting an existing launch", as written: exit 1, its two findings."""
-    output = run_block("vllm-check", pair[2].parent, exit_code=1)
+def test_the_pages_launch_check_finds_a_public_bind_and_another_template(cli, pair,
+                                                                           monkeypatch):
+    """docs/vllm.md's "Linting an existing launch", as written: exit 1, its two findings; and
+    what the page says passes (a loopback bind, no template) and what does not (no --host)."""
+    folder = pair[2].parent
+    output = run_block("vllm-check", folder, exit_code=1)
     words = " ".join(output.split())
     assert "launch check: refused (vllm: 2 finding(s), worst high)" in words, output
     assert "binds 0.0.0.0 without --api-key" in words, output
     assert "resolves to ./template.jinja" in words, output
+    monkeypatch.chdir(folder)
+    argv = shlex.split(RUN["vllm-check"].text.split(" -- \\\n", 1)[1].replace("\\\n", " "))
+    assert argv[-2:] == ["--chat-template", "./template.jinja"] and "0.0.0.0" in argv
+    head = ["launch", "--check", "vllm", "--lock", "pair64.lock", "--policy", "policy.yaml",
+            "--program", str(install()), "--root", "target=pair64/target",
+            "--root", "drafter=pair64/drafter", "--"]
+    loopback = [a if a != "0.0.0.0" else "127.0.0.1" for a in argv[:-2]]
+    passed = cli(*head, *loopback)
+    assert passed.exit_code == 0, passed.stdout
+    assert "the command loads what the lock pins" in passed.stdout
+    unbound = argv[:argv.index("--host")] + argv[argv.index("--host") + 2:-2]
+    assert cli(*head, *unbound).exit_code == 1
 
 
 def test_the_pages_diff_block_on_the_launched_servers(folder, servers):
