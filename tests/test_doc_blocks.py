@@ -1,6 +1,7 @@
 """Every command block of README.md and docs/ either runs in a test as written or is listed
 here with the reason it cannot (issue 36, item 9 and "done when"): a block is run when a
-`<!-- doc-test: NAME -->` line stands right above it (a test below runs NAME) or it lies between
+`<!-- doc-test: NAME -->` line stands right above it (`test_block_NAME` below runs it, or
+the module RUN_ELSEWHERE names) or it lies between
 `<!-- NAME:start -->` and `<!-- NAME:end -->` (tests/test_docs.py runs those). A block that is
 neither, and is not in NOT_RUN, fails the inventory; so does a NOT_RUN entry no block matches.
 
@@ -9,24 +10,20 @@ Blocks that start servers with `&` run under `bash` in their own process group o
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
-import re
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.llamacpp import SESSION_CACHE_DIR, free_port
-from tests.support.release import clean_env
+from tests.support.doc_blocks import ALL, RUN, Block, blocks, clone_root, run_block
 from tests.support.trust import REPO
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-SHELL = ("", "sh", "bash", "console", "shell")
-RUN_BY_TEST_DOCS = {"walk", "reference-servers"}  # tests/test_docs.py runs these
+# blocks other modules run: each names its block there
+RUN_ELSEWHERE = {"walk": "tests/test_docs.py", "reference-servers": "tests/test_docs.py",
+                 "vllm-launch": "tests/engine/test_vllm.py",
+                 "vllm-check": "tests/engine/test_vllm.py",
+                 "vllm-diff": "tests/engine/test_vllm.py"}
 
 # (page, the start of the block's first line) -> why no test runs it as written.
 NOT_RUN = {
@@ -55,8 +52,6 @@ NOT_RUN = {
         "a synopsis (placeholders; needs the Hub)",
     ("policies.md", "dflash-guard policy check my-policy.yaml   # 0 valid, 1 valid but a wai"):
         "a synopsis ([FILE|NAME])",
-    ("policies.md", "for role in target drafter; do"):
-        "needs the reader's key pair and a 40-hex engine commit (<40-hex commit>)",
     ("policies.md", "dflash-guard gate [--lock dflash.lock] [--policy strict] [--root ROLE="):
         "a synopsis (placeholders)",
     ("policies.md", "│ lockfile           │ pass    │ 2 artifacts and 1 engine(s) pinned, ..."):
@@ -81,117 +76,44 @@ NOT_RUN = {
         "keyless signing needs a CI identity and Sigstore's servers",
     ("signing.md", "$ dflash-guard gate --lock dflash.lock --policy ./mine.yaml \\"):
         "a transcript (the command and what it printed)",
-    ("trust.md", "dflash-guard verify-approval approval.json --policy ./prod.yaml --lock"):
-        "needs the reader's signed approval and prod.yaml",
     ("vllm.md", "make engine          # llama.cpp's llama-server, then vLLM"):
         "builds both engines from an index (the suite never runs make)",
-    ("vllm.md", "dflash-guard lock --target pair64/target --drafter pair64/drafter -o p"):
-        "needs the reader's policy.yaml and the vLLM build of make engine",
     ("vllm.md", ".../venv/bin/python -m vllm.entrypoints.openai.api_server --model /abs"):
         "output, not a command",
-    ("vllm.md", "dflash-guard launch --check vllm --lock dflash.lock --policy policy.ya"):
-        "placeholders ('{...}', $V)",
-    ("vllm.md", "dflash-guard difftest endpoint --baseline http://127.0.0.1:8101 --cand"):
-        "needs the two vLLM servers of the block above it",
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Block:
-    page: str
-    line: int
-    text: str
-    marker: str | None  # the test that runs it
-
-    def listed(self) -> tuple[str, str] | None:
-        """Its NOT_RUN entry, if any."""
-        first = self.text.splitlines()[0] if self.text.strip() else ""
-        return next((key for key in NOT_RUN if key[0] == self.page and first.startswith(key[1])),
-                    None)
-
-
-def blocks(page: Path) -> list[Block]:
-    """The shell-like fenced blocks of `page`, each with the marker that runs it, if any."""
-    text = page.read_text()
-    regions = [(m.start(), m.end(), m.group(1)) for m in re.finditer(
-        r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", text, flags=re.DOTALL)]
-    found = []
-    for m in re.finditer(r"^```(\w*)\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL):
-        if m.group(1) not in SHELL:
-            continue
-        before = text[:m.start()].rstrip().rsplit("\n", 1)[-1]
-        named = re.fullmatch(r"<!-- doc-test: ([\w-]+) -->", before)
-        inside = next((name for start, end, name in regions if start < m.start() < end), None)
-        found.append(Block(page.name, text[:m.start()].count("\n") + 1, m.group(2),
-                           named.group(1) if named else inside))
-    return found
-
-
-ALL = [block for page in PAGES for block in blocks(page)]
-RUN: dict[str, Block] = {b.marker: b for b in ALL if b.marker}
+def listed(block: Block) -> tuple[str, str] | None:
+    """The block's NOT_RUN entry, if any."""
+    first = block.text.splitlines()[0] if block.text.strip() else ""
+    return next((key for key in NOT_RUN if key[0] == block.page and first.startswith(key[1])),
+                None)
 
 
 def test_every_command_block_runs_or_says_why():
     runners = {name.removeprefix("test_block_").replace("_", "-")
                for name in globals() if name.startswith("test_block_")}
-    unlisted = [f"{b.page}:{b.line}" for b in ALL if b.marker is None and b.listed() is None]
+    unlisted = [f"{b.page}:{b.line}" for b in ALL if b.marker is None and listed(b) is None]
     assert unlisted == [], f"command blocks no test runs and NOT_RUN does not list: {unlisted}"
-    stale = sorted(set(NOT_RUN) - {b.listed() for b in ALL if b.marker is None})
+    stale = sorted(set(NOT_RUN) - {listed(b) for b in ALL if b.marker is None})
     assert stale == [], f"NOT_RUN entries no block matches any more: {stale}"
-    unknown = sorted({b.marker for b in ALL if b.marker} - runners - RUN_BY_TEST_DOCS)
+    unknown = sorted({b.marker for b in ALL if b.marker} - runners - set(RUN_ELSEWHERE))
     assert unknown == [], f"doc-test markers without a test: {unknown}"
     assert sorted(runners - set(RUN)) == []  # each runner finds its block
     assert all(reason for reason in NOT_RUN.values())
+    for name, module in RUN_ELSEWHERE.items():
+        assert name in RUN and f'"{name}"' in (REPO / module).read_text(), (name, module)
 
 
 def test_the_inventory_sees_an_unmarked_block(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("x\n\n<!-- doc-test: one -->\n```sh\ndflash-guard -h\n```\n\n```\nls\n```\n")
     first, second = blocks(page)
-    assert first.marker == "one" and second.marker is None and second.listed() is None
-
-
-def _env() -> dict[str, str]:
-    # One thread per engine, as tests/support starts them: a llama-server spinning on both cores
-    # beside the other xdist worker can leave a request unanswered for a minute (LLAMA_ARG_THREADS
-    # is llama.cpp's own environment spelling of -t, so the block runs as the page writes it).
-    env = clean_env(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", LLAMA_ARG_THREADS="1")
-    env.pop("DFLASH_GUARD_CACHE_DIR", None)  # the engines' and tokenizers' cache of the session
-    if SESSION_CACHE_DIR:
-        env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
-    return env
-
-
-def run_block(name: str, cwd: Path, *, ports: tuple[str, ...] = (), strict: bool = True,
-              timeout: float = 900) -> str:
-    """Run the block `name` with bash in `cwd` (its own process group, killed at the end), the
-    page's `ports` replaced by free ones; its output, after asserting it exited 0."""
-    script = RUN[name].text
-    for port in ports:
-        assert port in script
-        script = script.replace(port, str(free_port()))
-    flags = "-euo" if strict else "-uo"
-    process = subprocess.Popen(["bash", flags, "pipefail", "-c", script], cwd=cwd,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=_env(), start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)  # servers the block left running
-    assert process.returncode == 0, output
-    return output
-
-
-def _clone_root(folder: Path) -> Path:
-    """`folder` set up as a clone's root for a block that calls scripts/ and lockfiles/."""
-    for name in ("scripts", "lockfiles"):
-        (folder / name).symlink_to(REPO / name)
-    return folder
+    assert first.marker == "one" and second.marker is None and listed(second) is None
 
 
 def test_block_verify_installed(tmp_path):
-    output = run_block("verify-installed", _clone_root(tmp_path))
+    output = run_block("verify-installed", clone_root(tmp_path))
     assert "OK: " in output and "dflash/benchmark.py:154" in output
 
 
@@ -247,7 +169,59 @@ def test_block_real_vocab(tmp_path):
 def test_block_engines_llamacpp(tmp_path):
     """docs/engines.md: build (cached), convert, two llama-servers started with `&`, both diffs,
     the servers stopped by the block's own `kill`."""
-    output = run_block("engines-llamacpp", _clone_root(tmp_path), ports=("8080", "8081"),
+    output = run_block("engines-llamacpp", clone_root(tmp_path), ports=("8080", "8081"),
                        timeout=1800)
     assert output.count("verdict: identical") >= 2, output
     assert (tmp_path / "gguf" / "comparison.json").is_file()
+
+
+def _key_pair(folder: Path) -> None:
+    """key.pem and key.pub, made with the `openssl` commands signing.md gives."""
+    subprocess.run("openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 "
+                   "-nocrypt -out key.pem && openssl ec -in key.pem -pubout -out key.pub",
+                   shell=True, cwd=folder, check=True, timeout=60, capture_output=True)
+
+
+def test_block_strict_signed(builtin_pair, tmp_path):
+    """policies.md's walk to strict: my-strict.yaml from the policy-copy block with steps 1-3
+    applied (signers, local tier, the drafter's reviewed code), then the signing loop as written.
+    Offline, with no vLLM clone, it refuses at the policy check as the page says (exit 1)."""
+    shutil.copytree(builtin_pair.target, tmp_path / "pair" / "target")
+    shutil.copytree(builtin_pair.drafter, tmp_path / "pair" / "drafter")
+    _key_pair(tmp_path)
+    run_block("policy-copy", tmp_path)
+    policy = tmp_path / "my-strict.yaml"
+    text = policy.read_text()
+    for old, new in (("public_keys: []", "public_keys: [key.pub]"),  # 1. signers
+                     ("local_tier: unknown", "local_tier: official"),  # 2. the local tier
+                     ("reviewed_code: []", "reviewed_code:\n  - {sha256: 7a86a0914ce48fa0762127fe5"
+                      "2f97c476dd3628e7c4ebb697cc8c011e881ff4e, path: dflash.py, reviewer: "
+                      "you@example.com, date: 2026-12-01}")):  # 3. reviewed code
+        assert old in text, old
+        text = text.replace(old, new)
+    policy.write_text(text)
+    output = run_block("strict-signed", tmp_path, exit_code=1)
+    assert "signed by key key.pub" in output and "match byte for byte" in output, output
+    assert ("REFUSED: policy: engine vllm is not a proven release build (label 'v0.28.0', "
+            "unverified (pass --engine-repo vllm=CLONE))") in " ".join(output.split()), output
+    assert (tmp_path / "dflash.lock.sig").is_file() and not (tmp_path / "approval.json").exists()
+
+
+@pytest.fixture(scope="module")
+def trust_approval(tmp_path_factory) -> Path:
+    """The folder trust.md's approval block ran in (once for both of its tests)."""
+    folder = tmp_path_factory.mktemp("trust")
+    output = run_block("trust-approval", folder)
+    assert "APPROVED: record approval.json, signed approval.json.sig" in output, output
+    return folder
+
+
+def test_block_trust_approval(trust_approval):
+    assert (trust_approval / "approval.json.sig").is_file()
+    assert "prod.yaml" in (trust_approval / "approval.json").read_text()
+
+
+def test_block_verify_approval(trust_approval, tmp_path):
+    shutil.copytree(trust_approval, tmp_path, dirs_exist_ok=True)
+    output = run_block("verify-approval", tmp_path)
+    assert "VERIFIED" in output and "the record is about prod" in output, output

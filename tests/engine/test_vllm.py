@@ -3,7 +3,10 @@
 The built-in pair zero-padded to head_dim 64 (vLLM's CPU attention has no head_dim-16 kernel;
 the padding keeps the function, tests/kernels_ref/test_pad_head_dim.py) is locked, and two
 servers are started exactly as `dflash-guard launch vllm` prints them: the target alone
-(`--baseline`) and the target with the DFlash drafter. Against them:
+(`--baseline`) and the target with the DFlash drafter. docs/vllm.md's blocks run here as written
+(tests/support/doc_blocks.py): section 3 writes the policy and lock and prints the two commands
+the servers start from, its launch check exits 1 with its two findings, and section 4's diffs run
+against the servers. Against them:
 - the endpoint diff is identical, with tau read from vLLM's `vllm:spec_decode_*` counters
   (a range: acceptance moves with batching while the tokens stay identical);
 - `--reference` against kernels_ref on the original head_dim-16 target is identical, and its
@@ -22,6 +25,8 @@ Both servers start once for the module (about 45 s each with --enforce-eager, 3 
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -32,18 +37,10 @@ import pytest
 from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.lossless.endpoint import CompletionClient
 from dflash_guard.lossless.prompts import read_prompts
-from dflash_guard.pins.resolve import build_lock
-from tests.support.launch import LAUNCH
+from tests.support.doc_blocks import RUN, clone_root, run_block
 from tests.support.llamacpp import free_port
-from tests.support.trust import recorded, write_lock, write_policy
-from tests.support.vllm import (
-    GATE_DIFFTEST,
-    SERVE_ARGS,
-    gate_endpoints,
-    install,
-    launch_argv,
-    vllm_servers,
-)
+from tests.support.trust import recorded, write_policy
+from tests.support.vllm import GATE_DIFFTEST, gate_endpoints, install, vllm_servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -56,29 +53,40 @@ TAU_RANGE = (2.0, 5.0)
 
 
 @pytest.fixture(scope="module")
-def pair(padded_pair, builtin_pair, tmp_path_factory):
-    """(head_dim-64 target, drafter, its lock, the launch policy, the head_dim-16 target)."""
-    folder = tmp_path_factory.mktemp("vllm")
-    target, drafter = padded_pair.target, padded_pair.drafter
-    small_target = builtin_pair.target
-    lock = write_lock(build_lock({"target": str(target), "drafter": str(drafter)}).lock,
-                      folder / "vllm.lock")
-    policy = write_policy(folder / "policy")
-    policy.write_text(policy.read_text() + LAUNCH)
-    return target, drafter, lock, policy, small_target
+def folder(padded_pair, tmp_path_factory) -> Path:
+    """A clone's root (scripts/, lockfiles/) with section 2's `pair64/`, where docs/vllm.md's
+    blocks run."""
+    folder = clone_root(tmp_path_factory.mktemp("vllm"))
+    for role in ("target", "drafter"):
+        shutil.copytree(getattr(padded_pair, role), folder / "pair64" / role)
+    return folder
 
 
 @pytest.fixture(scope="module")
-def commands(pair):
-    """The baseline's and the candidate's argv, as `launch vllm` prints them."""
-    target, drafter, lock, policy, _ = pair
-    python = str(install())
-    common = ("--lock", str(lock), "--policy", str(policy), "--program", python,
-              "--root", f"target={target}")
-    baseline = launch_argv(*common, "--baseline", "--port", str(free_port()), "--", *SERVE_ARGS)
-    candidate = launch_argv(*common, "--root", f"drafter={drafter}", "--port", str(free_port()),
-                            "--", *SERVE_ARGS)
+def launched(folder) -> tuple[list[str], list[str]]:
+    """docs/vllm.md's section 3 run as written (it writes policy.yaml and pair64.lock), its
+    ports replaced: the baseline's and the candidate's argv, the two lines it printed."""
+    install()  # the block reads the cached venv's path
+    output = run_block("vllm-launch", folder, ports={"8101": free_port(), "8102": free_port()})
+    baseline, candidate = (shlex.split(line) for line in output.splitlines()
+                           if " -m vllm.entrypoints.openai.api_server " in line)
+    assert "--speculative-config" not in baseline and "--speculative-config" in candidate
     return baseline, candidate
+
+
+@pytest.fixture(scope="module")
+def pair(folder, launched, builtin_pair):
+    """(head_dim-64 target, drafter, the page's lock and launch policy, the head_dim-16
+    target)."""
+    pair64 = folder / "pair64"
+    return (pair64 / "target", pair64 / "drafter", folder / "pair64.lock",
+            folder / "policy.yaml", builtin_pair.target)
+
+
+@pytest.fixture(scope="module")
+def commands(launched):
+    """The baseline's and the candidate's argv, as `launch vllm` printed them on the page."""
+    return launched
 
 
 @pytest.fixture(scope="module")
@@ -227,3 +235,41 @@ def test_launch_check_of_the_running_command_and_an_unpinned_public_one(cli, pai
     assert result.exit_code == 1
     rules = {(f["rule_id"], f["file"]) for f in json.loads(result.stdout)["findings"]}
     assert {("DG-LAUNCH-UNPINNED", "--revision"), ("DG-LAUNCH-EXPOSED", "--host")} <= rules
+
+
+def test_the_pages_launch_check_finds_a_public_bind_and_another_template(cli, pair,
+                                                                           monkeypatch):
+    """docs/vllm.md's "Linting an existing launch", as written: exit 1, its two findings; and
+    what the page says passes (a loopback bind, no template) and what does not (no --host)."""
+    folder = pair[2].parent
+    output = run_block("vllm-check", folder, exit_code=1)
+    words = " ".join(output.split())
+    assert "launch check: refused (vllm: 2 finding(s), worst high)" in words, output
+    assert "binds 0.0.0.0 without --api-key" in words, output
+    assert "resolves to ./template.jinja" in words, output
+    monkeypatch.chdir(folder)
+    argv = shlex.split(RUN["vllm-check"].text.split(" -- \\\n", 1)[1].replace("\\\n", " "))
+    assert argv[-2:] == ["--chat-template", "./template.jinja"] and "0.0.0.0" in argv
+    head = ["launch", "--check", "vllm", "--lock", "pair64.lock", "--policy", "policy.yaml",
+            "--program", str(install()), "--root", "target=pair64/target",
+            "--root", "drafter=pair64/drafter", "--"]
+    loopback = [a if a != "0.0.0.0" else "127.0.0.1" for a in argv[:-2]]
+    passed = cli(*head, *loopback)
+    assert passed.exit_code == 0, passed.stdout
+    assert "the command loads what the lock pins" in passed.stdout
+    unbound = argv[:argv.index("--host")] + argv[argv.index("--host") + 2:-2]
+    assert cli(*head, *unbound).exit_code == 1
+
+
+def test_the_pages_diff_block_on_the_launched_servers(folder, servers):
+    """docs/vllm.md's section 4, as written, on the two servers section 3 printed (the page's
+    ports replaced by theirs): every diff identical, bench over both."""
+    baseline, candidate = servers
+    ports = {"8101": int(baseline.url.rsplit(":", 1)[1]),
+             "8102": int(candidate.url.rsplit(":", 1)[1])}
+    output = run_block("vllm-diff", folder, ports=ports)
+    assert '"identical": true' in output and '"source": "vllm"' in output, output  # endpoint
+    assert "reference pair16/target (kernels_ref)" in output, output
+    assert output.count("verdict: identical") == 2, output  # reference and isolation
+    assert "no output depends on another request" in output, output
+    assert "speculation per concurrency tier" in output, output  # bench
