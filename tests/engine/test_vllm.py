@@ -63,9 +63,10 @@ def folder(padded_pair, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def launched(folder) -> tuple[list[str], list[str]]:
+def commands(folder) -> tuple[list[str], list[str]]:
     """docs/vllm.md's section 3 run as written (it writes policy.yaml and pair64.lock), its
-    ports replaced: the baseline's and the candidate's argv, the two lines it printed."""
+    ports replaced: the baseline's and the candidate's argv, the two lines `launch vllm`
+    printed."""
     install()  # the block reads the cached venv's path
     output = run_block("vllm-launch", folder, ports={"8101": free_port(), "8102": free_port()})
     baseline, candidate = (shlex.split(line) for line in output.splitlines()
@@ -75,18 +76,12 @@ def launched(folder) -> tuple[list[str], list[str]]:
 
 
 @pytest.fixture(scope="module")
-def pair(folder, launched, builtin_pair):
+def pair(folder, commands, builtin_pair):
     """(head_dim-64 target, drafter, the page's lock and launch policy, the head_dim-16
     target)."""
     pair64 = folder / "pair64"
     return (pair64 / "target", pair64 / "drafter", folder / "pair64.lock",
             folder / "policy.yaml", builtin_pair.target)
-
-
-@pytest.fixture(scope="module")
-def commands(launched):
-    """The baseline's and the candidate's argv, as `launch vllm` printed them on the page."""
-    return launched
 
 
 @pytest.fixture(scope="module")
