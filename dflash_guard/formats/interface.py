@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from dflash_guard.errors import EXIT_FINDING, EXIT_OK
 
 if TYPE_CHECKING:
-    from dflash_guard.scan.interface import Finding
+    from dflash_guard.findings import Finding
 
 
 class Report(Protocol):

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_guard import __version__, rules
+from dflash_guard.findings import Finding
 from dflash_guard.formats.interface import FindingsReport
-from dflash_guard.scan.interface import Finding
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:

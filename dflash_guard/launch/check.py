@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dflash_guard import rules
 from dflash_guard.errors import InputError
+from dflash_guard.findings import Finding
 from dflash_guard.launch import passthrough, vllm_parser
 from dflash_guard.launch.engines import FLAGS, cap_flag, parse_args
 from dflash_guard.launch.plan import (
@@ -31,7 +32,6 @@ from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.hashing import hash_files
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
-from dflash_guard.scan.interface import Finding
 from dflash_guard.trust.policy import Policy
 
 DETECTOR = "launch-check"

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from dflash_guard import rules
+from dflash_guard.findings import Finding
+from dflash_guard.rules import Rule
 from dflash_guard.scan import jsonfile
 from dflash_guard.scan.drafter_tokens import reserved_token_ids, resolve_token
-from dflash_guard.scan.interface import Finding, Rule, Severity
+from dflash_guard.severity import Severity
 from kernels_ref.compat import compatibility_problems, dflash_field
 
 DETECTOR = "drafter-config"

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dflash_guard import rules
-from dflash_guard.scan.interface import Finding, Rule, Severity
+from dflash_guard.findings import Finding
+from dflash_guard.rules import Rule
 from dflash_guard.scan.regular import open_regular
+from dflash_guard.severity import Severity
 from kernels_ref.gguf_reader import ARRAY, GGUF, STRING, GGUFError, GGUFLimit, read_gguf
 
 DETECTOR = "gguf"

@@ -10,7 +10,8 @@ import logging
 from pathlib import Path
 
 from dflash_guard import rules
-from dflash_guard.scan.interface import Finding, Severity
+from dflash_guard.findings import Finding
+from dflash_guard.severity import Severity
 
 
 def modelscan_findings(path: Path, display: str) -> list[Finding]:

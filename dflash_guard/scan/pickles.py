@@ -26,14 +26,16 @@ from pathlib import Path
 from typing import IO
 
 from dflash_guard import rules
+from dflash_guard.findings import Finding
+from dflash_guard.rules import Rule
 from dflash_guard.scan import containers
 from dflash_guard.scan.formats import npy_header
-from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings
 from dflash_guard.scan.pickle_globals import classify_global
 from dflash_guard.scan.pickle_stream import PickleGlobal, StreamResult, read_stream
 from dflash_guard.scan.regular import open_regular
 from dflash_guard.scan.sniff import PICKLE_SUFFIXES, Format, sniff_bytes
+from dflash_guard.severity import Severity
 
 __all__ = ["PickleGlobal", "StreamResult", "classify_global", "read_stream", "scan_pickle_file"]
 

@@ -7,9 +7,19 @@ from collections import Counter
 from pathlib import PurePosixPath
 
 from dflash_guard import __version__
-from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
+from dflash_guard.findings import Finding
+from dflash_guard.severity import Severity
 
 DEFAULT_FAIL_ON = Severity.medium
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteCodeFile:
+    """A Python file a loader could import (`.py` in the folder or an `auto_map` target)."""
+
+    path: str
+    sha256: str
+    reviewed: bool
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from dflash_guard import rules
 from dflash_guard.errors import InputError
+from dflash_guard.findings import Finding
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
@@ -33,9 +34,8 @@ from dflash_guard.scan import (
     templates,
     tokenizer_regex,
 )
-from dflash_guard.scan.interface import Finding, RemoteCodeFile, Severity
 from dflash_guard.scan.regular import open_regular, read_regular
-from dflash_guard.scan.report import ScanReport
+from dflash_guard.scan.report import RemoteCodeFile, ScanReport
 from dflash_guard.scan.sniff import (
     GGUF_SUFFIXES,
     PICKLE_SUFFIXES,
@@ -43,6 +43,7 @@ from dflash_guard.scan.sniff import (
     Format,
     sniff,
 )
+from dflash_guard.severity import Severity
 
 _EXECUTABLE_SUFFIXES = frozenset(
     {".so", ".dll", ".dylib", ".pyd", ".pyc", ".pyo", ".exe", ".sh", ".bat", ".cmd", ".ps1"}

@@ -16,11 +16,13 @@ from pathlib import Path, PurePosixPath
 from typing import TypedDict, cast
 
 from dflash_guard import rules
+from dflash_guard.findings import Finding
 from dflash_guard.pins.folder import IGNORED_DIRS
+from dflash_guard.rules import Rule
 from dflash_guard.scan import jsonfile
-from dflash_guard.scan.interface import Finding, Rule, Severity
 from dflash_guard.scan.payloads import MAX_CHECKED, serialized_payload, too_large
 from dflash_guard.scan.regular import read_regular
+from dflash_guard.severity import Severity
 
 DETECTOR = "safetensors"
 _DESERIALIZE_BELOW = 16 << 20  # bytes: read whole and validated in memory below this size

@@ -30,7 +30,9 @@ from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from dflash_guard import rules
-from dflash_guard.scan.interface import Finding, Rule, Severity
+from dflash_guard.findings import Finding
+from dflash_guard.rules import Rule
+from dflash_guard.severity import Severity
 
 DETECTOR = "template"
 

@@ -11,9 +11,10 @@ import re
 from pathlib import Path
 
 from dflash_guard import rules
+from dflash_guard.findings import Finding
 from dflash_guard.scan import formats, jsonfile
-from dflash_guard.scan.interface import Finding, Severity
 from dflash_guard.scan.regular import read_regular
+from dflash_guard.severity import Severity
 
 ADDITIONAL_TEMPLATES = "additional_chat_templates"  # transformers' CHAT_TEMPLATE_DIR
 _UNREVIEWED_DIGEST = re.compile(r"\(sha256 ([0-9a-f]{64})\)")

@@ -31,8 +31,9 @@ from typing import Any
 from jinja2 import nodes
 
 from dflash_guard import rules
-from dflash_guard.scan.interface import Rule, Severity
+from dflash_guard.rules import Rule
 from dflash_guard.scan.templates_budget import DEFAULT_BUDGET, TemplateRenderError, render_template
+from dflash_guard.severity import Severity
 
 Problem = tuple[Rule, Severity, str]
 CANARY = "dgcanary"

@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 
 from dflash_guard import rules
+from dflash_guard.findings import Finding
 from dflash_guard.scan import jsonfile
-from dflash_guard.scan.interface import Finding, Severity
+from dflash_guard.severity import Severity
 
 DETECTOR = "tokenizer"
 MAX_SECONDS = 30.0  # the child's whole run: load, compile, every probe

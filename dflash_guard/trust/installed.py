@@ -55,10 +55,10 @@ from packaging.version import InvalidVersion, Version
 from dflash_guard import rules
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import open_binary, read_regular
+from dflash_guard.findings import Finding
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Lockfile, Package
 from dflash_guard.scan import remote_code
-from dflash_guard.scan.interface import Finding
 
 RECORD_MAX_BYTES = 16 * 1024 * 1024
 RECORD_MAX_ROWS = 100_000

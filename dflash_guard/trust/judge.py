@@ -13,9 +13,9 @@ import datetime as dt
 from collections.abc import Mapping
 from pathlib import Path
 
+from dflash_guard.findings import Finding
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.rules import RC_REMOTE_REPO
-from dflash_guard.scan.interface import Finding
 from dflash_guard.scan.report import ScanReport
 from dflash_guard.scan.templates import unreviewed_digest
 from dflash_guard.severity import Severity

@@ -21,10 +21,10 @@ import yaml
 
 from dflash_guard import rules
 from dflash_guard.errors import InputError
+from dflash_guard.findings import Finding
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan import remote_code
-from dflash_guard.scan.interface import Finding
 from dflash_guard.scan.remote_code.capabilities import RULE_LABELS
 from dflash_guard.scan.templates import unreviewed_digest
 from dflash_guard.severity import Severity

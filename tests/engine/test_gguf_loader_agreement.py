@@ -18,8 +18,8 @@ import gguf
 import numpy as np
 import pytest
 
-from dflash_guard.scan import Severity
 from dflash_guard.scan.gguf_check import scan_gguf_file
+from dflash_guard.severity import Severity
 from tests.support.llamacpp import EngineUnavailable, build_server, convert, llama_server
 
 T = gguf.GGUFValueType

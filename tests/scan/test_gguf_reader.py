@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
-from dflash_guard.scan import Severity
 from dflash_guard.scan.gguf_check import scan_gguf_file
+from dflash_guard.severity import Severity
 from kernels_ref.gguf_reader import ARRAY, GGUFError, GGUFLimit, read_gguf
 from tests.support.hostile import n24_gguf
 from tests.support.llamacpp import source_tree

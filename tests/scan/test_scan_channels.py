@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
 from dflash_guard.scan.channels import CHANNELS
+from dflash_guard.severity import Severity
 
 # h2oai/h2ogpt-oig-oasst1-256-6_9b config.json (as its model card prints it): a custom pipeline
 # whose code, h2oai_pipeline.py, ships in the repository.

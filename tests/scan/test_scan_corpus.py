@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
+from dflash_guard.severity import Severity
 
 CORPUS = Path(__file__).parent / "corpus"
 MANIFEST = json.loads((CORPUS / "MANIFEST.json").read_text())

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
+from dflash_guard.severity import Severity
 from tests.support.scan_builders import make_pair, write_safetensors
 
 

@@ -14,7 +14,8 @@ import torch
 from dflash.model import DFlashDraftModel, extract_context_feature
 from transformers import Qwen3Config
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
+from dflash_guard.severity import Severity
 from kernels_ref.checkpoint import check_shapes, expected_shapes, tensor_shapes
 from kernels_ref.config import ModelConfig
 from kernels_ref.errors import RunnerError

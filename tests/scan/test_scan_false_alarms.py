@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
 from dflash_guard.scan.remote_code import check_source
 from dflash_guard.scan.template_check import check_template
+from dflash_guard.severity import Severity
 
 
 def test_tokenizers_parallelism_is_a_setting_not_a_credential() -> None:

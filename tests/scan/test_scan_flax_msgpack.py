@@ -15,8 +15,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
 from dflash_guard.scan.flax_msgpack import msgpack_problem
+from dflash_guard.severity import Severity
 from tests.support.flax_msgpack import flax_serialize
 
 

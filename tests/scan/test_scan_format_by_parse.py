@@ -8,8 +8,9 @@ import pickle
 import pickletools
 from pathlib import Path
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
 from dflash_guard.scan.pickle_stream import read_stream
+from dflash_guard.severity import Severity
 from tests.support.llamacpp import _script
 
 

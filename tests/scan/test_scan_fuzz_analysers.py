@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dflash_guard.scan import Finding
+from dflash_guard.findings import Finding
 from dflash_guard.scan.remote_code import check_source
 from dflash_guard.scan.template_check import check_template
 

@@ -13,8 +13,9 @@ import gguf
 import numpy as np
 import pytest
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
 from dflash_guard.scan.gguf_check import scan_gguf_file
+from dflash_guard.severity import Severity
 from tests.support.llamacpp import _script
 
 

@@ -28,7 +28,8 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
+from dflash_guard.severity import Severity
 from tests.support.trust import REPO
 
 VECTORS = REPO / "tests" / "vectors" / "onnx" / "data"

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from dflash_guard.scan import Severity, containers, pickle_stream, scan_paths
+from dflash_guard.scan import containers, pickle_stream, scan_paths
 from dflash_guard.scan.pickles import scan_pickle_file
+from dflash_guard.severity import Severity
 from tests.support.scan_builders import findings_at_least, gadget_pickle
 
 BENIGN = b"\x80\x02}q\x00X\x01\x00\x00\x00aq\x01K\x01s."  # {"a": 1}

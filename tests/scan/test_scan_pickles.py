@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from dflash_guard.scan import Severity, pickles
+from dflash_guard.scan import pickles
 from dflash_guard.scan.pickles import classify_global, read_stream, scan_pickle_file
+from dflash_guard.severity import Severity
 from tests.support.scan_builders import findings_at_least, gadget_pickle, inst_pickle
 
 GADGETS = [

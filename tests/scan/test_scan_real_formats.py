@@ -15,7 +15,8 @@ import pytest
 from google.protobuf.message import DecodeError
 from transformers.utils import sentencepiece_model_pb2_new as sentencepiece_pb2
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
+from dflash_guard.severity import Severity
 from tests.support.llamacpp import _script
 from tests.support.scan_builders import gadget_pickle
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_guard.scan import Severity
 from dflash_guard.scan.remote_code import check_source
+from dflash_guard.severity import Severity
 
 # class -> (rule, bad source, benign twin)
 CASES = {

@@ -11,9 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from dflash_guard import formats
+from dflash_guard.findings import Finding
 from dflash_guard.formats.sarif import sarif_log
 from dflash_guard.rules import RULES, markdown_table, rule
-from dflash_guard.scan import Finding, ScanReport, Severity
+from dflash_guard.scan import ScanReport
+from dflash_guard.severity import Severity
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = ROOT / "dflash_guard" / "rules.py"

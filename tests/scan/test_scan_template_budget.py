@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.scan import Severity
 from dflash_guard.scan.template_check import check_template
 from dflash_guard.scan.templates_budget import TemplateRenderError, render_template
+from dflash_guard.severity import Severity
 from tests.support.kernels import random_pair
 from tests.support.llamacpp import source_tree
 from tests.support.word_tokenizer import write_word_tokenizer

@@ -9,8 +9,9 @@ import gguf
 import numpy as np
 import pytest
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
 from dflash_guard.scan.template_check import check_template
+from dflash_guard.severity import Severity
 from tests.support.scan_builders import write_json
 
 # class -> (rule, bad template, benign twin)

@@ -7,8 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from dflash_guard.scan import Severity, scan_paths
+from dflash_guard.scan import scan_paths
 from dflash_guard.scan.tokenizer_regex import check_tokenizer_json, patterns
+from dflash_guard.severity import Severity
 from tests.support.llamacpp import _script
 
 

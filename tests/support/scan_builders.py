@@ -9,7 +9,8 @@ import json
 import struct
 from pathlib import Path
 
-from dflash_guard.scan import Finding, Severity
+from dflash_guard.findings import Finding
+from dflash_guard.severity import Severity
 
 
 def _unicode(text: str) -> bytes:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from dflash_guard.scan.interface import Finding
+    from dflash_guard.findings import Finding
 
 SEVERITY_STYLE = {
     Severity.critical: "bold red",

@@ -1,15 +1,13 @@
-"""The types every detector shares: findings, rules, severities and the detector protocol."""
+"""What a finding is: one problem in one file, under a registered rule (`rules`) and a severity."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from pathlib import Path
 
 from dflash_guard.rules import RULES, Rule
 from dflash_guard.severity import Severity
 
-__all__ = ["Detector", "Finding", "RemoteCodeFile", "Rule", "Severity"]
+__all__ = ["Finding"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +24,7 @@ class Finding:
 
     def __post_init__(self) -> None:
         if self.rule_id not in RULES:
-            raise ValueError(f"{self.rule_id!r} is not a registered scan rule (see scan/rules.py)")
+            raise ValueError(f"{self.rule_id!r} is not a registered rule (see rules.py)")
 
     @classmethod
     def of(
@@ -54,17 +52,3 @@ class Finding:
             "member": self.member,
             "detector": self.detector,
         }
-
-
-@dataclasses.dataclass(frozen=True)
-class RemoteCodeFile:
-    """A Python file a loader could import (`.py` in the folder or an `auto_map` target)."""
-
-    path: str
-    sha256: str
-    reviewed: bool
-
-
-# A detector looks at one file and returns its findings, reported under a display name; it never
-# raises on malformed input (a file it cannot read is itself a finding).
-Detector = Callable[[Path, str], list[Finding]]
