@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from transformers.utils.chat_template_utils import render_jinja_template  # noqa: E402
 
-from dflash_guard.scan.template_check import check_template  # noqa: E402
-from dflash_guard.scan.templates_budget import TemplateRenderError, render_template  # noqa: E402
+from dflash_guard.templates.grammar import check_template  # noqa: E402
+from dflash_guard.templates.sandbox import TemplateRenderError, render_template  # noqa: E402
 from tests.support.llamacpp import source_tree  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},

@@ -239,7 +239,7 @@ TPL_UNLISTED = Rule(
     "DG-TPL-UNLISTED", Severity.high,
     "A chat template uses a construct outside the subset real templates use.",
     "a syntax node, call, method, filter or test outside the grammar in "
-    "`scan/template_check.py` (measured on the 71 templates of the pinned llama.cpp tree)",
+    "`templates/grammar.py` (measured on the 71 templates of the pinned llama.cpp tree)",
 )
 TPL_INCLUDE = Rule(
     "DG-TPL-INCLUDE", Severity.high,
@@ -265,7 +265,7 @@ TPL_INJECTED = Rule(
 TPL_UNREVIEWED = Rule(
     "DG-TPL-UNREVIEWED", Severity.low,
     "A chat template that is neither a known published one nor reviewed.",
-    "sha256 not in `scan/known_templates.json` nor the policy's `reviewed_templates` (the tier's "
+    "sha256 not in `templates/known.json` nor the policy's `reviewed_templates` (the tier's "
     "`templates: reviewed-only` refuses it in the gate)",
 )
 CONFIG_INVALID = Rule(

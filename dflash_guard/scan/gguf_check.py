@@ -82,7 +82,7 @@ def _findings(gguf: GGUF, display: str, finding: Callable[..., Finding],
                                     f"{key} cannot be read: {error.reason}", member=key))
             continue
         # jinja2: only for a template
-        from dflash_guard.scan.template_check import check_template, review_findings
+        from dflash_guard.templates.grammar import check_template, review_findings
 
         findings.extend(check_template(source, display, member=key))
         findings.extend(review_findings(source, display, key, reviewed))

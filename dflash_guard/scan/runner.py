@@ -31,7 +31,6 @@ from dflash_guard.scan import (
     onnx_check,
     remote_code,
     safetensors_check,
-    templates,
     tokenizer_regex,
 )
 from dflash_guard.scan.regular import open_regular, read_regular
@@ -44,6 +43,7 @@ from dflash_guard.scan.sniff import (
     sniff,
 )
 from dflash_guard.severity import Severity
+from dflash_guard.templates import locate as templates
 
 _EXECUTABLE_SUFFIXES = frozenset(
     {".so", ".dll", ".dylib", ".pyd", ".pyc", ".pyo", ".exe", ".sh", ".bat", ".cmd", ".ps1"}

@@ -17,8 +17,8 @@ from dflash_guard.findings import Finding
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.rules import RC_REMOTE_REPO
 from dflash_guard.scan.report import ScanReport
-from dflash_guard.scan.templates import unreviewed_digest
 from dflash_guard.severity import Severity
+from dflash_guard.templates.locate import unreviewed_digest
 from dflash_guard.trust.evidence import artifact_key, comparison_records, engine_build
 from dflash_guard.trust.model_card import card_problems
 from dflash_guard.trust.policy import Policy, RemoteCode, Templates

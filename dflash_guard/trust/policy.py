@@ -88,7 +88,7 @@ class RemoteCode(StrEnum):
 
 class Templates(StrEnum):
     """What a tier may do with a chat template: `reviewed-only` accepts a published template of
-    the catalog (`scan/known_templates.json`) or one on `reviewed_templates`; `allow` any that
+    the catalog (`templates/known.json`) or one on `reviewed_templates`; `allow` any that
     passes the scan's checks."""
 
     reviewed_only = "reviewed-only"

@@ -26,8 +26,8 @@ from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan import remote_code
 from dflash_guard.scan.remote_code.capabilities import RULE_LABELS
-from dflash_guard.scan.templates import unreviewed_digest
 from dflash_guard.severity import Severity
+from dflash_guard.templates.locate import unreviewed_digest
 from dflash_guard.trust.judge import locked_code_sha256
 from dflash_guard.trust.policy import (
     BUILTIN_POLICIES,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from dflash_guard.scan import scan_paths
 from dflash_guard.scan.remote_code import check_source
-from dflash_guard.scan.template_check import check_template
 from dflash_guard.severity import Severity
+from dflash_guard.templates.grammar import check_template
 
 
 def test_tokenizers_parallelism_is_a_setting_not_a_credential() -> None:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.template_check import check_template
 from dflash_guard.severity import Severity
+from dflash_guard.templates.grammar import check_template
 from tests.support.scan_builders import write_json
 
 # class -> (rule, bad template, benign twin)

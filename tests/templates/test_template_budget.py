@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.scan.template_check import check_template
-from dflash_guard.scan.templates_budget import TemplateRenderError, render_template
 from dflash_guard.severity import Severity
+from dflash_guard.templates.grammar import check_template
+from dflash_guard.templates.sandbox import TemplateRenderError, render_template
 from tests.support.kernels import random_pair
 from tests.support.llamacpp import source_tree
 from tests.support.word_tokenizer import write_word_tokenizer
 
-CORPUS = Path(__file__).parent / "corpus" / "templates"
+CORPUS = Path(__file__).parents[1] / "scan" / "corpus" / "templates"
 P8 = ('{% for m in messages %}{% for i in range(100000) %}{% for j in range(100000) %}'
       '{% endfor %}{% endfor %}{{ m["content"] }}{% endfor %}')
 P9 = '{% for m in messages %}{{ m["content"] }}{% endfor %}{{ "x" * 100000 * 100000 }}'
@@ -265,15 +265,15 @@ def test_published_templates_with_long_preambles_are_known_and_a_copy_edited_is_
 
 
 def test_the_catalog_is_the_published_templates_it_names() -> None:
-    """known_templates.json against the files it came from (regenerate it with
+    """known.json against the files it came from (regenerate it with
     scripts/known-templates.py): every real template of the tree (its `.jinja` files and its
     vocabulary GGUFs' metadata, read by the scan's own GGUF walk), of the corpus (`.jinja` and
     configs) and the built-in pair's, nothing else."""
     import hashlib
 
     from dflash_guard.scan.gguf_check import TEMPLATE_KEY, scan_gguf_file
-    from dflash_guard.scan.templates import templates_in_config
-    from dflash_guard.scan.templates_cost import KNOWN_TEMPLATES
+    from dflash_guard.templates.cost import KNOWN_TEMPLATES
+    from dflash_guard.templates.locate import templates_in_config
     from kernels_ref.fixtures import CHAT_TEMPLATE
     from kernels_ref.gguf_reader import STRING, read_gguf
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.template_check import check_template
 from dflash_guard.severity import Severity
+from dflash_guard.templates.grammar import check_template
 from tests.support.scan_builders import write_json
 
 # The shape of Qwen3's chat template (abridged): namespaces, slicing, filters, method calls.

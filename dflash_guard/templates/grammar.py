@@ -1,6 +1,6 @@
 """Chat templates: checked against a grammar with Jinja's own parser, then, when the grammar
 passes, for cost, exfiltration and injected text by a trial render under the render budget
-(`templates_cost`); a template outside the grammar is never rendered.
+(`cost`); a template outside the grammar is never rendered.
 
 A template passes only when every node of its syntax tree is inside the subset real chat
 templates use (`ALLOWED_NODES`: output, loops, conditions, set, macros, filter blocks, the
@@ -136,8 +136,8 @@ def _environment() -> ImmutableSandboxedEnvironment:
 def review_findings(source: str, display: str, member: str | None,
                     reviewed: frozenset[str]) -> list[Finding]:
     """The unreviewed-template finding (low) when the template is neither a published one of
-    the catalog (`known_templates.json`) nor in `reviewed` (the policy's `reviewed_templates`)."""
-    from dflash_guard.scan.templates_cost import is_known, template_sha256
+    the catalog (`known.json`) nor in `reviewed` (the policy's `reviewed_templates`)."""
+    from dflash_guard.templates.cost import is_known, template_sha256
 
     digest = template_sha256(source)
     if is_known(source) or digest in reviewed:
@@ -195,7 +195,7 @@ def check_template(source: str, display: str, member: str | None = None) -> list
     for node, (rule, severity, message) in problems:
         findings.append(finding(rule, severity, message, getattr(node, "lineno", None)))
     if not any(severity >= Severity.high for _, (_, severity, _) in problems):
-        from dflash_guard.scan.templates_cost import cost_problems  # renders, under the budget
+        from dflash_guard.templates.cost import cost_problems  # renders, under the budget
 
         for rule, severity, message in cost_problems(source, tree):
             findings.append(finding(rule, severity, message, None))

@@ -1,11 +1,11 @@
-"""What a chat template costs and writes, by a bounded trial render (the `templates_budget`
+"""What a chat template costs and writes, by a bounded trial render (the `sandbox`
 budget) on representative conversations, plus a static look at constant loop and width sizes.
 
 - `rules.TPL_COST` (high): a trial render past the budget, or nested constant `range` loops, or a
   constant multiplier/width/range past it (so a cost behind a condition the trial conversations
   do not meet is still seen when its sizes are literal).
 - `rules.TPL_INJECTED` (medium): a template that is not a known published one
-  (`known_templates.json`: the pinned llama.cpp tree's templates and the corpus's, by sha256,
+  (`known.json`: the pinned llama.cpp tree's templates and the corpus's, by sha256,
   each with its source) and adds more than `INJECTED_WORDS` distinct words of its own, beyond
   role names and markup, to a conversation that has its own system message: an instruction the
   user never wrote. Published templates add long preambles there (Cohere's safety preamble,
@@ -32,8 +32,8 @@ from jinja2 import nodes
 
 from dflash_guard import rules
 from dflash_guard.rules import Rule
-from dflash_guard.scan.templates_budget import DEFAULT_BUDGET, TemplateRenderError, render_template
 from dflash_guard.severity import Severity
+from dflash_guard.templates.sandbox import DEFAULT_BUDGET, TemplateRenderError, render_template
 
 Problem = tuple[Rule, Severity, str]
 CANARY = "dgcanary"
@@ -63,7 +63,7 @@ _MAX_CONSTANT = DEFAULT_BUDGET.value_chars
 _MARKUP = re.compile(r"<[^<>\n]{1,60}>|\[/?[A-Za-z_ ]{2,30}\]|\{[^{}]*\}")
 _WORD = re.compile(r"[^\W\d_]{2,}")
 INJECTED_WORDS = 7
-KNOWN_TEMPLATES = Path(__file__).with_name("known_templates.json")
+KNOWN_TEMPLATES = Path(__file__).with_name("known.json")
 
 
 @cache

@@ -1,7 +1,7 @@
 """Where chat templates live: `tokenizer_config.json` (a string, `[{name, template}]` or
 `{name: template}`),
 `chat_template.json` and `*.jinja` files (`chat_template.jinja`, `additional_chat_templates/`,
-any other); each is checked by `template_check` (GGUF metadata
+any other); each is checked by `grammar` (GGUF metadata
 templates by `gguf_check`). jinja2 loads only when a template file is scanned.
 """
 
@@ -21,7 +21,7 @@ _UNREVIEWED_DIGEST = re.compile(r"\(sha256 ([0-9a-f]{64})\)")
 
 
 def unreviewed_digest(finding: Finding) -> str | None:
-    """The sha256 a DG-TPL-UNREVIEWED finding names (`template_check.review_findings`), else
+    """The sha256 a DG-TPL-UNREVIEWED finding names (`grammar.review_findings`), else
     None."""
     match = _UNREVIEWED_DIGEST.search(finding.message)
     return match.group(1) if match and finding.rule_id == rules.TPL_UNREVIEWED.id else None
@@ -53,7 +53,7 @@ def scan_jinja_file(path: Path, display: str,
                     reviewed: frozenset[str] = frozenset()) -> list[Finding]:
     """A `chat_template.jinja` (or any `.jinja`) file; `reviewed`: the sha256 of templates
     a reviewer accepted (beyond the catalog's)."""
-    from dflash_guard.scan.template_check import DETECTOR, check_template, review_findings
+    from dflash_guard.templates.grammar import DETECTOR, check_template, review_findings
 
     try:
         source = read_jinja(path)
@@ -95,7 +95,7 @@ def scan_config_templates(path: Path, display: str,
     try:
         config = jsonfile.read(path)
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        from dflash_guard.scan.template_check import DETECTOR
+        from dflash_guard.templates.grammar import DETECTOR
 
         return [
             Finding(
@@ -109,7 +109,7 @@ def scan_config_templates(path: Path, display: str,
     found = templates_in_config(config)
     if not found:
         return []  # no template: jinja2 stays unloaded
-    from dflash_guard.scan.template_check import check_template, review_findings
+    from dflash_guard.templates.grammar import check_template, review_findings
 
     findings: list[Finding] = []
     for name, source in found:

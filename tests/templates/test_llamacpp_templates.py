@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflash_guard.scan.template_check import check_template
 from dflash_guard.severity import Severity
+from dflash_guard.templates.grammar import check_template
 from tests.support.llamacpp import _script
 
 
