@@ -29,7 +29,7 @@ from dflash_guard import rules
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
 from dflash_guard.scan import containers
-from dflash_guard.scan.formats import npy_header
+from dflash_guard.scan.allowlist import npy_header
 from dflash_guard.scan.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings
 from dflash_guard.scan.pickle_globals import classify_global
 from dflash_guard.scan.pickle_stream import PickleGlobal, StreamResult, read_stream

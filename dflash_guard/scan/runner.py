@@ -21,11 +21,11 @@ from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import (
+    allowlist,
     binformats,
     channels,
     drafter_config,
     flax_msgpack,
-    formats,
     gguf_check,
     jsonfile,
     onnx_check,
@@ -140,7 +140,7 @@ class _Run:
             broken = {rules.GGUF_MALFORMED.id, rules.UNSCANNABLE.id}
             return "not a valid GGUF file" if any(f.rule_id in broken for f in findings) else None
         if fmt is Format.numpy:
-            return formats.npy_file_problem(path)
+            return allowlist.npy_file_problem(path)
         parsed = self.parsed_binary(path, display, fmt, suffix)
         if parsed is not None:
             return parsed or None
@@ -152,7 +152,7 @@ class _Run:
             return None  # raw tensor bytes of an accepted model, no pickle stream in them
         if suffix in (".json", ".jsonl"):
             return _json_problem(path, lines=suffix == ".jsonl")
-        problem = formats.text_problem(path)
+        problem = allowlist.text_problem(path)
         if problem is None and self.probe_pickle(path, display):
             return "text that an unpickler reads as a pickle"
         return problem
@@ -219,7 +219,7 @@ class _Run:
 
     def python_file(self, path: Path, display: str) -> None:
         try:
-            source = read_regular(path, formats.MAX_TEXT_BYTES)
+            source = read_regular(path, allowlist.MAX_TEXT_BYTES)
         except (OSError, ValueError) as error:  # unreadable, or over the limit
             self.unscannable(display, f"cannot read: {error}", remote_code.DETECTOR)
             return
@@ -447,7 +447,7 @@ def _json_problem(path: Path, *, lines: bool) -> str | None:
         if not lines:
             jsonfile.read(path)
             return None
-        text = read_regular(path, formats.MAX_TEXT_BYTES).decode("utf-8")
+        text = read_regular(path, allowlist.MAX_TEXT_BYTES).decode("utf-8")
         for line in text.splitlines():
             if line.strip():
                 jsonfile.loads(line)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dflash_guard import rules
 from dflash_guard.findings import Finding
-from dflash_guard.scan import formats, jsonfile
+from dflash_guard.scan import allowlist, jsonfile
 from dflash_guard.scan.regular import read_regular
 from dflash_guard.severity import Severity
 
@@ -46,7 +46,7 @@ def template_files(folder: Path) -> dict[str, Path]:
 def read_jinja(path: Path) -> str:
     """The text of a `.jinja` template, read up to the scan's text limit: `OSError` when it
     cannot be read, `ValueError` when it is larger or not UTF-8."""
-    return read_regular(path, formats.MAX_TEXT_BYTES).decode("utf-8")
+    return read_regular(path, allowlist.MAX_TEXT_BYTES).decode("utf-8")
 
 
 def scan_jinja_file(path: Path, display: str,

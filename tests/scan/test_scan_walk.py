@@ -81,9 +81,9 @@ def test_a_text_file_over_the_limit_is_unscannable_not_read_whole(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """Templates and remote code are read up to `MAX_TEXT_BYTES` (a 10 GB `.jinja` would fill
     memory): past it the file is not scanned, and says so."""
-    from dflash_guard.scan import formats
+    from dflash_guard.scan import allowlist
 
-    monkeypatch.setattr(formats, "MAX_TEXT_BYTES", 1024)
+    monkeypatch.setattr(allowlist, "MAX_TEXT_BYTES", 1024)
     (tmp_path / name).write_text("x = 1\n" * 400)
     report = scan_paths([tmp_path])
     unscannable = [f.message for f in report.findings if f.rule_id == "DG-UNSCANNABLE"]
