@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dflash_guard.scan import scan_paths  # noqa: E402
-from dflash_guard.scan.safetensors_check import check_safetensors  # noqa: E402
+from dflash_guard.scan.weights.safetensors import check_safetensors  # noqa: E402
 
 
 def write_sparse_safetensors(path: Path, size_bytes: int) -> None:

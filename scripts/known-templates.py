@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dflash_guard.scan.gguf_check import TEMPLATE_KEY  # noqa: E402
+from dflash_guard.scan.weights.gguf import TEMPLATE_KEY  # noqa: E402
 from dflash_guard.templates.locate import templates_in_config  # noqa: E402
 from kernels_ref.fixtures import CHAT_TEMPLATE  # noqa: E402
 from kernels_ref.gguf_reader import STRING, read_gguf  # noqa: E402

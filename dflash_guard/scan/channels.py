@@ -65,7 +65,7 @@ CHANNELS = (
             "a regex compiled at load and run on every request",
             "tokenizers/src/utils/... SysRegex (onig) built by Tokenizer.from_file"),
     Channel("onnx / onnxruntime", frozenset({"*.onnx"}), "TensorProto.external_data location",
-            "another file read as tensor bytes (checked by scan/onnx_check.py)",
+            "another file read as tensor bytes (checked by scan/weights/onnx.py)",
             "onnx/checker.cc resolve_external_data_location; onnxruntime/core/framework/"
             "tensorprotoutils.cc ValidateExternalDataPathFromDir, GetExternalDataInfo"),
 )

@@ -22,15 +22,10 @@ from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import (
     allowlist,
-    binformats,
     channels,
     drafter_config,
-    flax_msgpack,
-    gguf_check,
     jsonfile,
-    onnx_check,
     remote_code,
-    safetensors_check,
     tokenizer_regex,
 )
 from dflash_guard.scan.regular import open_regular, read_regular
@@ -42,6 +37,7 @@ from dflash_guard.scan.sniff import (
     Format,
     sniff,
 )
+from dflash_guard.scan.weights import binformats, flax_msgpack, gguf, onnx, safetensors
 from dflash_guard.severity import Severity
 from dflash_guard.templates import locate as templates
 
@@ -80,15 +76,15 @@ class _Run:
         self.param_count: int | None = None
         self.shapes: dict[str, list[int]] = {}  # tensor name -> shape, of the folder in hand
         self.files = 0
-        self.onnx: dict[str, onnx_check.OnnxModel] = {}  # by file path
+        self.onnx: dict[str, onnx.OnnxModel] = {}  # by file path
         self.onnx_data: set[str] = set()  # paths of files an accepted ONNX model stores data in
 
     def onnx_model(self, path: Path, relative: str | None = None, root: Path | None = None,
-                   listing: frozenset[str] = frozenset()) -> onnx_check.OnnxModel:
+                   listing: frozenset[str] = frozenset()) -> onnx.OnnxModel:
         """The verdict on the ONNX file `path` (at `relative` in the folder `root` whose files
         are `listing`), computed once; its external data files are remembered."""
         if str(path) not in self.onnx:
-            model = onnx_check.check_onnx(path, relative, listing)
+            model = onnx.check_onnx(path, relative, listing)
             self.onnx[str(path)] = model
             if model.problem is None and root is not None:
                 self.onnx_data.update(str(root / data) for data in model.data_files)
@@ -112,7 +108,7 @@ class _Run:
         if name in _CODE_CONFIGS:
             self.code_channels(path, display)
         if name.endswith(".index.json"):  # safetensors', pytorch_model.bin's, any weight index
-            self.findings += safetensors_check.check_index(path, display)
+            self.findings += safetensors.check_index(path, display)
         if suffix == ".jinja":
             self.findings += templates.scan_jinja_file(path, display, self.reviewed_templates)
         if suffix == ".json" and loaded_as is None:  # any name a config could point at
@@ -135,7 +131,7 @@ class _Run:
                 fmt is Format.safetensors):
             return self.safetensors(path, display, fmt)
         if suffix in GGUF_SUFFIXES or fmt is Format.gguf:
-            findings = gguf_check.scan_gguf_file(path, display, self.reviewed_templates)
+            findings = gguf.scan_gguf_file(path, display, self.reviewed_templates)
             self.findings += findings
             broken = {rules.GGUF_MALFORMED.id, rules.UNSCANNABLE.id}
             return "not a valid GGUF file" if any(f.rule_id in broken for f in findings) else None
@@ -161,7 +157,7 @@ class _Run:
         """For a file shaped like a numeric `.npz`, an image, (named `.model`) a sentencepiece
         model, (named `.msgpack`) a flax checkpoint or (named `.onnx`) an ONNX model: "" when it
         parses whole as that format and holds no pickle stream, else why not; None when it is
-        shaped like none of them (`binformats`, `flax_msgpack`, `onnx_check`)."""
+        shaped like none of them (`weights.binformats`, `weights.flax_msgpack`, `weights.onnx`)."""
         with open_regular(path) as handle:
             head = handle.read(12)
         kind = binformats.image_kind(head)
@@ -300,7 +296,7 @@ class _Run:
                 detector=remote_code.DETECTOR))
 
     def safetensors(self, path: Path, display: str, fmt: Format) -> str | None:
-        findings, header = safetensors_check.check_safetensors(path, display)
+        findings, header = safetensors.check_safetensors(path, display)
         self.findings += findings
         if header is not None:
             self.param_count = (self.param_count or 0) + header.param_count

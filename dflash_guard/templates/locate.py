@@ -2,7 +2,7 @@
 `{name: template}`),
 `chat_template.json` and `*.jinja` files (`chat_template.jinja`, `additional_chat_templates/`,
 any other); each is checked by `grammar` (GGUF metadata
-templates by `gguf_check`). jinja2 loads only when a template file is scanned.
+templates by `scan.weights.gguf`). jinja2 loads only when a template file is scanned.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
-from dflash_guard.scan.gguf_check import scan_gguf_file
+from dflash_guard.scan.weights.gguf import scan_gguf_file
 from dflash_guard.severity import Severity
 from kernels_ref.gguf_reader import ARRAY, GGUFError, GGUFLimit, read_gguf
 from tests.support.hostile import n24_gguf

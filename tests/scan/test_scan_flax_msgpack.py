@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.flax_msgpack import msgpack_problem
+from dflash_guard.scan.weights.flax_msgpack import msgpack_problem
 from dflash_guard.severity import Severity
 from tests.support.flax_msgpack import flax_serialize
 
@@ -109,7 +109,7 @@ def test_anything_flax_does_not_write_is_a_possible_pickle(tmp_path: Path, case:
 
 
 def test_an_object_past_the_size_cap_is_not_read(tmp_path: Path, monkeypatch) -> None:
-    from dflash_guard.scan import flax_msgpack
+    from dflash_guard.scan.weights import flax_msgpack
 
     monkeypatch.setattr(flax_msgpack, "MAX_OBJECT", 1024)
     path = _write(tmp_path, flax_serialize({"w": np.zeros(4096, "uint8")}))

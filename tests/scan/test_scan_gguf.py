@@ -10,7 +10,7 @@ import gguf
 import numpy as np
 import pytest
 
-from dflash_guard.scan.gguf_check import scan_gguf_file
+from dflash_guard.scan.weights.gguf import scan_gguf_file
 from dflash_guard.severity import Severity
 from kernels_ref import gguf_reader
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.gguf_check import scan_gguf_file
+from dflash_guard.scan.weights.gguf import scan_gguf_file
 from dflash_guard.severity import Severity
 from tests.support.llamacpp import _script
 

@@ -81,7 +81,7 @@ def test_a_pickle_under_any_name_is_found_by_content(tmp_path: Path) -> None:
         "weights.dat",
         "model.onnx",
     }
-    # a msgpack map parsed whole by msgpack (no extension type): data (scan/flax_msgpack.py)
+    # a msgpack map parsed whole by msgpack (no extension type): data (scan/weights/flax_msgpack.py)
     assert [(f.rule_id, f.severity) for f in findings if f.file == "model.msgpack"] == []
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.safetensors_check import check_index, check_safetensors
+from dflash_guard.scan.weights.safetensors import check_index, check_safetensors
 from dflash_guard.severity import Severity
 from tests.support.scan_builders import raw_safetensors, write_json, write_safetensors
 

@@ -271,7 +271,7 @@ def test_the_catalog_is_the_published_templates_it_names() -> None:
     configs) and the built-in pair's, nothing else."""
     import hashlib
 
-    from dflash_guard.scan.gguf_check import TEMPLATE_KEY, scan_gguf_file
+    from dflash_guard.scan.weights.gguf import TEMPLATE_KEY, scan_gguf_file
     from dflash_guard.templates.cost import KNOWN_TEMPLATES
     from dflash_guard.templates.locate import templates_in_config
     from kernels_ref.fixtures import CHAT_TEMPLATE
