@@ -183,7 +183,8 @@ class _Run:
         """A file no allowlisted format accepts: scanned for every pickle stream a loader could
         read, counted with the pickle files, and reported high unless it is a pickle whose
         every stream was read to its end."""
-        from dflash_guard.scan.pickles import scan_pickle_file  # pickletools, zipfile, modelscan
+        # pickletools, zipfile, modelscan: loaded only when a pickle is met
+        from dflash_guard.scan.pickle.scan import scan_pickle_file
 
         findings = scan_pickle_file(path, display, probe=path.suffix.lower() not in PICKLE_SUFFIXES)
         self.findings += findings
@@ -200,7 +201,7 @@ class _Run:
 
     def probe_pickle(self, path: Path, display: str) -> bool:
         """Whether text holds a pickle stream that imports something (protocol 0 is text)."""
-        from dflash_guard.scan.pickles import scan_pickle_file
+        from dflash_guard.scan.pickle.scan import scan_pickle_file
 
         findings = scan_pickle_file(path, display, probe=True)
         self.findings += findings

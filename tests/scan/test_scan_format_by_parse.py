@@ -9,7 +9,7 @@ import pickletools
 from pathlib import Path
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.pickle_stream import read_stream
+from dflash_guard.scan.pickle.stream import read_stream
 from dflash_guard.severity import Severity
 from tests.support.llamacpp import _script
 

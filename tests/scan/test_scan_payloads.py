@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.payloads import MAX_PARSED, serialized_payload
+from dflash_guard.scan.pickle.payloads import MAX_PARSED, serialized_payload
 from dflash_guard.severity import Severity
 from tests.support.scan_builders import gadget_pickle, raw_safetensors
 

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from dflash_guard.scan import containers, pickle_stream, scan_paths
-from dflash_guard.scan.pickles import scan_pickle_file
+from dflash_guard.scan import scan_paths
+from dflash_guard.scan.pickle import containers, stream
+from dflash_guard.scan.pickle.scan import scan_pickle_file
 from dflash_guard.severity import Severity
 from tests.support.scan_builders import findings_at_least, gadget_pickle
 
@@ -252,8 +253,8 @@ def test_numpy_format_3_arrays(tmp_path: Path) -> None:
 def test_a_walk_past_its_time_limit_is_unscannable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pickle_stream, "MAX_SECONDS", -1.0)
-    monkeypatch.setattr(pickle_stream, "_CHECK_EVERY", 1)
+    monkeypatch.setattr(stream, "MAX_SECONDS", -1.0)
+    monkeypatch.setattr(stream, "_CHECK_EVERY", 1)
     findings = _scan(tmp_path, "slow.pkl", BENIGN)
     assert "DG-UNSCANNABLE" in {f.rule_id for f in findings}
 

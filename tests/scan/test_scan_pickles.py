@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from dflash_guard.scan import pickles
-from dflash_guard.scan.pickles import classify_global, read_stream, scan_pickle_file
+from dflash_guard.scan.pickle import scan
+from dflash_guard.scan.pickle.scan import classify_global, read_stream, scan_pickle_file
 from dflash_guard.severity import Severity
 from tests.support.scan_builders import findings_at_least, gadget_pickle, inst_pickle
 
@@ -188,7 +188,7 @@ def test_nested_zip_and_npz_members(tmp_path: Path) -> None:
 def test_zip_bomb_member_is_unscannable_not_read_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pickles, "MAX_MEMBER_BYTES", 1000)
+    monkeypatch.setattr(scan, "MAX_MEMBER_BYTES", 1000)
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("data.pkl", gadget_pickle("os", "system", protocol=2) + b"\0" * 5000)

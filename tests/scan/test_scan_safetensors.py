@@ -211,7 +211,7 @@ def test_benign_pytorch_bin_index_and_other_index_files_are_quiet(tmp_path: Path
 
 
 def test_oversized_metadata_is_a_limit_finding(tmp_path: Path, monkeypatch) -> None:
-    from dflash_guard.scan import payloads
+    from dflash_guard.scan.pickle import payloads
 
     monkeypatch.setattr(payloads, "MAX_CHECKED", 100)
     path = _with_metadata(tmp_path / "m.safetensors", {"notes": "x" * 200})

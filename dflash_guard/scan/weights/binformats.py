@@ -26,8 +26,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dflash_guard.scan import containers
 from dflash_guard.scan.allowlist import npy_problem
+from dflash_guard.scan.pickle import containers
 from dflash_guard.scan.regular import open_regular
 
 MAX_IMAGE_BYTES = 256 * 1024 * 1024

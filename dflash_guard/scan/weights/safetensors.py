@@ -20,7 +20,7 @@ from dflash_guard.findings import Finding
 from dflash_guard.pins.folder import IGNORED_DIRS
 from dflash_guard.rules import Rule
 from dflash_guard.scan import jsonfile
-from dflash_guard.scan.payloads import MAX_CHECKED, serialized_payload, too_large
+from dflash_guard.scan.pickle.payloads import MAX_CHECKED, serialized_payload, too_large
 from dflash_guard.scan.regular import read_regular
 from dflash_guard.severity import Severity
 

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from urllib.parse import unquote
 
-from dflash_guard.scan.pickle_stream import read_stream
+from dflash_guard.scan.pickle.stream import read_stream
 
 MAX_PARSED = 64 * 1024  # bytes of one value walked as a pickle
 MAX_SIGNATURES = 2  # pickle signatures followed per value

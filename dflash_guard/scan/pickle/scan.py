@@ -28,11 +28,11 @@ from typing import IO
 from dflash_guard import rules
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
-from dflash_guard.scan import containers
 from dflash_guard.scan.allowlist import npy_header
-from dflash_guard.scan.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings
-from dflash_guard.scan.pickle_globals import classify_global
-from dflash_guard.scan.pickle_stream import PickleGlobal, StreamResult, read_stream
+from dflash_guard.scan.pickle import containers
+from dflash_guard.scan.pickle.globals import classify_global
+from dflash_guard.scan.pickle.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings
+from dflash_guard.scan.pickle.stream import PickleGlobal, StreamResult, read_stream
 from dflash_guard.scan.regular import open_regular
 from dflash_guard.scan.sniff import PICKLE_SUFFIXES, Format, sniff_bytes
 from dflash_guard.severity import Severity
