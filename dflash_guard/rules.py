@@ -283,7 +283,7 @@ RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,
     "Remote code runs processes.",
     "`os.system/popen/exec*/spawn*`, `subprocess`, `pty`, and helpers that spawn "
-    "(`scan/remote_code/capabilities.py`) (critical: a call, high: an import)",
+    "(`scan/code/capabilities.py`) (critical: a call, high: an import)",
 )
 RC_NETWORK = Rule(
     "DG-RC-NETWORK", Severity.high,
@@ -337,7 +337,7 @@ RC_UNUSUAL_IMPORT = Rule(
     "DG-RC-UNUSUAL-IMPORT", Severity.low,
     "Remote code imports a module outside the list of what model code usually uses (information).",
     "import outside torch, transformers, math, typing, einops, flash_attn, tokenizers... "
-    "(see `scan/remote_code/catalog.py`); `from X import *`",
+    "(see `scan/code/catalog.py`); `from X import *`",
 )
 RC_UNPARSEABLE = Rule(
     "DG-RC-UNPARSEABLE", Severity.high,

@@ -20,14 +20,8 @@ from dflash_guard.findings import Finding
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
-from dflash_guard.scan import (
-    allowlist,
-    channels,
-    drafter_config,
-    jsonfile,
-    remote_code,
-    tokenizer_regex,
-)
+from dflash_guard.scan import allowlist, drafter_config, jsonfile
+from dflash_guard.scan.code import channels, remote_code, tokenizer_regex
 from dflash_guard.scan.regular import open_regular, read_regular
 from dflash_guard.scan.report import RemoteCodeFile, ScanReport
 from dflash_guard.scan.sniff import (

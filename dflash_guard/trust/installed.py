@@ -18,7 +18,7 @@ What it proves, and what it cannot:
   the wheel's own hash, every file the wheel ships must be installed, and the installer's own
   additions are listed (launcher scripts, INSTALLER, REQUESTED, direct_url.json): those the wheel
   cannot vouch for.
-- The capability report is the remote-code scanner's (`scan/remote_code`): a review aid that
+- The capability report is the remote-code scanner's (`scan/code`): a review aid that
   sees what `ast` can resolve, not a verdict; it does not change the exit code.
 
 Not seen: files of the distribution installed outside its own folders and not in RECORD, `.pth`
@@ -58,7 +58,7 @@ from dflash_guard.fileio import open_binary, read_regular
 from dflash_guard.findings import Finding
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Lockfile, Package
-from dflash_guard.scan import remote_code
+from dflash_guard.scan.code import remote_code
 
 RECORD_MAX_BYTES = 16 * 1024 * 1024
 RECORD_MAX_ROWS = 100_000

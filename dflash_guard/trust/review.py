@@ -6,7 +6,7 @@ a built-in policy extended with the reviewed sha256s, commented.
 The files are verified against the lock first (every byte hashed, no stat cache), so a digest
 written here is the locked one; a policy only ever names code by sha256, so a file changed
 afterwards is unreviewed again. The capability report is a review aid, not a verdict: the
-static rules see what `ast` can resolve (see `scan/remote_code`), and the reviewer still reads
+static rules see what `ast` can resolve (see `scan/code`), and the reviewer still reads
 the code.
 """
 
@@ -24,8 +24,8 @@ from dflash_guard.errors import InputError
 from dflash_guard.findings import Finding
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
-from dflash_guard.scan import remote_code
-from dflash_guard.scan.remote_code.capabilities import RULE_LABELS
+from dflash_guard.scan.code import remote_code
+from dflash_guard.scan.code.capabilities import RULE_LABELS
 from dflash_guard.severity import Severity
 from dflash_guard.templates.locate import unreviewed_digest
 from dflash_guard.trust.judge import locked_code_sha256

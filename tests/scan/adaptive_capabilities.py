@@ -1,5 +1,5 @@
 """The adaptive corpus, class capabilities through helpers: what an attacker who read
-`scan/remote_code/capabilities.py` writes to reach a capability without naming `subprocess`,
+`scan/code/capabilities.py` writes to reach a capability without naming `subprocess`,
 `socket`, `eval` or `os.environ`: helpers of the standard library, torch, huggingface_hub,
 transformers, numpy and logging that spawn, connect, read credentials, write or load code,
 reached through aliases, instances the rules cannot type, module constants and string pieces.

@@ -1,4 +1,4 @@
-"""The adaptive corpus, class remote code: what an attacker who read `scan/remote_code/` writes.
+"""The adaptive corpus, class remote code: what an attacker who read `scan/code/` writes.
 
 Each case reaches a capability (process, network, dynamic code, writes outside the cache,
 credentials, patching how other code loads weights) through a spelling a name-based rule misses:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.scan.remote_code import check_source
-from dflash_guard.scan.remote_code.capabilities import ENTRIES, RULE_LABELS, Capability, find
+from dflash_guard.scan.code.capabilities import ENTRIES, RULE_LABELS, Capability, find
+from dflash_guard.scan.code.remote_code import check_source
 from dflash_guard.severity import Severity
 from dflash_guard.trust.review import CodeToReview
 from tests.scan.adaptive_capabilities import CASES, TWINS

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.channels import CHANNELS
+from dflash_guard.scan.code.channels import CHANNELS
 from dflash_guard.severity import Severity
 
 # h2oai/h2ogpt-oig-oasst1-256-6_9b config.json (as its model card prints it): a custom pipeline

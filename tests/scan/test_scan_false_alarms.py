@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.remote_code import check_source
+from dflash_guard.scan.code.remote_code import check_source
 from dflash_guard.severity import Severity
 from dflash_guard.templates.grammar import check_template
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflash_guard.findings import Finding
-from dflash_guard.scan.remote_code import check_source
+from dflash_guard.scan.code.remote_code import check_source
 from dflash_guard.templates.grammar import check_template
 
 FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

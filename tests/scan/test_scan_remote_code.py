@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.remote_code import check_source
+from dflash_guard.scan.code.remote_code import check_source
 from dflash_guard.severity import Severity
 from tests.support.scan_builders import write_json
 

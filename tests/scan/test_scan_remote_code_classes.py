@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_guard.scan.remote_code import check_source
+from dflash_guard.scan.code.remote_code import check_source
 from dflash_guard.severity import Severity
 
 # class -> (rule, bad source, benign twin)
@@ -203,7 +203,7 @@ def test_benign_twin_stays_quiet(case: str) -> None:
 def test_an_unfamiliar_import_is_information_not_a_capability() -> None:
     """Severity comes from what code does, never from a name the list does not know (z-lab's
     drafter imports `datasets`, Jamba its optional `mamba_ssm`, OLMo its own package)."""
-    from dflash_guard.scan.remote_code import check_source
+    from dflash_guard.scan.code.remote_code import check_source
 
     source = b"import datasets\nfrom mamba_ssm import selective_scan_fn\nimport hf_olmo\n"
     findings = check_source(source, "modeling.py")

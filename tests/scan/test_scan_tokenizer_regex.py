@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.tokenizer_regex import check_tokenizer_json, patterns
+from dflash_guard.scan.code.tokenizer_regex import check_tokenizer_json, patterns
 from dflash_guard.severity import Severity
 from tests.support.llamacpp import _script
 
@@ -87,7 +87,7 @@ def test_a_tokenizer_without_regexes_is_not_run(tmp_path: Path) -> None:
 def test_a_child_that_dies_or_runs_out_of_time_is_high(tmp_path: Path, monkeypatch) -> None:
     """Fail closed: the memory cap (here too small to even import the library) and the
     deadline each end in a finding, never in a pass."""
-    from dflash_guard.scan import tokenizer_regex
+    from dflash_guard.scan.code import tokenizer_regex
 
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(_tokenizer_json(["\\s+"])))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from dflash_guard.scan.remote_code import auto_map_targets
+from dflash_guard.scan.code.remote_code import auto_map_targets
 
 # Every config file transformers reads an `auto_map` from (in any folder of the walk).
 AUTO_MAP_CONFIGS = frozenset(

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dflash_guard import rules
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
-from dflash_guard.scan.remote_code import catalog
-from dflash_guard.scan.remote_code.capabilities import RULE_LABELS, Capability
-from dflash_guard.scan.remote_code.names import GLOBALS, Names, constant_str
-from dflash_guard.scan.remote_code.paths import UNKNOWN, fold, is_outside
+from dflash_guard.scan.code import catalog
+from dflash_guard.scan.code.capabilities import RULE_LABELS, Capability
+from dflash_guard.scan.code.names import GLOBALS, Names, constant_str
+from dflash_guard.scan.code.paths import UNKNOWN, fold, is_outside
 from dflash_guard.severity import Severity
 
 DETECTOR = "remote-code"

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import ast
 
-from dflash_guard.scan.remote_code.catalog import BUILTIN_NAMES, REROOT, action
-from dflash_guard.scan.remote_code.paths import UNKNOWN, fold
+from dflash_guard.scan.code.catalog import BUILTIN_NAMES, REROOT, action
+from dflash_guard.scan.code.paths import UNKNOWN, fold
 
 GLOBALS = "<globals>"
 # Lookups by key through these resolve to the key itself (a module or a builtin).

@@ -12,7 +12,7 @@ import re
 
 from dflash_guard import rules
 from dflash_guard.rules import Rule
-from dflash_guard.scan.remote_code import capabilities
+from dflash_guard.scan.code import capabilities
 from dflash_guard.severity import Severity
 
 # Modules that modeling, configuration and tokenizer code of published models imports. An import

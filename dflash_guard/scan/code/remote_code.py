@@ -19,7 +19,7 @@ import warnings
 
 from dflash_guard import rules
 from dflash_guard.findings import Finding
-from dflash_guard.scan.remote_code.visitor import DETECTOR, Visitor
+from dflash_guard.scan.code.visitor import DETECTOR, Visitor
 from dflash_guard.severity import Severity
 
 __all__ = ["DETECTOR", "auto_map_targets", "check_source", "peft_parent_library", "unreviewed"]
