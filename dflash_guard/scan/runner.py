@@ -20,7 +20,7 @@ from dflash_guard.findings import Finding
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
-from dflash_guard.scan import allowlist, drafter_config, jsonfile
+from dflash_guard.scan import allowlist, drafter, jsonfile
 from dflash_guard.scan.code import channels, remote_code, tokenizer_regex
 from dflash_guard.scan.regular import open_regular, read_regular
 from dflash_guard.scan.report import RemoteCodeFile, ScanReport
@@ -388,9 +388,9 @@ def scan_paths(
     for root, display, shapes in folders:
         config_path = root / "config.json"
         config = _read_json(config_path)
-        if target is not None or drafter_config.is_drafter_config(config):
+        if target is not None or drafter.is_drafter_config(config):
             # check_drafter reports a missing config.json itself: --target needs one to compare
-            run.findings += drafter_config.check_drafter(
+            run.findings += drafter.check_drafter(
                 root,
                 display,
                 target=target and Path(target),

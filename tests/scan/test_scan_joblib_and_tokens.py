@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.scan import scan_paths
-from dflash_guard.scan.drafter_tokens import reserved_token_ids
+from dflash_guard.scan.drafter import reserved_token_ids
 from dflash_guard.severity import Severity
 from tests.support.scan_builders import gadget_pickle, make_pair, write_json
 
