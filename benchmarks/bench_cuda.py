@@ -42,7 +42,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dflash_guard.fileio import write_atomic  # noqa: E402
-from dflash_guard.lossless.defaults import DEFAULT_PROMPTS  # noqa: E402
 from dflash_guard.lossless.local import default_stop_ids, difftest_models  # noqa: E402
 from dflash_guard.lossless.prompts import load_prompts  # noqa: E402
 from kernels_ref.config import ModelConfig  # noqa: E402
@@ -57,6 +56,7 @@ from kernels_ref.load import (
 from kernels_ref.loop import DraftModel, Generation, features_at  # noqa: E402
 from kernels_ref.model import DecoderLayer, RMSNorm, Target  # noqa: E402
 from kernels_ref.oracle import OracleDrafter  # noqa: E402
+from kernels_ref.prompts import DEFAULT_PROMPTS  # noqa: E402
 from kernels_ref.tokenizer import load_tokenizer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

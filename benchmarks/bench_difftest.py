@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS  # noqa: E402
+from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS  # noqa: E402
 from dflash_guard.lossless.local import default_stop_ids, run_difftest  # noqa: E402
 from dflash_guard.lossless.options import LocalOptions  # noqa: E402
 from dflash_guard.lossless.prompts import load_prompts  # noqa: E402
@@ -28,6 +28,7 @@ from kernels_ref.load import (
     load_drafter,  # noqa: E402
     load_target,  # noqa: E402
 )
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from kernels_ref.tokenizer import load_tokenizer  # noqa: E402
 
 

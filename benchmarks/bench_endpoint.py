@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_guard.lossless.defaults import DEFAULT_PROMPTS  # noqa: E402
 from dflash_guard.lossless.endpoint import EndpointOptions, run_endpoint_diff  # noqa: E402
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint  # noqa: E402
 from dflash_guard.lossless.prompts import read_prompts  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
+from kernels_ref.prompts import DEFAULT_PROMPTS  # noqa: E402
 from tests.support.reference_server import running_server  # noqa: E402
 
 

@@ -71,6 +71,7 @@ def is_int(value: Any) -> bool:
 
 
 MAX_PROMPT_FILE_BYTES = 64 * 1024 * 1024
+DEFAULT_PROMPTS = Path(__file__).resolve().parent / "prompts" / "default.jsonl"  # the diff tests
 
 
 def _read_regular_text(path: Path) -> str:

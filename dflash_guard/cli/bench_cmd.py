@@ -70,10 +70,10 @@ def bench(
     """
     from dflash_guard.cli.options import engine
     from dflash_guard.formats.text.bench import render_bench
-    from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
     from dflash_guard.lossless.prompts import read_prompts
     from dflash_guard.rollout.bench import BenchOptions, parse_tiers, run_bench
     from dflash_guard.urls import metrics_url
+    from kernels_ref.prompts import DEFAULT_PROMPTS
 
     output_format = chosen_format(output_format, as_json)
 

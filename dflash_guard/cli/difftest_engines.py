@@ -31,13 +31,10 @@ from dflash_guard.cli.options import (
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text import difftest as views
-from dflash_guard.lossless.defaults import (
-    DEFAULT_MAX_NEW_TOKENS,
-    DEFAULT_PROMPTS,
-    DEFAULT_TIMEOUT_S,
-)
+from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TIMEOUT_S
 from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
 from dflash_guard.lossless.prompts import read_prompts
+from kernels_ref.prompts import DEFAULT_PROMPTS
 
 
 def endpoint(

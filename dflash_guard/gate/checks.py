@@ -237,9 +237,9 @@ def _threads(choice: ThreadChoice | None) -> str:
 def check_endpoint_diff(inputs: GateInputs) -> Checked:
     """Diff the live baseline and candidate engines: a hard divergence always refuses, more
     near-ties than `max_near_ties` refuse, and so does an endpoint the gate cannot use."""
-    from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
     from dflash_guard.lossless.endpoint import EndpointError, EndpointOptions, run_endpoint_diff
     from dflash_guard.lossless.prompts import read_prompts
+    from kernels_ref.prompts import DEFAULT_PROMPTS
 
     rules = inputs.endpoints
     if rules is None:
@@ -337,10 +337,10 @@ def check_reference_diff(inputs: GateInputs) -> Checked:
 def check_rollout(inputs: GateInputs) -> Checked:
     """Bench the endpoint diff's engines at the policy's expected concurrency: speculation
     slower than `min_speedup` times the baseline refuses, with the numbers."""
-    from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
     from dflash_guard.lossless.endpoint import EndpointError
     from dflash_guard.lossless.prompts import read_prompts
     from dflash_guard.rollout.bench import BenchOptions, run_bench
+    from kernels_ref.prompts import DEFAULT_PROMPTS
 
     rules, endpoints = inputs.policy.rollout, inputs.endpoints
     if rules is None:

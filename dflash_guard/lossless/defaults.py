@@ -1,8 +1,6 @@
-"""Defaults of the diff tests, kept free of torch so the CLI can show them without loading it."""
+"""Defaults of the diff tests, kept free of torch so the CLI can show them without loading it
+(the default prompt set is `kernels_ref.prompts.DEFAULT_PROMPTS`)."""
 
-from pathlib import Path
-
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "kernels_ref" / "prompts" / "default.jsonl"
 DEFAULT_MAX_NEW_TOKENS = 64
 DEFAULT_ALPHA = 0.01  # family-wise false-alarm rate of the sampled check
 DEFAULT_RUNNER_SAMPLES = 400  # draws per prompt and side in the sampled check

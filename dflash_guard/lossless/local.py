@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from dflash_guard.errors import InputError
-from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
+from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS
 from dflash_guard.lossless.options import LocalOptions
 from dflash_guard.lossless.prompts import Prompt, load_prompts
 from dflash_guard.lossless.reference import runner_errors
@@ -39,6 +39,7 @@ from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.loop import DraftModel, Generation
 from kernels_ref.model import Target
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from kernels_ref.threads import ThreadChoice, choose_threads, count_parameters, using_threads
 from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from dflash_guard.fileio import read_input
-from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.drafter_check import DrafterCheck
 from dflash_guard.lossless.endpoint.client import Completion, CompletionClient, EndpointError
 from dflash_guard.lossless.endpoint.compare import compare_completions, result_json, until_stop
@@ -66,7 +65,7 @@ from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.logprobs import output_logprobs, top_logprobs
 from kernels_ref.model import Target
-from kernels_ref.prompts import MAX_PROMPT_FILE_BYTES, Chat, PromptSpec
+from kernels_ref.prompts import DEFAULT_PROMPTS, MAX_PROMPT_FILE_BYTES, Chat, PromptSpec
 from kernels_ref.threads import ThreadChoice, choose_threads, count_parameters, using_threads
 from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 

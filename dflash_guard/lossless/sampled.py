@@ -23,10 +23,7 @@ from typing import Any, Protocol
 import torch
 
 from dflash_guard.errors import InputError
-from dflash_guard.lossless.defaults import (
-    DEFAULT_ALPHA,
-    DEFAULT_PROMPTS,
-)
+from dflash_guard.lossless.defaults import DEFAULT_ALPHA
 from dflash_guard.lossless.options import SampledOptions
 from dflash_guard.lossless.prompts import load_prompts
 from dflash_guard.lossless.reference import runner_errors
@@ -37,6 +34,7 @@ from kernels_ref.load import load_drafter, load_target
 from kernels_ref.loop import DraftModel
 from kernels_ref.model import Target
 from kernels_ref.plant import sampler_hooks
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from kernels_ref.sampling import (
     SamplingParams,
     draft_block,

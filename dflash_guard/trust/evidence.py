@@ -121,7 +121,7 @@ def engine_build(engine: Engine, clone: Path | None) -> EngineBuild:
 
 def prompt_set_digest(policy: Policy) -> str:
     """The sha256 of the prompt set the policy names (its file, or the built-in set)."""
-    from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+    from kernels_ref.prompts import DEFAULT_PROMPTS
 
     path = Path(policy.difftest.prompts) if policy.difftest.prompts else Path(DEFAULT_PROMPTS)
     return hashlib.sha256(read_input(path, "prompt set", MAX_DOCUMENT_CHARS)).hexdigest()

@@ -25,11 +25,11 @@ import json
 import pytest
 
 from dflash_guard.gate import EndpointOverrides, GateOptions, run_gate
-from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.logprob_check import TOLERANCES
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import read_comparison
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from tests.support.kernels import drifted_target, random_pair, swapped_drafter
 from tests.support.llamacpp import build_server, convert, llama_server
 from tests.support.trust import recorded, write_lock, write_policy

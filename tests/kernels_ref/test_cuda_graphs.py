@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dflash_guard.errors import InputError
-from dflash_guard.lossless.local import DEFAULT_PROMPTS, difftest_models, load_prompts, run_difftest
+from dflash_guard.lossless.local import difftest_models, load_prompts, run_difftest
 from dflash_guard.lossless.options import LocalOptions
 from kernels_ref.cuda_graphs import ALIGN, GraphRunner, static_len, step_sizes
 from kernels_ref.faults import Fault
@@ -14,6 +14,7 @@ from kernels_ref.fixtures import EOS_ID
 from kernels_ref.generate import generate
 from kernels_ref.load import load_drafter, load_target
 from kernels_ref.oracle import OracleDrafter
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from kernels_ref.tokenizer import load_tokenizer
 from tests.support.cuda import gpu_only, tiny_pair
 

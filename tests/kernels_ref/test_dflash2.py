@@ -16,12 +16,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.prompts import Prompt, load_prompts
 from kernels_ref.drafter2 import BlockConv, CandidateSelector, Drafter2, Drafter2Config
 from kernels_ref.errors import RunnerError
 from kernels_ref.fixtures_dflash2 import dflash2_config, dflash2_tensors
 from kernels_ref.load import load_drafter, load_target
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from kernels_ref.tokenizer import load_tokenizer
 from tests.kernels_ref.test_peer_zlab import assert_peer_equal
 from tests.support.kernels import random_configs, random_pair

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPTS
+from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS
 from dflash_guard.lossless.local import difftest_models
 from dflash_guard.lossless.prompts import Prompt, load_prompts
 from kernels_ref.checkpoint import eos_token_ids
 from kernels_ref.load import load_drafter, load_target
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from kernels_ref.tokenizer import load_tokenizer
 from tests.support.kernels import random_pair
 from tests.support.zlab import RecordingDrafter, load_upstream, upstream_generate

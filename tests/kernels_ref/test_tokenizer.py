@@ -10,9 +10,8 @@ import pytest
 
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.chat import render_chat
-from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.lossless.prompts import read_prompts
-from kernels_ref.prompts import Chat, read_prompt_set
+from kernels_ref.prompts import DEFAULT_PROMPTS, Chat, read_prompt_set
 from kernels_ref.serve import ReferenceEngine
 from kernels_ref.tokenizer import load_tokenizer
 from tests.support.kernels import random_pair

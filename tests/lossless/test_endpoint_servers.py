@@ -13,7 +13,7 @@ import signal
 import httpx2
 import pytest
 
-from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from tests.support.endpoint_fakes import Behaviour, make_app, serve
 from tests.support.reference_server import running_server
 

@@ -20,7 +20,7 @@ def test_lossless_defaults_prompts_and_endpoint_diff_import_without_torch():
     code = (
         "import importlib, sys\n"
         f"for name in {TORCH_FREE!r}: importlib.import_module(name)\n"
-        "from dflash_guard.lossless.defaults import DEFAULT_PROMPTS\n"
+        "from kernels_ref.prompts import DEFAULT_PROMPTS\n"
         "from dflash_guard.lossless.prompts import read_prompts\n"
         "assert read_prompts(DEFAULT_PROMPTS)\n"
         "sys.exit(3 if 'torch' in sys.modules else 0)\n"

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.gate import GateOptions, run_gate
-from dflash_guard.lossless.defaults import DEFAULT_PROMPTS
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import PREDICATE_TYPE, accepts, read_comparison
 from dflash_guard.trust.signing import sign_with_key
+from kernels_ref.prompts import DEFAULT_PROMPTS
 from tests.support.kernels import drifted_target, random_pair, swapped_drafter
 from tests.support.reference_server import running_server
 from tests.support.scan_builders import write_vocab_gguf
