@@ -1,5 +1,6 @@
 """First-party layering: no import cycle, the library never imports the CLI, kernels_ref stands
-alone.
+alone, and the rooms (`dflash_guard.scan`, `dflash_guard.trust`...) stand on declared floors: a
+room imports only rooms on its own floor or below, and no two rooms import each other.
 
 The import graph is read with `ast` from `dflash_guard/` and `kernels_ref/`: one node per module,
 one edge per import at any depth (function-local and `TYPE_CHECKING` ones too, so a cycle cannot
@@ -19,6 +20,29 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("dflash_guard", "kernels_ref")
 CLI = ("dflash_guard.cli", "dflash_guard._cli")
 ENTRY_POINTS = ("dflash_guard.cli", "dflash_guard._cli", "dflash_guard.__main__")
+# The rooms, bottom floor first. A room is a top-level module or package of dflash_guard, or all
+# of kernels_ref; a new room must be given a floor here.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("kernels_ref", "dflash_guard", "dflash_guard.errors", "dflash_guard.severity",
+     "dflash_guard.outcome", "dflash_guard.patterns", "dflash_guard.progress", "dflash_guard.urls"),
+    ("dflash_guard.rules", "dflash_guard.fileio", "dflash_guard.schema", "dflash_guard.outputs",
+     "dflash_guard.download"),
+    ("dflash_guard.findings",),
+    ("dflash_guard.templates", "dflash_guard.pins"),
+    ("dflash_guard.scan",),
+    ("dflash_guard.trust",),
+    ("dflash_guard.lossless", "dflash_guard.launch", "dflash_guard.audit"),
+    ("dflash_guard.rollout",),
+    ("dflash_guard.gate",),
+    ("dflash_guard.formats",),
+    ("dflash_guard.cli", "dflash_guard._cli", "dflash_guard.__main__"),
+)
+# Room imports that break the floors today, each with the move that ends it.
+KNOWN_BREACHES = {
+    "dflash_guard.templates -> dflash_guard.scan":
+        "templates/locate reads through scan/jsonfile, scan/regular and scan/allowlist's "
+        "MAX_TEXT_BYTES until they fold into fileio (issue 43, step 1)",
+}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -106,6 +130,37 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def room(module: str) -> str:
+    """`dflash_guard.scan.pickle.scan` -> `dflash_guard.scan`; any kernels_ref module ->
+    `kernels_ref`."""
+    parts = module.split(".")
+    return "kernels_ref" if parts[0] == "kernels_ref" else ".".join(parts[:2])
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Room -> the other rooms its modules import."""
+    rooms: dict[str, set[str]] = {room(m): set() for m in graph}
+    for module, deps in graph.items():
+        rooms[room(module)].update(room(d) for d in deps if room(d) != room(module))
+    return rooms
+
+
+def floor_offences(rooms: dict[str, set[str]],
+                   floors: tuple[tuple[str, ...], ...] = FLOORS) -> dict[str, list]:
+    """Rooms with no declared floor, room imports up the floors, and room cycles."""
+    floor = {name: level for level, names in enumerate(floors) for name in names}
+    return {
+        "rooms_without_a_floor": sorted(set(rooms) - set(floor)),
+        "imports_up_the_floors": sorted(
+            f"{r} -> {d}" for r, deps in rooms.items() for d in deps
+            if r in floor and d in floor and floor[d] > floor[r]
+            and f"{r} -> {d}" not in KNOWN_BREACHES
+        ),
+        "room_cycles": cycles({r: {d for d in deps if f"{r} -> {d}" not in KNOWN_BREACHES}
+                               for r, deps in rooms.items()}),
+    }
+
+
 def _under(name: str, prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
@@ -127,6 +182,7 @@ def offenders() -> dict[str, list]:
             for d in deps
             if _under(d, ["dflash_guard"])
         ),
+        **floor_offences(room_graph(graph)),
     }
 
 
@@ -140,6 +196,9 @@ def test_layering_holds() -> None:
         "cycles": [],
         "library_imports_cli": [],
         "kernels_ref_imports_guard": [],
+        "rooms_without_a_floor": [],
+        "imports_up_the_floors": [],
+        "room_cycles": [],
     }
 
 
@@ -172,3 +231,31 @@ def test_the_check_finds_cycles_and_only_cycles() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": {"a"}}
     assert cycles(graph) == [["a", "b", "c"], ["d", "e"]]
     assert cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_the_room_check_fails_on_a_planted_room_cycle() -> None:
+    """Two rooms that import each other through different modules (no module cycle) are a room
+    cycle, and the import from the lower floor is an import up the floors."""
+    graph = {
+        "dflash_guard.trust.judge": {"dflash_guard.lossless.defaults"},
+        "dflash_guard.lossless.defaults": set(),
+        "dflash_guard.lossless.report": {"dflash_guard.trust.comparison"},
+        "dflash_guard.trust.comparison": set(),
+        "dflash_guard.findings": set(),
+    }
+    assert cycles(graph) == []
+    rooms = room_graph(graph)
+    assert rooms == {"dflash_guard.trust": {"dflash_guard.lossless"},
+                     "dflash_guard.lossless": {"dflash_guard.trust"},
+                     "dflash_guard.findings": set()}
+    assert floor_offences(rooms) == {
+        "rooms_without_a_floor": [],
+        "imports_up_the_floors": ["dflash_guard.trust -> dflash_guard.lossless"],
+        "room_cycles": [["dflash_guard.lossless", "dflash_guard.trust"]],
+    }
+    same_floor = (("dflash_guard.findings",), ("dflash_guard.trust", "dflash_guard.lossless"))
+    assert floor_offences(rooms, same_floor)["room_cycles"] == [
+        ["dflash_guard.lossless", "dflash_guard.trust"]]
+    assert floor_offences({"dflash_guard.newroom": set()})["rooms_without_a_floor"] == [
+        "dflash_guard.newroom"]
+

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import read_input_json, read_input_text
-from dflash_guard.scan.jsonfile import MAX_JSON_BYTES
+from dflash_guard.fileio import MAX_JSON_BYTES, read_input_json, read_input_text
 from dflash_guard.templates.grammar import check_template
 from dflash_guard.templates.locate import template_files, templates_in_config
 from dflash_guard.templates.sandbox import TemplateRenderError, render_template
