@@ -144,3 +144,16 @@ def test_reference_server_example_waits_for_its_servers(tmp_path: Path) -> None:
             os.killpg(process.pid, signal.SIGTERM)  # the servers, if the block stopped early
     assert process.returncode == 0, output
     assert "verdict: identical" in output
+
+
+@pytest.mark.parametrize("package", ["scan", "templates"])
+def test_the_architecture_row_names_every_module_of_its_package(package: str) -> None:
+    """docs/architecture.md's row for a package names each of its modules and rooms (by the
+    name it has in the tree), so the map cannot fall behind a move."""
+    root = REPO / "dflash_guard" / package
+    row = next(line for line in (DOCS / "architecture.md").read_text().splitlines()
+               if line.startswith(f"| `dflash_guard/{package}/` |"))
+    names = {path.stem for path in root.rglob("*.py") if path.stem != "__init__"}
+    names |= {f"{path.name}/" for path in root.iterdir() if (path / "__init__.py").is_file()}
+    names |= {path.name for path in root.glob("*.json")}
+    assert sorted(name for name in names if f"`{name}`" not in row) == []

@@ -1,15 +1,13 @@
 """`dflash-guard scan`: never load what has not been scanned.
 
-One module per detector (`pickles`, `safetensors_check`, `gguf_check`, `templates` and its
-jinja2 check `template_check`, `remote_code`, `drafter_config`), the rules from
-`dflash_guard.rules`, the finding type in `dflash_guard.findings`, the walk in `runner` and the
-report in `report` (rendered by `dflash_guard.formats`). Helpers: `regular` (never opening a FIFO
-or device), `pickle_stream` (the opcode walk), `pickle_globals` (allowlists), `modelscan_pass`,
-`containers` (zip, tar and compressed streams), `payloads` (serialized objects hidden in
-strings), `sniff`, `jsonfile`; GGUF headers are read by `kernels_ref.gguf_reader`, the one
-bounded GGUF reader.
-Heavy libraries (modelscan, jinja2, gguf, numpy) load only when a file needs them, and importing
-one detector does not load the runner (`scan_paths` and `ScanReport` load on first use).
+The walk is `runner` (it routes each file, in an explicit order, to its room), `sniff` and
+`allowlist` (a file passes only when positively identified and parsed whole) and `report`. The
+rooms: `weights/` (does it parse whole), `pickle/` (does it unpickle), `code/` (does it import
+code), `drafter` (does the drafter fit its target). Findings are `dflash_guard.findings`, rules
+`dflash_guard.rules`, chat templates `dflash_guard.templates`; `jsonfile` and `regular` are the
+scan's bounded readers. Heavy libraries (modelscan, jinja2, gguf, numpy) load only when a file
+needs them, and importing one detector does not load the runner (`scan_paths` and `ScanReport`
+load on first use).
 """
 
 from __future__ import annotations

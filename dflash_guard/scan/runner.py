@@ -1,7 +1,7 @@
 """`scan_paths`: walk folders and files, hand each file to its detector, collect a report.
 
 The walk is the lock's (`pins.folder.list_folder`). Each file must be positively identified as
-a format no loader unpickles (`formats`); everything else, and every file a weight index makes
+a format no loader unpickles (`allowlist`); everything else, and every file a weight index makes
 `torch.load` read whatever its name, is a possible pickle: scanned by the pickle detector,
 counted in `pickle_files` and reported high unless it is a pickle read to its end. Nothing is
 executed, imported, unpickled or rendered.

@@ -1,7 +1,7 @@
 """Pickle-family files: modelscan's denylist plus our own allowlist pass over every opcode.
 
 A denylist names what is known to be dangerous and is bypassed by the next gadget nobody listed;
-the allowlist pass walks every pickle stream (`pickle_stream`, never unpickling), resolves each
+the allowlist pass walks every pickle stream (`stream`, never unpickling), resolves each
 global the stream would import (GLOBAL, INST, STACK_GLOBAL with its strings followed through the
 stack and the memo, EXT*) and reports every one a state dict or a numpy array does not need; a
 short list of harmless classes (training arguments, their enums) is a low finding for the policy.
@@ -9,8 +9,8 @@ Files are opened the way loaders open them, whatever their first byte: torch zip
 (every member torch could unpickle), legacy torch files (several consecutive pickles) and legacy
 torch tar archives, joblib's compressed streams, `.npy` object arrays (format 1 to 3), `.npz` and
 other zips, nested zips, pickles without PROTO and stacked pickles. A zip two readers could read
-differently is a polyglot finding. The allowlists live in `pickle_globals`, the stream walk in
-`pickle_stream`, the container helpers in `containers`.
+differently is a polyglot finding. The allowlists live in `globals`, the stream walk in
+`stream`, the container helpers in `containers`.
 """
 
 from __future__ import annotations
