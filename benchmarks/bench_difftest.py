@@ -28,7 +28,7 @@ from kernels_ref.load import (
     load_drafter,  # noqa: E402
     load_target,  # noqa: E402
 )
-from kernels_ref.prompts import DEFAULT_PROMPTS
+from kernels_ref.prompts import DEFAULT_PROMPTS  # noqa: E402
 from kernels_ref.tokenizer import load_tokenizer  # noqa: E402
 
 

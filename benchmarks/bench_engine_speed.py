@@ -35,10 +35,7 @@ from dflash_guard.lossless.endpoint import EndpointOptions, run_endpoint_diff  #
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint  # noqa: E402
 from dflash_guard.lossless.prompts import read_prompts  # noqa: E402
 from kernels_ref.fixtures import make_fixture_pair  # noqa: E402
-from kernels_ref.prompts import (
-    DEFAULT_PROMPTS,  # noqa: E402
-    PromptSpec,  # noqa: E402
-)
+from kernels_ref.prompts import DEFAULT_PROMPTS, PromptSpec  # noqa: E402
 from tests.support.llamacpp import build_server, convert, free_port, llama_server  # noqa: E402
 from tests.support.vllm import SERVE_ARGS, install, vllm_servers  # noqa: E402
 
