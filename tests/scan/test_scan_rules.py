@@ -19,7 +19,8 @@ from dflash_guard.severity import Severity
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = ROOT / "dflash_guard" / "rules.py"
-EMITTERS = [ROOT / "dflash_guard" / room for room in ("scan", "launch", "audit", "formats")]
+EMITTERS = [ROOT / "dflash_guard" / room
+            for room in ("scan", "templates", "launch", "audit", "formats")]
 
 
 def test_docs_list_exactly_the_registered_rules() -> None:
