@@ -24,22 +24,27 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import dataclasses
 import hashlib
+import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import create_exclusive, loads_json, read_input, read_regular, write_atomic
 from dflash_guard.outcome import Outcome, Verdict
 from dflash_guard.schema import MAX_DOCUMENT_CHARS
-from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
+from dflash_guard.trust.intoto import PAYLOAD_TYPE, STATEMENT_V1, Statement, Subject
 from dflash_guard.trust.policy import Identity, Policy, Signers
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from securesystemslib.signer import SSlibKey
     from sigstore.models import Bundle
     from sigstore.oidc import IdentityToken
     from sigstore.verify import Verifier
@@ -205,11 +210,52 @@ def verify_blob_bundle(
     trust_root: Path | None = None,
     subject: str = "artifact",
 ) -> SignatureCheck:
-    """Check a Sigstore bundle over `data` against any of the accepted identities."""
-    bundle, _, reason = _verify_sigstore(bundle_path, identities, trust_root, data=data)
+    """Check a Sigstore bundle over the file `data` against any of the accepted identities: a
+    DSSE attestation that covers it (`covers`), or a message signature over its bytes (what
+    releases before 0.2 wrote for a lockfile)."""
+    dsse = _has_dsse(bundle_path)
+    bundle, signed, reason = _verify_sigstore(bundle_path, identities, trust_root,
+                                              data=None if dsse else data)
     if bundle is None:
         return SignatureCheck.bad(subject, str(bundle_path), reason)
+    if dsse:
+        payload_type, payload = signed or ("", b"")
+        problem = (f"unexpected DSSE payload type {payload_type!r}" if payload_type != PAYLOAD_TYPE
+                   else coverage_problem(payload, data, subject))
+        if problem:
+            return SignatureCheck.bad(subject, str(bundle_path), problem)
     return SignatureCheck.good(subject, str(bundle_path), _signer_of(bundle, identities))
+
+
+def _has_dsse(bundle_path: Path) -> bool:
+    """Whether a bundle file holds a DSSE envelope (unreadable: False, and the check refuses)."""
+    try:
+        raw = loads_json(read_input(bundle_path, "signature", SIGNATURE_MAX_BYTES),
+                         str(bundle_path))
+    except InputError:
+        return False
+    return isinstance(raw, dict) and "dsseEnvelope" in raw
+
+
+def _has_public_key(bundle_path: Path) -> bool:
+    """Whether a bundle file names a public key (a key signature) rather than a certificate."""
+    try:
+        raw: Any = loads_json(read_input(bundle_path, "signature", SIGNATURE_MAX_BYTES),
+                              str(bundle_path))
+        return "publicKey" in raw["verificationMaterial"]
+    except (InputError, KeyError, TypeError):
+        return False
+
+
+def verify_bundle(path: Path, bundle: Path, signers: Signers, *,
+                  trust_root: Path | None = None) -> SignatureCheck:
+    """Check a bundle given by name (`--bundle FILE`) over the file `path`: a key signature or
+    a Sigstore one, told apart by its verification material."""
+    if _has_public_key(bundle):
+        return verify_key_signature(path, bundle, signers.public_keys, subject=path.name)
+    data = read_input(path, "signed file", MAX_DOCUMENT_CHARS)
+    return verify_blob_bundle(data, bundle, signers.identities, trust_root=trust_root,
+                              subject=path.name)
 
 
 def _refusal(error: BaseException, identities: Sequence[Identity]) -> str:
@@ -235,38 +281,86 @@ def _signer_of(bundle: Bundle, identities: Sequence[Identity]) -> str:
 
 # --- key-based (air-gapped) ------------------------------------------------------------------
 
+BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+# The predicate of the statement a key or keyless signature of a plain file carries: its only
+# subject is the file's name and sha256 (what `cosign verify-blob-attestation FILE` checks).
+SIGNED_FILE_PREDICATE = "https://github.com/dflash-guard/dflash-guard/signed-file/v1"
+KEY_FILE_MAX_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
 
-def sign_with_key(path: Path, key: Path, *, out: Path | None = None) -> Path:
-    """Sign one file with an ECDSA private key (PEM) in the OpenSSF format; write `FILE.sig`."""
-    from model_signing import signing
+Passphrase = Callable[[], str]  # asked only when the private key is encrypted
 
+
+def is_statement(data: bytes) -> bool:
+    """Whether `data` is an in-toto Statement v1 (such a file is signed as itself)."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and document.get("_type") == STATEMENT_V1
+
+
+def attestation_payload(data: bytes, name: str) -> bytes:
+    """What a signature over the file `name` with contents `data` signs: the file itself when
+    it is an in-toto Statement (an approval record), else a statement whose one subject is the
+    file's sha256 (a lockfile, an advisory feed)."""
+    if is_statement(data):
+        return data
+    predicate = {"file": name, "tool": {"name": "dflash-guard", "version": __version__}}
+    subject = Subject(name, {"sha256": hashlib.sha256(data).hexdigest()})
+    return Statement((subject,), SIGNED_FILE_PREDICATE, predicate).dumps()
+
+
+def key_id(public_key: ec.EllipticCurvePublicKey) -> str:
+    """A public key's id: the sha256 (hex) of its DER SubjectPublicKeyInfo, as cosign and
+    sigstore compute a key hint. It is the bundle's `publicKey.hint`, the DSSE `keyid` and the
+    fingerprint `verify` prints."""
+    from cryptography.hazmat.primitives import serialization
+
+    der = public_key.public_bytes(serialization.Encoding.DER,
+                                  serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(der).hexdigest()
+
+
+def _sslib_key(public_key: ec.EllipticCurvePublicKey) -> SSlibKey:
+    from securesystemslib.signer import SSlibKey
+
+    return SSlibKey.from_crypto(public_key, keyid=key_id(public_key))
+
+
+def key_bundle(payload: bytes, private_key: ec.EllipticCurvePrivateKey) -> bytes:
+    """A Sigstore bundle (v0.3, key material) holding a DSSE envelope over the in-toto
+    statement `payload`, signed by securesystemslib's DSSE (the PAE is the library's)."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import CryptoSigner
+
+    public = private_key.public_key()
+    envelope = Envelope(payload, PAYLOAD_TYPE, {})
+    envelope.sign(CryptoSigner(private_key, _sslib_key(public)))
+    bundle = {"mediaType": BUNDLE_MEDIA_TYPE,
+              "verificationMaterial": {"publicKey": {"hint": key_id(public)},
+                                       "tlogEntries": []},
+              "dsseEnvelope": envelope.to_dict()}
+    return (json.dumps(bundle, indent=2) + "\n").encode()
+
+
+def sign_with_key(path: Path, key: Path, *, out: Path | None = None,
+                  passphrase: Passphrase | None = None) -> Path:
+    """Sign one file with an ECDSA private key (PEM, encrypted or not): write `FILE.sig`, a
+    Sigstore bundle whose DSSE payload is the file's in-toto statement (`attestation_payload`)."""
     out = out or path.with_name(path.name + KEY_SIG_SUFFIX)
     if not path.is_file():
         raise InputError(f"cannot sign {path}: no such file")
-    check_ec_private_key(key)
-    # model_signing writes to a path it is given: a private folder of our own, never a fixed
-    # name beside the output where a planted link could redirect the write.
-    private = Path(tempfile.mkdtemp(prefix="dflash-guard-sign-"))
-    try:
-        tmp = private / "signature"
-        # model_signing's Config.__init__ lacks `-> None`, so mypy counts the call untyped
-        config = signing.Config()  # type: ignore[no-untyped-call]
-        config.use_elliptic_key_signer(private_key=key).sign(path, tmp)
-        write_atomic(out, read_regular(tmp, SIGNATURE_MAX_BYTES, nofollow=True))
-    except (OSError, ValueError, TypeError) as error:
-        raise InputError(f"cannot sign {path} with key {key}: {_first_line(error)}") from None
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
+    private = load_private_key(key, passphrase)
+    data = read_input(path, "file to sign", SIGNATURE_MAX_BYTES)
+    write_atomic(out, key_bundle(attestation_payload(data, path.name), private))
     return out
 
 
-KEY_FILE_MAX_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
-
-
-def check_ec_private_key(key: Path) -> None:
-    """Refuse, as one `InputError`, a key file that is not a small regular file holding an
-    unencrypted EC private key in PEM (an RSA key, `/dev/zero`, a FIFO): model_signing would
-    fail on it with an internal error, or read it forever."""
+def load_private_key(key: Path, passphrase: Passphrase | None = None
+                     ) -> ec.EllipticCurvePrivateKey:
+    """The EC private key in the PEM file `key`; `passphrase()` is asked for only when it is
+    encrypted. Anything else (an RSA key, `/dev/zero`, a FIFO, a wrong passphrase) is one
+    `InputError`, read through the bounded reader."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -276,15 +370,30 @@ def check_ec_private_key(key: Path) -> None:
         raise InputError(f"cannot sign with --key {error}") from None
     except OSError as error:
         raise InputError(f"cannot sign with --key {key}: {error.strerror or error}") from None
+    password = None
+    if b"ENCRYPTED" in pem:
+        if passphrase is None:
+            raise InputError(f"cannot sign with --key {key}: the key is encrypted and no "
+                             "passphrase was given")
+        password = passphrase().encode()
     try:
-        private = serialization.load_pem_private_key(pem, password=None)
+        private = serialization.load_pem_private_key(pem, password=password)
     except (ValueError, TypeError) as error:
-        raise InputError(f"cannot sign with --key {key}: not an unencrypted PEM private key "
-                         f"({_first_line(error)})") from None
+        what = ("an encrypted key the passphrase does not open" if password is not None
+                else "not an unencrypted PEM private key")
+        raise InputError(f"cannot sign with --key {key}: {what} ({_first_line(error)})"
+                         ) from None
     if not isinstance(private, ec.EllipticCurvePrivateKey):
         kind = type(private).__name__.removesuffix("PrivateKey").removeprefix("_") or "other"
         raise InputError(f"cannot sign with --key {key}: an {kind} key; an ECDSA (EC, e.g. "
                          "P-256) private key is needed")
+    return private
+
+
+def check_ec_private_key(key: Path, passphrase: Passphrase | None = None) -> None:
+    """Refuse, as one `InputError`, a key file `sign_with_key` could not sign with (before any
+    work is done)."""
+    load_private_key(key, passphrase)
 
 
 @contextlib.contextmanager
@@ -319,29 +428,123 @@ def _verify_copy(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | N
     reasons = []
     for key in keys:
         try:
-            config = verifying.Config()  # type: ignore[no-untyped-call]  # as in sign_with_key
+            config = verifying.Config()  # type: ignore[no-untyped-call]  # untyped __init__
             config.use_elliptic_key_verifier(public_key=key).verify(target, sig)
         except Exception as error:  # noqa: BLE001 - model_signing raises ValueError, KeyError,
             # InvalidSignature, protobuf errors...: any failure means "not verified"
             reasons.append(f"{key.name}: {_first_line(error)}")
             continue
-        return f"key {key.name} (sha256 {_key_fingerprint(key)[:16]})", ""
+        return _key_signer(key), ""
     return None, "; ".join(reasons)
 
 
-def _key_fingerprint(key: Path) -> str:
+def _public_key(key: Path) -> ec.EllipticCurvePublicKey:
+    """The EC public key in a PEM file (`ValueError` when it is none)."""
     from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
 
     public = serialization.load_pem_public_key(read_regular(key, KEY_FILE_MAX_BYTES))
-    der = public.public_bytes(serialization.Encoding.DER,
-                              serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
+    if not isinstance(public, ec.EllipticCurvePublicKey):
+        raise ValueError("not an ECDSA public key")
+    return public
+
+
+def _key_signer(key: Path) -> str:
+    return f"key {key.name} (sha256 {key_id(_public_key(key))[:16]})"
+
+
+def _dsse_envelope(bundle: Any) -> Any:
+    """The bundle's DSSE envelope (`KeyError`/`TypeError` when it has none)."""
+    envelope = bundle["dsseEnvelope"]
+    if not isinstance(envelope, dict):
+        raise TypeError("dsseEnvelope: expected an object")
+    return envelope
+
+
+def _is_model_signing(bundle: Any) -> bool:
+    """Whether a key bundle is an OpenSSF Model Signing signature (the format releases before
+    0.2 wrote, still verified with `model_signing`)."""
+    try:
+        payload = base64.b64decode(_dsse_envelope(bundle)["payload"], validate=True)
+        return bool(json.loads(payload).get("predicateType") == MODEL_SIGNING_PREDICATE)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+
+
+def _verify_envelope(envelope: Any, keys: Sequence[Path]) -> tuple[str | None, bytes, str]:
+    """Verify a DSSE envelope with securesystemslib against each accepted key:
+    (the key that verified, the in-toto payload, "") or (None, b"", why)."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+    from securesystemslib.signer import SSlibKey
+
+    try:
+        parsed = Envelope.from_dict(copy.deepcopy(envelope))
+    except (KeyError, TypeError, ValueError) as error:
+        return None, b"", f"not a DSSE envelope: {_first_line(error)}"
+    if parsed.payload_type != PAYLOAD_TYPE:
+        return None, b"", f"unexpected DSSE payload type {parsed.payload_type!r}"
+    reasons = []
+    for key in keys:
+        try:
+            public = _sslib_key(_public_key(key))
+        except (ValueError, InputError) as error:
+            reasons.append(f"{key.name}: {_first_line(error)}")
+            continue
+        for keyid in parsed.signatures:  # DSSE: the keyid is an unsigned hint, never what decides
+            try:
+                parsed.verify([SSlibKey(keyid, public.keytype, public.scheme, public.keyval)], 1)
+            except VerificationError:
+                continue
+            return _key_signer(key), parsed.payload, ""
+        others = sorted(k[:16] for k in parsed.signatures if k != public.keyid)
+        reasons.append(f"{key.name}: the signature does not verify with this key"
+                       + (f" (signed by keyid {', '.join(others)}...)" if others else ""))
+    return None, b"", "; ".join(reasons)
+
+
+def coverage_problem(payload: bytes, data: bytes, name: str) -> str | None:
+    """Why a verified in-toto payload does not vouch for the file `name` with contents `data`,
+    or None when it does: it is the file itself (a signed statement), or a signed-file
+    statement with the file's sha256 as a subject (an approval's subjects do not make it a
+    signature of the lockfile)."""
+    if payload == data:
+        return None
+    try:
+        statement = Statement.loads(payload, SIGNED_FILE_PREDICATE, "a dflash-guard signature")
+    except ValueError:
+        if is_statement(data):
+            return f"{name} has changed since it was signed (the signed statement differs)"
+        return f"the signed statement is neither {name} nor a signature of a file"
+    sha = hashlib.sha256(data).hexdigest()
+    signed = [str(s.digest.get("sha256")) for s in statement.subjects]
+    if sha in signed:
+        return None
+    return (f"{name} has changed since it was signed (sha256 {sha[:16]}..., signed "
+            f"{', '.join(d[:16] + '...' for d in signed) or 'nothing'})")
 
 
 def verify_key_signature(path: Path, sig: Path, keys: Sequence[Path],
                          *, subject: str = "artifact") -> SignatureCheck:
-    """Check `FILE.sig` (OpenSSF format, ECDSA key) over one file against accepted keys."""
-    signer, reason = _verify_with_keys(path, sig, keys)
+    """Check `FILE.sig`, a key-signed Sigstore bundle over one file, against accepted keys: a
+    DSSE attestation (`sign_with_key`), or an OpenSSF Model Signing one (earlier releases)."""
+    if not keys:
+        return SignatureCheck.bad(subject, str(sig), "the policy accepts no public key for it "
+                                  "(signatures: ... public_keys)")
+    try:
+        bundle = loads_json(read_input(sig, "signature", SIGNATURE_MAX_BYTES), str(sig))
+        if _is_model_signing(bundle):
+            signer, reason = _verify_with_keys(path, sig, keys)
+        else:
+            signer, payload, reason = _verify_envelope(_dsse_envelope(bundle), keys)
+            problem = None if signer is None else coverage_problem(
+                payload, read_input(path, "signed file", SIGNATURE_MAX_BYTES), path.name)
+            if problem:
+                signer, reason = None, problem
+    except InputError as error:
+        signer, reason = None, str(error)
+    except (KeyError, TypeError) as error:
+        signer, reason = None, f"not a DSSE bundle: {_first_line(error)}"
     if signer is None:
         return SignatureCheck.bad(subject, str(sig), reason)
     return SignatureCheck.good(subject, str(sig), signer)
@@ -558,12 +761,12 @@ def identity_token(interactive: bool) -> IdentityToken:
 
 
 def sign_keyless(path: Path, *, interactive: bool = False, token: IdentityToken | None = None,
-                 statement: bytes | None = None, out: Path | None = None) -> Path:
-    """Sign `path` with Sigstore (keyless) and write `PATH.sigstore.json`.
+                 out: Path | None = None) -> Path:
+    """Sign `path` with Sigstore (keyless) and write `PATH.sigstore.json`: a DSSE bundle over
+    the file's in-toto statement (`attestation_payload`: the file itself when it is one, as an
+    approval record is).
 
-    `token` is an identity token from `identity_token` (else one is obtained here). With
-    `statement`, sign that in-toto statement as DSSE instead of the file's bytes (used for
-    approval records).
+    `token` is an identity token from `identity_token` (else one is obtained here).
     """
     from sigstore.dsse import Statement as DsseStatement
     from sigstore.errors import Error as SigstoreError
@@ -573,14 +776,13 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: IdentityToken 
     out = out or path.with_name(path.name + SIGSTORE_SUFFIX)
     if not path.is_file():
         raise InputError(f"cannot sign {path}: no such file")
+    payload = attestation_payload(read_input(path, "file to sign", SIGNATURE_MAX_BYTES),
+                                  path.name)
     token = token or identity_token(interactive)
     try:
         context = SigningContext.from_trust_config(ClientTrustConfig.production())
         with context.signer(token) as signer:
-            if statement is not None:
-                bundle = signer.sign_dsse(DsseStatement(statement))
-            else:
-                bundle = signer.sign_artifact(path.read_bytes())
+            bundle = signer.sign_dsse(DsseStatement(payload))
     except SigstoreError as error:
         raise InputError(f"Sigstore signing failed: {error.diagnostics()}") from None
     except Exception as error:  # noqa: BLE001 - TUF and HTTP failures: the network, not a bug
