@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -142,19 +143,54 @@ def production_trust_root() -> Path:
     return path
 
 
+# The Fulcio "other name" SAN of some identities (sigstore's `policy.Identity` reads it too).
+_OTHERNAME_OID = "1.3.6.1.4.1.57264.1.7"
+
+
+class _IdentityPattern:
+    """sigstore's `policy.Identity`, the certificate's SAN matched by a regular expression
+    (whole-string: an anchored `--certificate-identity-regexp`) instead of exactly."""
+
+    def __init__(self, pattern: str, issuer: str) -> None:
+        from sigstore.verify import policy
+
+        self._pattern = re.compile(pattern)
+        self._issuer = policy.OIDCIssuer(issuer)
+
+    def verify(self, cert: Any) -> None:
+        from cryptography import x509
+        from sigstore.errors import VerificationError
+
+        self._issuer.verify(cert)
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        sans = [*names.get_values_for_type(x509.RFC822Name),
+                *names.get_values_for_type(x509.UniformResourceIdentifier),
+                *(o.value.decode() for o in names.get_values_for_type(x509.OtherName)
+                  if o.type_id.dotted_string == _OTHERNAME_OID)]
+        if not any(self._pattern.fullmatch(san) for san in sans):
+            raise VerificationError(f"Certificate's SANs do not match /{self._pattern.pattern}/;"
+                                    f" actual SANs: {sans}")
+
+
+def _one_policy(identity: Identity) -> VerificationPolicy:
+    from sigstore.verify import policy
+
+    if identity.regexp:
+        return _IdentityPattern(identity.identity, identity.issuer)
+    return policy.Identity(identity=identity.identity, issuer=identity.issuer)
+
+
 def _identity_policy(identities: Sequence[Identity]) -> VerificationPolicy:
     from sigstore.verify import policy
 
     if len(identities) == 1:
-        return policy.Identity(identity=identities[0].identity, issuer=identities[0].issuer)
+        return _one_policy(identities[0])
     # AnyOf refuses an empty list by itself; callers never pass one (see _no_signer_reason).
-    return policy.AnyOf(
-        [policy.Identity(identity=i.identity, issuer=i.issuer) for i in identities]
-    )
+    return policy.AnyOf([_one_policy(i) for i in identities])
 
 
 def _describe(identities: Sequence[Identity]) -> str:
-    return ", ".join(f"{i.identity} ({i.issuer})" for i in identities)
+    return ", ".join(str(i) for i in identities)
 
 
 def _load_bundle(path: Path) -> tuple[Bundle | None, str]:
@@ -237,7 +273,7 @@ def _has_dsse(bundle_path: Path) -> bool:
     return isinstance(raw, dict) and "dsseEnvelope" in raw
 
 
-def _has_public_key(bundle_path: Path) -> bool:
+def is_key_bundle(bundle_path: Path) -> bool:
     """Whether a bundle file names a public key (a key signature) rather than a certificate."""
     try:
         raw: Any = loads_json(read_input(bundle_path, "signature", SIGNATURE_MAX_BYTES),
@@ -251,7 +287,7 @@ def verify_bundle(path: Path, bundle: Path, signers: Signers, *,
                   trust_root: Path | None = None) -> SignatureCheck:
     """Check a bundle given by name (`--bundle FILE`) over the file `path`: a key signature or
     a Sigstore one, told apart by its verification material."""
-    if _has_public_key(bundle):
+    if is_key_bundle(bundle):
         return verify_key_signature(path, bundle, signers.public_keys, subject=path.name)
     data = read_input(path, "signed file", MAX_DOCUMENT_CHARS)
     return verify_blob_bundle(data, bundle, signers.identities, trust_root=trust_root,
@@ -275,7 +311,7 @@ def _signer_of(bundle: Bundle, identities: Sequence[Identity]) -> str:
             _identity_policy([identity]).verify(cert)
         except VerificationError:
             continue
-        return f"{identity.identity} ({identity.issuer})"
+        return str(identity)
     return "an accepted identity"
 
 
@@ -560,9 +596,13 @@ def lock_signature_paths(lock_path: Path) -> tuple[Path, Path]:
 
 
 def verify_lockfile_signature(
-    lock_path: Path, signers: Signers, *, required: bool, trust_root: Path | None = None
+    lock_path: Path, signers: Signers, *, required: bool, trust_root: Path | None = None,
+    bundle_file: Path | None = None,
 ) -> list[SignatureCheck]:
-    """Check every signature next to the lockfile; none present is a refusal when `required`."""
+    """Check every signature next to the lockfile, or only `bundle_file` when one is named
+    (`--bundle`: it must verify); none present is a refusal when `required`."""
+    if bundle_file is not None:
+        return [verify_bundle(lock_path, bundle_file, signers, trust_root=trust_root)]
     bundle, keysig = lock_signature_paths(lock_path)
     present = [p for p in (bundle, keysig) if p.exists() or p.is_symlink()]
     if present and signers.empty and not required:  # nobody was asked to check it
@@ -820,13 +860,14 @@ def verify_model_signatures(lock: Lockfile, locations: Mapping[str, Path], polic
 
 
 def verify_signatures(lock_path: Path, lock: Lockfile, locations: Mapping[str, Path],
-                      policy: Policy, *, trust_root: Path | None = None
-                      ) -> list[SignatureCheck]:
+                      policy: Policy, *, trust_root: Path | None = None,
+                      bundle_file: Path | None = None) -> list[SignatureCheck]:
     """Every signature check of `dflash-guard verify`: the lockfile's (when one exists or the
-    policy requires it) and each verified folder's `model.sig` (when present or required)."""
+    policy requires it; `bundle_file`: that one) and each verified folder's `model.sig` (when
+    present or required)."""
     checks = verify_lockfile_signature(lock_path, policy.lockfile_signers,
                                        required=policy.lockfile_signature_required,
-                                       trust_root=trust_root)
+                                       trust_root=trust_root, bundle_file=bundle_file)
     trusted = bool(checks) and all(c.verified for c in checks)  # hub-confirmed counts when signed
     return checks + verify_model_signatures(lock, locations, policy, trust_root=trust_root,
                                             provenance_trusted=trusted)
