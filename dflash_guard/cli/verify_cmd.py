@@ -87,11 +87,11 @@ def verify(
     Example: dflash-guard verify --root target=pair/target --root drafter=pair/drafter
     """
     fmt = chosen_format(fmt, as_json)
-    lockfile = load_lockfile(lock_path)
-    # a bad policy fails before any hashing
+    # bad flags and a bad policy fail before the lockfile is read or anything hashed
     accepted = load_policy(policy).accepting(
         extra_signers(public_key, identity, issuer, identity_regexp))
     trust_root = trusted_root(trust_root, offline)
+    lockfile = load_lockfile(lock_path)
     with progress(quiet) as shown:
         report = verify_lock(lockfile, parse_roots(root or []), download=download,
                              use_cache=not no_cache, progress=shown)
