@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import loads_json, read_input, read_input_text, write_atomic
 from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.trust.attestation import Passphrase
 from dflash_guard.trust.intoto import Statement, dumps_json
 from dflash_guard.trust.policy import Signers
 from dflash_guard.trust.signing import (
     KEY_SIG_SUFFIX,
     SIGSTORE_SUFFIX,
-    Passphrase,
     SignatureCheck,
     sign_keyless,
     sign_with_key,

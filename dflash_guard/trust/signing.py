@@ -1,22 +1,23 @@
-"""Signatures: Sigstore bundles for the lockfile, OpenSSF model signatures, ECDSA keys offline.
+"""Signatures: Sigstore and key bundles over one file, OpenSSF model signatures, offline keys.
 
-Three kinds of signature, each made and checked by a library, never by hand:
-- `dflash.lock.sigstore.json`: a Sigstore bundle over the lockfile bytes (keyless, `sigstore`),
-  verified against the policy's identity/issuer pairs, online (`Verifier.production()`) or offline
-  with a trusted root file (`TrustedRoot.from_file`).
+Each kind is made and checked by a library, never by hand:
+- `FILE.sigstore.json` (keyless, `sigstore`) and `FILE.sig` (an ECDSA key, securesystemslib's
+  DSSE): a DSSE in-toto attestation about one file, the lockfile or an approval record
+  (`trust.attestation` says what is signed). The Sigstore ones are verified against the policy's
+  identity/issuer pairs (exact, or an anchored regexp), online (`Verifier.production()`) or
+  offline with a trusted root file; the key ones against its public keys. Signatures of earlier
+  releases still verify: a message signature over the lockfile bytes (`verify_artifact`) and an
+  OpenSSF Model Signing key bundle (`model_signing`'s elliptic key verifier).
 - `model.sig` in a model folder: an OpenSSF Model Signing bundle whose DSSE payload is an in-toto
   statement listing each file's sha256. A certificate-signed one is verified with `sigstore`
   (`verify_dsse` with the policy's identities); a key-signed one with `model_signing`'s elliptic
   key verifier. Either way its per-file digests must then equal the lockfile's.
-- `FILE.sig` (air-gapped sites): an ECDSA P-256 signature over one file (the lockfile or an
-  approval record) in the same OpenSSF format, made and verified by `model_signing`'s key signer
-  and verifier, so one format and one library cover every key-based signature.
 
 Checking a signature never raises for a bad signature: it returns a `SignatureCheck` whose
 `Outcome` is a refusal with the reason (a finding). Only what prevents the check (an unreadable
 trust root) raises `InputError`.
 
-The module is over 450 lines on purpose: the three kinds share one verification path (identity
+The module is over 450 lines on purpose: the kinds share one verification path (identity
 policies, trust root, key loading, the outcome), and keeping them together keeps that path single.
 """
 
@@ -24,28 +25,32 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import copy
 import dataclasses
-import hashlib
 import json
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash_guard import __version__
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import create_exclusive, loads_json, read_input, read_regular, write_atomic
+from dflash_guard.fileio import create_exclusive, loads_json, read_input, write_atomic
 from dflash_guard.outcome import Outcome, Verdict
 from dflash_guard.schema import MAX_DOCUMENT_CHARS
-from dflash_guard.trust.intoto import PAYLOAD_TYPE, STATEMENT_V1, Statement, Subject
+from dflash_guard.trust.attestation import (
+    Passphrase,
+    attestation_payload,
+    coverage_problem,
+    key_bundle,
+    key_signer,
+    load_private_key,
+    verify_envelope,
+)
+from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from securesystemslib.signer import SSlibKey
     from sigstore.models import Bundle
     from sigstore.oidc import IdentityToken
     from sigstore.verify import Verifier
@@ -317,68 +322,6 @@ def _signer_of(bundle: Bundle, identities: Sequence[Identity]) -> str:
 
 # --- key-based (air-gapped) ------------------------------------------------------------------
 
-BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
-# The predicate of the statement a key or keyless signature of a plain file carries: its only
-# subject is the file's name and sha256 (what `cosign verify-blob-attestation FILE` checks).
-SIGNED_FILE_PREDICATE = "https://github.com/dflash-guard/dflash-guard/signed-file/v1"
-KEY_FILE_MAX_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
-
-Passphrase = Callable[[], str]  # asked only when the private key is encrypted
-
-
-def is_statement(data: bytes) -> bool:
-    """Whether `data` is an in-toto Statement v1 (such a file is signed as itself)."""
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return False
-    return isinstance(document, dict) and document.get("_type") == STATEMENT_V1
-
-
-def attestation_payload(data: bytes, name: str) -> bytes:
-    """What a signature over the file `name` with contents `data` signs: the file itself when
-    it is an in-toto Statement (an approval record), else a statement whose one subject is the
-    file's sha256 (a lockfile, an advisory feed)."""
-    if is_statement(data):
-        return data
-    predicate = {"file": name, "tool": {"name": "dflash-guard", "version": __version__}}
-    subject = Subject(name, {"sha256": hashlib.sha256(data).hexdigest()})
-    return Statement((subject,), SIGNED_FILE_PREDICATE, predicate).dumps()
-
-
-def key_id(public_key: ec.EllipticCurvePublicKey) -> str:
-    """A public key's id: the sha256 (hex) of its DER SubjectPublicKeyInfo, as cosign and
-    sigstore compute a key hint. It is the bundle's `publicKey.hint`, the DSSE `keyid` and the
-    fingerprint `verify` prints."""
-    from cryptography.hazmat.primitives import serialization
-
-    der = public_key.public_bytes(serialization.Encoding.DER,
-                                  serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
-
-
-def _sslib_key(public_key: ec.EllipticCurvePublicKey) -> SSlibKey:
-    from securesystemslib.signer import SSlibKey
-
-    return SSlibKey.from_crypto(public_key, keyid=key_id(public_key))
-
-
-def key_bundle(payload: bytes, private_key: ec.EllipticCurvePrivateKey) -> bytes:
-    """A Sigstore bundle (v0.3, key material) holding a DSSE envelope over the in-toto
-    statement `payload`, signed by securesystemslib's DSSE (the PAE is the library's)."""
-    from securesystemslib.dsse import Envelope
-    from securesystemslib.signer import CryptoSigner
-
-    public = private_key.public_key()
-    envelope = Envelope(payload, PAYLOAD_TYPE, {})
-    envelope.sign(CryptoSigner(private_key, _sslib_key(public)))
-    bundle = {"mediaType": BUNDLE_MEDIA_TYPE,
-              "verificationMaterial": {"publicKey": {"hint": key_id(public)},
-                                       "tlogEntries": []},
-              "dsseEnvelope": envelope.to_dict()}
-    return (json.dumps(bundle, indent=2) + "\n").encode()
-
-
 def sign_with_key(path: Path, key: Path, *, out: Path | None = None,
                   passphrase: Passphrase | None = None) -> Path:
     """Sign one file with an ECDSA private key (PEM, encrypted or not): write `FILE.sig`, a
@@ -390,40 +333,6 @@ def sign_with_key(path: Path, key: Path, *, out: Path | None = None,
     data = read_input(path, "file to sign", SIGNATURE_MAX_BYTES)
     write_atomic(out, key_bundle(attestation_payload(data, path.name), private))
     return out
-
-
-def load_private_key(key: Path, passphrase: Passphrase | None = None
-                     ) -> ec.EllipticCurvePrivateKey:
-    """The EC private key in the PEM file `key`; `passphrase()` is asked for only when it is
-    encrypted. Anything else (an RSA key, `/dev/zero`, a FIFO, a wrong passphrase) is one
-    `InputError`, read through the bounded reader."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    try:
-        pem = read_regular(key, KEY_FILE_MAX_BYTES)
-    except InputError as error:
-        raise InputError(f"cannot sign with --key {error}") from None
-    except OSError as error:
-        raise InputError(f"cannot sign with --key {key}: {error.strerror or error}") from None
-    password = None
-    if b"ENCRYPTED" in pem:
-        if passphrase is None:
-            raise InputError(f"cannot sign with --key {key}: the key is encrypted and no "
-                             "passphrase was given")
-        password = passphrase().encode()
-    try:
-        private = serialization.load_pem_private_key(pem, password=password)
-    except (ValueError, TypeError) as error:
-        what = ("an encrypted key the passphrase does not open" if password is not None
-                else "not an unencrypted PEM private key")
-        raise InputError(f"cannot sign with --key {key}: {what} ({_first_line(error)})"
-                         ) from None
-    if not isinstance(private, ec.EllipticCurvePrivateKey):
-        kind = type(private).__name__.removesuffix("PrivateKey").removeprefix("_") or "other"
-        raise InputError(f"cannot sign with --key {key}: an {kind} key; an ECDSA (EC, e.g. "
-                         "P-256) private key is needed")
-    return private
 
 
 def check_ec_private_key(key: Path, passphrase: Passphrase | None = None) -> None:
@@ -470,23 +379,8 @@ def _verify_copy(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | N
             # InvalidSignature, protobuf errors...: any failure means "not verified"
             reasons.append(f"{key.name}: {_first_line(error)}")
             continue
-        return _key_signer(key), ""
+        return key_signer(key), ""
     return None, "; ".join(reasons)
-
-
-def _public_key(key: Path) -> ec.EllipticCurvePublicKey:
-    """The EC public key in a PEM file (`ValueError` when it is none)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    public = serialization.load_pem_public_key(read_regular(key, KEY_FILE_MAX_BYTES))
-    if not isinstance(public, ec.EllipticCurvePublicKey):
-        raise ValueError("not an ECDSA public key")
-    return public
-
-
-def _key_signer(key: Path) -> str:
-    return f"key {key.name} (sha256 {key_id(_public_key(key))[:16]})"
 
 
 def _dsse_envelope(bundle: Any) -> Any:
@@ -507,59 +401,6 @@ def _is_model_signing(bundle: Any) -> bool:
         return False
 
 
-def _verify_envelope(envelope: Any, keys: Sequence[Path]) -> tuple[str | None, bytes, str]:
-    """Verify a DSSE envelope with securesystemslib against each accepted key:
-    (the key that verified, the in-toto payload, "") or (None, b"", why)."""
-    from securesystemslib.dsse import Envelope
-    from securesystemslib.exceptions import VerificationError
-    from securesystemslib.signer import SSlibKey
-
-    try:
-        parsed = Envelope.from_dict(copy.deepcopy(envelope))
-    except (KeyError, TypeError, ValueError) as error:
-        return None, b"", f"not a DSSE envelope: {_first_line(error)}"
-    if parsed.payload_type != PAYLOAD_TYPE:
-        return None, b"", f"unexpected DSSE payload type {parsed.payload_type!r}"
-    reasons = []
-    for key in keys:
-        try:
-            public = _sslib_key(_public_key(key))
-        except (ValueError, InputError) as error:
-            reasons.append(f"{key.name}: {_first_line(error)}")
-            continue
-        for keyid in parsed.signatures:  # DSSE: the keyid is an unsigned hint, never what decides
-            try:
-                parsed.verify([SSlibKey(keyid, public.keytype, public.scheme, public.keyval)], 1)
-            except VerificationError:
-                continue
-            return _key_signer(key), parsed.payload, ""
-        others = sorted(k[:16] for k in parsed.signatures if k != public.keyid)
-        reasons.append(f"{key.name}: the signature does not verify with this key"
-                       + (f" (signed by keyid {', '.join(others)}...)" if others else ""))
-    return None, b"", "; ".join(reasons)
-
-
-def coverage_problem(payload: bytes, data: bytes, name: str) -> str | None:
-    """Why a verified in-toto payload does not vouch for the file `name` with contents `data`,
-    or None when it does: it is the file itself (a signed statement), or a signed-file
-    statement with the file's sha256 as a subject (an approval's subjects do not make it a
-    signature of the lockfile)."""
-    if payload == data:
-        return None
-    try:
-        statement = Statement.loads(payload, SIGNED_FILE_PREDICATE, "a dflash-guard signature")
-    except ValueError:
-        if is_statement(data):
-            return f"{name} has changed since it was signed (the signed statement differs)"
-        return f"the signed statement is neither {name} nor a signature of a file"
-    sha = hashlib.sha256(data).hexdigest()
-    signed = [str(s.digest.get("sha256")) for s in statement.subjects]
-    if sha in signed:
-        return None
-    return (f"{name} has changed since it was signed (sha256 {sha[:16]}..., signed "
-            f"{', '.join(d[:16] + '...' for d in signed) or 'nothing'})")
-
-
 def verify_key_signature(path: Path, sig: Path, keys: Sequence[Path],
                          *, subject: str = "artifact") -> SignatureCheck:
     """Check `FILE.sig`, a key-signed Sigstore bundle over one file, against accepted keys: a
@@ -572,7 +413,7 @@ def verify_key_signature(path: Path, sig: Path, keys: Sequence[Path],
         if _is_model_signing(bundle):
             signer, reason = _verify_with_keys(path, sig, keys)
         else:
-            signer, payload, reason = _verify_envelope(_dsse_envelope(bundle), keys)
+            signer, payload, reason = verify_envelope(_dsse_envelope(bundle), keys)
             problem = None if signer is None else coverage_problem(
                 payload, read_input(path, "signed file", SIGNATURE_MAX_BYTES), path.name)
             if problem:

@@ -11,9 +11,10 @@ import pytest
 from securesystemslib.exceptions import VerificationError
 
 from dflash_guard.gate import ApprovalSigning, GateOptions, run_gate
+from dflash_guard.trust.attestation import SIGNED_FILE_PREDICATE
 from dflash_guard.trust.policy import Signers
 from dflash_guard.trust.provenance import PREDICATE_TYPE, verify_approval
-from dflash_guard.trust.signing import SIGNED_FILE_PREDICATE, sign_with_key
+from dflash_guard.trust.signing import sign_with_key
 from tests.support.interop import (
     der_sha256,
     securesystemslib_verify,
