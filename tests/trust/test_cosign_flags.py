@@ -173,3 +173,27 @@ def test_an_encrypted_key_signs_with_the_passphrase_from_the_environment(cli, tm
     monkeypatch.setenv("RELEASE_KEY_PASS", "correct horse")
     again = cli("sign", lock, "--key", private, "--passphrase-env", "RELEASE_KEY_PASS")
     assert again.exit_code == 0, again.stderr
+
+
+def test_the_gate_opens_an_encrypted_key_before_any_check(cli, tmp_path, monkeypatch):
+    """A key the gate could not sign with stops it at once (exit 2), not after the diff test."""
+    private, _ = _encrypted_key(tmp_path, b"s3cret")
+    monkeypatch.delenv("COSIGN_PASSWORD", raising=False)
+    result = cli("gate", "--lock", tmp_path / "missing.lock", "--key", private,
+                 "-o", tmp_path / "approval.json")
+    assert result.exit_code == 2 and "set COSIGN_PASSWORD" in one_line(result.stderr)
+    assert "gate ..." not in result.stderr
+
+
+def test_the_gate_checks_the_lockfile_bundle_named_with_bundle(cli, locked_pair, tmp_path):
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    private, public = make_key_pair(tmp_path)
+    elsewhere = sign_with_key(lock, private, out=tmp_path / "lock.bundle")
+    elsewhere.write_bytes(flip_signature_byte(elsewhere.read_bytes()))
+    roots = ("--root", f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}")
+    result = cli("gate", "--lock", lock, "--policy", "dev", *roots, "--public-key", public,
+                 "--bundle", elsewhere, "--format", "json")
+    assert result.exit_code == 1, result.stdout
+    row = json.loads(result.stdout)["checks"][1]
+    assert row["name"] == "lockfile signature" and row["verdict"] == "refused"
+    assert "lock.bundle: key.pub: the signature does not verify" in row["reason"]
