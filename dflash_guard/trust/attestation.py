@@ -32,6 +32,7 @@ BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 # subject is the file's name and sha256 (what `cosign verify-blob-attestation FILE` checks).
 SIGNED_FILE_PREDICATE = "https://github.com/dflash-guard/dflash-guard/signed-file/v1"
 KEY_FILE_MAX_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
+SIGNING_CURVES = ("secp256r1", "secp384r1")  # securesystemslib's ECDSA schemes (SHA-256, SHA-384)
 
 Passphrase = Callable[[], str]  # asked only when the private key is encrypted
 
@@ -103,23 +104,31 @@ def load_private_key(key: Path, passphrase: Passphrase | None = None
         raise InputError(f"cannot sign with --key {error}") from None
     except OSError as error:
         raise InputError(f"cannot sign with --key {key}: {error.strerror or error}") from None
-    password = None
-    if b"ENCRYPTED" in pem:
-        if passphrase is None:
-            raise InputError(f"cannot sign with --key {key}: the key is encrypted and no "
-                             "passphrase was given")
-        password = passphrase().encode()
+    if b"SIGSTORE PRIVATE KEY" in pem:
+        raise InputError(f"cannot sign with --key {key}: cosign's own encrypted key format is "
+                         "not read; use a PEM (PKCS#8 or EC) private key")
     try:
-        private = serialization.load_pem_private_key(pem, password=password)
-    except (ValueError, TypeError) as error:
-        what = ("an encrypted key the passphrase does not open" if password is not None
-                else "not an unencrypted PEM private key")
-        raise InputError(f"cannot sign with --key {key}: {what} ({_first_line(error)})"
-                         ) from None
+        try:
+            private = serialization.load_pem_private_key(pem, password=None)
+        except TypeError:  # encrypted: only now is the passphrase asked for
+            if passphrase is None:
+                raise InputError(f"cannot sign with --key {key}: the key is encrypted and no "
+                                 "passphrase was given") from None
+            try:
+                private = serialization.load_pem_private_key(pem, passphrase().encode())
+            except (ValueError, TypeError) as error:
+                raise InputError(f"cannot sign with --key {key}: an encrypted key the "
+                                 f"passphrase does not open ({_first_line(error)})") from None
+    except ValueError as error:
+        raise InputError(f"cannot sign with --key {key}: not an unencrypted PEM private key "
+                         f"({_first_line(error)})") from None
     if not isinstance(private, ec.EllipticCurvePrivateKey):
         kind = type(private).__name__.removesuffix("PrivateKey").removeprefix("_") or "other"
         raise InputError(f"cannot sign with --key {key}: an {kind} key; an ECDSA (EC, e.g. "
                          "P-256) private key is needed")
+    if private.curve.name not in SIGNING_CURVES:
+        raise InputError(f"cannot sign with --key {key}: a {private.curve.name} key; P-256 or "
+                         "P-384 is needed")
     return private
 
 
