@@ -1,6 +1,7 @@
 """Key-signed approvals and lockfiles are DSSE in-toto attestations other tools accept (issue
 47): sigstore-js's `@sigstore/verify` and securesystemslib verify them with nothing but the public
-key, read the approval statement out of the envelope, and refuse a tampered one."""
+key, read the approval statement out of the envelope, and refuse a tampered one; in-toto-attestation
+validates each payload as a Statement v1."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.support.interop import (
     securesystemslib_verify,
     sign_model_signing,
     sigstore_js,
+    validate_in_toto,
     with_payload,
 )
 from tests.support.trust import flip_signature_byte, make_key_pair, write_lock, write_policy
@@ -73,6 +75,7 @@ def test_sigstore_js_refuses_a_tampered_approval(approved, tmp_path):
 def test_securesystemslib_verifies_the_approval_by_keyid(approved, tmp_path):
     record, sig, _, public = approved
     assert securesystemslib_verify(sig, public) == record.read_bytes()
+    assert validate_in_toto(record.read_bytes()) == PREDICATE_TYPE
     edited = with_payload(sig, record.read_bytes() + b" ", tmp_path / "edited.sig")
     with pytest.raises(VerificationError):
         securesystemslib_verify(edited, public)
@@ -92,8 +95,8 @@ def test_a_key_signed_lockfile_is_an_attestation_about_its_sha256(tmp_path):
     assert statement["predicateType"] == SIGNED_FILE_PREDICATE
     assert statement["subject"] == [{"name": "dflash.lock", "digest": {
         "sha256": hashlib.sha256(lock.read_bytes()).hexdigest()}}]
-    assert securesystemslib_verify(sig, public) == json.dumps(statement, indent=2,
-                                                              sort_keys=True).encode() + b"\n"
+    payload = securesystemslib_verify(sig, public)
+    assert json.loads(payload) == statement and validate_in_toto(payload) == SIGNED_FILE_PREDICATE
     lock.write_text("lockfile_version: 1\nartifacts: [] # edited\n")
     changed = sigstore_js(sig, public, lock)
     assert changed.returncode == 1 and "no subject has the sha256" in changed.stderr

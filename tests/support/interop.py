@@ -77,3 +77,16 @@ def sign_model_signing(path: Path, private_key: Path) -> Path:
     sig = path.with_name(path.name + ".sig")
     signing.Config().use_elliptic_key_signer(private_key=private_key).sign(path, sig)
     return sig
+
+
+def validate_in_toto(payload: bytes) -> str:
+    """Parse a DSSE payload as in-toto-attestation's Statement protobuf and validate it (raises
+    `ValueError` or a protobuf `ParseError`); its predicate type."""
+    from google.protobuf import json_format
+    from in_toto_attestation.v1 import statement_pb2
+    from in_toto_attestation.v1.statement import Statement
+
+    message = json_format.Parse(payload, statement_pb2.Statement())  # type: ignore[attr-defined]
+    statement = Statement.copy_from_pb(message)
+    statement.validate()
+    return str(statement.pb.predicate_type)
