@@ -12,8 +12,8 @@ BIN := $(VENV)/bin
 WHEELHOUSE := .wheelhouse
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install wheelhouse requirements engine engine-llamacpp engine-vllm demo test lint docs bench \
-	clean
+.PHONY: install wheelhouse interop-js requirements engine engine-llamacpp engine-vllm demo test lint \
+	docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ $(WHEELHOUSE)/.complete: requirements/release.txt $(BIN)/python
 	touch $@
 
 install: $(VENV)/.installed
+
+# The independent verifiers tests/interop runs on our signatures (sigstore-js's @sigstore/verify),
+# installed exactly as package-lock.json pins them (network once; a failure fails `make test`).
+INTEROP_JS := tests/interop/js
+$(INTEROP_JS)/node_modules/.package-lock.json: $(INTEROP_JS)/package-lock.json
+	npm ci --prefix $(INTEROP_JS) --ignore-scripts --no-audit --no-fund
+
+interop-js: $(INTEROP_JS)/node_modules/.package-lock.json
 
 wheelhouse: $(WHEELHOUSE)/.complete
 
@@ -58,9 +66,9 @@ engine-vllm: install
 # Two workers, a module at a time each, in the order tests/conftest.py sorts them (the longest
 # first; xdist would otherwise reorder by test count): two, not one per core, as an engine module
 # holds up to two 3-GB vLLM servers.
-# The wheelhouse download goes beside the engines too; each is a no-op once done.
+# The wheelhouse download and the npm install go beside the engines too; each is a no-op once done.
 test: install
-	$(MAKE) --no-print-directory -j3 wheelhouse engine-llamacpp engine-vllm
+	$(MAKE) --no-print-directory -j3 wheelhouse interop-js engine-llamacpp engine-vllm
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: install
@@ -72,4 +80,4 @@ docs: install
 	$(BIN)/python -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(WHEELHOUSE) demo-out site
+	rm -rf $(VENV) $(WHEELHOUSE) $(INTEROP_JS)/node_modules demo-out site

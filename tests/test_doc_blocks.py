@@ -76,6 +76,8 @@ NOT_RUN = {
         "keyless signing needs a CI identity and Sigstore's servers",
     ("signing.md", "$ dflash-guard gate --lock dflash.lock --policy ./mine.yaml \\"):
         "a transcript (the command and what it printed)",
+    ("signing.md", "cosign verify-blob-attestation --key key.pub --insecure-ignore-tlog --"):
+        "cosign cannot be installed here; tests/interop runs sigstore-js on the same bundles",
     ("vllm.md", "make engine          # llama.cpp's llama-server, then vLLM"):
         "builds both engines from an index (the suite never runs make)",
     ("vllm.md", ".../venv/bin/python -m vllm.entrypoints.openai.api_server --model /abs"):

@@ -34,6 +34,7 @@ from dflash_guard.trust.signing import (
     KEY_SIG_SUFFIX,
     SIGSTORE_SUFFIX,
     SignatureCheck,
+    is_key_bundle,
     verify_blob_bundle,
     verify_key_signature,
 )
@@ -56,6 +57,7 @@ class FeedRules:
     allow_unsigned: bool = True
     max_age: dt.timedelta | None = None
     trust_root: Path | None = None
+    bundle: Path | None = None  # --bundle: the one feed file's signature, given by name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,15 +115,17 @@ def _signature_checks(path: Path, data: bytes, rules: FeedRules, label: str
     """Check every signature beside `path`; `data` is what was parsed (the file must still hold
     exactly that afterwards, so what was verified is what was read)."""
     checks = []
-    for suffix in BUNDLE_SUFFIXES:
-        bundle = path.with_name(path.name + suffix)
-        if bundle.is_file():
+    bundles = ([rules.bundle] if rules.bundle is not None
+               else [path.with_name(path.name + s) for s in SIGNATURE_SUFFIXES])
+    for bundle in bundles:
+        if not (bundle.is_file() or bundle == rules.bundle):
+            continue
+        if is_key_bundle(bundle):
+            checks.append(verify_key_signature(path, bundle, rules.signers.public_keys,
+                                               subject=label))
+        else:
             checks.append(verify_blob_bundle(data, bundle, rules.signers.identities,
                                              trust_root=rules.trust_root, subject=label))
-    keysig = path.with_name(path.name + KEY_SIG_SUFFIX)
-    if keysig.is_file():
-        checks.append(verify_key_signature(path, keysig, rules.signers.public_keys,
-                                           subject=label))
     again = read_input(path, "advisory feed", MAX_FEED_BYTES) if checks else data
     if hashlib.sha256(again).digest() != hashlib.sha256(data).digest():
         raise InputError(f"advisory feed {label}: changed while it was being read")

@@ -10,12 +10,17 @@ import typer
 
 from dflash_guard.cli.common import finish
 from dflash_guard.cli.options import (
+    BundleFile,
     Identities,
+    IdentityRegexps,
     Issuer,
     Json,
+    Offline,
     PublicKeys,
+    TrustRoot,
     chosen_format,
     extra_signers,
+    trusted_root,
 )
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
@@ -46,10 +51,11 @@ def verify_approval(
     ] = Path("dflash.lock"),
     public_key: PublicKeys = None,
     identity: Identities = None,
+    identity_regexp: IdentityRegexps = None,
     issuer: Issuer = None,
-    trust_root: Annotated[Path | None, typer.Option(
-        "--trust-root", metavar="JSON",
-        help="Sigstore trusted root (JSON) for offline verification.")] = None,
+    trust_root: TrustRoot = None,
+    offline: Offline = False,
+    bundle: BundleFile = None,
     signature_only: Annotated[bool, typer.Option(
         "--signature-only", help="Check the policy and signature, not the disk.")
     ] = False,
@@ -63,11 +69,13 @@ def verify_approval(
     --root target=models/target --root drafter=models/drafter
     """
     fmt = chosen_format(fmt, as_json)
-    accepted = load_policy(policy).accepting(extra_signers(public_key, identity, issuer))
+    accepted = load_policy(policy).accepting(
+        extra_signers(public_key, identity, issuer, identity_regexp))
     verdict = check_approval(
         record, accepted, roots=None if signature_only else parse_roots(root or []),
         lock_path=None if signature_only else lock,
-        accepted_policies=tuple(accept_policy_digest or ()), trust_root=trust_root)
+        accepted_policies=tuple(accept_policy_digest or ()),
+        trust_root=trusted_root(trust_root, offline), bundle=bundle)
     finish(verdict, fmt, render_approval)
 
 

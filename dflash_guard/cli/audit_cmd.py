@@ -14,7 +14,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dflash_guard.cli.common import stderr, stdout
-from dflash_guard.cli.options import Json, chosen_format
+from dflash_guard.cli.options import (
+    BundleFile,
+    Identities,
+    IdentityRegexps,
+    Issuer,
+    Json,
+    Offline,
+    PublicKeys,
+    TrustRoot,
+    chosen_format,
+    extra_signers,
+    trusted_root,
+)
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat, exit_code
@@ -23,6 +35,7 @@ from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
     from dflash_guard.audit.feeds import FeedRules
+    from dflash_guard.trust.policy import Signers
 
 
 SEVERITY_METAVAR = "[" + "|".join(Severity.names()) + "]"
@@ -42,21 +55,14 @@ def parse_clones(specs: list[str]) -> dict[str, Path]:
 
 
 def _flag_rules(fail_on: Severity | None, max_age_days: int | None, require_signed: bool,
-                public_key: list[Path], identity: list[str], issuer: str | None,
-                trust_root: Path | None) -> tuple[FeedRules, Severity]:
+                signers: Signers, trust_root: Path | None, bundle: Path | None
+                ) -> tuple[FeedRules, Severity]:
     """The feed rules and threshold the command-line flags describe (no policy)."""
     from dflash_guard.audit.feeds import FeedRules
-    from dflash_guard.trust.policy import Identity, Signers
 
-    if identity and not issuer:
-        raise InputError("--identity needs --issuer (the signer's OIDC issuer URL)")
-    for key in public_key:
-        if not key.is_file():
-            raise InputError(f"--public-key {key}: no such file")
     rules = FeedRules(
-        signers=Signers(tuple(Identity(i, issuer or "") for i in identity), tuple(public_key)),
-        allow_unsigned=not require_signed, trust_root=trust_root,
-        max_age=dt.timedelta(days=max_age_days) if max_age_days else None,
+        signers=signers, allow_unsigned=not require_signed, trust_root=trust_root,
+        max_age=dt.timedelta(days=max_age_days) if max_age_days else None, bundle=bundle,
     )
     return rules, fail_on or Severity.low
 
@@ -85,18 +91,13 @@ def audit(
         help="Refuse a feed whose newest record is older.")] = None,
     require_signed: Annotated[bool, typer.Option(
         "--require-signed", help="Refuse a feed file without a signature beside it.")] = False,
-    public_key: Annotated[list[Path] | None, typer.Option(
-        "--public-key", metavar="PEM", help="Accept feeds signed with this ECDSA public key (PEM; "
-                                            "repeatable).")] = None,
-    identity: Annotated[list[str] | None, typer.Option(
-        "--identity", metavar="IDENTITY",
-        help="Accept feeds signed by this Sigstore identity (repeatable; with "
-             "--issuer).")] = None,
-    issuer: Annotated[str | None, typer.Option(
-        "--issuer", metavar="URL", help="The OIDC issuer of the --identity signers.")] = None,
-    trust_root: Annotated[Path | None, typer.Option(
-        "--trust-root", metavar="JSON",
-        help="Sigstore trusted root (JSON) for offline verification.")] = None,
+    public_key: PublicKeys = None,
+    identity: Identities = None,
+    identity_regexp: IdentityRegexps = None,
+    issuer: Issuer = None,
+    trust_root: TrustRoot = None,
+    offline: Offline = False,
+    bundle: BundleFile = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", metavar="[text|json|sarif]",
                                               help="text, json or sarif.")
                    ] = OutputFormat.text, as_json: Json = False,
@@ -120,7 +121,8 @@ def audit(
         given = [flag for flag, value in (
             ("--fail-on", fail_on), ("--max-age-days", max_age_days),
             ("--require-signed", require_signed), ("--public-key", public_key),
-            ("--identity", identity), ("--issuer", issuer)) if value]
+            ("--identity", identity), ("--identity-regexp", identity_regexp),
+            ("--issuer", issuer), ("--bundle", bundle)) if value]
         if given:
             raise InputError(f"{given[0]} does not apply with --policy: the policy's "
                              "advisories section sets it")
@@ -128,10 +130,16 @@ def audit(
         if section is None:
             raise InputError(f"--policy {policy}: the policy has no advisories section")
         report = run_policy_audit(lock, section, extra_sources=advisories or [], clones=clones,
-                                  trust_root=trust_root)
+                                  trust_root=trusted_root(trust_root, offline))
     else:
-        rules, threshold = _flag_rules(fail_on, max_age_days, require_signed, public_key or [],
-                                       identity or [], issuer, trust_root)
+        if bundle is not None and not (len(advisories or []) == 1
+                                       and Path((advisories or [""])[0]).is_file()):
+            raise InputError("--bundle names the signature of one feed file: give exactly one "
+                             "--advisories FILE with it")
+        rules, threshold = _flag_rules(
+            fail_on, max_age_days, require_signed,
+            extra_signers(public_key, identity, issuer, identity_regexp),
+            trusted_root(trust_root, offline), bundle)
         report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
     if fmt is OutputFormat.text:
         console = (safe_console(record=True, width=OFF_TERMINAL_WIDTH, file=io.StringIO())

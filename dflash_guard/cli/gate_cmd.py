@@ -12,14 +12,20 @@ from dflash_guard.cli.audit_cmd import parse_clones
 from dflash_guard.cli.common import finish, progress
 from dflash_guard.cli.options import (
     Identities,
+    IdentityRegexps,
     Issuer,
     Json,
+    Offline,
     OutAlias,
+    PassphraseEnv,
     PublicKeys,
     Quiet,
+    TrustRoot,
     chosen_format,
     extra_signers,
+    key_passphrase,
     output_path,
+    trusted_root,
 )
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
@@ -47,10 +53,14 @@ def gate(
         "--sign", help="Sign the approval record with Sigstore (keyless).")] = False,
     key: Annotated[Path | None, typer.Option(
         "--key", metavar="PEM",
-        help="Sign the approval record with this ECDSA P-256 key (PEM).")] = None,
-    trust_root: Annotated[Path | None, typer.Option(
-        "--trust-root", metavar="JSON",
-        help="Sigstore trusted root (JSON) for offline verification.")] = None,
+        help="Sign the approval record with this ECDSA private key (PEM).")] = None,
+    passphrase_env: PassphraseEnv = "COSIGN_PASSWORD",
+    trust_root: TrustRoot = None,
+    offline: Offline = False,
+    bundle: Annotated[Path | None, typer.Option(
+        "--bundle", metavar="FILE",
+        help="The lockfile's signature bundle to check (key or Sigstore), instead of the ones "
+             "beside it.")] = None,
     download: Annotated[bool, typer.Option(
         "--download",
         help="Fetch artifacts missing from the HF cache at the pinned SHA.")
@@ -82,6 +92,7 @@ def gate(
              "for the advisory audit's GIT ranges (repeatable).")] = None,
     public_key: PublicKeys = None,
     identity: Identities = None,
+    identity_regexp: IdentityRegexps = None,
     issuer: Issuer = None,
     fmt: Annotated[PlainFormat, typer.Option("--format", metavar="[text|json]",
                                              help="text or json.")
@@ -95,11 +106,13 @@ def gate(
     fmt = chosen_format(fmt, as_json)
     options = GateOptions(
         lock_path, policy, parse_roots(root or []), out=output_path(output, out),
-        signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty()),
-        trust_root=trust_root, download=download, device=device, inject=parse_fault(inject),
+        signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty(),
+                                passphrase=key_passphrase(passphrase_env)),
+        trust_root=trusted_root(trust_root, offline), lock_bundle=bundle, download=download,
+        device=device, inject=parse_fault(inject),
         threads=threads, endpoints=EndpointOverrides(baseline, candidate, api_key_env),
         engine_repos=parse_clones(engine_repo or []),
-        signers=extra_signers(public_key, identity, issuer),
+        signers=extra_signers(public_key, identity, issuer, identity_regexp),
     )
     with progress(quiet) as shown:
         result = run_gate(options, shown)

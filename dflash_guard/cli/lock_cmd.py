@@ -60,7 +60,7 @@ def lock(
         help="With --confirmed-by: the policy whose lockfile signers the earlier "
              "lock's signature must verify against.")] = None,
     trust_root: Annotated[Path | None, typer.Option(
-        "--trust-root", metavar="JSON",
+        "--trust-root", "--trusted-root", metavar="JSON",
         help="Sigstore trusted root (JSON) for offline verification.")] = None,
     fmt: Annotated[
         PlainFormat, typer.Option("--format", metavar="[text|json]", help="text or json.")

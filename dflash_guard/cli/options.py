@@ -4,6 +4,9 @@ flags."""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
@@ -95,25 +98,83 @@ PublicKeys = Annotated[list[Path] | None, typer.Option(
     help="Also accept signatures by this ECDSA public key (PEM; repeatable), as "
          "cosign's --key does.")]
 Identities = Annotated[list[str] | None, typer.Option(
-    "--identity", "--cert-identity", metavar="IDENTITY",
+    "--identity", "--cert-identity", "--certificate-identity", metavar="IDENTITY",
     help="Also accept signatures by this Sigstore identity "
          "(repeatable; with --issuer).")]
+IdentityRegexps = Annotated[list[str] | None, typer.Option(
+    "--identity-regexp", "--certificate-identity-regexp", metavar="REGEX",
+    help="Also accept a Sigstore identity this regular expression matches, whole (anchored, "
+         "unlike cosign's; repeatable; with --issuer).")]
 Issuer = Annotated[str | None, typer.Option(
-    "--issuer", "--cert-oidc-issuer", metavar="URL",
+    "--issuer", "--cert-oidc-issuer", "--certificate-oidc-issuer", metavar="URL",
     help="The OIDC issuer of the --identity signers.")]
+TrustRoot = Annotated[Path | None, typer.Option(
+    "--trust-root", "--trusted-root", metavar="JSON",
+    help="Sigstore trusted root (JSON): verify offline.")]
+Offline = Annotated[bool, typer.Option(
+    "--offline", help="Verify Sigstore signatures offline, with --trust-root or else the "
+                      "trusted root the sigstore package ships (no TUF refresh).")]
+BundleFile = Annotated[Path | None, typer.Option(
+    "--bundle", metavar="FILE",
+    help="The signature bundle to check (key or Sigstore), instead of the ones found beside "
+         "the signed file.")]
 
 
 def extra_signers(public_keys: list[Path] | None, identities: list[str] | None,
-                  issuer: str | None) -> Signers:
+                  issuer: str | None, regexps: list[str] | None = None) -> Signers:
     """The signers the operator accepts on the command line, beside the policy's."""
+    import re
+
     from dflash_guard.trust.policy import Identity, Signers
 
-    if identities and not issuer:
+    if (identities or regexps) and not issuer:
         raise InputError("--identity needs --issuer (the signer's OIDC issuer URL)")
-    if issuer and not identities:
+    if issuer and not (identities or regexps):
         raise InputError("--issuer needs --identity (the signer's certificate identity)")
+    for pattern in regexps or ():
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise InputError(f"--identity-regexp {pattern!r}: {error}") from None
     for key in public_keys or ():
         if not key.is_file():
             raise InputError(f"--public-key {key}: no such file")
-    return Signers(tuple(Identity(i, issuer or "") for i in identities or ()),
+    return Signers((*(Identity(i, issuer or "") for i in identities or ()),
+                    *(Identity(r, issuer or "", regexp=True) for r in regexps or ())),
                    tuple(public_keys or ()))
+
+
+def trusted_root(trust_root: Path | None, offline: bool) -> Path | None:
+    """The Sigstore trusted root `--trust-root` and `--offline` ask for (None: fetch it)."""
+    if trust_root is not None or not offline:
+        return trust_root
+    from dflash_guard.trust.signing import production_trust_root
+
+    return production_trust_root()
+
+
+PassphraseEnv = Annotated[str, typer.Option(
+    "--passphrase-env", metavar="VAR",
+    help="For an encrypted --key: the environment variable holding its passphrase (cosign's "
+         "COSIGN_PASSWORD by default); unset, it is asked on the terminal.")]
+
+
+def key_passphrase(env_var: str) -> Callable[[], str]:
+    """How an encrypted private key's passphrase is obtained, asked only when one is needed:
+    from the environment variable `env_var`, else a hidden prompt when stdin is a terminal."""
+
+    asked: list[str] = []  # asked once: the gate opens the key before its checks and after
+
+    def ask() -> str:
+        if asked:
+            return asked[0]
+        value = os.environ.get(env_var)
+        if value is None and not sys.stdin.isatty():
+            raise InputError(f"the --key is encrypted: set {env_var} to its passphrase (or run "
+                             "on a terminal to be asked)")
+        if value is None:
+            value = str(typer.prompt("Passphrase of the private key", hide_input=True, err=True))
+        asked.append(value)
+        return value
+
+    return ask

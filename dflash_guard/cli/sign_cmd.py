@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import stderr
+from dflash_guard.cli.options import PassphraseEnv, key_passphrase
 from dflash_guard.trust.signing import sign_keyless, sign_with_key
 
 
@@ -17,8 +18,9 @@ def sign(
                                          help="The lockfile to sign (e.g. dflash.lock).")],
     key: Annotated[Path | None, typer.Option(
         "--key", metavar="PEM",
-        help="ECDSA P-256 private key (PEM) for offline signing: writes LOCK.sig.")
+        help="ECDSA private key (PEM, encrypted or not) for offline signing: writes LOCK.sig.")
     ] = None,
+    passphrase_env: PassphraseEnv = "COSIGN_PASSWORD",
     interactive: Annotated[bool | None, typer.Option(
         "--interactive/--no-interactive",
         help="Allow the browser sign-in when no ambient CI credential exists (default: when "
@@ -27,10 +29,14 @@ def sign(
 ) -> None:
     """Sign LOCK: keyless with Sigstore (writes LOCK.sigstore.json) or with --key (LOCK.sig).
 
+    Either is a Sigstore bundle holding a DSSE in-toto attestation: its payload is LOCK itself
+    when LOCK is an in-toto Statement (an approval record), else a statement naming LOCK's
+    sha256 (`cosign verify-blob-attestation` reads both).
+
     Example: dflash-guard sign dflash.lock --key signing-key.pem
     """
     if key is not None:
-        out = sign_with_key(lock, key)
+        out = sign_with_key(lock, key, passphrase=key_passphrase(passphrase_env))
     else:
         allow_browser = sys.stdin.isatty() if interactive is None else interactive
         out = sign_keyless(lock, interactive=allow_browser)

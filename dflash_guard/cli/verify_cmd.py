@@ -9,13 +9,18 @@ import typer
 
 from dflash_guard.cli.common import finish, progress
 from dflash_guard.cli.options import (
+    BundleFile,
     Identities,
+    IdentityRegexps,
     Issuer,
     Json,
+    Offline,
     PublicKeys,
     Quiet,
+    TrustRoot,
     chosen_format,
     extra_signers,
+    trusted_root,
 )
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
@@ -65,13 +70,12 @@ def verify(
                      help="Policy naming the accepted signers: default, strict, dev "
                           "(always the built-in ones) or a file given as a path (./p.yaml)."),
     ] = None,
-    trust_root: Annotated[
-        Path | None,
-        typer.Option("--trust-root", metavar="JSON",
-                     help="Sigstore trusted root (JSON): verify offline."),
-    ] = None,
+    trust_root: TrustRoot = None,
+    offline: Offline = False,
+    bundle: BundleFile = None,
     public_key: PublicKeys = None,
     identity: Identities = None,
+    identity_regexp: IdentityRegexps = None,
     issuer: Issuer = None,
     fmt: Annotated[
         PlainFormat, typer.Option("--format", metavar="[text|json]", help="text or json.")
@@ -83,15 +87,17 @@ def verify(
     Example: dflash-guard verify --root target=pair/target --root drafter=pair/drafter
     """
     fmt = chosen_format(fmt, as_json)
+    # bad flags and a bad policy fail before the lockfile is read or anything hashed
+    accepted = load_policy(policy).accepting(
+        extra_signers(public_key, identity, issuer, identity_regexp))
+    trust_root = trusted_root(trust_root, offline)
     lockfile = load_lockfile(lock_path)
-    # a bad policy fails before any hashing
-    accepted = load_policy(policy).accepting(extra_signers(public_key, identity, issuer))
     with progress(quiet) as shown:
         report = verify_lock(lockfile, parse_roots(root or []), download=download,
                              use_cache=not no_cache, progress=shown)
     # Signatures: the lockfile's when one exists or the policy requires it; each model.sig.
     signatures = verify_signatures(lock_path, lockfile, report.locations, accepted,
-                                   trust_root=trust_root)
+                                   trust_root=trust_root, bundle_file=bundle)
     finish(VerifiedLock(str(lock_path), lockfile.digest(), report, tuple(signatures)), fmt,
            render_verify)
 

@@ -79,6 +79,7 @@ def check_lockfile_signature(inputs: GateInputs) -> Checked:
     checks = verify_lockfile_signature(
         inputs.options.lock_path, policy.lockfile_signers,
         required=policy.lockfile_signature_required, trust_root=inputs.options.trust_root,
+        bundle_file=inputs.options.lock_bundle,
     )
     failed = [c for c in checks if not c.ok]
     if failed:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,6 +26,7 @@ class ApprovalSigning:
     sigstore: bool = False
     key: Path | None = None
     interactive: bool = False  # the Sigstore login may open a browser
+    passphrase: Callable[[], str] | None = None  # an encrypted key's, asked only when needed
 
     @property
     def wanted(self) -> bool:
@@ -52,6 +53,7 @@ class GateOptions:
     out: Path | None = None  # the approval record, written only on approval
     signing: ApprovalSigning = ApprovalSigning()
     trust_root: Path | None = None  # Sigstore trusted root: verify offline
+    lock_bundle: Path | None = None  # --bundle: the lockfile signature to check, by name
     download: bool = False  # fetch artifacts missing from the HF cache at the pinned commit
     device: str = "cpu"
     inject: Fault | None = None  # a planted difftest fault (demonstrations)

@@ -21,6 +21,7 @@ from dflash_guard.trust.provenance import sign_approval, write_approval
 from dflash_guard.trust.signing import (
     KEY_SIG_SUFFIX,
     SIGSTORE_SUFFIX,
+    check_ec_private_key,
     identity_token,
     lock_signature_paths,
 )
@@ -65,6 +66,8 @@ def _check_signing(options: GateOptions) -> None:
         raise InputError("--sign and --key are exclusive: sign with Sigstore or with a key")
     if signing.key is not None and not signing.key.is_file():
         raise InputError(f"--key {signing.key}: no such file")
+    if signing.key is not None:  # a key that cannot sign fails now, not after every check
+        check_ec_private_key(signing.key, signing.passphrase)
     if signing.wanted and options.out is None:
         raise InputError("signing the approval needs -o/--output FILE")
 
@@ -82,6 +85,7 @@ def _check_outputs(options: GateOptions, policy: Policy) -> None:
     lock_path = Path(options.lock_path)
     inputs = [("--lock", lock_path), *policy.files(),
               ("--key", options.signing.key), ("--trust-root", options.trust_root),
+              ("--bundle", options.lock_bundle),
               *((f"--engine-repo {name}", path) for name, path in options.engine_repos.items()),
               *(("lockfile signature", p) for p in lock_signature_paths(lock_path)),
               *((f"--root {role}", folder) for role, folder in options.roots.items())]
@@ -127,5 +131,6 @@ def run_gate(options: GateOptions, progress: Progress = NO_PROGRESS) -> GateResu
         write_approval(statement, out)
         if options.signing.wanted:
             signature = sign_approval(out, key=options.signing.key, token=token,
-                                      interactive=options.signing.interactive)
+                                      interactive=options.signing.interactive,
+                                      passphrase=options.signing.passphrase)
     return GateResult(True, tuple(rows), record=out, signature=signature, statement=statement)

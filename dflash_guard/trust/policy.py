@@ -108,10 +108,17 @@ class TierRule:
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
-    """A Sigstore signer: certificate identity (SAN) and OIDC issuer, both matched exactly."""
+    """A Sigstore signer: certificate identity (SAN) and OIDC issuer, both matched exactly, or
+    with `regexp` the identity as a regular expression the whole SAN must match (cosign's
+    `--certificate-identity-regexp`, anchored)."""
 
     identity: str
     issuer: str
+    regexp: bool = False
+
+    def __str__(self) -> str:
+        shown = f"/{self.identity}/ (a regexp)" if self.regexp else self.identity
+        return f"{shown} ({self.issuer})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,10 +3,10 @@
 A record is an in-toto Statement v1 (`approval/v3`; v2 records are still read): its subjects are
 the lockfile and every locked file with the sha256 the gate computed from the disk, its
 predicate names the policy by digest and carries the checks' rows and evidence. It is written
-atomically and signed with Sigstore (a DSSE bundle over the statement, `RECORD.sigstore.json`) or
-an ECDSA key (`RECORD.sig`). `check_approval` is `verify-approval`: the record must be about the
-policy it is checked under, signed by that policy's approval signers, and the disk must be the
-approved set exactly, listed with the same walk as `verify`.
+atomically and signed as a DSSE attestation whose payload is the record itself, with Sigstore
+(`RECORD.sigstore.json`) or an ECDSA key (`RECORD.sig`). `check_approval` is `verify-approval`:
+the record must be about the policy it is checked under, signed by that policy's approval
+signers, and the disk must be the approved set exactly, listed with the same walk as `verify`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import loads_json, read_input, read_input_text, write_atomic
 from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.trust.attestation import Passphrase
 from dflash_guard.trust.intoto import Statement, dumps_json
 from dflash_guard.trust.policy import Signers
 from dflash_guard.trust.signing import (
@@ -27,6 +28,7 @@ from dflash_guard.trust.signing import (
     SignatureCheck,
     sign_keyless,
     sign_with_key,
+    verify_bundle,
     verify_dsse_bundle,
     verify_key_signature,
 )
@@ -58,12 +60,13 @@ def write_approval(statement: Mapping[str, Any], out: Path) -> None:
 
 
 def sign_approval(out: Path, *, key: Path | None = None, token: IdentityToken | None = None,
-                  interactive: bool = False) -> Path:
-    """Sign a written approval record: with `key` (`OUT.sig`), else Sigstore DSSE over it
+                  interactive: bool = False, passphrase: Passphrase | None = None) -> Path:
+    """Sign a written approval record as a DSSE attestation whose payload is the record itself:
+    with `key` (`OUT.sig`, `passphrase()` asked when the key is encrypted), else with Sigstore
     (`OUT.sigstore.json`; `token` from `signing.identity_token`)."""
     if key is not None:
-        return sign_with_key(out, key)
-    return sign_keyless(out, token=token, interactive=interactive, statement=out.read_bytes())
+        return sign_with_key(out, key, passphrase=passphrase)
+    return sign_keyless(out, token=token, interactive=interactive)
 
 
 def read_approval(path: Path) -> dict[str, Any]:
@@ -90,26 +93,30 @@ def acceptance_length(statement: Mapping[str, Any]) -> float | None:
     return float(tau) if isinstance(tau, int | float) and not isinstance(tau, bool) else None
 
 
-def verify_approval(path: Path, signers: Signers, *, trust_root: Path | None = None
-                    ) -> list[SignatureCheck]:
+def verify_approval(path: Path, signers: Signers, *, trust_root: Path | None = None,
+                    bundle: Path | None = None) -> list[SignatureCheck]:
     """Check every signature next to an approval record against `signers`.
 
-    `RECORD.sig` (key) is checked with `model_signing`; `RECORD.sigstore.json` must be a DSSE
-    bundle whose statement is byte for byte the record. None at all is one refusal, "not
-    signed", naming no signature file (there is none to name)."""
+    Each (`RECORD.sig`, key; `RECORD.sigstore.json`, Sigstore; or `bundle`, given by name) must
+    be a DSSE attestation whose statement is byte for byte the record (a key signature of an
+    earlier release, in the OpenSSF Model Signing format, is checked with `model_signing`).
+    None at all is one refusal, "not signed", naming no signature file (there is none to
+    name)."""
+    if bundle is not None:
+        return [verify_bundle(path, bundle, signers, trust_root=trust_root)]
     keyed = path.with_name(path.name + KEY_SIG_SUFFIX)
-    bundle = path.with_name(path.name + SIGSTORE_SUFFIX)
+    sigstore = path.with_name(path.name + SIGSTORE_SUFFIX)
     checks = []
     if keyed.exists() or keyed.is_symlink():
         checks.append(verify_key_signature(path, keyed, signers.public_keys, subject=path.name))
-    if bundle.exists() or bundle.is_symlink():
+    if sigstore.exists() or sigstore.is_symlink():
         data = read_input(path, "approval record", APPROVAL_MAX_BYTES)
-        checks.append(verify_dsse_bundle(data, bundle, signers.identities,
+        checks.append(verify_dsse_bundle(data, sigstore, signers.identities,
                                          trust_root=trust_root, subject=path.name))
     if not checks:
         checks.append(SignatureCheck.bad(
             path.name, "", f"not signed: nothing vouches for this record (neither {keyed.name} "
-                           f"nor {bundle.name} exists; sign it with gate --key or --sign)"))
+                           f"nor {sigstore.name} exists; sign it with gate --key or --sign)"))
     return checks
 
 
@@ -159,14 +166,15 @@ class ApprovalVerdict:
 
 def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | None = None,
                    lock_path: Path | None = None, accepted_policies: Sequence[str] = (),
-                   trust_root: Path | None = None) -> ApprovalVerdict:
+                   trust_root: Path | None = None, bundle: Path | None = None
+                   ) -> ApprovalVerdict:
     """Verify an approval record: that it is about `policy` (`policy_binding`), its signatures
     against the policy's approval signers and, unless `roots` is None (the
     signature only, as `monitor --record` needs), the disk against it, as `verify` would: the
     lockfile at `lock_path` must be the approved one, and every folder it locks is listed with
     the one walk and compared with the approved set (missing, extra and changed files fail)."""
     statement = read_approval(path)
-    checks = verify_approval(path, policy.approval_signers, trust_root=trust_root)
+    checks = verify_approval(path, policy.approval_signers, trust_root=trust_root, bundle=bundle)
     problems, checked = ([], None) if roots is None else _compare_disk(statement, roots, lock_path)
     named = statement["predicate"].get("policy")
     return ApprovalVerdict(str(path), named if isinstance(named, dict) else {}, policy.name,

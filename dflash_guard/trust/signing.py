@@ -1,22 +1,23 @@
-"""Signatures: Sigstore bundles for the lockfile, OpenSSF model signatures, ECDSA keys offline.
+"""Signatures: Sigstore and key bundles over one file, OpenSSF model signatures, offline keys.
 
-Three kinds of signature, each made and checked by a library, never by hand:
-- `dflash.lock.sigstore.json`: a Sigstore bundle over the lockfile bytes (keyless, `sigstore`),
-  verified against the policy's identity/issuer pairs, online (`Verifier.production()`) or offline
-  with a trusted root file (`TrustedRoot.from_file`).
+Each kind is made and checked by a library, never by hand:
+- `FILE.sigstore.json` (keyless, `sigstore`) and `FILE.sig` (an ECDSA key, securesystemslib's
+  DSSE): a DSSE in-toto attestation about one file, the lockfile or an approval record
+  (`trust.attestation` says what is signed). The Sigstore ones are verified against the policy's
+  identity/issuer pairs (exact, or an anchored regexp), online (`Verifier.production()`) or
+  offline with a trusted root file; the key ones against its public keys. Signatures of earlier
+  releases still verify: a message signature over the lockfile bytes (`verify_artifact`) and an
+  OpenSSF Model Signing key bundle (`model_signing`'s elliptic key verifier).
 - `model.sig` in a model folder: an OpenSSF Model Signing bundle whose DSSE payload is an in-toto
   statement listing each file's sha256. A certificate-signed one is verified with `sigstore`
   (`verify_dsse` with the policy's identities); a key-signed one with `model_signing`'s elliptic
   key verifier. Either way its per-file digests must then equal the lockfile's.
-- `FILE.sig` (air-gapped sites): an ECDSA P-256 signature over one file (the lockfile or an
-  approval record) in the same OpenSSF format, made and verified by `model_signing`'s key signer
-  and verifier, so one format and one library cover every key-based signature.
 
 Checking a signature never raises for a bad signature: it returns a `SignatureCheck` whose
 `Outcome` is a refusal with the reason (a finding). Only what prevents the check (an unreadable
 trust root) raises `InputError`.
 
-The module is over 450 lines on purpose: the three kinds share one verification path (identity
+The module is over 450 lines on purpose: the kinds share one verification path (identity
 policies, trust root, key loading, the outcome), and keeping them together keeps that path single.
 """
 
@@ -25,7 +26,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import hashlib
+import json
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,9 +35,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import create_exclusive, loads_json, read_input, read_regular, write_atomic
+from dflash_guard.fileio import create_exclusive, loads_json, read_input, write_atomic
 from dflash_guard.outcome import Outcome, Verdict
 from dflash_guard.schema import MAX_DOCUMENT_CHARS
+from dflash_guard.trust.attestation import (
+    Passphrase,
+    attestation_payload,
+    coverage_problem,
+    key_bundle,
+    key_signer,
+    load_private_key,
+    verify_envelope,
+)
 from dflash_guard.trust.intoto import PAYLOAD_TYPE, Statement
 from dflash_guard.trust.policy import Identity, Policy, Signers
 
@@ -137,19 +148,54 @@ def production_trust_root() -> Path:
     return path
 
 
+# The Fulcio "other name" SAN of some identities (sigstore's `policy.Identity` reads it too).
+_OTHERNAME_OID = "1.3.6.1.4.1.57264.1.7"
+
+
+class _IdentityPattern:
+    """sigstore's `policy.Identity`, the certificate's SAN matched by a regular expression
+    (whole-string: an anchored `--certificate-identity-regexp`) instead of exactly."""
+
+    def __init__(self, pattern: str, issuer: str) -> None:
+        from sigstore.verify import policy
+
+        self._pattern = re.compile(pattern)
+        self._issuer = policy.OIDCIssuer(issuer)
+
+    def verify(self, cert: Any) -> None:
+        from cryptography import x509
+        from sigstore.errors import VerificationError
+
+        self._issuer.verify(cert)
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        sans = [*names.get_values_for_type(x509.RFC822Name),
+                *names.get_values_for_type(x509.UniformResourceIdentifier),
+                *(o.value.decode() for o in names.get_values_for_type(x509.OtherName)
+                  if o.type_id.dotted_string == _OTHERNAME_OID)]
+        if not any(self._pattern.fullmatch(san) for san in sans):
+            raise VerificationError(f"Certificate's SANs do not match /{self._pattern.pattern}/;"
+                                    f" actual SANs: {sans}")
+
+
+def _one_policy(identity: Identity) -> VerificationPolicy:
+    from sigstore.verify import policy
+
+    if identity.regexp:
+        return _IdentityPattern(identity.identity, identity.issuer)
+    return policy.Identity(identity=identity.identity, issuer=identity.issuer)
+
+
 def _identity_policy(identities: Sequence[Identity]) -> VerificationPolicy:
     from sigstore.verify import policy
 
     if len(identities) == 1:
-        return policy.Identity(identity=identities[0].identity, issuer=identities[0].issuer)
+        return _one_policy(identities[0])
     # AnyOf refuses an empty list by itself; callers never pass one (see _no_signer_reason).
-    return policy.AnyOf(
-        [policy.Identity(identity=i.identity, issuer=i.issuer) for i in identities]
-    )
+    return policy.AnyOf([_one_policy(i) for i in identities])
 
 
 def _describe(identities: Sequence[Identity]) -> str:
-    return ", ".join(f"{i.identity} ({i.issuer})" for i in identities)
+    return ", ".join(str(i) for i in identities)
 
 
 def _load_bundle(path: Path) -> tuple[Bundle | None, str]:
@@ -205,11 +251,52 @@ def verify_blob_bundle(
     trust_root: Path | None = None,
     subject: str = "artifact",
 ) -> SignatureCheck:
-    """Check a Sigstore bundle over `data` against any of the accepted identities."""
-    bundle, _, reason = _verify_sigstore(bundle_path, identities, trust_root, data=data)
+    """Check a Sigstore bundle over the file `data` against any of the accepted identities: a
+    DSSE attestation that covers it (`covers`), or a message signature over its bytes (what
+    releases before 0.2 wrote for a lockfile)."""
+    dsse = _has_dsse(bundle_path)
+    bundle, signed, reason = _verify_sigstore(bundle_path, identities, trust_root,
+                                              data=None if dsse else data)
     if bundle is None:
         return SignatureCheck.bad(subject, str(bundle_path), reason)
+    if dsse:
+        payload_type, payload = signed or ("", b"")
+        problem = (f"unexpected DSSE payload type {payload_type!r}" if payload_type != PAYLOAD_TYPE
+                   else coverage_problem(payload, data, subject))
+        if problem:
+            return SignatureCheck.bad(subject, str(bundle_path), problem)
     return SignatureCheck.good(subject, str(bundle_path), _signer_of(bundle, identities))
+
+
+def _has_dsse(bundle_path: Path) -> bool:
+    """Whether a bundle file holds a DSSE envelope (unreadable: False, and the check refuses)."""
+    try:
+        raw = loads_json(read_input(bundle_path, "signature", SIGNATURE_MAX_BYTES),
+                         str(bundle_path))
+    except InputError:
+        return False
+    return isinstance(raw, dict) and "dsseEnvelope" in raw
+
+
+def is_key_bundle(bundle_path: Path) -> bool:
+    """Whether a bundle file names a public key (a key signature) rather than a certificate."""
+    try:
+        raw: Any = loads_json(read_input(bundle_path, "signature", SIGNATURE_MAX_BYTES),
+                              str(bundle_path))
+        return "publicKey" in raw["verificationMaterial"]
+    except (InputError, KeyError, TypeError):
+        return False
+
+
+def verify_bundle(path: Path, bundle: Path, signers: Signers, *,
+                  trust_root: Path | None = None) -> SignatureCheck:
+    """Check a bundle given by name (`--bundle FILE`) over the file `path`: a key signature or
+    a Sigstore one, told apart by its verification material."""
+    if is_key_bundle(bundle):
+        return verify_key_signature(path, bundle, signers.public_keys, subject=path.name)
+    data = read_input(path, "signed file", MAX_DOCUMENT_CHARS)
+    return verify_blob_bundle(data, bundle, signers.identities, trust_root=trust_root,
+                              subject=path.name)
 
 
 def _refusal(error: BaseException, identities: Sequence[Identity]) -> str:
@@ -229,62 +316,29 @@ def _signer_of(bundle: Bundle, identities: Sequence[Identity]) -> str:
             _identity_policy([identity]).verify(cert)
         except VerificationError:
             continue
-        return f"{identity.identity} ({identity.issuer})"
+        return str(identity)
     return "an accepted identity"
 
 
 # --- key-based (air-gapped) ------------------------------------------------------------------
 
-
-def sign_with_key(path: Path, key: Path, *, out: Path | None = None) -> Path:
-    """Sign one file with an ECDSA private key (PEM) in the OpenSSF format; write `FILE.sig`."""
-    from model_signing import signing
-
+def sign_with_key(path: Path, key: Path, *, out: Path | None = None,
+                  passphrase: Passphrase | None = None) -> Path:
+    """Sign one file with an ECDSA private key (PEM, encrypted or not): write `FILE.sig`, a
+    Sigstore bundle whose DSSE payload is the file's in-toto statement (`attestation_payload`)."""
     out = out or path.with_name(path.name + KEY_SIG_SUFFIX)
     if not path.is_file():
         raise InputError(f"cannot sign {path}: no such file")
-    check_ec_private_key(key)
-    # model_signing writes to a path it is given: a private folder of our own, never a fixed
-    # name beside the output where a planted link could redirect the write.
-    private = Path(tempfile.mkdtemp(prefix="dflash-guard-sign-"))
-    try:
-        tmp = private / "signature"
-        # model_signing's Config.__init__ lacks `-> None`, so mypy counts the call untyped
-        config = signing.Config()  # type: ignore[no-untyped-call]
-        config.use_elliptic_key_signer(private_key=key).sign(path, tmp)
-        write_atomic(out, read_regular(tmp, SIGNATURE_MAX_BYTES, nofollow=True))
-    except (OSError, ValueError, TypeError) as error:
-        raise InputError(f"cannot sign {path} with key {key}: {_first_line(error)}") from None
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
+    private = load_private_key(key, passphrase)
+    data = read_input(path, "file to sign", SIGNATURE_MAX_BYTES)
+    write_atomic(out, key_bundle(attestation_payload(data, path.name), private))
     return out
 
 
-KEY_FILE_MAX_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
-
-
-def check_ec_private_key(key: Path) -> None:
-    """Refuse, as one `InputError`, a key file that is not a small regular file holding an
-    unencrypted EC private key in PEM (an RSA key, `/dev/zero`, a FIFO): model_signing would
-    fail on it with an internal error, or read it forever."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    try:
-        pem = read_regular(key, KEY_FILE_MAX_BYTES)
-    except InputError as error:
-        raise InputError(f"cannot sign with --key {error}") from None
-    except OSError as error:
-        raise InputError(f"cannot sign with --key {key}: {error.strerror or error}") from None
-    try:
-        private = serialization.load_pem_private_key(pem, password=None)
-    except (ValueError, TypeError) as error:
-        raise InputError(f"cannot sign with --key {key}: not an unencrypted PEM private key "
-                         f"({_first_line(error)})") from None
-    if not isinstance(private, ec.EllipticCurvePrivateKey):
-        kind = type(private).__name__.removesuffix("PrivateKey").removeprefix("_") or "other"
-        raise InputError(f"cannot sign with --key {key}: an {kind} key; an ECDSA (EC, e.g. "
-                         "P-256) private key is needed")
+def check_ec_private_key(key: Path, passphrase: Passphrase | None = None) -> None:
+    """Refuse, as one `InputError`, a key file `sign_with_key` could not sign with (before any
+    work is done)."""
+    load_private_key(key, passphrase)
 
 
 @contextlib.contextmanager
@@ -319,29 +373,55 @@ def _verify_copy(target: Path, sig: Path, keys: Sequence[Path]) -> tuple[str | N
     reasons = []
     for key in keys:
         try:
-            config = verifying.Config()  # type: ignore[no-untyped-call]  # as in sign_with_key
+            config = verifying.Config()  # type: ignore[no-untyped-call]  # untyped __init__
             config.use_elliptic_key_verifier(public_key=key).verify(target, sig)
         except Exception as error:  # noqa: BLE001 - model_signing raises ValueError, KeyError,
             # InvalidSignature, protobuf errors...: any failure means "not verified"
             reasons.append(f"{key.name}: {_first_line(error)}")
             continue
-        return f"key {key.name} (sha256 {_key_fingerprint(key)[:16]})", ""
+        return key_signer(key), ""
     return None, "; ".join(reasons)
 
 
-def _key_fingerprint(key: Path) -> str:
-    from cryptography.hazmat.primitives import serialization
+def _dsse_envelope(bundle: Any) -> Any:
+    """The bundle's DSSE envelope (`KeyError`/`TypeError` when it has none)."""
+    envelope = bundle["dsseEnvelope"]
+    if not isinstance(envelope, dict):
+        raise TypeError("dsseEnvelope: expected an object")
+    return envelope
 
-    public = serialization.load_pem_public_key(read_regular(key, KEY_FILE_MAX_BYTES))
-    der = public.public_bytes(serialization.Encoding.DER,
-                              serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
+
+def _is_model_signing(bundle: Any) -> bool:
+    """Whether a key bundle is an OpenSSF Model Signing signature (the format releases before
+    0.2 wrote, still verified with `model_signing`)."""
+    try:
+        payload = base64.b64decode(_dsse_envelope(bundle)["payload"], validate=True)
+        return bool(json.loads(payload).get("predicateType") == MODEL_SIGNING_PREDICATE)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
 
 
 def verify_key_signature(path: Path, sig: Path, keys: Sequence[Path],
                          *, subject: str = "artifact") -> SignatureCheck:
-    """Check `FILE.sig` (OpenSSF format, ECDSA key) over one file against accepted keys."""
-    signer, reason = _verify_with_keys(path, sig, keys)
+    """Check `FILE.sig`, a key-signed Sigstore bundle over one file, against accepted keys: a
+    DSSE attestation (`sign_with_key`), or an OpenSSF Model Signing one (earlier releases)."""
+    if not keys:
+        return SignatureCheck.bad(subject, str(sig), "the policy accepts no public key for it "
+                                  "(signatures: ... public_keys)")
+    try:
+        bundle = loads_json(read_input(sig, "signature", SIGNATURE_MAX_BYTES), str(sig))
+        if _is_model_signing(bundle):
+            signer, reason = _verify_with_keys(path, sig, keys)
+        else:
+            signer, payload, reason = verify_envelope(_dsse_envelope(bundle), keys)
+            problem = None if signer is None else coverage_problem(
+                payload, read_input(path, "signed file", SIGNATURE_MAX_BYTES), path.name)
+            if problem:
+                signer, reason = None, problem
+    except InputError as error:
+        signer, reason = None, str(error)
+    except (KeyError, TypeError) as error:
+        signer, reason = None, f"not a DSSE bundle: {_first_line(error)}"
     if signer is None:
         return SignatureCheck.bad(subject, str(sig), reason)
     return SignatureCheck.good(subject, str(sig), signer)
@@ -357,9 +437,13 @@ def lock_signature_paths(lock_path: Path) -> tuple[Path, Path]:
 
 
 def verify_lockfile_signature(
-    lock_path: Path, signers: Signers, *, required: bool, trust_root: Path | None = None
+    lock_path: Path, signers: Signers, *, required: bool, trust_root: Path | None = None,
+    bundle_file: Path | None = None,
 ) -> list[SignatureCheck]:
-    """Check every signature next to the lockfile; none present is a refusal when `required`."""
+    """Check every signature next to the lockfile, or only `bundle_file` when one is named
+    (`--bundle`: it must verify); none present is a refusal when `required`."""
+    if bundle_file is not None:
+        return [verify_bundle(lock_path, bundle_file, signers, trust_root=trust_root)]
     bundle, keysig = lock_signature_paths(lock_path)
     present = [p for p in (bundle, keysig) if p.exists() or p.is_symlink()]
     if present and signers.empty and not required:  # nobody was asked to check it
@@ -558,12 +642,12 @@ def identity_token(interactive: bool) -> IdentityToken:
 
 
 def sign_keyless(path: Path, *, interactive: bool = False, token: IdentityToken | None = None,
-                 statement: bytes | None = None, out: Path | None = None) -> Path:
-    """Sign `path` with Sigstore (keyless) and write `PATH.sigstore.json`.
+                 out: Path | None = None) -> Path:
+    """Sign `path` with Sigstore (keyless) and write `PATH.sigstore.json`: a DSSE bundle over
+    the file's in-toto statement (`attestation_payload`: the file itself when it is one, as an
+    approval record is).
 
-    `token` is an identity token from `identity_token` (else one is obtained here). With
-    `statement`, sign that in-toto statement as DSSE instead of the file's bytes (used for
-    approval records).
+    `token` is an identity token from `identity_token` (else one is obtained here).
     """
     from sigstore.dsse import Statement as DsseStatement
     from sigstore.errors import Error as SigstoreError
@@ -573,14 +657,13 @@ def sign_keyless(path: Path, *, interactive: bool = False, token: IdentityToken 
     out = out or path.with_name(path.name + SIGSTORE_SUFFIX)
     if not path.is_file():
         raise InputError(f"cannot sign {path}: no such file")
+    payload = attestation_payload(read_input(path, "file to sign", SIGNATURE_MAX_BYTES),
+                                  path.name)
     token = token or identity_token(interactive)
     try:
         context = SigningContext.from_trust_config(ClientTrustConfig.production())
         with context.signer(token) as signer:
-            if statement is not None:
-                bundle = signer.sign_dsse(DsseStatement(statement))
-            else:
-                bundle = signer.sign_artifact(path.read_bytes())
+            bundle = signer.sign_dsse(DsseStatement(payload))
     except SigstoreError as error:
         raise InputError(f"Sigstore signing failed: {error.diagnostics()}") from None
     except Exception as error:  # noqa: BLE001 - TUF and HTTP failures: the network, not a bug
@@ -618,13 +701,14 @@ def verify_model_signatures(lock: Lockfile, locations: Mapping[str, Path], polic
 
 
 def verify_signatures(lock_path: Path, lock: Lockfile, locations: Mapping[str, Path],
-                      policy: Policy, *, trust_root: Path | None = None
-                      ) -> list[SignatureCheck]:
+                      policy: Policy, *, trust_root: Path | None = None,
+                      bundle_file: Path | None = None) -> list[SignatureCheck]:
     """Every signature check of `dflash-guard verify`: the lockfile's (when one exists or the
-    policy requires it) and each verified folder's `model.sig` (when present or required)."""
+    policy requires it; `bundle_file`: that one) and each verified folder's `model.sig` (when
+    present or required)."""
     checks = verify_lockfile_signature(lock_path, policy.lockfile_signers,
                                        required=policy.lockfile_signature_required,
-                                       trust_root=trust_root)
+                                       trust_root=trust_root, bundle_file=bundle_file)
     trusted = bool(checks) and all(c.verified for c in checks)  # hub-confirmed counts when signed
     return checks + verify_model_signatures(lock, locations, policy, trust_root=trust_root,
                                             provenance_trusted=trusted)

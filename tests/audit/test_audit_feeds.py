@@ -199,3 +199,18 @@ def test_feed_real_sigstore_bundle_verifies_and_tampered_bytes_do_not(shared_vec
     blob.write_bytes(data + b" ")
     [check] = _signature_checks(blob, data + b" ", rules, "bundle.txt")
     assert not check.ok
+
+
+def test_feed_signature_named_with_bundle(lock, tmp_path, feed_key_pair):
+    """`audit --bundle FILE`: the one feed file's signature kept elsewhere is the one checked."""
+    feed = write_feed(tmp_path / "feed.json", _drafter_record())
+    elsewhere = sign_with_key(feed, feed_key_pair[0], out=tmp_path / "sigs.bundle")
+    report = run_audit(lock, [str(feed)], now=NOW, rules=_rules(
+        feed_key_pair, allow_unsigned=False, bundle=elsewhere))
+    assert report.feed_problems == ()
+    [file] = report.feeds[0].files
+    assert [c.signature for c in file.signatures] == [str(elsewhere)] and file.signatures[0].ok
+    other = write_feed(tmp_path / "other.json", _drafter_record(NOW - dt.timedelta(days=1)))
+    report = run_audit(lock, [str(other)], now=NOW, rules=_rules(
+        feed_key_pair, allow_unsigned=False, bundle=elsewhere))
+    assert report.feed_problems  # that bundle signs feed.json, not other.json
