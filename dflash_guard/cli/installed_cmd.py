@@ -14,7 +14,7 @@ from dflash_guard.cli.options import Format, Json, chosen_format
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.installed import render_installed
 from dflash_guard.pins.lockfile import load_lockfile
-from dflash_guard.trust.installed import check_installed, pip_cache_dir, pip_cache_files
+from dflash_guard.trust.installed import candidate_wheels, check_installed
 
 
 def verify_installed(
@@ -42,10 +42,8 @@ def verify_installed(
     Example: dflash-guard verify-installed dflash --lock lockfiles/dflash-client.lock
     """
     fmt = chosen_format(fmt, as_json)
-    folder = wheelhouse if wheelhouse is not None else Path(".wheelhouse")
-    wheels = [*(wheel or []), *(sorted(folder.glob("*.whl"))[:10_000] if folder.is_dir() else []),
-              *pip_cache_files(pip_cache_dir())]
-    check = check_installed(load_lockfile(lock_path), name, paths=path or None, wheels=wheels)
+    check = check_installed(load_lockfile(lock_path), name, paths=path or None,
+                            wheels=candidate_wheels(wheel or [], wheelhouse))
     finish(check, fmt, render_installed)
 
 

@@ -4,6 +4,7 @@ pins; `launch --check ENGINE -- COMMAND...` lints an existing serve command inst
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -57,6 +58,20 @@ def launch(
         help="The python (vllm, sglang) or llama-server to run (default: python3, "
              "llama-server); with --check vllm, the python whose vLLM parser resolves the command."
     )] = None,
+    approval: Annotated[Path | None, typer.Option(
+        "--approval", metavar="RECORD",
+        help="Launch from this approval record (required by a policy with "
+             "launch.require_approval, as strict): verified as verify-approval does it "
+             "(policy digest, signature, lockfile, every folder), the engine proved to be the "
+             "locked one (--program), then the command planned from the verified folders.")
+    ] = None,
+    trust_root: Annotated[Path | None, typer.Option(
+        "--trust-root", metavar="JSON",
+        help="With --approval: Sigstore trusted root (JSON) for offline verification.")] = None,
+    wheelhouse: Annotated[Path | None, typer.Option(
+        "--wheelhouse", metavar="DIR",
+        help="With --approval: a folder holding the locked engine wheel (default "
+             "./.wheelhouse; pip's cache is searched too).")] = None,
     execute: Annotated[bool, typer.Option(
         "--exec", help="Replace this process with the engine instead of printing.")] = False,
     check: Annotated[bool, typer.Option(
@@ -68,9 +83,10 @@ def launch(
 ) -> None:
     """Print the serve command that loads exactly the locked artifacts, or refuse (exit 1).
 
-    Local folders are verified against the lock first; Hub repos are pinned to their locked
-    commits (--revision, --tokenizer-revision, the drafter's revision in the speculative
-    config); binds 127.0.0.1 unless --host; the policy's `launch` caps become engine flags.
+    Every folder is verified against the lock first (a Hub artifact's HF-cache snapshot at its
+    locked commit), and the engine is given its path, never a repo id; binds 127.0.0.1 unless
+    --host; the policy's `launch` caps become engine flags. With --approval RECORD the record
+    is verified as verify-approval does it and --program must be the locked engine.
 
     --check ENGINE -- COMMAND... lints an existing serve command instead (scan findings).
 
@@ -78,7 +94,8 @@ def launch(
     """
     from dflash_guard.launch.check import check_command
     from dflash_guard.launch.plan import LaunchOptions
-    from dflash_guard.launch.run import run_launch
+    from dflash_guard.launch.run import Approval, run_launch
+    from dflash_guard.trust.installed import candidate_wheels
 
     fmt = chosen_format(fmt, as_json)
 
@@ -88,7 +105,8 @@ def launch(
     if check:
         given = {"--exec": execute, "--baseline": baseline,
                  "--trust-remote-code": trust_remote_code, "--num-speculative-tokens": tokens,
-                 "--api-key-env": api_key_env}
+                 "--api-key-env": api_key_env, "--approval": approval,
+                 "--wheelhouse": wheelhouse, "--trust-root": trust_root}
         if mixed := [flag for flag, value in given.items() if value]:
             raise InputError(f"{mixed[0]}: not with --check (it lints the command after `--`)")
         with progress(quiet) as shown:
@@ -104,8 +122,10 @@ def launch(
         engine=engine, roots=roots, host=host, port=port,
         api_key_env=api_key_env, trust_remote_code=trust_remote_code, baseline=baseline,
         num_speculative_tokens=tokens, program=program, extra=tuple(command or []))
+    approved = None if approval is None else Approval(
+        approval, Path(lock_path), trust_root, tuple(candidate_wheels((), wheelhouse)))
     with progress(quiet) as shown:
-        result = run_launch(lock, loaded_policy, options, shown)
+        result = run_launch(lock, loaded_policy, options, shown, approved)
     if execute and result.passed and result.command is not None:
         argv, env = result.command.resolved(os.environ)
         try:

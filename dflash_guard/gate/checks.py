@@ -29,6 +29,7 @@ from dflash_guard.gate.evidence import (
 from dflash_guard.gate.inputs import GateInputs
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE
+from dflash_guard.pins.engine_pins import pinned_engines
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.progress import stage
 from dflash_guard.trust.evidence import provenance_note, signed_by_policy
@@ -65,7 +66,8 @@ def check_lockfile(inputs: GateInputs) -> Checked:
                                     f"{ref.commit or '(none recorded)'!r} is not a full SHA")
     if problems:
         return _refused(problems, " (policy: artifacts.require_full_sha)")
-    return Outcome.passed(f"{len(lock.artifacts)} artifacts and {len(lock.engines)} engine(s) "
+    engines = len(pinned_engines(lock))
+    return Outcome.passed(f"{len(lock.artifacts)} artifacts and {engines} engine(s) "
                           f"pinned, {lock.digest()[:19]}"), LockEvidence(lock)
 
 

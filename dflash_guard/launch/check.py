@@ -124,7 +124,7 @@ def _compare(lock: Lockfile, artifact: Artifact, location: str | None, revision:
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag, f"{location}: its sha256 is none of the "
                          f"locked {artifact.role} {artifact.label}'s files")]
     if path.is_dir():
-        verified = verify_folder(lock, artifact, path, progress)
+        verified, _ = verify_folder(lock, artifact, path, progress)
         return [] if verified.ok else [_finding(rules.LAUNCH_NOT_LOCKED, flag, verified.reason)]
     if artifact.source != "hub" or (artifact.repo or "").casefold() != location.casefold():
         return [_finding(rules.LAUNCH_NOT_LOCKED, flag,
@@ -142,7 +142,13 @@ def _compare(lock: Lockfile, artifact: Artifact, location: str | None, revision:
     if revision != artifact.commit:
         return [_finding(rules.LAUNCH_NOT_LOCKED, revision_flag or flag,
                          f"{location} at {revision}, the lock pins {artifact.commit}")]
-    return []
+    # The right repo at the right commit, but the engine resolves it in its HF cache itself,
+    # whatever that snapshot holds when it starts (a file added after the lock included).
+    return [_finding(rules.LAUNCH_NOT_LOCKED, flag,
+                     f"{location} is a Hub repo id: the engine would read whatever its HF cache "
+                     f"holds for {artifact.commit[:12] if artifact.commit else 'it'}, which "
+                     "nothing verified; name the verified snapshot folder instead (`dflash-guard "
+                     "launch` prints its path)")]
 
 
 def _last(flags: dict[str, list[str | None]], name: str | None) -> str | None:

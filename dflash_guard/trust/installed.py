@@ -471,6 +471,14 @@ def pip_cache_files(cache: Path) -> list[Path]:
     return found
 
 
+def candidate_wheels(wheels: Iterable[Path], wheelhouse: Path | None) -> list[Path]:
+    """Where the locked wheel may be: `wheels`, the `.whl` files of `wheelhouse` (default
+    `./.wheelhouse` when there is one), then pip's cache."""
+    folder = wheelhouse if wheelhouse is not None else Path(".wheelhouse")
+    found = sorted(folder.glob("*.whl"))[:WALK_MAX_ENTRIES] if folder.is_dir() else []
+    return [*wheels, *found, *pip_cache_files(pip_cache_dir())]
+
+
 def pip_cache_dir() -> Path:
     """pip's cache folder, as pip finds it on Linux (`PIP_CACHE_DIR`, else the XDG cache)."""
     if explicit := os.environ.get("PIP_CACHE_DIR"):

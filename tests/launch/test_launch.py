@@ -15,7 +15,7 @@ import pytest
 
 from dflash_guard.pins.resolve import build_lock
 from tests.support.hostile import one_line_error
-from tests.support.launch import COMMIT_D, COMMIT_T, LAUNCH, hub_lock
+from tests.support.launch import COMMIT_D, LAUNCH, hub_cache_lock, hub_lock
 from tests.support.trust import write_lock, write_policy
 
 
@@ -59,16 +59,29 @@ def test_a_folder_that_differs_from_the_lock_is_refused(cli, padded_pair, padded
     assert "does not match the lock" in result.stdout and "config.json" in result.stdout
 
 
-def test_hub_artifacts_are_pinned_to_their_locked_commits(cli, tmp_path, policy) -> None:
-    result = launch(cli, hub_lock(tmp_path / "hub.lock"), "vllm", "--policy", policy,
-                    "--format", "json")
-    assert result.exit_code == 0, result.stderr
+def test_hub_artifacts_are_loaded_from_their_verified_snapshots(cli, hf_env, tmp_path,
+                                                                policy) -> None:
+    """Issue 44 (Q11): a Hub artifact is verified in its HF-cache snapshot and the engine is
+    given that folder's path, never the repo id and a revision it would resolve itself; a chat
+    template added to the snapshot after the lock is refused before launch."""
+    lock, snapshots = hub_cache_lock(hf_env, tmp_path / "hub.lock")
+    result = launch(cli, lock, "vllm", "--policy", policy, "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
     argv = json.loads(result.stdout)["argv"]
-    assert argv[argv.index("--model") + 1] == "Qwen/Qwen3-8B"
-    assert argv[argv.index("--revision") + 1] == COMMIT_T
-    assert argv[argv.index("--tokenizer-revision") + 1] == COMMIT_T
+    assert argv[argv.index("--model") + 1] == str(snapshots["target"].resolve())
+    assert not {"--revision", "--tokenizer-revision", "--code-revision"} & set(argv)
+    assert "Qwen/Qwen3-8B" not in " ".join(argv)
     config = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert config["model"] == "z-lab/Qwen3-8B-DFlash-b16" and config["revision"] == COMMIT_D
+    assert config == {"method": "dflash", "model": str(snapshots["drafter"].resolve()),
+                      "num_speculative_tokens": 7}
+    (snapshots["target"] / "chat_template.jinja").write_text("{{ 'planted' }}")
+    refused = launch(cli, lock, "vllm", "--policy", policy)
+    assert refused.exit_code == 1, refused.stdout + refused.stderr
+    assert "chat_template.jinja: extra" in refused.stdout, refused.stdout
+    (snapshots["target"] / "chat_template.jinja").unlink()
+    shutil.rmtree(snapshots["drafter"])
+    missing = launch(cli, lock, "vllm", "--policy", policy)
+    assert "not in the HF cache" in one_line_error(missing)
 
 
 def test_a_refusal_is_a_json_document(cli, padded_pair, padded_lock, policy) -> None:
@@ -139,7 +152,7 @@ def test_the_policy_sets_the_token_count(cli, padded_pair, padded_lock, policy) 
 
 
 def test_without_a_token_count_the_drafters_block_size_is_taken(cli, padded_pair, padded_lock,
-                                                                 tmp_path) -> None:
+                                                                 hf_env, tmp_path) -> None:
     """As llama.cpp clamps to it: the block size less the anchor token (issue 36, item 9)."""
     target, drafter, lock = padded_pair.target, padded_pair.drafter, padded_lock
     block = json.loads((drafter / "config.json").read_text())["block_size"]
@@ -149,8 +162,11 @@ def test_without_a_token_count_the_drafters_block_size_is_taken(cli, padded_pair
     argv = json.loads(result.stdout)["argv"]
     config = json.loads(argv[argv.index("--speculative-config") + 1])
     assert config["num_speculative_tokens"] == block - 1
-    hub = launch(cli, hub_lock(tmp_path / "hub.lock"), "vllm", "--policy", "dev")
-    assert "--num-speculative-tokens" in one_line_error(hub)  # no folder to read it from
+    hub_lock_path, _ = hub_cache_lock(hf_env, tmp_path / "hub.lock")
+    hub = launch(cli, hub_lock_path, "vllm", "--policy", "dev", "--format", "json")
+    assert hub.exit_code == 0, hub.stdout + hub.stderr  # read from the verified snapshot
+    argv = json.loads(hub.stdout)["argv"]
+    assert json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens"] == 15
 
 
 def test_llama_cpp_loads_the_locked_gguf_files(cli, tmp_path, policy) -> None:
@@ -173,14 +189,17 @@ def test_llama_cpp_loads_the_locked_gguf_files(cli, tmp_path, policy) -> None:
     assert refused.exit_code == 1 and "drafter.gguf" in refused.stdout
 
 
-def test_sglang_command(cli, tmp_path, policy) -> None:
-    result = launch(cli, hub_lock(tmp_path / "hub.lock"), "sglang", "--policy", policy)
+def test_sglang_command(cli, hf_env, tmp_path, policy) -> None:
+    lock, snapshots = hub_cache_lock(hf_env, tmp_path / "hub.lock")
+    result = launch(cli, lock, "sglang", "--policy", policy)
     assert result.exit_code == 0, result.stderr
     argv = shlex.split(result.stdout)
     assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
     assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
-    assert argv[argv.index("--speculative-draft-model-revision") + 1] == COMMIT_D
-    assert argv[argv.index("--revision") + 1] == COMMIT_T
+    assert argv[argv.index("--model-path") + 1] == str(snapshots["target"].resolve())
+    assert (argv[argv.index("--speculative-draft-model-path") + 1]
+            == str(snapshots["drafter"].resolve()))
+    assert "--revision" not in argv and "--speculative-draft-model-revision" not in argv
 
 
 @pytest.mark.parametrize("section", [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from dflash_guard.pins.lockfile import Artifact, LockedFile, Lockfile
@@ -22,3 +23,24 @@ def hub_lock(path: Path) -> Path:
         Artifact("drafter", "hub", "z-lab/Qwen3-8B-DFlash-b16", "main", COMMIT_D,
                  (*files, LockedFile("dflash.py", 3, "d" * 64)))))
     return write_lock(lock, path)
+
+
+TARGET_FILES = {"config.json": b'{"model_type": "qwen3"}'}
+DRAFTER_FILES = {"config.json": b'{"block_size": 16, "architectures": ["DFlashDraftModel"]}',
+                 "dflash.py": b"class DFlashDraftModel:\n    pass\n"}
+
+
+def hub_cache_lock(cache: Path, path: Path) -> tuple[Path, dict[str, Path]]:
+    """The Hub lock of `hub_lock`'s two repos, with real files in the HF cache `cache` (the
+    `hf_env` fixture's): the lockfile and each role's snapshot folder."""
+    from tests.support.pins import write_cache_snapshot
+
+    artifacts, snapshots = [], {}
+    for role, repo, commit, files in (("target", "Qwen/Qwen3-8B", COMMIT_T, TARGET_FILES),
+                                      ("drafter", "z-lab/Qwen3-8B-DFlash-b16", COMMIT_D,
+                                       DRAFTER_FILES)):
+        snapshots[role] = write_cache_snapshot(cache, repo, commit, files)
+        locked = tuple(LockedFile(name, len(data), hashlib.sha256(data).hexdigest())
+                       for name, data in sorted(files.items()))
+        artifacts.append(Artifact(role, "hub", repo, "main", commit, locked))
+    return write_lock(Lockfile(artifacts=tuple(artifacts)), path), snapshots
