@@ -134,7 +134,9 @@ def _locate(
     if root is not None:
         if not root.is_dir():
             raise InputError(f"--root {artifact.role}={root}: no such folder")
-        return _Target(artifact.role, root, None, artifact.files)
+        # an HF-cache snapshot given as a folder: its files link into the repo's blobs/
+        boundary = hub.snapshot_boundary(root) if hub.snapshot_identity(root) else None
+        return _Target(artifact.role, root, boundary, artifact.files)
     if artifact.source == "local":
         raise InputError(
             f"artifact {artifact.role!r} was locked from a local folder ({artifact.name!r}); "

@@ -14,7 +14,7 @@ import pytest
 
 from dflash_guard.pins.resolve import build_lock
 from tests.support import vllm
-from tests.support.launch import COMMIT_D, COMMIT_T, LAUNCH, hub_lock
+from tests.support.launch import COMMIT_D, COMMIT_T, LAUNCH, hub_cache_lock, hub_lock
 from tests.support.trust import write_lock, write_policy
 
 DRAFT = json.dumps({"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16",
@@ -33,6 +33,18 @@ def policy(tmp_path: Path) -> Path:
                                                       "  speculative_method: dflash\n"
                                                       "  num_speculative_tokens: 7\n"))
     return path
+
+
+@pytest.fixture
+def snap(hf_env: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    """The Hub lock with its snapshots in an HF cache, and PINNED naming the verified snapshot
+    folders instead of the repo ids (what `launch` prints)."""
+    lock, snapshots = hub_cache_lock(hf_env, tmp_path / "snap.lock")
+    draft = {**json.loads(DRAFT), "model": str(snapshots["drafter"])}
+    del draft["revision"]
+    command = [*PINNED[:4], str(snapshots["target"]), "--speculative-config",
+               json.dumps(draft), *PINNED[9:]]
+    return lock, command
 
 
 @pytest.fixture(scope="module")
@@ -60,21 +72,37 @@ def replaced(command: list[str], flag: str, value: str | None) -> list[str]:
     return command[:index] + ([flag, value] if value is not None else []) + tail
 
 
-def test_a_pinned_loopback_capped_command_passes(cli, check, tmp_path, policy) -> None:
-    result = check(cli, hub_lock(tmp_path / "hub.lock"), policy, PINNED)
+def test_a_pinned_loopback_capped_command_passes(cli, check, snap, policy) -> None:
+    lock, command = snap
+    result = check(cli, lock, policy, command)
     assert result.exit_code == 0, result.stdout
     assert findings(result) == []
+
+
+def test_a_hub_repo_id_is_not_the_verified_path(cli, check, snap, tmp_path, policy) -> None:
+    """Issue 44 (Q11): the right repo at the locked commit is still read from whatever the HF
+    cache holds; only the verified snapshot folder passes, and a file planted there is found."""
+    lock, command = snap
+    by_id = check(cli, lock, policy, PINNED)
+    assert findings(by_id) == [("DG-LAUNCH-NOT-LOCKED", "--model"),
+                               ("DG-LAUNCH-NOT-LOCKED", "--speculative-config")]
+    assert "Hub repo id" in json.loads(by_id.stdout)["findings"][0]["message"]
+    target = Path(command[command.index("--model") + 1])
+    (target / "chat_template.jinja").write_text("{{ 'planted' }}")
+    planted = check(cli, lock, policy, command)
+    assert findings(planted) == [("DG-LAUNCH-NOT-LOCKED", "--model")]
+    assert "chat_template.jinja" in json.loads(planted.stdout)["findings"][0]["message"]
 
 
 def test_main_and_missing_revisions_are_unpinned(cli, check, tmp_path, policy) -> None:
     lock = hub_lock(tmp_path / "hub.lock")
     at_main = check(cli, lock, policy, replaced(PINNED, "--revision", "main"))
     assert at_main.exit_code == 1
-    assert findings(at_main) == [("DG-LAUNCH-UNPINNED", "--revision")]
+    assert ("DG-LAUNCH-UNPINNED", "--revision") in findings(at_main)
     served = ["vllm", "serve", "Qwen/Qwen3-8B", *PINNED[7:]]  # `vllm serve MODEL`, no revision
     assert ("DG-LAUNCH-UNPINNED", "--revision") in findings(check(cli, lock, policy, served))
     other = check(cli, lock, policy, replaced(PINNED, "--revision", "c" * 40))
-    assert findings(other) == [("DG-LAUNCH-NOT-LOCKED", "--revision")]
+    assert ("DG-LAUNCH-NOT-LOCKED", "--revision") in findings(other)
 
 
 def test_a_drafter_that_is_not_the_locked_one(cli, check, tmp_path, policy) -> None:
@@ -88,29 +116,31 @@ def test_a_drafter_that_is_not_the_locked_one(cli, check, tmp_path, policy) -> N
         assert rules & {"DG-LAUNCH-NOT-LOCKED", "DG-LAUNCH-UNPINNED"}
 
 
-def test_a_public_bind_without_a_key(cli, check, tmp_path, policy) -> None:
-    lock = hub_lock(tmp_path / "hub.lock")
-    public = check(cli, lock, policy, replaced(PINNED, "--host", "0.0.0.0"))
+def test_a_public_bind_without_a_key(cli, check, snap, policy) -> None:
+    lock, pinned = snap
+    public = check(cli, lock, policy, replaced(pinned, "--host", "0.0.0.0"))
     assert findings(public) == [("DG-LAUNCH-EXPOSED", "--host")]
-    no_host = check(cli, lock, policy, replaced(PINNED, "--host", None))  # vLLM binds 0.0.0.0
+    no_host = check(cli, lock, policy, replaced(pinned, "--host", None))  # vLLM binds 0.0.0.0
     assert findings(no_host) == [("DG-LAUNCH-EXPOSED", "--host")]
-    keyed = check(cli, lock, policy, [*replaced(PINNED, "--host", "0.0.0.0"), "--api-key", "k"])
+    keyed = check(cli, lock, policy, [*replaced(pinned, "--host", "0.0.0.0"), "--api-key", "k"])
     assert keyed.exit_code == 0
 
 
-def test_caps_and_speculation_unlike_the_policy(cli, check, tmp_path, policy) -> None:
-    lock = hub_lock(tmp_path / "hub.lock")
-    over = check(cli, lock, policy, replaced(PINNED, "--max-num-seqs", "256"))
+def test_caps_and_speculation_unlike_the_policy(cli, check, snap, policy) -> None:
+    lock, pinned = snap
+    over = check(cli, lock, policy, replaced(pinned, "--max-num-seqs", "256"))
     assert findings(over) == [("DG-LAUNCH-CAPS", "--max-num-seqs")]
-    missing = check(cli, lock, policy, replaced(PINNED, "--max-model-len", None))
+    missing = check(cli, lock, policy, replaced(pinned, "--max-model-len", None))
     assert findings(missing) == [("DG-LAUNCH-CAPS", "--max-model-len")]
-    config = {**json.loads(DRAFT), "method": "eagle3", "num_speculative_tokens": 3}
-    unlike = check(cli, lock, policy, replaced(PINNED, "--speculative-config", json.dumps(config)))
+    draft = json.loads(pinned[pinned.index("--speculative-config") + 1])
+    config = {**draft, "method": "eagle3", "num_speculative_tokens": 3}
+    unlike = check(cli, lock, policy, replaced(pinned, "--speculative-config", json.dumps(config)))
     assert findings(unlike) == [("DG-LAUNCH-SPECULATIVE", "--speculative-config")] * 2
 
 
-def test_trust_remote_code_over_unreviewed_code(cli, check, tmp_path, policy) -> None:
-    result = check(cli, hub_lock(tmp_path / "hub.lock"), policy, [*PINNED, "--trust-remote-code"])
+def test_trust_remote_code_over_unreviewed_code(cli, check, snap, policy) -> None:
+    lock, pinned = snap
+    result = check(cli, lock, policy, [*pinned, "--trust-remote-code"])
     assert findings(result) == [("DG-LAUNCH-REMOTE-CODE", "--trust-remote-code")]
     assert "dflash.py" in json.loads(result.stdout)["findings"][0]["message"]
 
@@ -126,16 +156,16 @@ def test_local_folders_are_verified(cli, check, padded_pair, padded_lock, policy
     assert findings(result) == [("DG-LAUNCH-NOT-LOCKED", "--model")]
 
 
-def test_sarif_and_text(cli, vllm_python, tmp_path, policy) -> None:
-    lock = hub_lock(tmp_path / "hub.lock")
-    command = replaced(PINNED, "--revision", "main")
+def test_sarif_and_text(cli, vllm_python, snap, policy) -> None:
+    lock, pinned = snap
+    command = [*pinned, "--max-num-seqs", "256"]
     sarif = json.loads(cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy,
                            "--format", "sarif", "--program", vllm_python, "--",
                            *command).stdout)
-    assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["DG-LAUNCH-UNPINNED"]
+    assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["DG-LAUNCH-CAPS"]
     text = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--program",
                vllm_python, "--", *command)
-    assert text.exit_code == 1 and "DG-LAUNCH-UNPINNED" in text.stdout
+    assert text.exit_code == 1 and "DG-LAUNCH-CAPS" in text.stdout
     assert "launch check: refused" in text.stdout
 
 
@@ -202,11 +232,11 @@ def test_every_resolved_setting_unlike_the_lock_is_a_finding(cli, check, tmp_pat
     assert "/nonexistent/evil-drafter" in messages and "'quantization'" in messages
 
 
-def test_vllm_serve_and_a_missing_parser(cli, check, tmp_path, policy) -> None:
-    lock = hub_lock(tmp_path / "hub.lock")
-    served = ["vllm", "serve", "Qwen/Qwen3-8B", *PINNED[5:]]
+def test_vllm_serve_and_a_missing_parser(cli, check, snap, policy) -> None:
+    lock, pinned = snap
+    served = ["vllm", "serve", pinned[4], *pinned[5:]]
     assert check(cli, lock, policy, served).exit_code == 0
-    two = [*PINNED[:3], "/nonexistent/evil-model", *PINNED[3:]]  # the module ignores a positional
+    two = [*pinned[:3], "/nonexistent/evil-model", *pinned[3:]]  # the module ignores a positional
     assert ("DG-LAUNCH-UNLISTED", "--model") in findings(check(cli, lock, policy, two))
     no_vllm = cli("launch", "--check", "vllm", "--lock", lock, "--policy", policy, "--program",
                   sys.executable, "--", *PINNED)
