@@ -80,6 +80,9 @@ NOT_RUN = {
         "cosign cannot be installed here; tests/interop runs sigstore-js on the same bundles",
     ("vllm.md", "make engine          # llama.cpp's llama-server, then vLLM"):
         "builds both engines from an index (the suite never runs make)",
+    ("vllm.md", "dflash-guard launch vllm --approval approval.json --lock dflash.lock --p"):
+        "needs a signed approval of a production lock pinning the vLLM wheel "
+        "(tests/launch/test_launch_approval.py runs the same flow on the fixture pair)",
     ("vllm.md", ".../venv/bin/python -m vllm.entrypoints.openai.api_server --model /abs"):
         "output, not a command",
 }

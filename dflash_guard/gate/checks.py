@@ -332,7 +332,7 @@ def check_reference_diff(inputs: GateInputs) -> Checked:
     drafted = (f"; drafter: tau {report.drafter.engine_tau:.2f} against kernels_ref's "
                f"{report.drafter.reference_tau:.2f}" if report.drafter is not None
                and report.drafter.engine_tau is not None else
-               "; drafter not checked (difftest.endpoints.metrics is off)")
+               "; drafter not checked (the policy sets difftest.endpoints.metrics: false)")
     return (Outcome.passed(f"{len(report.results)} prompts match kernels_ref on the locked "
                            f"target{figures}{drafted}"), ReferenceEvidence(summary))
 

@@ -224,7 +224,9 @@ class EndpointRules:
     max_new_tokens: int = 64
     max_near_ties: int = 0  # near-tie divergences tolerated; a hard divergence always refuses
     near_tie_margin: float = 0.05  # nats: what counts as a near-tie
-    metrics: bool = False  # read the candidate's `/metrics` for acceptance figures
+    # read the candidate's `/metrics`: its acceptance is held against kernels_ref's with the
+    # locked drafter (on by default: a diff of endpoints checks the drafter unless told not to)
+    metrics: bool = True
     concurrency: int = 4
     timeout_s: float = 60.0
 
@@ -529,7 +531,7 @@ def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRu
         max_near_ties=get("max_near_ties", int, lambda v: v >= 0, "an integer >= 0"),
         near_tie_margin=float(get("near_tie_margin", (int, float), lambda v: v >= 0,
                                   "a logprob margin in nats >= 0")),
-        metrics=f["metrics"].flag() if "metrics" in f else False,
+        metrics=f["metrics"].flag() if "metrics" in f else True,
         concurrency=get("concurrency", int, lambda v: v > 0, "an integer > 0"),
         timeout_s=float(get("timeout_s", (int, float), lambda v: v > 0, "seconds > 0")),
     )
