@@ -3,10 +3,12 @@ policy. Each problem is a scan `Finding` (rules `DG-LAUNCH-*`), reported under t
 about, so the text, JSON and SARIF renderers of `scan` render it.
 
 What is found: a model or drafter that is not the locked one (another repo, a folder whose files
-differ from the lock, a path that is not on this machine), a Hub revision that is missing or a
-branch (`main`) or another commit, trust-remote-code over code the policy has not approved, a
-bind outside loopback without an API key, a resource cap of the policy's `launch` section that is
-missing or exceeded, a speculative method or token count unlike the policy's.
+differ from the lock, a path that is not on this machine, a Hub repo id even at the locked commit:
+the engine would resolve it in its own cache, so only the verified snapshot folder passes), a Hub
+revision that is missing or a branch (`main`) or another commit, trust-remote-code over code the
+policy has not approved, a bind outside loopback without an API key, a resource cap of the
+policy's `launch` section that is missing or exceeded, a speculative method or token count unlike
+the policy's.
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ def _venv_python(lock: Lockfile, program: Path, name: str,
         return Outcome.refused(f"--program {program}: {name} agrees with its own RECORD only "
                                "(RECORD-only is no proof: whoever wrote the files can write "
                                "RECORD); put the locked wheel in --wheelhouse or pip's cache")
-    return EngineIdentity(str(program), f"{name} {check.version} in {venv}, proved against "
+    return EngineIdentity(os.path.abspath(program), f"{name} {check.version} in {venv}, "
+                          "proved against "
                                         f"the locked wheel {Path(check.wheel).name}")
 
 
