@@ -294,3 +294,25 @@ def test_a_policy_requiring_approval_refuses_a_launch_without_one(cli, approved)
     strict = cli("launch", "vllm", "--lock", approved.lock, "--policy", "strict",
                  "--root", f"target={approved.target}", "--root", f"drafter={approved.drafter}")
     assert strict.exit_code == 1 and "launch.require_approval" in strict.stdout
+
+
+def test_build_llamacpp_records_the_digests_launch_checks(approved, tmp_path):
+    """scripts/build-llamacpp.sh writes build.sha256 for a finished build (here one finished
+    before the script recorded digests), and that is what `locked_engine` accepts."""
+    entry = tmp_path / "cache" / "llama.cpp" / SDIST
+    server = _built_server(tmp_path / "cache" / "llama.cpp")
+    (entry / DIGESTS).unlink()
+    (server.parent / "libllama.so.0").symlink_to("libllama.so")  # as cmake links a soname
+    (entry / "build.rc").write_text("0\n")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build-llamacpp.sh"
+    done = subprocess.run(["bash", str(script), "build"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "LLAMACPP_LOCK": str(approved.lock),
+                                            "PYTHON": sys.executable,
+                                            "DFLASH_GUARD_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(server)
+    recorded = (entry / DIGESTS).read_text().splitlines()
+    assert [line.split("  ")[1] for line in recorded] == ["libllama.so", "libllama.so.0",
+                                                          "llama-server"]
+    proved = locked_engine(load_lockfile(approved.lock), "llama.cpp", done.stdout.strip(), [])
+    assert isinstance(proved, EngineIdentity), proved
