@@ -79,7 +79,7 @@ def _venv_python(lock: Lockfile, program: Path, name: str,
         return Outcome.refused(f"--program {program}: {len(sites)} site-packages folders in "
                                f"{venv}/lib (expected one)")
     try:
-        check = check_installed(lock, name, paths=sites, wheels=wheels)
+        check = check_installed(lock, name, paths=sites, wheels=wheels, scan_code=False)
     except InputError as error:
         return Outcome.refused(f"--program {program}: {error}")
     if check.problems:

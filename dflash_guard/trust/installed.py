@@ -148,9 +148,10 @@ class InstalledCheck:
 
 
 def check_installed(lock: Lockfile, name: str, *, paths: Iterable[Path] | None = None,
-                    wheels: Iterable[Path] = ()) -> InstalledCheck:
+                    wheels: Iterable[Path] = (), scan_code: bool = True) -> InstalledCheck:
     """Check the installed distribution `name` (found in `paths`, default `sys.path`) against
-    the package `lock` pins, with the locked wheel among `wheels` when there is one."""
+    the package `lock` pins, with the locked wheel among `wheels` when there is one; without
+    `scan_code` the capability report (a review aid, no verdict) is left out."""
     package = locked_package(lock, name)
     dist_info = find_dist_info(name, [Path(p) for p in sys.path if p] if paths is None
                                else list(paths))
@@ -180,7 +181,8 @@ def check_installed(lock: Lockfile, name: str, *, paths: Iterable[Path] | None =
             problems.append(problem)
     wheel, note, installer = _against_wheel(package, dist_info.name, rows, list(wheels),
                                             problems)
-    code = tuple(_scan(site, row.path, verified) for row in rows if _is_code(site, row.path))
+    code = tuple(_scan(site, row.path, verified) for row in rows
+                 if scan_code and _is_code(site, row.path))
     return InstalledCheck(canonicalize_name(name), version, package.version, str(dist_info),
                           len(rows), tuple(problems), wheel, note, installer,
                           tuple(c for c in code if c is not None))
