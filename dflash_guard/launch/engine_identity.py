@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from pathlib import Path
+import tempfile
+from pathlib import Path, PurePosixPath
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_regular
@@ -40,10 +41,12 @@ DIGEST_LINE_RE = re.compile(r"^([0-9a-f]{64}) [ *](?:\./)?([^/\0]+)$")
 
 @dataclasses.dataclass(frozen=True)
 class EngineIdentity:
-    """The program to exec and how it was proved to be the locked engine."""
+    """The program to exec, how it was proved to be the locked engine, and the arguments the
+    proof holds only with (given to the program before the engine's own)."""
 
     program: str
     proof: str
+    args: tuple[str, ...] = ()
 
 
 def locked_engine(lock: Lockfile, engine: str, program: str | None,
@@ -82,17 +85,25 @@ def _venv_python(lock: Lockfile, program: Path, name: str,
         check = check_installed(lock, name, paths=sites, wheels=wheels, scan_code=False)
     except InputError as error:
         return Outcome.refused(f"--program {program}: {error}")
-    if check.problems:
-        listed = "; ".join(f"{p.path}: {p.kind}" for p in check.problems[:3])
+    # The python runs isolated (`-I`: no PYTHON* variable, no user site, not the working folder
+    # on sys.path, any of which could import other code first) with a fresh bytecode folder
+    # (`-X pycache_prefix`): it then never reads the install's __pycache__, so only the proved
+    # sources run (and bytecode, whose marshal bytes vary with the compiling process, is no
+    # false refusal).
+    problems = [p for p in check.problems
+                if not (p.kind == "bytecode" and "__pycache__" in PurePosixPath(p.path).parts)]
+    if problems:
+        listed = "; ".join(f"{p.path}: {p.kind}" for p in problems[:3])
         return Outcome.refused(f"--program {program}: {name} in {sites[0]} is not the locked "
                                f"install ({listed})")
     if check.wheel is None:
         return Outcome.refused(f"--program {program}: {name} agrees with its own RECORD only "
                                "(RECORD-only is no proof: whoever wrote the files can write "
                                "RECORD); put the locked wheel in --wheelhouse or pip's cache")
-    return EngineIdentity(os.path.abspath(program), f"{name} {check.version} in {venv}, "
-                          "proved against "
-                                        f"the locked wheel {Path(check.wheel).name}")
+    scratch = tempfile.mkdtemp(prefix="dflash-guard-pycache-")
+    return EngineIdentity(os.path.abspath(program), f"{name} {check.version} in {venv}, proved "
+                          f"against the locked wheel {Path(check.wheel).name} (bytecode only "
+                          f"from {scratch})", ("-I", "-X", f"pycache_prefix={scratch}"))
 
 
 def _built_server(program: Path, sdists: tuple[str, ...]) -> EngineIdentity | Outcome:

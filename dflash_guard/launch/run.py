@@ -72,7 +72,8 @@ def run_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
     caps = policy.launch.caps.get(options.engine, {}) if policy.launch else {}
     if options.engine in ENGINES:  # else plan_launch says which engines there are
         check_extras(options.engine, list(options.extra), caps)
-    proofs = []
+    proofs: list[str] = []
+    engine_args: tuple[str, ...] = ()
     if approval is None and policy.launch is not None and policy.launch.require_approval:
         return LaunchReport(options.engine, Outcome.refused(
             f"the policy {policy.name!r} launches only from a verified approval "
@@ -90,11 +91,15 @@ def run_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
             return LaunchReport(options.engine, engine)
         options = dataclasses.replace(options, approved=verdict.locations,
                                       program=engine.program)
+        engine_args = engine.args
         proofs = [f"approval {approval.record} verified ({verdict.checked} approved files "
                   f"match the disk)", f"engine: {engine.proof}"]
     planned = plan_launch(lock, policy, options, progress)
     if isinstance(planned, Outcome):
         return LaunchReport(options.engine, planned)
     command = build_command(planned)
+    if engine_args:  # the interpreter's own options, right after the program
+        command = dataclasses.replace(command, argv=(command.argv[0], *engine_args,
+                                                     *command.argv[1:]))
     verified = "; ".join([*proofs, "folders verified: " + ", ".join(planned.verified)])
     return LaunchReport(options.engine, Outcome.passed(verified), command)

@@ -144,7 +144,9 @@ def test_a_verified_approval_launches_the_locked_engine_on_the_verified_folders(
     code, report = launched(cli, approved)
     assert code == 0, report["reason"]
     argv = report["argv"]
-    assert argv[:3] == [str(approved.python), "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[:2] == [str(approved.python), "-I"]  # no PYTHON* variable, user site, cwd
+    assert argv[2] == "-X" and argv[3].startswith("pycache_prefix=")  # not the install's
+    assert argv[4:6] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--model") + 1] == str(approved.target.resolve())
     config = json.loads(argv[argv.index("--speculative-config") + 1])
     assert config["model"] == str(approved.drafter.resolve())
@@ -157,7 +159,8 @@ def test_exec_runs_the_venv_python(approved, tmp_path):
         "--exec"))], capture_output=True, text=True, timeout=300,
         env={**os.environ, "PIP_CACHE_DIR": str(tmp_path / "none")})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("engine: -m vllm.entrypoints.openai.api_server --model ")
+    assert done.stdout.startswith("engine: -I -X pycache_prefix=")
+    assert " -m vllm.entrypoints.openai.api_server --model " in done.stdout
 
 
 @pytest.mark.parametrize("tamper", ["folder", "policy", "lock", "unsigned", "record"])
@@ -231,6 +234,22 @@ def test_a_venv_whose_install_was_rewritten_with_its_record_is_refused(cli, appr
     code, report = launched(cli, approved)
     assert code == 1 and "not the locked install" in report["reason"], report["reason"]
     assert "vllm/__init__.py: not-the-wheel's" in report["reason"]
+
+
+def test_installed_bytecode_is_never_run(cli, approved):
+    """A planted `__pycache__` file is not a refusal: the engine's python reads bytecode from
+    a fresh folder only (`-X pycache_prefix`); a sourceless .pyc beside the sources is."""
+    site = next(approved.python.parent.parent.glob("lib/python*/site-packages"))
+    cache = site / "vllm" / "__pycache__"
+    cache.mkdir()
+    (cache / f"__init__.{sys.implementation.cache_tag}.pyc").write_bytes(b"planted" * 8)
+    code, report = launched(cli, approved)
+    assert code == 0, report["reason"]
+    prefix = Path(report["argv"][3].removeprefix("pycache_prefix="))
+    assert prefix.is_dir() and list(prefix.iterdir()) == []
+    (site / "vllm" / "extra.pyc").write_bytes(b"planted" * 8)
+    code, report = launched(cli, approved)
+    assert code == 1 and "vllm/extra.pyc: bytecode" in report["reason"], report["reason"]
 
 
 def test_record_only_is_no_proof(cli, approved):
