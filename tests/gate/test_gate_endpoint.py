@@ -243,3 +243,25 @@ def test_gate_refuses_a_candidate_drafting_with_another_drafter(locked_pair, ref
     assert result.reason.startswith("reference diff: the candidate does not draft with the "
                                     "locked drafter: the engine does not draft like the locked "
                                     "drafter"), result.reason
+
+
+def test_a_gate_diffing_endpoints_checks_the_drafter_with_no_url_in_the_policy(
+        cli, locked_pair, reference_servers, lock, tmp_path):
+    """Newcomer P4 (issue 44): the policy names no endpoints; `--baseline`/`--candidate` on the
+    command line are enough for the candidate's acceptance to be held to kernels_ref's with the
+    locked drafter (metrics on by default). A swapped drafter is refused; the locked one passes
+    with its tau in the row."""
+    policy = write_policy(tmp_path, (DIFFTEST, DIFFTEST))
+    baseline, candidate = reference_servers.urls
+    args = ("gate", "--lock", lock, "--policy", policy, *(a for role, root in
+            locked_pair.roots.items() for a in ("--root", f"{role}={root}")),
+            "--baseline", baseline, "--format", "json")
+    passed = cli(*args, "--candidate", candidate)
+    assert passed.exit_code == 0, passed.stdout + passed.stderr
+    row = next(c for c in json.loads(passed.stdout)["checks"] if c["name"] == "reference diff")
+    assert "drafter: tau" in row["reason"], row
+    swapped = swapped_drafter(locked_pair.drafter, tmp_path / "swapped")
+    with running_server(locked_pair.target, swapped) as other:
+        refused = cli(*args, "--candidate", other.url)
+    assert refused.exit_code == 1, refused.stdout + refused.stderr
+    assert "does not draft with the locked drafter" in refused.stdout
