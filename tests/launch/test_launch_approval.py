@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -129,6 +130,7 @@ def approved_once(locked_pair, tmp_path_factory) -> Approved:
 def approved(approved_once, tmp_path, monkeypatch) -> Approved:
     """A private copy of everything (a test may tamper with any of it)."""
     monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "no-pip-cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the fresh bytecode folders
     copy = shutil.copytree(approved_once.folder, tmp_path / "approved", symlinks=True)
     return Approved(*(copy / Path(p).relative_to(approved_once.folder)
                       for p in dataclasses.astuple(approved_once)))
@@ -157,7 +159,7 @@ def test_exec_runs_the_venv_python(approved, tmp_path):
     """`--exec` from an approval replaces the process with the proved program."""
     done = subprocess.run([sys.executable, "-m", "dflash_guard", *map(str, approved.args(
         "--exec"))], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PIP_CACHE_DIR": str(tmp_path / "none")})
+        env={**os.environ, "PIP_CACHE_DIR": str(tmp_path / "none"), "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("engine: -I -X pycache_prefix=")
     assert " -m vllm.entrypoints.openai.api_server --model " in done.stdout
