@@ -404,6 +404,13 @@ DRAFTER_CONV_SELECTOR = Rule(
     "over the vocabulary or `hidden_size < top_k * (top_k + 1)` (llama.cpp's packing); medium: "
     "`conv_kernel_size` over `block_size` (the extra taps read only zeros)",
 )
+DRAFTER_WEIGHTS = Rule(
+    "DG-DRAFTER-WEIGHTS", Severity.high,
+    "A drafter tensor holds NaN or infinity.",
+    "every float of the drafter's safetensors read (bounded reads, no mmap): a NaN or an infinity "
+    "is high (a drafter that loads everywhere and accepts nothing); medium: a float format torch "
+    "cannot view (F4, F6_*, F8_E8M0), left unchecked; the file unreadable to its end is high",
+)
 DRAFTER_PARAMS = Rule(
     "DG-DRAFTER-PARAMS", Severity.medium,
     "The drafter's parameter count exceeds the budget.",

@@ -34,6 +34,8 @@ from dflash_guard import rules
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
 from dflash_guard.scan import jsonfile
+from dflash_guard.scan.weights.finite import nonfinite_tensors
+from dflash_guard.scan.weights.safetensors import Header
 from dflash_guard.severity import Severity
 from kernels_ref.compat import compatibility_problems, dflash_field
 
@@ -85,9 +87,12 @@ def check_drafter(
     param_count: int | None,
     param_budget: int | None,
     shapes: dict[str, list[int]] | None = None,
+    weights: list[tuple[Path, str, Header]] | None = None,
 ) -> list[Finding]:
     """Findings for the drafter config in `drafter_dir` (reported under `display`); `shapes`:
-    the folder's safetensors tensor shapes, against which the declared layers are checked."""
+    the folder's safetensors tensor shapes, against which the declared layers are checked;
+    `weights`: its complete safetensors files (path, display, header), read in full to hold
+    every float finite."""
 
     def finding(rule: Rule, severity: Severity, message: str) -> Finding:
         return Finding(rule.id, severity, display, message, detector=DETECTOR)
@@ -132,6 +137,7 @@ def check_drafter(
         for rule, severity, message in _weight_problems(config, shapes or {})
         + _head_problems(config, shapes or {})
     )
+    findings += _finite_problems(weights or [])
     budget = DEFAULT_PARAM_BUDGET if param_budget is None else param_budget
     if param_count is not None and param_count > budget:
         findings.append(
@@ -183,10 +189,45 @@ def check_drafter(
                     "acceptance erodes and engines may stop on it",
                 )
             )
+        elif (ordinary := ordinary_token(target, mask)) is not None:
+            findings.append(
+                finding(
+                    rules.DRAFTER_MASK,
+                    Severity.high,
+                    f"mask_token_id {mask} is the ordinary token {ordinary!r} of the target's "
+                    "vocabulary, which plain text encodes to: a mask must be a dedicated token "
+                    "(added, special or unused), or acceptance quietly erodes",
+                )
+            )
     findings.extend(
         finding(rule, severity, message)
         for rule, severity, message in _shape_problems(config, target_config)
     )
+    return findings
+
+
+def _finite_problems(weights: list[tuple[Path, str, Header]]) -> list[Finding]:
+    """Each drafter weight file read in full: a tensor with NaN or infinity, or one whose float
+    format cannot be checked, is a finding on that file."""
+    findings = []
+    for path, display, header in weights:
+        def finding(severity: Severity, message: str, shown: str = display) -> Finding:
+            return Finding(rules.DRAFTER_WEIGHTS.id, severity, shown, message, detector=DETECTOR)
+
+        try:
+            bad, unchecked = nonfinite_tensors(path, header)
+        except OSError as error:
+            findings.append(finding(Severity.high, f"cannot read the weights to their end: "
+                                                   f"{error}"))
+            continue
+        if bad:
+            findings.append(finding(Severity.high, f"{len(bad)} tensor(s) hold NaN or infinity "
+                                                   f"(first: {bad[0]}): the drafter accepts "
+                                                   "nothing wherever it loads"))
+        if unchecked:
+            findings.append(finding(Severity.medium, f"{len(unchecked)} tensor(s) in a float "
+                                                     f"format torch cannot read (first: "
+                                                     f"{unchecked[0]}): not checked for NaN"))
     return findings
 
 
@@ -488,6 +529,27 @@ def token_table(folder: Path) -> tuple[dict[str, int], set[int]]:
         if _int_ids(token_id):
             by_content.setdefault(content, token_id)
     return by_content, special
+
+
+def ordinary_token(folder: Path, token_id: int) -> str | None:
+    """The text of `token_id` when it is an ordinary entry of the model vocabulary in `folder`'s
+    `tokenizer.json` (one that text encodes to: BPE/WordPiece/WordLevel `vocab`, Unigram's
+    pieces) and not also an added token; None for added, special or unused ids, and when there
+    is no `tokenizer.json` to tell."""
+    tokenizer = read_json(folder / "tokenizer.json")
+    added = tokenizer.get("added_tokens")
+    if any(isinstance(entry, dict) and entry.get("id") == token_id
+           for entry in (added if isinstance(added, list) else [])):
+        return None
+    model = tokenizer.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        return next((text for text, value in vocab.items() if value == token_id
+                     and not isinstance(value, bool)), None)
+    if isinstance(vocab, list) and 0 <= token_id < len(vocab):  # Unigram: [piece, score]
+        piece = vocab[token_id]
+        return piece[0] if isinstance(piece, list) and piece and isinstance(piece[0], str) else None
+    return None
 
 
 def resolve_token(text: str, folders: list[Path]) -> int | None:

@@ -32,6 +32,7 @@ from dflash_guard.scan.sniff import (
     sniff,
 )
 from dflash_guard.scan.weights import binformats, flax_msgpack, gguf, onnx, safetensors
+from dflash_guard.scan.weights.safetensors import Header
 from dflash_guard.severity import Severity
 from dflash_guard.templates import locate as templates
 
@@ -69,6 +70,7 @@ class _Run:
         self.pickle_files: list[str] = []
         self.param_count: int | None = None
         self.shapes: dict[str, list[int]] = {}  # tensor name -> shape, of the folder in hand
+        self.weights: list[tuple[Path, str, Header]] = []  # complete safetensors, same folder
         self.files = 0
         self.onnx: dict[str, onnx.OnnxModel] = {}  # by file path
         self.onnx_data: set[str] = set()  # paths of files an accepted ONNX model stores data in
@@ -301,6 +303,7 @@ class _Run:
             return "safetensors bytes that an unpickler also reads as a pickle"
         if header is None or any(f.rule_id in _ST_BROKEN for f in findings):
             return "not a complete safetensors file"
+        self.weights.append((path, display, header))
         return None
 
     def executable(self, path: Path, display: str, suffix: str) -> None:
@@ -358,7 +361,7 @@ def scan_paths(
     if target is not None and not Path(target).is_dir():
         raise InputError(f"{target}: --target must be a model folder")
     run = _Run(frozenset(reviewed_sha256), frozenset(reviewed_templates))
-    folders: list[tuple[Path, str, dict[str, list[int]]]] = []
+    folders: list[tuple[Path, str, dict[str, list[int]], list[tuple[Path, str, Header]]]] = []
     roots: list[tuple[str, str]] = []
     for raw in paths:
         root = Path(raw)
@@ -375,7 +378,7 @@ def scan_paths(
             if file.suffix.lower() == ".onnx" and loaded_as.get(relative) is None:
                 with contextlib.suppress(OSError):  # scan_file reports it
                     run.onnx_model(file, relative, root, listing)
-        run.shapes = {}
+        run.shapes, run.weights = {}, []
         with stage(progress, f"scanning {raw}", len(files), "files"):
             for relative, file in files:
                 run.scan_file(file, f"{prefix}/{relative}" if prefix else relative,
@@ -384,8 +387,9 @@ def scan_paths(
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")
-        folders.append((root, f"{prefix}/config.json" if prefix else "config.json", run.shapes))
-    for root, display, shapes in folders:
+        folders.append((root, f"{prefix}/config.json" if prefix else "config.json", run.shapes,
+                        run.weights))
+    for root, display, shapes, weights in folders:
         config_path = root / "config.json"
         config = _read_json(config_path)
         if target is not None or drafter.is_drafter_config(config):
@@ -397,6 +401,7 @@ def scan_paths(
                 param_count=run.param_count,
                 param_budget=param_budget,
                 shapes=shapes,
+                weights=weights,
             )
     findings = sorted(
         set(run.findings),

@@ -96,7 +96,7 @@ def test_gate_approval_record_is_signed_with_the_key(approved):
 
 def test_gate_cli_prints_the_table_and_refuses_json(cli, locked_pair, tmp_path):
     """Through the CLI: a refusal is exit 1 with the reason; --format json is parseable."""
-    tampered_policy = write_policy(tmp_path, ("min_tau: 1.0", "min_tau: 99"))
+    tampered_policy = write_policy(tmp_path, ("min_tau: 1.5", "min_tau: 99"))
     lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     result = cli("gate", "--lock", lock, "--policy", tampered_policy, "--root",
                  f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",

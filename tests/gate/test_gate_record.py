@@ -95,7 +95,7 @@ def test_verify_approval_binds_the_record_to_its_policy(cli, approval, locked_pa
     approval signers signed it; the operator can list the record's policy digest explicitly."""
     args, _, _, record, policy = approval
     other = write_policy(tmp_path / "other", (SIGNER[0], SIGNER[1].replace(
-        "KEY", str(tmp_path / "key.pub"))), ("min_tau: 1.0", "min_tau: 1.5"))
+        "KEY", str(tmp_path / "key.pub"))), ("min_tau: 1.5", "min_tau: 2.5"))
     under_other = (*args[:3], other, *args[4:])
     result = cli(*under_other)
     assert result.exit_code == 1

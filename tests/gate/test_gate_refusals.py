@@ -45,7 +45,7 @@ def _gate(tmp_path, locked_pair, lock, *replacements, roots=None, reviewed=(), m
     """Gate `lock` under the default policy with `replacements`; `signed`: the lock signed by a
     key the policy accepts (so its hub-confirmed claims count)."""
     if min_tau is not None:
-        replacements = (*replacements, ("min_tau: 1.0", f"min_tau: {min_tau}"))
+        replacements = (*replacements, ("min_tau: 1.5", f"min_tau: {min_tau}"))
     if signed:
         lock_path, signers = signed_lock(lock, tmp_path / "signed")
         replacements = (*replacements, signers)
@@ -261,6 +261,23 @@ def test_gate_refuses_failing_difftest(tmp_path, locked_pair):
     result = _gate(tmp_path, locked_pair, locked_pair.lock, inject=Fault.ACCEPT_OFF_BY_ONE)
     assert "diverge from the target's greedy output" in _refused_at(result, "difftest")
     assert not (tmp_path / "approval.json").exists()
+
+
+def test_gate_refuses_an_inert_drafter_under_default(tmp_path, locked_pair):
+    """A drafter of random (finite) weights passes every file check and diff-tests identical,
+    as any drafter must; it accepts nothing (tau 1.00), below default's measured minimum."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
+    weights = drafter / "model.safetensors"
+    generator = torch.Generator().manual_seed(0)
+    save_file({name: (torch.randn(t.shape, generator=generator) * 0.02).to(t.dtype)
+               for name, t in load_file(weights).items()}, weights)
+    roots = {"target": locked_pair.target, "drafter": drafter}
+    result = _gate(tmp_path, locked_pair, relock(locked_pair, drafter), roots=roots)
+    assert "mean acceptance length 1.00 is below the policy's minimum 1.5" in _refused_at(
+        result, "difftest")
 
 
 def test_gate_input_errors_are_exit_2(cli, tmp_path, locked_pair):

@@ -73,10 +73,10 @@ def test_policy_unknown_field_names_file_line_and_field():
 @pytest.mark.parametrize(
     ("old", "new", "field", "message"),
     [
-        ("min_tau: 1.0", "min_tau: fast", "difftest.min_tau", "expected a number >= 1"),
-        ("min_tau: 1.0", "min_tau: 1.0\n  max_logprob_delta: -1", "difftest.max_logprob_delta",
+        ("min_tau: 1.5", "min_tau: fast", "difftest.min_tau", "expected a number >= 1"),
+        ("min_tau: 1.5", "min_tau: 1.5\n  max_logprob_delta: -1", "difftest.max_logprob_delta",
          "a finite number of nats >= 0"),
-        ("min_tau: 1.0", "min_tau: 1.0\n  max_logprob_delta: .inf", "difftest.max_logprob_delta",
+        ("min_tau: 1.5", "min_tau: 1.5\n  max_logprob_delta: .inf", "difftest.max_logprob_delta",
          "a finite number of nats >= 0"),
         ("max_params: 4000000000", "max_params: -1", "drafter.max_params", "integer > 0"),
         ("fail_on: high", "fail_on: severe", "scan.fail_on", "one of low, medium, high"),
@@ -205,7 +205,7 @@ def test_policy_difftest_prompt_file_is_relative_to_the_policy(tmp_path: Path):
 
 def test_policy_sets_its_own_logprob_tolerance(tmp_path: Path):
     """`difftest.max_logprob_delta`: absent, the measured tolerance of the served precision."""
-    (tmp_path / "p.yaml").write_text(policy_text(("min_tau: 1.0", "min_tau: 1.0\n"
+    (tmp_path / "p.yaml").write_text(policy_text(("min_tau: 1.5", "min_tau: 1.5\n"
                                                   "  max_logprob_delta: 0.002")))
     assert load_policy(tmp_path / "p.yaml").difftest.max_logprob_delta == 0.002
     (tmp_path / "q.yaml").write_text(policy_text())

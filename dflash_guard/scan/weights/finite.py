@@ -1,0 +1,76 @@
+"""Every float of a safetensors file read and held to be finite: a drafter of NaN weights passes
+every header check, loads in every engine, and accepts nothing.
+
+The bytes are read with bounded `pread`s, a window at a time, never memory-mapped (a file
+truncated while it is read is an `OSError`, not a SIGBUS), and judged by torch's `isfinite` in
+the tensor's own dtype. Integer and boolean tensors have no non-finite value; the sub-byte float
+formats (F4, F6_*) and F8_E8M0, which torch cannot view, are reported as unchecked rather than
+passed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from dflash_guard.scan.weights.safetensors import DTYPE_BITS, Header
+
+WINDOW = 64 << 20  # bytes read and judged at a time
+FLOAT_DTYPES = {
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "C64": torch.complex64,
+}
+_NEVER_NONFINITE = {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"}
+
+
+def nonfinite_tensors(path: Path, header: Header) -> tuple[list[str], list[str]]:
+    """Names of the tensors of `path` holding a NaN or an infinity, and of those whose dtype
+    cannot be checked; `OSError` when the file cannot be read to its end."""
+    bad: list[str] = []
+    unchecked: list[str] = []
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        for name, entry in sorted(header.tensors.items(), key=lambda t: t[1]["data_offsets"][0]):
+            dtype = entry["dtype"]
+            if dtype in _NEVER_NONFINITE:
+                continue
+            if dtype not in FLOAT_DTYPES:
+                unchecked.append(name)
+                continue
+            start, end = (header.data_start + offset for offset in entry["data_offsets"])
+            if not _finite(descriptor, start, end, FLOAT_DTYPES[dtype], DTYPE_BITS[dtype] // 8):
+                bad.append(name)
+    finally:
+        os.close(descriptor)
+    return bad, unchecked
+
+
+def _finite(descriptor: int, start: int, end: int, dtype: torch.dtype, width: int) -> bool:
+    step = WINDOW - WINDOW % width
+    for offset in range(start, end, step):
+        length = min(step, end - offset)
+        chunk = os.pread(descriptor, length, offset)
+        if len(chunk) != length:
+            raise OSError(f"file ends at byte {offset + len(chunk)}, inside a tensor")
+        values = torch.frombuffer(bytearray(chunk), dtype=dtype)
+        if values.element_size() == 1:  # float8: isfinite is defined on wider floats
+            values = values.float()
+        elif values.is_complex():
+            values = torch.view_as_real(values)
+        if not bool(torch.isfinite(values).all()):
+            return False
+    return True
+
+
+def float_bytes(header: Header) -> int:
+    """Bytes of floating-point tensor data in `header` (what `nonfinite_tensors` reads)."""
+    return sum(math.prod(entry["shape"]) * DTYPE_BITS[entry["dtype"]] // 8
+               for entry in header.tensors.values() if entry["dtype"] in FLOAT_DTYPES)
