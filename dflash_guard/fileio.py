@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 import tempfile
@@ -125,16 +126,30 @@ def read_input_text(path: str | os.PathLike[str], what: str,
         raise InputError(f"cannot read {what} {path}: not UTF-8 text") from None
 
 
-def loads_json(text: str | bytes, what: str) -> object:
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]!r} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_json(text: str | bytes, what: str, *, finite: bool = False) -> object:
     """JSON from untrusted text: bad JSON, nesting past the parser's recursion limit (about a
     thousand levels: the depth cap) or an integer past Python's digit limit is one `InputError`
-    naming `what`."""
+    naming `what`. `finite`: `NaN`, `Infinity` and a number too large for a float (`1e400`)
+    are errors too, for documents whose numbers are compared."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise InputError(f"{what}: not UTF-8 JSON") from None
     try:
+        if finite:
+            return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
         return json.loads(text)
     except (ValueError, RecursionError) as error:  # JSONDecodeError, huge ints
         raise InputError(f"{what}: not valid JSON ({str(error).splitlines()[0]})") from None

@@ -18,6 +18,7 @@ A scheme that is not recognised is an error, never read as a path (`HTTPS://h/f`
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit, urlunsplit
 
@@ -32,6 +33,24 @@ _SCP_RE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[A-Za-z0-9.-]+):(?P<path
 _SECRET_KEY_RE = re.compile(r"token|key|secret|passw|auth|sig|credential", re.IGNORECASE)
 _SECRET_HINT = ("credentials never go into a URL; let git find them (a credential helper, an SSH "
                 "key) and pass an API key by its environment variable")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a URL's host or a bind address) is this machine: `localhost`, or an
+    address `ipaddress` reads as loopback (`127.0.0.0/8`, `::1`, a scoped `::1%lo`, and the
+    IPv4-mapped `::ffff:127.x.y.z`), brackets allowed. Anything else is another host, shorthand
+    spellings included (`127.1`, `0x7f.1`, `2130706433`: not addresses to `ipaddress`, so they
+    fail closed: refused for plain http, an API key required for a bind)."""
+    name = host.strip().removeprefix("[").removesuffix("]")
+    if name.casefold() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def has_scheme(value: str) -> bool:

@@ -25,6 +25,7 @@ from dflash_guard.cli.options import (
 from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.approval import render_approval
+from dflash_guard.trust.closure import policy_closure
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import check_approval
 
@@ -65,17 +66,21 @@ def verify_approval(
 ) -> None:
     """Check an approval record's policy, signature and files; exit 0 verified, 1 not.
 
+    The record must name the policy's closure: its text and the sha256 of every file it names
+    (feeds, keys, prompt sets, comparison records), recomputed here from --policy.
+
     Example: dflash-guard verify-approval approval.json --policy ./prod.yaml --lock dflash.lock
     --root target=models/target --root drafter=models/drafter
     """
     fmt = chosen_format(fmt, as_json)
-    accepted = load_policy(policy).accepting(
-        extra_signers(public_key, identity, issuer, identity_regexp))
+    loaded = load_policy(policy)
+    closure = policy_closure(loaded)  # the policy's own files, before any operator's key
+    accepted = loaded.accepting(extra_signers(public_key, identity, issuer, identity_regexp))
     verdict = check_approval(
         record, accepted, roots=None if signature_only else parse_roots(root or []),
         lock_path=None if signature_only else lock,
         accepted_policies=tuple(accept_policy_digest or ()),
-        trust_root=trusted_root(trust_root, offline), bundle=bundle)
+        trust_root=trusted_root(trust_root, offline), bundle=bundle, closure=closure)
     finish(verdict, fmt, render_approval)
 
 

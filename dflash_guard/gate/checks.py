@@ -30,7 +30,7 @@ from dflash_guard.gate.inputs import GateInputs
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.engine_pins import pinned_engines
-from dflash_guard.pins.lockfile import load_lockfile
+from dflash_guard.pins.lockfile import lockfile_from_bytes
 from dflash_guard.progress import stage
 from dflash_guard.trust.evidence import provenance_note, signed_by_policy
 from dflash_guard.trust.judge import MAX_LISTED
@@ -48,8 +48,9 @@ def _refused(problems: list[str], suffix: str = "") -> Checked:
 
 
 def check_lockfile(inputs: GateInputs) -> Checked:
-    """Schema (by loading it) and pins: target and drafter present, revisions full SHAs."""
-    lock = load_lockfile(inputs.options.lock_path)
+    """Schema (by parsing the bytes read once) and pins: target and drafter present, revisions
+    full SHAs."""
+    lock = lockfile_from_bytes(inputs.lock_read.data, str(inputs.lock_read.path))
     missing = [role for role in ("target", "drafter") if lock.artifact(role) is None]
     if missing:
         return Outcome.refused(f"the lockfile locks no {' and no '.join(missing)}: the gate "
@@ -78,8 +79,8 @@ def check_lockfile_signature(inputs: GateInputs) -> Checked:
         return Outcome.refused(
             f"policy {policy.name}: {policy.unsatisfiable[0]}; name your signers "
             f"in a policy that extends it (extends: {policy.name})"), None
-    checks = verify_lockfile_signature(
-        inputs.options.lock_path, policy.lockfile_signers,
+    checks = verify_lockfile_signature(  # the bytes read, and the signatures read with them
+        inputs.lock_read.copy, policy.lockfile_signers,
         required=policy.lockfile_signature_required, trust_root=inputs.options.trust_root,
         bundle_file=inputs.options.lock_bundle,
     )
@@ -168,7 +169,7 @@ def check_advisories(inputs: GateInputs) -> Checked:
     rules = inputs.policy.advisories
     if rules is None:
         return Outcome.skipped("not configured (the policy has no advisories section)"), None
-    report = run_policy_audit(inputs.options.lock_path, rules,
+    report = run_policy_audit(inputs.lock_read.copy, rules,  # the bytes the gate judges
                               clones=inputs.options.engine_repos,
                               trust_root=inputs.options.trust_root)
     problems = list(report.feed_problems) + [f"{f.advisory} ({f.severity.name}): {f.subject}: "

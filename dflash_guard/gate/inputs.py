@@ -66,6 +66,19 @@ class GateOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class LockRead:
+    """The lockfile as the gate read it, once, before the first check: its bytes and their
+    sha256 (the record's subject), and a private copy of exactly those bytes, with copies of its
+    signatures read at the same time, for the readers that take a path (signature checks, the
+    advisory audit). A lock swapped on disk during the run is not what the checks judge."""
+
+    path: Path  # as given (`--lock`): its name is the record's subject name
+    data: bytes
+    sha256: str
+    copy: Path
+
+
+@dataclasses.dataclass(frozen=True)
 class GateInputs:
     """What every check reads: the run's options, the loaded policy, the resolved endpoints and
     their engines, and the evidence of the checks that passed before it (in run order)."""
@@ -73,6 +86,7 @@ class GateInputs:
     options: GateOptions
     policy: Policy
     today: dt.date
+    lock_read: LockRead
     endpoints: EndpointRules | None = None
     engines: tuple[EngineEndpoint, EngineEndpoint] | None = None
     found: tuple[Evidence, ...] = ()

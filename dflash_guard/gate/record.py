@@ -19,10 +19,11 @@ from typing import NamedTuple
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.gate.evidence import JSON, Evidence, PolicyEvidence, VerifiedFiles
+from dflash_guard.gate.inputs import LockRead
 from dflash_guard.outcome import Outcome
-from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Engine, Lockfile
 from dflash_guard.pins.verify import locked_files
+from dflash_guard.trust.closure import PolicyClosure
 from dflash_guard.trust.intoto import Statement, Subject
 from dflash_guard.trust.policy import Policy, is_builtin
 from dflash_guard.trust.provenance import PREDICATE_TYPE
@@ -46,13 +47,16 @@ class CheckRow(NamedTuple):
         return {**self.to_json(), "evidence": evidence}
 
 
-def policy_descriptor(policy: Policy) -> JSON:
-    """How a record names its policy: `builtin:NAME` for a shipped one, else the file's name,
-    and always the digest (a file can never pass for a built-in policy: its digest differs)."""
+def policy_descriptor(policy: Policy, closure: PolicyClosure) -> JSON:
+    """How a record names its policy: `builtin:NAME` for a shipped one, else the file's name;
+    the digest of its closure (its text, the built-in it extends and every file it names, each
+    listed under `closure` with its sha256: `trust.closure`). A file can never pass for a
+    built-in policy, nor a copy beside other files for the original: their digests differ."""
     return {"name": policy.name,
             "uri": (f"builtin:{Path(policy.source).stem}" if is_builtin(policy)
                     else Path(policy.source).name),
-            "digest": {"sha256": policy.digest.removeprefix("sha256:")}}
+            "digest": {"sha256": closure.digest.removeprefix("sha256:")},
+            "closure": closure.to_json()}
 
 
 def _engine_descriptor(engine: Engine) -> JSON:
@@ -67,13 +71,17 @@ def _found(rows: Sequence[CheckRow], kind: type[Evidence]) -> Evidence | None:
     return next((r.evidence for r in rows if isinstance(r.evidence, kind)), None)
 
 
-def approval_statement(lock_path: Path, lock: Lockfile, policy: Policy,
-                       rows: Sequence[CheckRow], time: dt.datetime | None = None) -> JSON:
+def approval_statement(lock_read: LockRead, lock: Lockfile, policy: Policy,
+                       closure: PolicyClosure, rows: Sequence[CheckRow],
+                       time: dt.datetime | None = None) -> JSON:
     """The approval record for a run whose checks all passed (or were skipped), as a dict
-    ready for JSON. A locked file the run did not hash is an error: it was not checked."""
+    ready for JSON. The lockfile subject is the sha256 of the bytes the checks parsed (read
+    once: `LockRead`), never a later read of the path. A locked file the run did not hash is
+    an error: it was not checked."""
     verified = _found(rows, VerifiedFiles)
     digests = verified.digests if isinstance(verified, VerifiedFiles) else {}
-    subjects = [Subject(lock_path.name, {"sha256": sha256_file(lock_path)})]
+    lock_path = lock_read.path
+    subjects = [Subject(lock_path.name, {"sha256": lock_read.sha256})]
     for name in sorted(locked_files(lock)):
         if name not in digests:
             raise InputError(f"approval record: {name} was not hashed in this run")
@@ -86,7 +94,7 @@ def approval_statement(lock_path: Path, lock: Lockfile, policy: Policy,
         "passed": True,
         "approved_at": when.isoformat().replace("+00:00", "Z"),
         "tool": {"name": "dflash-guard", "version": __version__},
-        "policy": policy_descriptor(policy),
+        "policy": policy_descriptor(policy, closure),
         "lockfile": {"name": lock_path.name, "content_digest": lock.digest()},
         "artifacts": [{"role": a.role, "source": a.source, "provenance": a.provenance,
                        "repo": a.repo, "commit": a.commit, "name": a.name,

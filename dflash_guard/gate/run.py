@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_guard.errors import InputError
+from dflash_guard.fileio import read_input
 from dflash_guard.gate.checks import CHECKS, STEPS
 from dflash_guard.gate.endpoints import engines_from_policy, resolve_api_key, resolve_endpoints
 from dflash_guard.gate.evidence import JSON
-from dflash_guard.gate.inputs import GateInputs, GateOptions
+from dflash_guard.gate.inputs import GateInputs, GateOptions, LockRead
 from dflash_guard.gate.record import CheckRow, approval_statement
 from dflash_guard.outputs import refuse_outputs_over_inputs, refuse_unwritable
+from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.roles import refuse_swapped_roles
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
+from dflash_guard.schema import MAX_DOCUMENT_CHARS
+from dflash_guard.trust.closure import PolicyClosure, closure_changes, policy_closure, summary
 from dflash_guard.trust.policy import Policy, load_policy
 from dflash_guard.trust.provenance import sign_approval, write_approval
 from dflash_guard.trust.signing import (
@@ -25,6 +33,9 @@ from dflash_guard.trust.signing import (
     identity_token,
     lock_signature_paths,
 )
+
+if TYPE_CHECKING:
+    from sigstore.oidc import IdentityToken
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,16 +114,55 @@ def run_gate(options: GateOptions, progress: Progress = NO_PROGRESS) -> GateResu
         if not Path(folder).is_dir():
             raise InputError(f"--root {role}={folder}: no such folder")
     refuse_swapped_roles(options.roots, "--root {role}=")
-    policy = load_policy(options.policy).accepting(options.signers)
+    loaded = load_policy(options.policy)
+    policy = loaded.accepting(options.signers)
     _check_outputs(options, policy)
     endpoints = resolve_endpoints(policy, options.endpoints)
     api_key = resolve_api_key(policy, options.endpoints)
     # Ask for the Sigstore credential before any work, so a missing one fails at once.
     token = identity_token(options.signing.interactive) if options.signing.sigstore else None
-    inputs = GateInputs(
-        options, policy, options.today or dt.datetime.now(dt.UTC).date(), endpoints,
-        engines_from_policy(endpoints, api_key, options.endpoints.api_key_env)
-        if endpoints is not None else None, progress=progress)
+    closure = policy_closure(loaded)  # the policy's own files, hashed before any check
+    with tempfile.TemporaryDirectory(prefix="dflash-guard-gate-") as private:
+        lock_read = read_lock_once(Path(options.lock_path), Path(private))
+        inputs = GateInputs(
+            options, policy, options.today or dt.datetime.now(dt.UTC).date(), lock_read,
+            endpoints, engines_from_policy(endpoints, api_key, options.endpoints.api_key_env)
+            if endpoints is not None else None, progress=progress)
+        return _run_checks(inputs, loaded, closure, token)
+
+
+def read_lock_once(lock_path: Path, private: Path) -> LockRead:
+    """Read the lockfile and its signatures once, into `private` (a folder of our own): the
+    bytes every check judges, and the record names."""
+    data = read_input(lock_path, "lockfile", MAX_DOCUMENT_CHARS)
+    copy = private / lock_path.name
+    copy.write_bytes(data)
+    for signature in lock_signature_paths(lock_path):
+        if signature.is_symlink():  # kept a link: the signature check refuses it as before
+            (private / signature.name).symlink_to(os.readlink(signature))
+        elif signature.exists():
+            read = read_input(signature, "lockfile signature")
+            (private / signature.name).write_bytes(read)
+    return LockRead(lock_path, data, hashlib.sha256(data).hexdigest(), copy)
+
+
+def _changed_during_run(inputs: GateInputs, loaded: Policy, closure: PolicyClosure) -> list[str]:
+    """What the gate read at the start that is no longer the same on disk: the policy's files
+    (what the checks read from them may not be what the record names) and the lockfile."""
+    problems = closure_changes(closure, loaded)
+    lock = inputs.lock_read
+    try:
+        now = sha256_file(lock.path)
+    except OSError as error:
+        now = f"unreadable ({error})"
+    if now != lock.sha256:
+        problems.append(f"--lock {lock.path}: other bytes than the ones judged")
+    return problems
+
+
+def _run_checks(inputs: GateInputs, loaded: Policy, closure: PolicyClosure,
+                token: IdentityToken | None) -> GateResult:
+    options, progress, policy = inputs.options, inputs.progress, inputs.policy
     rows: list[CheckRow] = []
     with stage(progress, "gate", len(CHECKS), "checks"):
         for check in CHECKS:
@@ -124,7 +174,11 @@ def run_gate(options: GateOptions, progress: Progress = NO_PROGRESS) -> GateResu
                 return GateResult(False, tuple(rows), reason=f"{check.name}: {outcome.reason}")
             if evidence is not None:
                 inputs = dataclasses.replace(inputs, found=(*inputs.found, evidence))
-    statement = approval_statement(Path(options.lock_path), inputs.lock, policy, rows)
+    changed = _changed_during_run(inputs, loaded, closure)
+    if changed:
+        return GateResult(False, tuple(rows), reason="evidence: changed during the run: "
+                          f"{summary(changed)} (the record must name the bytes the checks read)")
+    statement = approval_statement(inputs.lock_read, inputs.lock, policy, closure, rows)
     signature = None
     out = options.out
     if out is not None:

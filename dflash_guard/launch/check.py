@@ -26,7 +26,6 @@ from dflash_guard.launch.engines import FLAGS, cap_flag, parse_args
 from dflash_guard.launch.plan import (
     DEFAULT_METHOD,
     ENGINES,
-    is_loopback,
     remote_code_problems,
     verify_folder,
 )
@@ -35,6 +34,7 @@ from dflash_guard.pins.hashing import hash_files
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.trust.policy import Policy
+from dflash_guard.urls import is_loopback
 
 DETECTOR = "launch-check"
 Flags = dict[str, list[str | None]]

@@ -15,7 +15,6 @@ option) is an `InputError`.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.pins.verify import verify_lock
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.trust.policy import ENV_NAME_RE, Policy, RemoteCode
+from dflash_guard.urls import is_loopback
 
 ENGINES = ("vllm", "llama.cpp", "sglang")
 DEFAULT_METHOD = "dflash"
@@ -74,16 +74,6 @@ class LaunchPlan:
     caps: Mapping[str, int | float]
     api_key_env: str | None  # set only when the bind is not loopback
     verified: tuple[str, ...]  # `ROLE FOLDER` of each folder verified against the lock
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding `host` keeps the server on this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # another host name: assume it resolves elsewhere
 
 
 def remote_code_problems(lock: Lockfile, policy: Policy, roles: list[str]) -> list[str]:

@@ -600,10 +600,20 @@ def _validate_lock(lock: Lockfile, source: str) -> None:
 def load_lockfile(path: str | Path) -> Lockfile:
     """Read and validate a lockfile; raise `InputError` naming the file and the bad field."""
     try:
-        text = read_regular(path, MAX_DOCUMENT_CHARS).decode("utf-8")
+        data = read_regular(path, MAX_DOCUMENT_CHARS)
     except InputError as error:
         raise InputError(f"cannot read lockfile {error}") from None
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
         raise InputError(f"cannot read lockfile {path}: {error}") from None
+    return lockfile_from_bytes(data, str(path))
+
+
+def lockfile_from_bytes(data: bytes, source: str) -> Lockfile:
+    """The lockfile in `data` (bytes a caller read once and hashed), validated; `source` names
+    it in errors."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"cannot read lockfile {source}: {error}") from None
     with paused_gc():  # a 100k-file table is 100k rows
-        return parse_lockfile(text, str(path))
+        return parse_lockfile(text, source)

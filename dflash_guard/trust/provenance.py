@@ -12,16 +12,21 @@ signers, and the disk must be the approved set exactly, listed with the same wal
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import loads_json, read_input, read_input_text, write_atomic
-from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.fileio import loads_json, read_input, write_atomic
+from dflash_guard.schema import MAX_DOCUMENT_CHARS
 from dflash_guard.trust.attestation import Passphrase
+from dflash_guard.trust.closure import PolicyClosure, canonical_digest, policy_closure, summary
 from dflash_guard.trust.intoto import Statement, dumps_json
 from dflash_guard.trust.policy import Signers
+from dflash_guard.trust.record_schema import record_problem
 from dflash_guard.trust.signing import (
     KEY_SIG_SUFFIX,
     SIGSTORE_SUFFIX,
@@ -71,10 +76,17 @@ def sign_approval(out: Path, *, key: Path | None = None, token: IdentityToken | 
 
 def read_approval(path: Path) -> dict[str, Any]:
     """Read an approval record and check it is an in-toto Statement v1 from dflash-guard (v3, or
-    a v2 record from an earlier release)."""
-    data = loads_json(read_input_text(path, "approval record", APPROVAL_MAX_BYTES),
-                      f"approval record {path}")
+    a v2 record from an earlier release), every field read later of the right type and range
+    (`record_schema`): anything else is one `InputError` line naming the field."""
+    return parse_approval(read_input(path, "approval record", APPROVAL_MAX_BYTES), path)
+
+
+def parse_approval(raw: bytes, path: Path) -> dict[str, Any]:
+    """`read_approval` of bytes already read (`path` names them in errors)."""
+    data = loads_json(raw, f"approval record {path}", finite=True)
     kind = data.get("predicateType") if isinstance(data, dict) else None
+    if kind in PREDICATE_TYPES and (problem := record_problem(data)) is not None:
+        raise InputError(f"{path}: malformed approval record: {problem}")
     try:
         return Statement.from_json(data, kind if kind in PREDICATE_TYPES else PREDICATE_TYPE,
                                    "a dflash-guard approval").to_json()
@@ -121,20 +133,38 @@ def verify_approval(path: Path, signers: Signers, *, trust_root: Path | None = N
 
 
 def policy_binding(statement: Mapping[str, Any], policy: Policy,
-                   accepted: Sequence[str] = ()) -> str | None:
-    """Why the record is not about `policy`, or None when it is: its policy digest must be
-    `policy`'s, or one the operator lists in `accepted` (`sha256:HEX`)."""
+                   accepted: Sequence[str] = (), closure: PolicyClosure | None = None
+                   ) -> str | None:
+    """Why the record is not about `policy`, or None when it is: its policy digest must be the
+    digest of `policy`'s closure (its text and every file it names, hashed now: `closure` when
+    the caller took it before adding signers), or one the operator lists in `accepted`
+    (`sha256:HEX`). A record that names its policy by text alone (made before closures) binds
+    none of the files the policy names: it fails closed."""
     named = statement["predicate"].get("policy")
     digest = named.get("digest", {}).get("sha256") if isinstance(named, dict) else None
     if not isinstance(digest, str):
         return "the record names no policy digest"
-    wanted = {policy.digest.removeprefix("sha256:"),
+    assert isinstance(named, dict)
+    recorded = named.get("closure")
+    if not isinstance(recorded, dict):
+        return ("the record names its policy by its text only, not by the files the policy "
+                "names (feeds, keys, prompt sets, comparison records): a record made before "
+                "policy closures cannot say what it was judged with; re-approve it with this "
+                "version")
+    if canonical_digest(recorded) != digest:
+        return "the record's policy listing does not match its policy digest"
+    mine: PolicyClosure = closure if closure is not None else policy_closure(policy)
+    wanted = {mine.digest.removeprefix("sha256:"),
               *(d.removeprefix("sha256:") for d in accepted)}
     if digest in wanted:
         return None
+    if recorded.get("text_sha256") == mine.text_sha256:
+        return (f"the policy's text is the record's, but what it names is not: "
+                f"{summary(mine.differences(recorded))}: another policy; check it under "
+                "the policy with those files")
     return (f"approved under policy {named.get('name')!r} ({named.get('uri')}, sha256:"
             f"{digest[:12]}...), not under {policy.name!r} (sha256:"
-            f"{policy.digest.removeprefix('sha256:')[:12]}...): check it under that policy, "
+            f"{mine.digest.removeprefix('sha256:')[:12]}...): check it under that policy, "
             "or list its digest with --accept-policy-digest")
 
 
@@ -168,38 +198,71 @@ class ApprovalVerdict:
 
 def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | None = None,
                    lock_path: Path | None = None, accepted_policies: Sequence[str] = (),
-                   trust_root: Path | None = None, bundle: Path | None = None
+                   trust_root: Path | None = None, bundle: Path | None = None,
+                   closure: PolicyClosure | None = None
                    ) -> ApprovalVerdict:
     """Verify an approval record: that it is about `policy` (`policy_binding`), its signatures
     against the policy's approval signers and, unless `roots` is None (the
     signature only, as `monitor --record` needs), the disk against it, as `verify` would: the
     lockfile at `lock_path` must be the approved one, and every folder it locks is listed with
     the one walk and compared with the approved set (missing, extra and changed files fail)."""
-    statement = read_approval(path)
-    checks = verify_approval(path, policy.approval_signers, trust_root=trust_root, bundle=bundle)
+    with tempfile.TemporaryDirectory(prefix="dflash-guard-record-") as private:
+        copy = _read_once(path, Path(private))  # what is parsed is what the signature covers
+        statement = parse_approval(copy.read_bytes(), path)
+        checks = [_named_as(c, private, path.parent)
+                  for c in verify_approval(copy, policy.approval_signers, trust_root=trust_root,
+                                           bundle=bundle)]
     problems, checked, locations = (([], None, {}) if roots is None
                                     else _compare_disk(statement, roots, lock_path))
     named = statement["predicate"].get("policy")
     return ApprovalVerdict(str(path), named if isinstance(named, dict) else {}, policy.name,
-                           policy_binding(statement, policy, accepted_policies), tuple(checks),
-                           tuple(problems), checked, acceptance_length(statement), locations)
+                           policy_binding(statement, policy, accepted_policies, closure),
+                           tuple(checks), tuple(problems), checked, acceptance_length(statement),
+                           locations)
+
+
+def _named_as(check: SignatureCheck, private: str, folder: Path) -> SignatureCheck:
+    """A check made on the private copies, naming the files the user gave."""
+    def real(text: str) -> str:
+        return text.replace(private, str(folder))
+
+    outcome = dataclasses.replace(check.outcome, reason=real(check.outcome.reason or ""))
+    return dataclasses.replace(check, signature=real(check.signature), outcome=outcome)
+
+
+def _read_once(path: Path, private: Path) -> Path:
+    """The record and its signatures, each read once into `private` (a folder of our own)."""
+    copy = private / path.name
+    copy.write_bytes(read_input(path, "approval record", APPROVAL_MAX_BYTES))
+    for suffix in (KEY_SIG_SUFFIX, SIGSTORE_SUFFIX):
+        signature = path.with_name(path.name + suffix)
+        if signature.is_symlink():  # kept a link: the signature check refuses it as before
+            (private / signature.name).symlink_to(os.readlink(signature))
+        elif signature.exists():
+            (private / signature.name).write_bytes(read_input(signature, "record signature"))
+    return copy
 
 
 def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
                   lock_path: Path | None) -> tuple[list[str], int, dict[str, Path]]:
     """The problems of the disk against the record, how many approved files matched, and the
     folder each role was verified in."""
-    from dflash_guard.pins.lockfile import load_lockfile
+    from dflash_guard.pins.lockfile import lockfile_from_bytes
     from dflash_guard.pins.verify import locked_files, verify_lock
 
     if lock_path is None:
         raise InputError("checking the files needs the approved lockfile: pass --lock LOCKFILE "
                          "(or --signature-only)")
-    approved = {s["name"]: s["digest"].get("sha256") for s in statement["subject"]}
-    lock_name = statement["predicate"].get("lockfile", {}).get("name")
-    if approved.pop(lock_name, None) != sha256_file(lock_path):
+    approved = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+    recorded = statement["predicate"]["lockfile"]  # its shape: `read_approval`
+    data = read_input(lock_path, "lockfile", MAX_DOCUMENT_CHARS)  # read once: hashed, parsed
+    if approved.pop(recorded["name"], None) != hashlib.sha256(data).hexdigest():
         return [f"--lock {lock_path}: not the lockfile the record approved"], 0, {}
-    lock = load_lockfile(lock_path)
+    lock = lockfile_from_bytes(data, str(lock_path))
+    if lock.digest() != recorded["content_digest"]:
+        return [f"--lock {lock_path}: the record approved these bytes, but its checks judged "
+                f"another lock ({recorded['content_digest'][:19]}..., this one is "
+                f"{lock.digest()[:19]}...)"], 0, {}
     report = verify_lock(lock, dict(roots), use_cache=False)  # the same walk as `verify`
     problems = [p.describe() for p in report.problems]
     for name in sorted(set(locked_files(lock)) - set(approved)):
