@@ -63,7 +63,7 @@ SCHEMA: dict[str, Any] = {
             "type": "object", "required": ["name", "digest"],
             "properties": {"name": NAME, "digest": _DIGEST}}},
         "predicate": {
-            "type": "object", "required": ["policy", "lockfile", "checks"],
+            "type": "object", "required": ["policy"],
             "properties": {
                 "passed": {"type": "boolean"},
                 "approved_at": {"type": "string",

@@ -12,6 +12,7 @@ import pytest
 from dflash_guard import __version__
 from dflash_guard.gate import STEPS, ApprovalSigning, GateOptions, run_gate
 from dflash_guard.pins.lockfile import Engine
+from dflash_guard.trust.closure import policy_closure
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import PREDICATE_TYPE, read_approval
 from dflash_guard.trust.signing import verify_key_signature
@@ -62,8 +63,13 @@ def test_gate_approval_record_content(approved, locked_pair):
     predicate = statement["predicate"]
     assert predicate["passed"] is True
     assert predicate["tool"] == {"name": "dflash-guard", "version": __version__}
-    assert predicate["policy"]["digest"]["sha256"] == (
+    closure = policy_closure(load_policy(policy))
+    assert predicate["policy"]["digest"]["sha256"] == closure.digest.removeprefix("sha256:")
+    assert predicate["policy"]["closure"]["text_sha256"] == (
         load_policy(policy).digest.removeprefix("sha256:"))
+    named = {(f["field"], f["path"]) for f in predicate["policy"]["closure"]["files"]}
+    assert ("difftest.prompts", "prompts.jsonl") in named  # the policy's prompt set, by content
+    assert predicate["policy"]["closure"]["extends"] is None
     assert predicate["engines"] == [{
         "name": "vllm", "uri": f"git+{VLLM.url}@{VLLM.commit}",
         "digest": {"gitCommit": VLLM.commit}, "annotations": {"ref": "v0.11.0"}}]

@@ -12,6 +12,7 @@ import pytest
 
 from dflash_guard.gate import STEPS, ApprovalSigning, GateOptions, run_gate
 from dflash_guard.gate.checks import CHECKS
+from dflash_guard.trust.closure import policy_closure
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import read_approval
 from tests.support.trust import copy_folder, make_key_pair, one_line, write_lock, write_policy
@@ -100,12 +101,12 @@ def test_verify_approval_binds_the_record_to_its_policy(cli, approval, locked_pa
     result = cli(*under_other)
     assert result.exit_code == 1
     verdict = json.loads(result.stdout)
-    assert verdict["record_policy"]["digest"]["sha256"] == load_policy(
-        str(policy)).digest.removeprefix("sha256:")
+    digest = policy_closure(load_policy(str(policy))).digest  # the text and the files it names
+    assert verdict["record_policy"]["digest"]["sha256"] == digest.removeprefix("sha256:")
     assert "not under" in verdict["policy_problem"] and verdict["problems"] == []
     text = cli(*under_other[:-2])
     assert "WRONG POLICY" in text.stdout and "NOT VERIFIED" in text.stdout
-    accepted = cli(*under_other, "--accept-policy-digest", load_policy(str(policy)).digest)
+    accepted = cli(*under_other, "--accept-policy-digest", digest)
     assert accepted.exit_code == 0, accepted.stdout
 
 

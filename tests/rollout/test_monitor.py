@@ -13,6 +13,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from dflash_guard.gate.record import policy_descriptor
+from dflash_guard.trust.closure import canonical_digest, policy_closure
 from dflash_guard.trust.intoto import Statement, Subject
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.provenance import PREDICATE_TYPE
@@ -118,16 +120,17 @@ def test_baseline_from_the_approval_record(cli, tmp_path):
     policy.write_text(f"extends: default\nname: mine\nsignatures:\n  approvals: "
                       f"{{identities: [], public_keys: [{public}]}}\n")
 
-    def write_record(policy_digest: str) -> None:
+    def write_record(descriptor: dict) -> None:
         difftest = {"name": "difftest", "verdict": "passed", "reason": "",
                     "evidence": {"acceptance_length": 6.0}}
         statement = Statement((Subject("target", {"sha256": "0" * 64}),), PREDICATE_TYPE,
-                              {"policy": {"name": "mine", "digest": {"sha256": policy_digest}},
+                              {"policy": descriptor,
                                "checks": [difftest]})
         record.write_bytes(statement.dumps())
         sign_with_key(record, private)
 
-    write_record(load_policy(str(policy)).digest.removeprefix("sha256:"))
+    loaded = load_policy(str(policy))
+    write_record(policy_descriptor(loaded, policy_closure(loaded)))
     signed = ("--record", record, "--policy", policy)
     with replaying(SERIES["healthy"]) as url:  # tau 5.0 is 17% below 6.0
         loose = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed)
@@ -142,7 +145,9 @@ def test_baseline_from_the_approval_record(cli, tmp_path):
         edited = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed)
     assert edited.exit_code == 2 and "not signed by an approval signer" in edited.stderr
     # A signed record approved under another policy is no baseline under this one (P4).
-    write_record("f" * 64)
+    other_listing = {"text_sha256": "f" * 64, "extends": None, "files": []}
+    write_record({"name": "mine", "digest": {"sha256": canonical_digest(other_listing)},
+                  "closure": other_listing})
     with replaying(SERIES["healthy"]) as url:
         other = cli("monitor", "--metrics", url, "--interval", "0", "--once", *signed)
     assert other.exit_code == 2 and "not under 'mine'" in other.stderr

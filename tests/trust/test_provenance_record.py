@@ -11,9 +11,11 @@ from sigstore.dsse import Statement
 
 from dflash_guard.errors import InputError
 from dflash_guard.gate.evidence import DifftestEvidence, PolicyEvidence, VerifiedFiles
+from dflash_guard.gate.inputs import LockRead
 from dflash_guard.gate.record import CheckRow, approval_statement
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.lockfile import Engine
+from dflash_guard.trust.closure import policy_closure
 from dflash_guard.trust.policy import Signers, load_policy
 from dflash_guard.trust.provenance import (
     PREDICATE_TYPE,
@@ -41,9 +43,13 @@ def statement(locked_pair, tmp_path):
         CheckRow("difftest", Outcome.passed("identical"),
                  DifftestEvidence({"identical": True, "tau": 3.5}, 3.5, 32, 1.0)),
     ]
+    data = lock.read_bytes()
+    policy = load_policy("default")
     return approval_statement(
-        lock, locked_pair.lock.__class__(artifacts=locked_pair.lock.artifacts, engines=(ENGINE,)),
-        load_policy("default"), rows, time=dt.datetime(2026, 9, 1, 12, 30, 5, 999, tzinfo=dt.UTC),
+        LockRead(lock, data, hashlib.sha256(data).hexdigest(), lock),
+        locked_pair.lock.__class__(artifacts=locked_pair.lock.artifacts, engines=(ENGINE,)),
+        policy, policy_closure(policy), rows,
+        time=dt.datetime(2026, 9, 1, 12, 30, 5, 999, tzinfo=dt.UTC),
     )
 
 
@@ -71,7 +77,10 @@ def test_provenance_predicate_fields(statement):
         "digest": {"gitCommit": ENGINE.commit}, "annotations": {"ref": ENGINE.ref}}]
     assert predicate["policy"]["name"] == "default"
     assert predicate["policy"]["uri"] == "builtin:default"
-    assert predicate["policy"]["digest"]["sha256"] == load_policy("default").digest[7:]
+    closure = policy_closure(load_policy("default"))  # the built-in names no file
+    assert predicate["policy"]["digest"]["sha256"] == closure.digest[7:]
+    assert predicate["policy"]["closure"] == {
+        "text_sha256": load_policy("default").digest[7:], "extends": None, "files": []}
     assert predicate["waivers"] == ["W-1"]
     assert predicate["checks"][3]["evidence"]["acceptance_length"] == 3.5
     assert [a["tier"] for a in predicate["artifacts"]] == ["official", "official"]
