@@ -101,9 +101,11 @@ def canonical_digest(listing: Mapping[str, Any]) -> str:
 def _hash(path: Path, field: str) -> str:
     try:
         return sha256_file(path)
+    except InputError as error:
+        raise InputError(f"policy {field}: {error}") from None
     except OSError as error:
-        raise InputError(f"policy {field} {path}: cannot read it: "
-                         f"{getattr(error, 'strerror', None) or error}") from None
+        raise InputError(f"policy {field}: cannot read {path}: "
+                         f"{error.strerror or error}") from None
 
 
 def _name(path: Path, base: Path) -> str:
