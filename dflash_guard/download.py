@@ -59,7 +59,7 @@ def download(url: str, sink: Callable[[bytes], None], *, what: str, max_bytes: i
         with httpx2.Client(timeout=httpx2.Timeout(timeout), follow_redirects=False) as client:
             for _ in range(MAX_REDIRECTS + 1):
                 with client.stream("GET", current) as response:
-                    if response.is_redirect:
+                    if response.has_redirect_location:
                         current = _next_hop(current, response.headers.get("location", ""),
                                             what, url)
                         if time.monotonic() > deadline:
