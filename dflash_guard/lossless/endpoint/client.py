@@ -421,8 +421,14 @@ def parse_chat_completion(payload: Any) -> Completion:
         raise ValueError("a `logprobs.content` entry is not an object")
     legacy = {**choice, "text": text, "logprobs": {"content": entries}}
     if entries and all("id" not in e for e in entries):  # vLLM: tokens and ranked alternatives
-        tops = [{a.get("token"): a.get("logprob") for a in e.get("top_logprobs") or []
-                 if isinstance(a, dict)} for e in entries]
+        alternatives = [e.get("top_logprobs") or [] for e in entries]
+        if not all(isinstance(a, list) for a in alternatives):
+            raise ValueError("`top_logprobs` of a `logprobs.content` entry is not a list")
+        if any(isinstance(a, dict) and not isinstance(a.get("token"), str | int | None)
+               for ranked in alternatives for a in ranked):
+            raise ValueError("a `top_logprobs` token is neither text nor an id")
+        tops = [{a.get("token"): a.get("logprob") for a in ranked if isinstance(a, dict)}
+                for ranked in alternatives]
         legacy["logprobs"] = {"tokens": [e.get("token") for e in entries], "top_logprobs": tops,
                               "token_logprobs": [e.get("logprob") for e in entries]}
     return parse_completion({**payload, "choices": [legacy]})
