@@ -377,8 +377,11 @@ def parse_completion(payload: Any) -> Completion:
     chosen = logprobs.get("token_logprobs") or []
     if not isinstance(chosen, list):
         raise ValueError("`token_logprobs` is not a list")
+    alternatives = logprobs.get("top_logprobs") or []
+    if not isinstance(alternatives, list):
+        raise ValueError("`top_logprobs` is not a list")
     tops: list[tuple[tuple[Token, float], ...]] = []
-    for entry in logprobs.get("top_logprobs") or []:
+    for entry in alternatives:
         if entry is None:
             tops.append(())
             continue
@@ -386,9 +389,7 @@ def parse_completion(payload: Any) -> Completion:
             raise ValueError("a `top_logprobs` entry is not an object")
         ranked: list[tuple[Token, float]] = []
         for token, value in entry.items():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"logprob {value!r} is not a number")
-            ranked.append((_token_key(token), float(value)))
+            ranked.append((_token_key(token), _number(value)))
         ranked.sort(key=lambda item: -item[1])
         tops.append(tuple(ranked))
     reason = choice.get("finish_reason")
@@ -437,7 +438,10 @@ def parse_chat_completion(payload: Any) -> Completion:
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"logprob {value!r} is not a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float's range
+        raise ValueError("a logprob is out of range") from None
 
 
 def _content_id(entry: Any) -> int:
