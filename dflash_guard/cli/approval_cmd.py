@@ -40,8 +40,8 @@ def verify_approval(
              "or a file given as a path).")] = None,
     accept_policy_digest: Annotated[list[str] | None, typer.Option(
         "--accept-policy-digest", metavar="DIGEST",
-        help="Also accept a record approved under the policy with "
-             "this digest (sha256:HEX; repeatable).")] = None,
+        help="Also accept a record approved under the policy whose closure has "
+             "this digest (the record's policy.digest, sha256:HEX; repeatable).")] = None,
     root: Annotated[list[str] | None, typer.Option(
         "--root", metavar="ROLE=DIR",
         help="ROLE=DIR: where that artifact lives (repeatable; a role not given is "
