@@ -256,7 +256,7 @@ def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
     approved = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
     recorded = statement["predicate"].get("lockfile")  # its shape: `read_approval`
     if recorded is None:
-        return ["the record names no lockfile: nothing to compare --lock with"], 0
+        return ["the record names no lockfile: nothing to compare --lock with"], 0, {}
     data = read_input(lock_path, "lockfile", MAX_DOCUMENT_CHARS)  # read once: hashed, parsed
     if approved.pop(recorded["name"], None) != hashlib.sha256(data).hexdigest():
         return [f"--lock {lock_path}: not the lockfile the record approved"], 0, {}
