@@ -12,9 +12,10 @@ graphs), oracle.py (a drafter that proposes the target's own continuation: an up
 checkpoint.py (HF folders read with safetensors only), tokenizer.py (the fixture's byte-level
 tokenizer), fixtures.py (the built-in tiny pair), serve.py (an OpenAI-compatible server),
 gguf_reader.py (the one bounded GGUF reader the scanner and the diff share),
-logprobs.py (the target's logprobs at every position of a given output).
+logprobs.py (the target's logprobs at every position of a given output), weight_files.py (which
+safetensors files of a folder are decoded; an ambiguous weight set is refused).
 See docs/kernels-ref.md.
 
 Stands alone (imports nothing from the guard that uses it); this file, faults.py, compat.py,
-gguf_reader.py and errors.py import no torch, so a scanner or CLI can use them cheaply.
+gguf_reader.py, weight_files.py and errors.py import no torch, so a scanner or CLI can use them cheaply.
 """

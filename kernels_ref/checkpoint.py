@@ -18,6 +18,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from kernels_ref.errors import RunnerError
+from kernels_ref.weight_files import INDEX, indexed_shards, weight_files
 
 T = TypeVar("T")
 MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any config (the scan's limit too)
@@ -97,34 +98,30 @@ def tensor_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
 
 
 def load_tensors(folder: Path) -> dict[str, torch.Tensor]:
-    """All tensors of `model.safetensors`, or of the shards in `model.safetensors.index.json`."""
+    """All tensors of `model.safetensors`, or of the shards in `model.safetensors.index.json`
+    (`kernels_ref.weight_files`: a folder with other `*.safetensors` is refused)."""
     return _read_weights(folder, _load_file)
 
 
 def _read_weights(folder: Path, read: Callable[[Path], dict[str, T]]) -> dict[str, T]:
-    """`read` over the folder's single file or its shards, each tensor where the index maps it."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise RunnerError(f"{index}: missing or empty 'weight_map'")
-        found: dict[str, T] = {}
-        for shard in sorted(set(weight_map.values())):
-            shard_path = folder / str(shard)
-            if Path(str(shard)).name != str(shard):
-                raise RunnerError(f"{index}: shard name {shard!r} is not a plain file name")
-            for name, value in read(shard_path).items():
-                if weight_map.get(name) != shard:
-                    raise RunnerError(f"{shard_path}: tensor {name!r} is not mapped to this shard")
-                found[name] = value
-        missing = sorted(set(weight_map) - set(found))
-        if missing:
-            raise RunnerError(f"{index}: tensor {missing[0]!r} is mapped but absent from its shard")
-        return found
-    single = folder / "model.safetensors"
-    if not single.is_file():
-        raise RunnerError(f"{folder}: neither model.safetensors nor model.safetensors.index.json")
-    return read(single)
+    """`read` over the folder's single file or its shards (`weight_files`: a folder with any
+    other top-level `*.safetensors` is refused), each tensor where the index maps it."""
+    names = weight_files(folder)
+    if indexed_shards(folder) is None:
+        return read(folder / names[0])
+    index = folder / INDEX
+    weight_map = read_json(index)["weight_map"]
+    found: dict[str, T] = {}
+    for shard in names:
+        shard_path = folder / shard
+        for name, value in read(shard_path).items():
+            if weight_map.get(name) != shard:
+                raise RunnerError(f"{shard_path}: tensor {name!r} is not mapped to this shard")
+            found[name] = value
+    missing = sorted(set(weight_map) - set(found))
+    if missing:
+        raise RunnerError(f"{index}: tensor {missing[0]!r} is mapped but absent from its shard")
+    return found
 
 
 def _unreadable(path: Path, exc: Exception) -> RunnerError:

@@ -99,6 +99,10 @@ def check_lockfile_signature(inputs: GateInputs) -> Checked:
 
 
 def check_verify(inputs: GateInputs) -> Checked:
+    """Every locked file byte for byte, then what the engines would open from the verified
+    folders (`launch.fileset`): a file the lock does not cover, or weights other than those the
+    diff test decodes, refuses."""
+    from dflash_guard.launch.fileset import approval_problems
     from dflash_guard.pins.verify import verify_lock
 
     # No stat cache: a cache can only save time, never decide an approval, so the gate hashes
@@ -108,7 +112,16 @@ def check_verify(inputs: GateInputs) -> Checked:
                          progress=inputs.progress)
     if not report.passed:
         return _refused([p.describe() for p in report.problems])
-    return (Outcome.passed(f"{report.files_checked} files match byte for byte"),
+    problems = []
+    for artifact in inputs.lock.artifacts:
+        folder = report.locations.get(artifact.role)
+        if folder is not None and Path(folder).is_dir():
+            problems += approval_problems(artifact.role, Path(folder),
+                                          {f.path for f in artifact.files})
+    if problems:
+        return _refused(problems)
+    return (Outcome.passed(f"{report.files_checked} files match byte for byte; the engines "
+                           "load only locked files, the diff test's weights"),
             VerifiedFiles(dict(report.locations), dict(report.digests)))
 
 

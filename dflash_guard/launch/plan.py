@@ -15,17 +15,20 @@ option) is an `InputError`.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_json
+from dflash_guard.launch.fileset import llamacpp_problems, served_gguf, vllm_problems
 from dflash_guard.launch.passthrough import llamacpp_config_files
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.pins.verify import verify_lock
 from dflash_guard.progress import NO_PROGRESS, Progress
+from dflash_guard.trust.evidence import artifact_key, served_gguf_problems
 from dflash_guard.trust.policy import ENV_NAME_RE, Policy, RemoteCode
 from dflash_guard.urls import is_loopback
 
@@ -115,7 +118,7 @@ def verify_folder(lock: Lockfile, artifact: Artifact, root: Path | None,
     return Outcome.passed(f"{artifact.role} folder {where} matches the lock"), where
 
 
-def _load(lock: Lockfile, artifact: Artifact, options: LaunchOptions,
+def _load(lock: Lockfile, policy: Policy, artifact: Artifact, options: LaunchOptions,
           progress: Progress) -> Load | Outcome:
     """Where `artifact` is loaded from: a folder verified against the lock (or the refusal)."""
     if options.approved is not None:  # verify-approval walked every locked folder
@@ -131,13 +134,24 @@ def _load(lock: Lockfile, artifact: Artifact, options: LaunchOptions,
         verified, folder = verify_folder(lock, artifact, root, progress)
         if folder is None:
             return verified
-    path = folder.resolve()
-    if options.engine == "llama.cpp":  # llama.cpp loads one file, not a repo
-        ggufs = [f.path for f in artifact.files if f.path.endswith(".gguf")]
-        if len(ggufs) != 1:
+    path, locked = folder.resolve(), {f.path for f in artifact.files}
+    if options.engine == "llama.cpp":  # llama.cpp loads one file (and its split parts)
+        gguf = served_gguf(locked)
+        if gguf is None:
+            ggufs = sorted(p for p in locked if p.endswith(".gguf"))
             return Outcome.refused(f"{artifact.role} {artifact.label} locks {len(ggufs)} "
-                                   ".gguf files; llama.cpp needs exactly one")
-        path = path / ggufs[0]
+                                   ".gguf files; llama.cpp needs exactly one model (a split "
+                                   "model's parts count as one)")
+        problems = llamacpp_problems(artifact.role, path / gguf, locked)
+        if (artifact.role == "target" and policy.gguf_requires_comparison and policy.waiver(
+                "gguf-comparison", artifact_key(artifact), dt.date.today()) is None):
+            # what llama.cpp serves as --model must be what a comparison record compared
+            problems += served_gguf_problems(policy, lock, path)
+        path = path / gguf
+    else:
+        problems = vllm_problems(artifact.role, path, locked) if options.engine == "vllm" else []
+    if problems:
+        return Outcome.refused("; ".join(problems))
     return Load(artifact.role, str(path))
 
 
@@ -197,7 +211,7 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
     loaded = [target] if options.baseline else [target, drafter]
     loads = []
     for artifact in loaded:
-        planned = _load(lock, artifact, options, progress)
+        planned = _load(lock, policy, artifact, options, progress)
         if isinstance(planned, Outcome):
             return planned
         loads.append(planned)

@@ -1,7 +1,7 @@
 """The GGUF comparison record: an in-toto Statement that an engine serving a GGUF decoded like the
 safetensors target it was converted from (`difftest reference ... --record FILE`).
 
-Subjects are the GGUF (`gguf/NAME`) and every file of the safetensors target (`target/PATH`),
+Subjects are the GGUF (`gguf/NAME`, one per split part llama.cpp loads with it) and every file of the safetensors target (`target/PATH`),
 each with its sha256. The predicate holds the verdict (hard divergences, near-ties), the prompt
 set's digest, the token budget, the engine's identity (URL without credentials, served model) and
 the conversion record written by `scripts/llamacpp.py` (converter source sha256, outtype, input
@@ -65,8 +65,15 @@ def comparison_statement(
 ) -> Statement:
     """The record of one engine-vs-reference diff (`summary`: the report's verdict fields)."""
     subjects = []
-    if gguf is not None:
-        subjects.append(Subject(GGUF_PREFIX + gguf.name, {"sha256": sha256_file(gguf)}))
+    if gguf is not None:  # with every split part llama.cpp loads with it
+        from dflash_guard.launch.fileset import FileSetError, llamacpp_files
+
+        try:
+            parts = llamacpp_files(gguf).weights
+        except FileSetError as error:
+            raise InputError(str(error)) from None
+        subjects += [Subject(GGUF_PREFIX + part, {"sha256": sha256_file(gguf.parent / part)})
+                     for part in parts]
     subjects += target_subjects(target_dir)
     when = (time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(microsecond=0)
     predicate = {

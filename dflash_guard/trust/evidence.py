@@ -22,14 +22,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.lockfile import Artifact, Engine, Lockfile, load_lockfile
 from dflash_guard.schema import MAX_DOCUMENT_CHARS
-from dflash_guard.trust.comparison import TARGET_PREFIX, accepts, read_comparison
+from dflash_guard.trust.comparison import GGUF_PREFIX, TARGET_PREFIX, accepts, read_comparison
 from dflash_guard.trust.gitclone import GitClone
 from dflash_guard.trust.policy import Policy, Signers
 from dflash_guard.trust.signing import (
@@ -170,3 +170,51 @@ def comparison_records(policy: Policy, lock: Lockfile, *, trust_root: Path | Non
         else:
             why_not.append(f"record {path.name}: {outcome.reason}")
     return accepted, why_not
+
+
+def served_gguf_problems(policy: Policy, lock: Lockfile, folder: Path, *,
+                         trust_root: Path | None = None) -> list[str]:
+    """Why a GGUF of the target folder, which `launch llama.cpp` serves as `--model`, is not
+    covered by an accepted comparison record: each such GGUF and every split part llama.cpp
+    loads with it (`launch.fileset.llamacpp_files`) must be a GGUF subject of one record that
+    `accepts_record` accepts for exactly those files."""
+    from dflash_guard.launch.fileset import SPLIT_RE, FileSetError, llamacpp_files
+
+    target = lock.artifact("target")
+    if target is None:
+        return []
+    problems = []
+    for first in (f.path for f in target.files if f.path.endswith(".gguf")):
+        found = SPLIT_RE.search(first)
+        if found is not None and int(found.group(1)) != 1:
+            continue  # a later split part: loaded through the first one
+        try:
+            parts = llamacpp_files(folder / first).weights
+        except FileSetError as error:
+            problems.append(f"target/{first}: {error}")
+            continue
+        names = [str(PurePosixPath(first).with_name(part)) for part in parts]
+        locked = [target.file(name) for name in names]
+        if any(f is None for f in locked):
+            missing = [n for n, f in zip(names, locked, strict=True) if f is None]
+            problems.append(f"target/{first}: llama.cpp also loads {', '.join(missing)}, which "
+                            "the lock does not cover")
+            continue
+        served = tuple(f for f in locked if f is not None)
+        view = dataclasses.replace(lock, artifacts=(
+            target, dataclasses.replace(target, role="gguf", files=served)))
+        digests = {f.sha256 for f in served}
+        why_not = []
+        for path in policy.gguf_comparison_records:
+            outcome = accepts_record(path, policy, view, trust_root=trust_root)
+            named = {s.digest.get("sha256") for s in read_comparison(path).subjects
+                     if s.name.startswith(GGUF_PREFIX)} if outcome.ok else set()
+            if outcome.ok and digests <= named:
+                break
+            why_not.append(f"record {path.name}: " + (outcome.reason if not outcome.ok else
+                           "it does not name every split part"))
+        else:
+            because = f" ({'; '.join(why_not)})" if why_not else ""
+            problems.append(f"target/{first}: llama.cpp serves it as --model, and no accepted "
+                            f"comparison record covers it{because}")
+    return problems

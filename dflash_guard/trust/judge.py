@@ -20,7 +20,12 @@ from dflash_guard.rules import RC_REMOTE_REPO
 from dflash_guard.scan.report import ScanReport
 from dflash_guard.severity import Severity
 from dflash_guard.templates.locate import unreviewed_digest
-from dflash_guard.trust.evidence import artifact_key, comparison_records, engine_build
+from dflash_guard.trust.evidence import (
+    artifact_key,
+    comparison_records,
+    engine_build,
+    served_gguf_problems,
+)
 from dflash_guard.trust.model_card import card_problems
 from dflash_guard.trust.policy import Policy, RemoteCode, Templates
 
@@ -116,7 +121,8 @@ class Judge:
     def lock(self, lock: Lockfile, locations: Mapping[str, Path],
              engine_repos: Mapping[str, Path], trust_root: Path | None) -> list[str]:
         """Every problem the policy has with the locked pair and engines: expired waivers,
-        missing staging approvals and GGUF comparisons, the drafter's model card, PR-head or
+        missing staging approvals and GGUF comparisons (the target's GGUF, which llama.cpp serves,
+        included), the drafter's model card, PR-head or
         unproven engine builds."""
         policy, problems = self.policy, []
         for waiver in policy.expired_waivers(self.today):
@@ -140,6 +146,10 @@ class Judge:
                     because = f" ({'; '.join(why_not)})" if why_not else ""
                     problems.append(f"gguf {artifact.label} has no recorded comparison against "
                                     f"the safetensors path{because}")
+        target_folder, target = locations.get("target"), lock.artifact("target")
+        if (policy.gguf_requires_comparison and target_folder is not None and target is not None
+                and not self.waived("gguf-comparison", artifact_key(target))):
+            problems += served_gguf_problems(policy, lock, target_folder, trust_root=trust_root)
         drafter_folder = locations.get("drafter")
         if drafter_folder is not None:
             target = lock.artifact("target")
