@@ -17,5 +17,6 @@ safetensors files of a folder are decoded; an ambiguous weight set is refused).
 See docs/kernels-ref.md.
 
 Stands alone (imports nothing from the guard that uses it); this file, faults.py, compat.py,
-gguf_reader.py, weight_files.py and errors.py import no torch, so a scanner or CLI can use them cheaply.
+gguf_reader.py, weight_files.py and errors.py import no torch, so a scanner or CLI can use them
+cheaply.
 """

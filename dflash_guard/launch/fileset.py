@@ -280,13 +280,15 @@ def vllm_files(folder: Path, *, tokenizer: bool = True,
 
 
 def _split_key(gguf: Path, key: str) -> int | None:
-    from kernels_ref.gguf_reader import GGUFError, read_gguf
+    from kernels_ref.gguf_reader import GGUFError, GGUFLimit, read_gguf
 
     try:
         with gguf.open("rb") as handle, read_gguf(handle) as reader:
             value = reader.value(key)
-    except (OSError, GGUFError) as error:
-        raise FileSetError(f"{gguf}: llama.cpp cannot read it: {error}") from None
+    except (OSError, GGUFLimit) as error:  # past our caps, llama.cpp may still read it
+        raise FileSetError(f"{gguf}: cannot read its header: {error}") from None
+    except GGUFError:
+        return None  # llama.cpp's reader refuses it too: it opens this file, then stops
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):

@@ -1,8 +1,8 @@
 """The GGUF comparison record: an in-toto Statement that an engine serving a GGUF decoded like the
 safetensors target it was converted from (`difftest reference ... --record FILE`).
 
-Subjects are the GGUF (`gguf/NAME`, one per split part llama.cpp loads with it) and every file of the safetensors target (`target/PATH`),
-each with its sha256. The predicate holds the verdict (hard divergences, near-ties), the prompt
+Subjects are the GGUF (`gguf/NAME`, one per split part llama.cpp loads with it) and every file
+of the safetensors target (`target/PATH`), each with its sha256. The predicate holds the verdict (hard divergences, near-ties), the prompt
 set's digest, the token budget, the engine's identity (URL without credentials, served model) and
 the conversion record written by `scripts/llamacpp.py` (converter source sha256, outtype, input
 and output digests), or null when none was given.
@@ -70,8 +70,8 @@ def comparison_statement(
 
         try:
             parts = llamacpp_files(gguf).weights
-        except FileSetError as error:
-            raise InputError(str(error)) from None
+        except FileSetError:  # no split llama.cpp reads: the record names the file alone
+            parts = (gguf.name,)
         subjects += [Subject(GGUF_PREFIX + part, {"sha256": sha256_file(gguf.parent / part)})
                      for part in parts]
     subjects += target_subjects(target_dir)
