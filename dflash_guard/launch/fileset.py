@@ -374,3 +374,14 @@ def approval_problems(role: str, folder: Path, locked: Collection[str],
     if gguf is not None:
         problems += llamacpp_problems(role, folder / gguf, locked)
     return problems
+
+
+def engine_files(engine: str, role: str, location: Path,
+                 vllm_answer: tuple[object, object] | None = None) -> FileSet:
+    """What `engine` opens for the `role` artifact at `location` (a folder for vLLM, the GGUF
+    itself for llama.cpp): the file list a confinement ruleset allows."""
+    if engine == "llama.cpp":
+        return llamacpp_files(location)
+    if engine == "vllm":
+        return vllm_files(location, tokenizer=role == "target", engine=vllm_answer)
+    raise FileSetError(f"engine {engine!r}: its file set is not modelled")
