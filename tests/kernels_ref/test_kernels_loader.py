@@ -113,6 +113,7 @@ def test_shard_missing_a_mapped_tensor_is_refused(tmp_path: Path) -> None:
         {k: v for k, v in tensors.items() if k != "model.norm.weight"},
         str(target_dir / "shard.safetensors"),
     )
+    (target_dir / "model.safetensors").unlink()  # beside the index, it would be ambiguous
     (target_dir / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": dict.fromkeys(tensors, "shard.safetensors")})
     )

@@ -177,6 +177,11 @@ def test_llama_cpp_loads_the_locked_gguf_files(cli, tmp_path, policy) -> None:
                       tmp_path / "gguf.lock")
     roots = ("--root", f"target={tmp_path / 'target'}", "--root", f"drafter={tmp_path / 'drafter'}")
     result = launch(cli, lock, "llama.cpp", *roots, "--policy", policy)
+    assert result.exit_code == 1  # the default policy wants the served target GGUF compared
+    assert "target/target.gguf: llama.cpp serves it as --model" in result.stdout
+    policy.write_text(policy.read_text().replace("gguf_requires_comparison: true",
+                                                 "gguf_requires_comparison: false"))
+    result = launch(cli, lock, "llama.cpp", *roots, "--policy", policy)
     assert result.exit_code == 0, result.stderr
     argv = shlex.split(result.stdout)
     assert argv[0] == "llama-server"
