@@ -84,8 +84,8 @@ def test_vllm_own_case_a_consolidated_file_switches_vllm_to_it(target):
     override(target, "consolidated.safetensors")
     assert vllm_weights_mirror(target) == ("consolidated.safetensors",)
     problems = approval_problems("target", target, locked(target))
-    assert any("vLLM loads consolidated.safetensors" in p or "consolidated.safetensors" in p
-               for p in problems)
+    assert len(problems) == 1
+    assert "ambiguous weight set: consolidated.safetensors beside model.safetensors" in problems[0]
 
 
 def test_weight_order_is_natural(tmp_path):
