@@ -2,8 +2,8 @@
 safetensors target it was converted from (`difftest reference ... --record FILE`).
 
 Subjects are the GGUF (`gguf/NAME`, one per split part llama.cpp loads with it) and every file
-of the safetensors target (`target/PATH`), each with its sha256. The predicate holds the verdict (hard divergences, near-ties), the prompt
-set's digest, the token budget, the engine's identity (URL without credentials, served model) and
+of the safetensors target (`target/PATH`), each with its sha256. The predicate holds the verdict
+(hard divergences, near-ties), the prompt set's digest, the token budget, the engine's identity (URL without credentials, served model) and
 the conversion record written by `scripts/llamacpp.py` (converter source sha256, outtype, input
 and output digests), or null when none was given.
 
