@@ -5,7 +5,8 @@ Subjects are the GGUF (`gguf/NAME`, one per split part llama.cpp loads with it) 
 of the safetensors target (`target/PATH`), each with its sha256. The predicate holds the verdict
 (hard divergences, near-ties), the prompt set's digest, the token budget, the engine's identity
 (URL without credentials, served model) and the conversion record written by
-`scripts/llamacpp.py` (converter source sha256, outtype, input and output digests), or null when none was given.
+`scripts/llamacpp.py` (converter source sha256, outtype, input and output digests), or null
+when none was given.
 
 A policy's `gguf_comparisons` may name such a record instead of a hand-written entry; the gate
 accepts it for the locked GGUF only when `accepts` finds its subjects equal to the lock's files
