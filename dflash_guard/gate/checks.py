@@ -100,9 +100,9 @@ def check_lockfile_signature(inputs: GateInputs) -> Checked:
 
 def check_verify(inputs: GateInputs) -> Checked:
     """Every locked file byte for byte, then what the engines would open from the verified
-    folders (`launch.fileset`): a file the lock does not cover, or weights other than those the
+    folders (`pins.fileset`): a file the lock does not cover, or weights other than those the
     diff test decodes, refuses."""
-    from dflash_guard.launch.fileset import approval_problems
+    from dflash_guard.pins.fileset import approval_problems
     from dflash_guard.pins.verify import verify_lock
 
     # No stat cache: a cache can only save time, never decide an approval, so the gate hashes

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_json
-from dflash_guard.launch.fileset import llamacpp_problems, served_gguf, vllm_problems
 from dflash_guard.launch.passthrough import llamacpp_config_files
 from dflash_guard.outcome import Outcome
+from dflash_guard.pins.fileset import llamacpp_problems, served_gguf, vllm_problems
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.pins.verify import verify_lock
 from dflash_guard.progress import NO_PROGRESS, Progress

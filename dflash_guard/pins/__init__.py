@@ -1,2 +1,3 @@
 """Pins: what exactly is deployed. The lockfile model, building a lock from the Hub, the HF cache or
-folders, hashing, and verifying disk against a lock."""
+folders, hashing, verifying disk against a lock, and the files an engine opens from a verified
+folder (`fileset`)."""

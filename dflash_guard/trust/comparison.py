@@ -67,7 +67,7 @@ def comparison_statement(
     """The record of one engine-vs-reference diff (`summary`: the report's verdict fields)."""
     subjects = []
     if gguf is not None:  # with every split part llama.cpp loads with it
-        from dflash_guard.launch.fileset import FileSetError, llamacpp_files
+        from dflash_guard.pins.fileset import FileSetError, llamacpp_files
 
         try:
             parts = llamacpp_files(gguf).weights

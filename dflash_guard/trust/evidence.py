@@ -176,9 +176,9 @@ def served_gguf_problems(policy: Policy, lock: Lockfile, folder: Path, *,
                          trust_root: Path | None = None) -> list[str]:
     """Why a GGUF of the target folder, which `launch llama.cpp` serves as `--model`, is not
     covered by an accepted comparison record: each such GGUF and every split part llama.cpp
-    loads with it (`launch.fileset.llamacpp_files`) must be a GGUF subject of one record that
+    loads with it (`pins.fileset.llamacpp_files`) must be a GGUF subject of one record that
     `accepts_record` accepts for exactly those files."""
-    from dflash_guard.launch.fileset import SPLIT_RE, FileSetError, llamacpp_files
+    from dflash_guard.pins.fileset import SPLIT_RE, FileSetError, llamacpp_files
 
     target = lock.artifact("target")
     if target is None:

@@ -1,4 +1,4 @@
-"""The engines' file sets, differentially (issue 44, item 2): the mirror in `launch.fileset`
+"""The engines' file sets, differentially (issue 44, item 2): the mirror in `pins.fileset`
 against the pinned vLLM's own functions on every layout the unit tests use, and each real
 engine started under `strace -f -e trace=openat,open` on fixture layouts: the files it opens
 inside the model folders are a subset of the approved (locked) set and equal to the resolver's
@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from dflash_guard.launch.fileset import (
+from dflash_guard.pins.fileset import (
     FileSetError,
     ask_vllm,
     fast_tokenizer_file,

@@ -1,4 +1,4 @@
-"""The engines' file sets (`launch.fileset`): what vLLM and llama.cpp open from a folder, by the
+"""The engines' file sets (`pins.fileset`): what vLLM and llama.cpp open from a folder, by the
 mirror of their rules (`tests/engine/test_fileset.py` holds the mirror to the pinned vLLM's own
 functions and both to what the real engines open under strace)."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from dflash_guard.launch.fileset import (
+from dflash_guard.pins.fileset import (
     FileSetError,
     NoWeights,
     approval_problems,
