@@ -3,7 +3,7 @@ pins; `launch --check ENGINE -- COMMAND...` lints an existing serve command inst
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -126,12 +126,14 @@ def launch(
         approval, Path(lock_path), trust_root, tuple(candidate_wheels((), wheelhouse)))
     with progress(quiet) as shown:
         result = run_launch(lock, loaded_policy, options, shown, approved)
-    if execute and result.passed and result.command is not None:
-        argv, env = result.command.resolved(os.environ)
-        try:
-            os.execvpe(argv[0], argv, env)
-        except OSError as error:
-            raise InputError(f"cannot run {argv[0]}: {error.strerror}") from None
+    if execute and result.passed and result.command is not None and result.plan is not None:
+        from dflash_guard.launch.confine import approved_files, exec_engine
+
+        rules = loaded_policy.launch
+        refused = exec_engine(result.command, result.plan, approved_files(lock, result.plan),
+                              required=rules is not None and rules.confinement == "required",
+                              say=lambda line: typer.echo(line, err=True))
+        result = dataclasses.replace(result, outcome=refused)
     finish(result, PlainFormat(fmt.value), render_launch)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from dflash_guard.errors import InputError
 from dflash_guard.launch.engine_identity import locked_engine
 from dflash_guard.launch.engines import LaunchCommand, build_command, check_extras
-from dflash_guard.launch.plan import ENGINES, LaunchOptions, plan_launch
+from dflash_guard.launch.plan import ENGINES, LaunchOptions, LaunchPlan, plan_launch
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
@@ -39,6 +39,7 @@ class LaunchReport:
     engine: str
     outcome: Outcome
     command: LaunchCommand | None = None
+    plan: LaunchPlan | None = None  # what the command was written from (`--exec` confines it)
 
     @property
     def passed(self) -> bool:
@@ -102,4 +103,4 @@ def run_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
         command = dataclasses.replace(command, argv=(command.argv[0], *engine_args,
                                                      *command.argv[1:]))
     verified = "; ".join([*proofs, "folders verified: " + ", ".join(planned.verified)])
-    return LaunchReport(options.engine, Outcome.passed(verified), command)
+    return LaunchReport(options.engine, Outcome.passed(verified), command, planned)

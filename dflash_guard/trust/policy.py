@@ -603,6 +603,9 @@ LAUNCH_CAPS = {
 }
 
 
+CONFINEMENT = ("required", "warn")
+
+
 @dataclasses.dataclass(frozen=True)
 class LaunchRules:
     """The `launch` section: expected speculation and per-engine caps (numbers, maxima)."""
@@ -612,12 +615,15 @@ class LaunchRules:
     caps: Mapping[str, Mapping[str, int | float]]
     # `launch` starts only from a verified approval record (`--approval RECORD`)
     require_approval: bool = False
+    # `launch --exec` where the engine cannot run under its Landlock ruleset: `required`
+    # refuses, `warn` runs it unconfined with a warning
+    confinement: str = "warn"
 
 
 def launch_rules(field: Field) -> LaunchRules:
     """`launch`: every part optional; caps are positive numbers under known flag names."""
     f = field.mapping(("speculative_method", "num_speculative_tokens", "require_approval",
-                       *LAUNCH_CAPS))
+                       "confinement", *LAUNCH_CAPS))
     caps = {}
     for engine, names in LAUNCH_CAPS.items():
         if engine in f:
@@ -633,6 +639,7 @@ def launch_rules(field: Field) -> LaunchRules:
                                 if "num_speculative_tokens" in f else None),
         caps=caps,
         require_approval="require_approval" in f and f["require_approval"].flag(),
+        confinement=(f["confinement"].choice(CONFINEMENT) if "confinement" in f else "warn"),
     )
 
 
