@@ -169,9 +169,10 @@ for path in sys.argv[1:]:
 
 
 def test_the_digest_names_the_rules_not_their_order(folder: Path) -> None:
-    one = ruleset_for(folder, [folder / "model" / "config.json", folder / "model" / "planted.jinja"])
-    two = ruleset_for(folder, [folder / "model" / "planted.jinja", folder / "model" / "config.json"])
-    three = ruleset_for(folder, [folder / "model" / "config.json"])
+    config, planted = folder / "model" / "config.json", folder / "model" / "planted.jinja"
+    one = ruleset_for(folder, [config, planted])
+    two = ruleset_for(folder, [planted, config])
+    three = ruleset_for(folder, [config])
     assert one.digest == two.digest != three.digest
     assert one.digest.startswith("sha256:") and len(one.digest) == 7 + 64
 
