@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,10 +88,11 @@ class Server:
 
 @contextlib.contextmanager
 def llama_server(binary: Path, target: Path, drafter: Path | None = None, *, slots: int = 1,
-                 draft_max: int = 7, context: int = 128,
-                 extra: tuple[str, ...] = ()) -> Iterator[Server]:
+                 draft_max: int = 7, context: int = 128, extra: tuple[str, ...] = (),
+                 preexec: Callable[[], None] | None = None) -> Iterator[Server]:
     """`llama-server` on `target` (DFlash with `drafter`), on a free port; stopped on exit;
-    `extra` arguments are appended to its command line."""
+    `extra` arguments are appended to its command line; `preexec` runs in the child before
+    the exec (a Landlock ruleset's `enforce`)."""
     port = free_port()
     command = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
                "-c", str(context * slots), "-np", str(slots), "-t", "1", "--metrics",
@@ -100,21 +101,31 @@ def llama_server(binary: Path, target: Path, drafter: Path | None = None, *, slo
         command += ["-md", str(drafter), "--spec-type", "draft-dflash",
                     "--spec-draft-n-max", str(draft_max)]
     command += extra
+    with serving(command, port, preexec) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serving(command: list[str], port: int, preexec: Callable[[], None] | None = None,
+            ) -> Iterator[Server]:
+    """A server process (`command`, listening on 127.0.0.1:`port`), ready when its `/health`
+    answers 200; its output in `Server.log`; stopped on exit."""
     with tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log",
                                      delete=False) as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=preexec)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             if process.poll() is not None:
-                raise EngineUnavailable(f"llama-server exited {process.returncode}:\n"
+                raise EngineUnavailable(f"{command[0]} exited {process.returncode}:\n"
                                         f"{Path(log.name).read_text()[-3000:]}")
             with contextlib.suppress(httpx2.TransportError):
                 if httpx2.get(url + "/health", timeout=2.0).status_code == 200:
                     break
             if time.monotonic() > deadline:
-                raise EngineUnavailable(f"llama-server not ready in {STARTUP_TIMEOUT_S:g} s")
+                raise EngineUnavailable(f"{command[0]} not ready in {STARTUP_TIMEOUT_S:g} s")
             time.sleep(0.2)
         yield Server(url, Path(log.name))
     finally:
