@@ -9,5 +9,6 @@ proves the program `launch --approval` runs is the locked engine; `passthrough` 
 engine arguments pass after `--` and which variables `--exec` clears (llama.cpp's options from
 `llamacpp_flags`, generated from the pinned tree); `check` lints someone else's command line
 against the same lock and policy, as scan findings, reading a vLLM command with the pinned
-vLLM's own parser (`vllm_parser`).
+vLLM's own parser (`vllm_parser`); `confine` is what `--exec` lets the engine touch, a
+Landlock ruleset (`landlock`) it runs under.
 """

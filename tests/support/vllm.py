@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import httpx2
@@ -82,9 +82,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def vllm_servers(*commands: list[str]) -> Iterator[list[Server]]:
+def vllm_servers(*commands: list[str], env: Mapping[str, str] | None = None,
+                 preexec: Callable[[], None] | None = None) -> Iterator[list[Server]]:
     """Each argv started at once (its `--port` must be free), ready when `/v1/models` answers;
-    all stopped on exit."""
+    all stopped on exit; `env` adds variables, `preexec` runs in each child before the exec
+    (a Landlock ruleset's `enforce`)."""
     started: list[tuple[subprocess.Popen[bytes], Server]] = []
     try:
         for argv in commands:
@@ -92,8 +94,8 @@ def vllm_servers(*commands: list[str]) -> Iterator[list[Server]]:
             with tempfile.NamedTemporaryFile("w+", prefix="vllm-", suffix=".log",
                                              delete=False) as log:
                 process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                           env={**os.environ, **SERVE_ENV},
-                                           start_new_session=True)
+                                           env={**os.environ, **SERVE_ENV, **(env or {})},
+                                           start_new_session=True, preexec_fn=preexec)
             started.append((process, Server(f"http://127.0.0.1:{port}", Path(log.name))))
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         waiting = list(started)
