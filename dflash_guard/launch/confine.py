@@ -161,6 +161,7 @@ def exec_engine(command: LaunchCommand, plan: LaunchPlan, files: Iterable[Path],
         try:
             built = confined.ruleset.build()
         except LandlockError as error:
+            shutil.rmtree(confined.scratch, ignore_errors=True)
             return Outcome.refused(f"--exec: the engine's ruleset cannot be built: {error}")
         say(f"dflash-guard: the engine runs confined (Landlock ABI {built.abi}, ruleset "
             f"{confined.ruleset.digest}, scratch {confined.scratch})")

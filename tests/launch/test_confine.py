@@ -198,10 +198,10 @@ def test_a_venv_program_reads_its_venv_and_the_python_it_links_to() -> None:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def exec_launch(lock: Path, policy: Path, program: Path, *roots: str
+def exec_launch(lock: Path, policy: Path, program: Path, *roots: str, engine: str = "vllm",
                 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dflash_guard", "launch", "vllm", "--lock", str(lock),
+        [sys.executable, "-m", "dflash_guard", "launch", engine, "--lock", str(lock),
          "--policy", str(policy), *[a for r in roots for a in ("--root", r)], "--baseline",
          "--program", str(program), "--exec"],
         capture_output=True, text=True, check=False, timeout=120, cwd=ROOT)
@@ -252,6 +252,16 @@ def test_a_hub_load_cannot_be_confined_refused_when_required_else_warned(tmp_pat
     warned = exec_launch(lock, policy, program)
     assert warned.returncode == 0, warned.stderr
     assert "WARNING: the engine runs UNCONFINED" in warned.stderr
+
+
+def test_an_engine_without_a_profile_is_refused_when_required(tmp_path) -> None:
+    from tests.support.launch import hub_lock
+
+    lock = hub_lock(tmp_path / "hub.lock")
+    refused = exec_launch(lock, required_policy(tmp_path), engine_script(tmp_path),
+                          engine="sglang")
+    assert refused.returncode == 1, refused.stderr
+    assert "no confinement profile for sglang" in refused.stdout
 
 
 def test_strict_requires_confinement() -> None:
