@@ -73,7 +73,11 @@ def launch(
         help="With --approval: a folder holding the locked engine wheel (default "
              "./.wheelhouse; pip's cache is searched too).")] = None,
     execute: Annotated[bool, typer.Option(
-        "--exec", help="Replace this process with the engine instead of printing.")] = False,
+        "--exec", help="Replace this process with the engine instead of printing, under a "
+                       "Landlock ruleset: it reads only the verified folders' locked files, "
+                       "writes only a scratch folder, binds only its ports (policy "
+                       "launch.confinement: required refuses where that cannot be done).")
+    ] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="Lint the command after `--` against the lock and policy.")] = False,
     fmt: Annotated[OutputFormat, typer.Option(

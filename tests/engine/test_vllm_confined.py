@@ -4,7 +4,10 @@ The built-in pair at head_dim 64 (as in test_vllm.py), locked as two local folde
 - `launch vllm --exec --policy strict` (confinement required) serves a completion, its
   internal ports pinned from `VLLM_PORT`, its writes in the scratch folder launch made;
 - a `chat_template.jinja` planted in the target folder after the ruleset was built (the
-  approved files: every locked file) makes vLLM fail at start with `PermissionError`.
+  approved files: every locked file) makes vLLM fail at start with `PermissionError`;
+- a hook run by the vLLM venv's interpreter under the ruleset, after importing the server,
+  reads the approved config and fails (EACCES) to read a file outside the set or to connect to
+  a TCP port outside it.
 
 The install is part of the suite (`make engine`): when it fails, these tests fail (never skip).
 Two vLLM starts, one after the other (about 45 s each on an idle 2-core machine).
@@ -12,7 +15,11 @@ Two vLLM starts, one after the other (about 45 s each on an idle 2-core machine)
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +30,7 @@ from dflash_guard.launch.confine import confinement
 from tests.support.fixtures import lock_pair
 from tests.support.llamacpp import EngineUnavailable, free_port
 from tests.support.trust import write_lock
-from tests.support.vllm import SERVE_ARGS, install, vllm_servers
+from tests.support.vllm import SERVE_ARGS, SERVE_ENV, install, vllm_servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -76,3 +83,48 @@ def test_a_template_planted_after_the_ruleset_was_built_fails_closed(python, pad
         shutil.rmtree(confined.scratch)
     assert "PermissionError" in str(failed.value), str(failed.value)
     assert "chat_template.jinja" in str(failed.value)
+
+
+HOOK = """
+import errno, json, socket, sys
+import vllm.entrypoints.openai.api_server  # the engine's own modules load under the ruleset
+results = []
+for path in (sys.argv[1], sys.argv[2]):
+    try:
+        with open(path) as handle:
+            results.append(len(handle.read()) > 0)
+    except OSError as error:
+        results.append(errno.errorcode[error.errno])
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=10).close()
+    results.append(True)
+except OSError as error:
+    results.append(errno.errorcode[error.errno])
+print(json.dumps(results))
+"""
+
+
+def test_inside_the_confined_engine_other_files_and_ports_are_refused(python, padded_pair,
+                                                                      tmp_path) -> None:
+    """A hook run by the engine's interpreter under the engine's ruleset, after importing the
+    server: the approved config reads; a file outside the set and a TCP port outside it fail."""
+    files = [p for folder in (padded_pair.target, padded_pair.drafter)
+             for p in sorted(folder.iterdir())]
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not approved")
+    confined = confinement("vllm", python, files, free_port())
+    built = confined.ruleset.build()
+    try:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            done = subprocess.run(
+                [str(python), "-c", HOOK, str(padded_pair.target / "config.json"), str(outside),
+                 str(listener.getsockname()[1])], capture_output=True, text=True, timeout=900,
+                env={**os.environ, **SERVE_ENV, **confined.env}, preexec_fn=built.enforce,
+                check=False)
+    finally:
+        built.close()
+        shutil.rmtree(confined.scratch)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [True, "EACCES", "EACCES"]
