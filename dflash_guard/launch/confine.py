@@ -57,7 +57,8 @@ class Confinement:
 
 def approved_files(lock: Lockfile, plan: LaunchPlan) -> list[Path]:
     """The files a confined engine may read: every locked file of each folder the plan
-    verified against the lock."""
+    verified against the lock (`exec_engine` takes any list: a narrower one, the files the
+    engine's own loaders would open, plugs in there)."""
     return [plan.options.roots[artifact.role] / file.path
             for artifact in lock.artifacts if artifact.role in plan.verified
             for file in artifact.files]
