@@ -57,11 +57,20 @@ class Confinement:
 
 def approved_files(lock: Lockfile, plan: LaunchPlan) -> list[Path]:
     """The files a confined engine may read: every locked file of each folder the plan
-    verified against the lock (`exec_engine` takes any list: a narrower one, the files the
-    engine's own loaders would open, plugs in there)."""
-    return [plan.options.roots[artifact.role] / file.path
-            for artifact in lock.artifacts if artifact.role in plan.verified
-            for file in artifact.files]
+    verified against the lock and loads (`exec_engine` takes any list: a narrower one, the
+    files the engine's own loaders would open, plugs in there)."""
+    files = []
+    for load in (plan.target, plan.drafter):
+        artifact = lock.artifact(load.role) if load is not None else None
+        if load is None or artifact is None:
+            continue
+        folder = Path(load.location)
+        if not folder.is_dir():  # llama.cpp: the GGUF file in the folder
+            inner = next(f.path for f in artifact.files
+                         if folder.as_posix().endswith("/" + f.path))
+            folder = Path(folder.as_posix()[:-len(inner) - 1])
+        files += [folder / file.path for file in artifact.files]
+    return files
 
 
 def unconfinable(plan: LaunchPlan) -> str | None:
@@ -69,11 +78,6 @@ def unconfinable(plan: LaunchPlan) -> str | None:
     if plan.options.engine not in PROFILES:
         return (f"no confinement profile for {plan.options.engine} (measured: "
                 f"{', '.join(PROFILES)})")
-    hub = [load.role for load in (plan.target, plan.drafter)
-           if load is not None and load.commit is not None]
-    if hub:
-        return (f"{hub[0]} is loaded from the Hub by repo id, through a cache the engine "
-                f"resolves itself: pass --root {hub[0]}=DIR")
     abi = abi_version()
     if abi is None:
         return "this kernel has no Landlock (Linux 5.13 or later with the LSM enabled)"

@@ -239,29 +239,19 @@ def test_exec_runs_the_engine_confined_to_the_verified_folder(padded_pair, padde
     assert tmp.startswith("tmp=") and "dflash-guard-engine-" in tmp and port == "port=8001"
 
 
-def test_a_hub_load_cannot_be_confined_refused_when_required_else_warned(tmp_path) -> None:
-    from tests.support.launch import hub_lock
-
-    lock = hub_lock(tmp_path / "hub.lock")
-    program = engine_script(tmp_path)
+def test_an_engine_without_a_profile_is_refused_when_required_else_warned(
+        padded_pair, padded_lock, tmp_path) -> None:
+    program = engine_script(tmp_path, padded_lock)
     policy = required_policy(tmp_path)
-    refused = exec_launch(lock, policy, program)
+    target = f"target={padded_pair.target}"
+    refused = exec_launch(padded_lock, policy, program, target, engine="sglang")
     assert refused.returncode == 1, refused.stderr
-    assert "requires confinement and target is loaded from the Hub" in refused.stdout
+    assert "requires confinement and no confinement profile for sglang" in refused.stdout
     policy.write_text(policy.read_text().replace("confinement: required", "confinement: warn"))
-    warned = exec_launch(lock, policy, program)
+    warned = exec_launch(padded_lock, policy, program, target, engine="sglang")
     assert warned.returncode == 0, warned.stderr
     assert "WARNING: the engine runs UNCONFINED" in warned.stderr
-
-
-def test_an_engine_without_a_profile_is_refused_when_required(tmp_path) -> None:
-    from tests.support.launch import hub_lock
-
-    lock = hub_lock(tmp_path / "hub.lock")
-    refused = exec_launch(lock, required_policy(tmp_path), engine_script(tmp_path),
-                          engine="sglang")
-    assert refused.returncode == 1, refused.stderr
-    assert "no confinement profile for sglang" in refused.stdout
+    assert warned.stdout.splitlines()[0] == f"read {padded_lock.name}"  # nothing confined it
 
 
 def test_strict_requires_confinement() -> None:
