@@ -85,7 +85,7 @@ NOT_RUN = {
         "(tests/launch/test_launch_approval.py runs the same flow on the fixture pair)",
     ("vllm.md", ".../venv/bin/python -m vllm.entrypoints.openai.api_server --model /abs"):
         "output, not a command",
-    ("vllm.md", "dflash-guard launch vllm --lock pair64.lock --policy strict --program"):
+    ("vllm.md", "dflash-guard launch vllm --lock pair64.lock --policy policy.yaml --program"):
         "runs vLLM in the foreground (tests/engine/test_vllm_confined.py runs this launch)",
 }
 

@@ -2,7 +2,7 @@
 
 The built-in pair converted to f32 GGUF (a target folder and a drafter folder, one file each),
 locked as two local folders:
-- `launch llama.cpp --exec --policy strict` (confinement required) serves a completion;
+- `launch llama.cpp --exec` under a policy with `launch.confinement: required` serves a completion;
 - under the ruleset built for the approved files, the engine fails closed (EACCES) when the
   target GGUF was replaced after the ruleset was built (a new inode at the approved path), when
   it is told to load a GGUF added to the approved folder afterwards, and when it is told to
@@ -23,6 +23,7 @@ import pytest
 
 from dflash_guard.launch.confine import engine_ruleset
 from dflash_guard.pins.resolve import build_lock
+from tests.support.launch import confined_policy
 from tests.support.llamacpp import EngineUnavailable, build_server, convert, free_port, serving
 from tests.support.trust import write_lock
 
@@ -59,11 +60,11 @@ def completion(url: str) -> dict[str, object]:
     return dict(answer.json())
 
 
-def test_launch_exec_under_strict_serves_confined(engine, deploy) -> None:
+def test_launch_exec_confinement_required_serves_confined(engine, deploy, tmp_path) -> None:
     target, drafter, lock = deploy
     port = free_port()
     command = [sys.executable, "-m", "dflash_guard", "launch", "llama.cpp", "--lock", str(lock),
-               "--policy", "strict", "--root", f"target={target}", "--root",
+               "--policy", str(confined_policy(tmp_path)), "--root", f"target={target}", "--root",
                f"drafter={drafter}", "--port", str(port), "--program", str(engine), "--exec",
                "--", *ENGINE_ARGS]
     with serving(command, port) as server:

@@ -1,7 +1,7 @@
 """vLLM's DFlash engine under the Landlock ruleset `launch --exec` builds (issue 44, item 4).
 
 The built-in pair at head_dim 64 (as in test_vllm.py), locked as two local folders:
-- `launch vllm --exec --policy strict` (confinement required) serves a completion, its
+- `launch vllm --exec` under a policy with `launch.confinement: required` serves a completion, its
   internal ports pinned from `VLLM_PORT`, its writes in the scratch folder launch made;
 - a `chat_template.jinja` planted in the target folder after the ruleset was built (the
   approved files: every locked file) makes vLLM fail at start with `PermissionError`;
@@ -28,6 +28,7 @@ import pytest
 
 from dflash_guard.launch.confine import confinement
 from tests.support.fixtures import lock_pair
+from tests.support.launch import confined_policy
 from tests.support.llamacpp import EngineUnavailable, free_port
 from tests.support.trust import write_lock
 from tests.support.vllm import SERVE_ARGS, SERVE_ENV, install, vllm_servers
@@ -46,12 +47,14 @@ def lock(padded_pair, tmp_path_factory) -> Path:
     return write_lock(lock_pair(padded_pair, root / "cache").lock, root / "pair.lock")
 
 
-def test_launch_exec_under_strict_serves_confined(python, padded_pair, lock) -> None:
+def test_launch_exec_confinement_required_serves_confined(python, padded_pair, lock,
+                                                          tmp_path) -> None:
     port = free_port()
     command = [sys.executable, "-m", "dflash_guard", "launch", "vllm", "--lock", str(lock),
-               "--policy", "strict", "--root", f"target={padded_pair.target}", "--root",
-               f"drafter={padded_pair.drafter}", "--port", str(port), "--program", str(python),
-               "--exec", "--", *SERVE_ARGS, "--max-model-len", "256"]
+               "--policy", str(confined_policy(tmp_path)), "--root",
+               f"target={padded_pair.target}", "--root", f"drafter={padded_pair.drafter}",
+               "--port", str(port), "--program", str(python), "--exec", "--", *SERVE_ARGS,
+               "--max-model-len", "256"]
     with vllm_servers(command) as (server,):
         model = httpx2.get(server.url + "/v1/models", timeout=10.0).json()["data"][0]["id"]
         answer = httpx2.post(server.url + "/v1/completions", timeout=300.0, json={

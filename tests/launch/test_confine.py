@@ -29,6 +29,7 @@ from dflash_guard.launch.landlock import (
     Ruleset,
     abi_version,
 )
+from tests.support.launch import confined_policy
 from tests.support.llamacpp import free_port
 
 CHILD = """
@@ -218,19 +219,12 @@ def engine_script(tmp_path: Path, *paths: Path) -> Path:
     return program
 
 
-def required_policy(tmp_path: Path) -> Path:
-    from tests.support.trust import write_policy
-
-    path = write_policy(tmp_path / "policy")
-    path.write_text(path.read_text() + "launch:\n  confinement: required\n")
-    return path
-
-
 def test_exec_runs_the_engine_confined_to_the_verified_folder(padded_pair, padded_lock,
                                                               tmp_path) -> None:
     target = padded_pair.target
     program = engine_script(tmp_path, target / "config.json", padded_lock)
-    done = exec_launch(padded_lock, required_policy(tmp_path), program, f"target={target}")
+    policy = confined_policy(tmp_path / "policy")
+    done = exec_launch(padded_lock, policy, program, f"target={target}")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:2] == ["read config.json", f"denied {padded_lock.name}"], done.stdout
@@ -242,7 +236,7 @@ def test_exec_runs_the_engine_confined_to_the_verified_folder(padded_pair, padde
 def test_an_engine_without_a_profile_is_refused_when_required_else_warned(
         padded_pair, padded_lock, tmp_path) -> None:
     program = engine_script(tmp_path, padded_lock)
-    policy = required_policy(tmp_path)
+    policy = confined_policy(tmp_path / "policy")
     target = f"target={padded_pair.target}"
     refused = exec_launch(padded_lock, policy, program, target, engine="sglang")
     assert refused.returncode == 1, refused.stderr
@@ -255,6 +249,7 @@ def test_an_engine_without_a_profile_is_refused_when_required_else_warned(
 
 
 def test_strict_requires_confinement() -> None:
+    """(`strict` also requires an approval record, `launch --approval`.)"""
     from dflash_guard.trust.policy import load_policy
 
     strict = load_policy("strict").launch

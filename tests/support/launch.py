@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 from dflash_guard.pins.lockfile import Artifact, LockedFile, Lockfile
-from tests.support.trust import write_lock
+from tests.support.trust import write_lock, write_policy
 
 COMMIT_T, COMMIT_D = "a" * 40, "b" * 40
 LAUNCH = ("launch:\n  num_speculative_tokens: 7\n"
@@ -44,3 +44,11 @@ def hub_cache_lock(cache: Path, path: Path) -> tuple[Path, dict[str, Path]]:
                        for name, data in sorted(files.items()))
         artifacts.append(Artifact(role, "hub", repo, "main", commit, locked))
     return write_lock(Lockfile(artifacts=tuple(artifacts)), path), snapshots
+
+
+def confined_policy(folder: Path) -> Path:
+    """The default policy (as `write_policy` writes it) with `launch.confinement: required`:
+    `launch --exec` refuses where the engine cannot run under its Landlock ruleset."""
+    path = write_policy(folder)
+    path.write_text(path.read_text() + "launch:\n  confinement: required\n")
+    return path
