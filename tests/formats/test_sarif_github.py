@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from dflash_guard import rules as dg_rules
-
 from tests.support.audit import osv, write_feed, write_lock
 from tests.support.sarif import github_problems, placed_files, schema_problems
 from tests.support.trust import write_lock as write_pair_lock
