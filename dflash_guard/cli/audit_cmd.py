@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dflash_guard.cli.common import stderr, stdout
+from dflash_guard.cli.common import report_written, stdout
 from dflash_guard.cli.options import (
     BundleFile,
     Identities,
@@ -154,7 +154,7 @@ def audit(
             typer.echo(text, nl=False)
     if output is not None:
         write_atomic(output, text)
-        stderr.print(f"report written to {output}", highlight=False, markup=False)
+        report_written(output, report.summary())
     raise typer.Exit(exit_code(report))
 
 
