@@ -96,5 +96,5 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"{output}: cannot write the report ({reason})") from None
             from dflash_guard.cli.common import report_written
 
-            report_written(output, report.summary())
+            report_written(output, report.summary(), quiet)
         raise typer.Exit(exit_code(report))

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from dflash_guard import __version__, rules
-from dflash_guard.findings import Finding
 from dflash_guard.errors import InputError
+from dflash_guard.findings import Finding
 from dflash_guard.formats.interface import FindingsReport
 from dflash_guard.severity import Severity
 
