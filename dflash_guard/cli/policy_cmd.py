@@ -30,9 +30,10 @@ def check(
                                              "policy file given as a path (./p.yaml).")],
     output: FormatOption = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
-    """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid.
+    """Validate a policy: exit 0 valid, 1 valid but the gate refuses it as it stands (a waiver
+    has expired, or a signature is required and no signer is named), 2 invalid.
 
-    Example: dflash-guard policy check strict
+    Example: dflash-guard policy check dev
     """
     output = chosen_format(output, as_json)
     policy = load_policy(file)
