@@ -1,5 +1,6 @@
-"""`verify-approval` says what went wrong in words (newcomer P10): an edited record is "changed
-after signing", never model_signing's `Digest(... digest_value=b'...')` repr; a record checked
+"""`verify-approval` says what went wrong in words (newcomer P10): an edited record "has changed
+since it was signed" (a DSSE attestation) or was "changed after signing" (a model_signing
+bundle), never model_signing's `Digest(... digest_value=b'...')` repr; a record checked
 under a policy that names no approval key is UNCHECKED, not a BAD SIGNATURE; an unsigned record
 says "not signed" once."""
 
@@ -38,7 +39,8 @@ def test_an_edited_record_reads_as_changed_after_signing(cli, signed):
     result = cli("verify-approval", record, "--policy", policy, "--lock", lock, *roots)
     assert result.exit_code == 1
     assert "BAD SIGNATURE" in result.stdout
-    assert "changed after signing" in result.stdout
+    assert any(words in result.stdout
+               for words in ("changed since it was signed", "changed after signing"))
     assert "Digest(" not in result.stdout and "b'" not in result.stdout
 
 
