@@ -78,3 +78,20 @@ def test_review_extends_a_policy_file(cli, locked_pair, tmp_path, monkeypatch):
     missing = cli("review", "--lock", "dflash.lock", "--root", f"target={locked_pair.target}",
                   "--root", f"drafter={locked_pair.drafter}", "--extends", "./nope.yaml")
     assert missing.exit_code == 2 and "or a policy file" in missing.stderr
+
+
+def test_a_gate_under_a_policy_extending_a_file_approves_and_records_the_base(
+        cli, locked_pair, tmp_path, monkeypatch):
+    """The record names the base file by its sha256 (the policy closure), so verify-approval
+    notices a base changed after the approval."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    Path("org.yaml").write_text("extends: dev\nname: org\n")
+    Path("mine.yaml").write_text("extends: ./org.yaml\nname: mine\n")
+    roots = ("--root", f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}")
+    gated = cli("gate", "--lock", "dflash.lock", "--policy", "./mine.yaml", *roots,
+                "-o", "approval.json", "-q", "--format", "json")
+    assert gated.exit_code == 0, gated.stdout + gated.stderr
+    assert "./org.yaml" in json.dumps(json.loads(Path("approval.json").read_text()))
