@@ -121,6 +121,9 @@ def build_app(command: str | None = None) -> typer.Typer:
     return app
 
 
+EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turning errors into one line and exit code 2."""
     args = sys.argv[1:] if argv is None else argv
@@ -141,8 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         _print_error("error:", error.diagnostics())
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
-        _print_error("interrupted", "")
-        sys.exit(130)
+        _interrupted()
     except Exception as error:  # noqa: BLE001 - the contract is "never a traceback"
         if os.environ.get("DFLASH_GUARD_DEBUG"):
             raise
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{type(error).__name__}: {error} (set DFLASH_GUARD_DEBUG=1 for the traceback)",
         )
         sys.exit(EXIT_ERROR)
+    if code == EXIT_INTERRUPTED:  # typer returns Ctrl-C (KeyboardInterrupt) as exit 130
+        _interrupted()
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -165,6 +169,14 @@ def _usage_error(error: typer.TyperException) -> NoReturn:
         hint = f" (try '{ctx.command_path} -h')" if ctx is not None else ""
         _print_error("error:", message + hint)
     sys.exit(code)
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C: say the command stopped before its end (its outputs are written atomically,
+    so nothing half-written is left), and exit 130 as shells do."""
+    _print_error("interrupted:", "stopped by Ctrl-C before the end (outputs are written "
+                                 "atomically: nothing is half-written)")
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def _print_error(label: str, text: str) -> None:

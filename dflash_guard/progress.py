@@ -28,8 +28,8 @@ class Progress(Protocol):
     def advanced(self, amount: int = 1, note: str = "") -> None:
         """The innermost open stage did `amount` more units; `note`: its figures so far."""
 
-    def ended(self) -> None:
-        """The innermost open stage is over."""
+    def ended(self, interrupted: bool = False) -> None:
+        """The innermost open stage is over (`interrupted`: stopped by Ctrl-C, not done)."""
 
 
 class _Silent:
@@ -41,7 +41,7 @@ class _Silent:
     def advanced(self, amount: int = 1, note: str = "") -> None:
         pass
 
-    def ended(self) -> None:
+    def ended(self, interrupted: bool = False) -> None:
         pass
 
 
@@ -52,9 +52,15 @@ NO_PROGRESS: Progress = _Silent()
 def stage(progress: Progress, name: str, total: int | None = None,
           unit: str = "") -> Iterator[None]:
     """`progress.started(...)` on entry and `progress.ended()` on exit, an exception included
-    (a caller that catches it, as the gate does, carries on at the right depth)."""
+    (a caller that catches it, as the gate does, carries on at the right depth); Ctrl-C ends
+    it as interrupted, never as done."""
     progress.started(name, total, unit)
     try:
         yield
-    finally:
+    except KeyboardInterrupt:
+        progress.ended(interrupted=True)
+        raise
+    except BaseException:
         progress.ended()
+        raise
+    progress.ended()

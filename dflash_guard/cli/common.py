@@ -54,6 +54,16 @@ def finish(report: R, output_format: PlainFormat, render_text: Callable[[R, Cons
     raise typer.Exit(exit_code(report))
 
 
+def report_written(output: object, verdict: str, quiet: bool = False) -> None:
+    """Say on stderr where a report written to a file went (not with `--quiet`), then its
+    one-line verdict (always, the last line), so a CI log and the action's annotation say why
+    a job failed even when the report itself is only in the file."""
+    console = _console("stderr")
+    if not quiet:
+        console.print(f"report written to {output}", highlight=False, markup=False)
+    console.print(verdict, highlight=False, markup=False)
+
+
 @contextmanager
 def progress(quiet: bool) -> Iterator[Progress]:
     """Where a command's long work reports (`dflash_guard.progress`): nowhere with `--quiet`,

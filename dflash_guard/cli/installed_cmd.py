@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish
-from dflash_guard.cli.options import Format, Json, chosen_format
+from dflash_guard.cli.options import Format, Json, Quiet, chosen_format
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.installed import render_installed
 from dflash_guard.pins.lockfile import load_lockfile
@@ -33,7 +33,7 @@ def verify_installed(
         "--wheelhouse", metavar="DIR", help="A folder of wheels to find the locked one in "
                                             "(default: ./.wheelhouse when there is one; pip's "
                                             "cache is searched too).")] = None,
-    fmt: Format = PlainFormat.text, as_json: Json = False,
+    fmt: Format = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
     """Check an installed package against its lock: every RECORD file's hash, files RECORD does
     not list, bytecode, the locked wheel's RECORD; then list its network, process and

@@ -116,6 +116,9 @@ def launch(
         with progress(quiet) as shown:
             report = check_command(lock, loaded_policy, engine, list(command or []), shown,
                                    python=program, roots=roots)
+        report = dataclasses.replace(
+            report, lock_path=lock_path,
+            policy_path=policy if policy is not None and Path(policy).is_file() else None)
         typer.echo(formats.render(report, fmt), nl=False)
         if not report.passed:
             raise typer.Exit(EXIT_FINDING)

@@ -102,6 +102,11 @@ def lock(
     with progress(quiet) as shown:
         result = build_lock(sources, engine or [], package or [], confirmed_by=earlier,
                             progress=shown)
+    if result.warnings:
+        from dflash_guard.cli.common import stderr
+
+        for warning in result.warnings:
+            stderr.print(f"warning: {warning}", highlight=False, markup=False)
     if result.lock is not None:  # a Hub snapshot's roles are known once it is fetched
         refuse_swapped_roles({a.role: snapshot for a in result.lock.artifacts
                               if a.source == "hub" and a.repo and a.commit

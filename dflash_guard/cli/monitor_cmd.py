@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import stdout
-from dflash_guard.cli.options import Json, chosen_format
+from dflash_guard.cli.options import Json, Quiet, chosen_format
 from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat, verdict_exit
 from dflash_guard.formats.text.monitor import interval_line
@@ -84,7 +84,7 @@ def monitor(
     output_format: Annotated[PlainFormat, typer.Option(
         "--format", metavar="[text|json]",
         help="text, or json: one JSON line per interval for log shippers.")
-    ] = PlainFormat.text, as_json: Json = False,
+    ] = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
     """Scrape an engine's metrics and alarm on collapsed, dropped or 100% acceptance.
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, stdout
-from dflash_guard.cli.options import Json, chosen_format
+from dflash_guard.cli.options import Json, Quiet, chosen_format
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.json import print_json
 from dflash_guard.formats.text.policy import render_policy_check
@@ -28,11 +28,12 @@ def check(
     file: Annotated[str, typer.Argument(metavar="POLICY",
                                         help="A built-in name (default, strict, dev), or a "
                                              "policy file given as a path (./p.yaml).")],
-    output: FormatOption = PlainFormat.text, as_json: Json = False,
+    output: FormatOption = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
-    """Validate a policy: exit 0 valid, 1 valid but a waiver has expired, 2 invalid.
+    """Validate a policy: exit 0 valid, 1 valid but the gate refuses it as it stands (a waiver
+    has expired, or a signature is required and no signer is named), 2 invalid.
 
-    Example: dflash-guard policy check strict
+    Example: dflash-guard policy check dev
     """
     output = chosen_format(output, as_json)
     policy = load_policy(file)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +22,7 @@ from dflash_guard.formats.text.review import render_review
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.pins.verify import verify_lock
-from dflash_guard.trust.policy import parse_policy
+from dflash_guard.trust.policy import BUILTIN_POLICIES, parse_policy
 from dflash_guard.trust.review import find_unreviewed, policy_text
 
 
@@ -33,7 +34,7 @@ def review(
         "--root", metavar="ROLE=DIR", help="Where that artifact lives (repeatable).")] = None,
     extends: Annotated[str, typer.Option(
         "--extends", metavar="NAME",
-        help="Built-in policy to extend: default, strict or dev.")] = "default",
+        help="Policy to extend: default, strict, dev or a policy file.")] = "default",
     reviewer: Annotated[str | None, typer.Option(
         "--reviewer", metavar="NAME",
         help="Who reviewed the code (needed with --output).")] = None,
@@ -74,8 +75,12 @@ def review(
         found = find_unreviewed(lock, verified.locations, extends, progress=shown)
     if output is not None and (found.reviewable or found.templates):
         assert reviewer is not None
+        extends_as = None
+        if extends not in BUILTIN_POLICIES:  # a file: as the written policy's folder sees it
+            relative = os.path.relpath(Path(extends).resolve(), output.parent.resolve())
+            extends_as = relative if relative.startswith(".") else f"./{relative}"
         text = policy_text(found, reviewer, dt.datetime.now(dt.UTC).date(),
-                           name or f"{extends}-reviewed")
+                           name or f"{Path(extends).stem}-reviewed", extends_as)
         parse_policy(text, str(output), base=output.parent)  # what the gate will load
         write_atomic(output, text)
         found = dataclasses.replace(found, written=str(output))

@@ -94,8 +94,7 @@ def register(app: typer.Typer) -> None:
             except OSError as error:
                 reason = error.strerror or error
                 raise InputError(f"{output}: cannot write the report ({reason})") from None
-            if not quiet:
-                from dflash_guard.cli.common import stderr
+            from dflash_guard.cli.common import report_written
 
-                stderr.print(f"report written to {output}", highlight=False)
+            report_written(output, report.summary(), quiet)
         raise typer.Exit(exit_code(report))

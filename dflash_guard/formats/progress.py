@@ -89,10 +89,11 @@ class LineProgress:
         if self._clock() - self._last_line >= self._every_s:
             self._line(f"{current.name}: {current.summary()}")
 
-    def ended(self) -> None:
+    def ended(self, interrupted: bool = False) -> None:
         current, started = self._open[-1]
         seconds = self._clock() - started
-        self._line(f"{current.name}: {current.summary() or 'done'} ({seconds:.1f} s)")
+        outcome = "interrupted" if interrupted else current.summary() or "done"
+        self._line(f"{current.name}: {outcome} ({seconds:.1f} s)")
         self._open.pop()
 
     def _line(self, text: str) -> None:
@@ -131,6 +132,6 @@ class BarProgress:
         current.advance(amount, note)
         self._bars.update(task, completed=current.done, summary=terminal_safe(current.summary()))
 
-    def ended(self) -> None:
+    def ended(self, interrupted: bool = False) -> None:
         _, task = self._open.pop()
         self._bars.remove_task(task)

@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dflash_guard.errors import InputError
+from dflash_guard.errors import Error, InputError
 from dflash_guard.fileio import read_input
 from dflash_guard.gate.checks import CHECKS, STEPS
 from dflash_guard.gate.endpoints import engines_from_policy, resolve_api_key, resolve_endpoints
 from dflash_guard.gate.evidence import JSON
 from dflash_guard.gate.inputs import GateInputs, GateOptions, LockRead
 from dflash_guard.gate.record import CheckRow, approval_statement
+from dflash_guard.outcome import Outcome
 from dflash_guard.outputs import refuse_outputs_over_inputs, refuse_unwritable
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.roles import refuse_swapped_roles
@@ -167,7 +168,14 @@ def _run_checks(inputs: GateInputs, loaded: Policy, closure: PolicyClosure,
     with stage(progress, "gate", len(CHECKS), "checks"):
         for check in CHECKS:
             with stage(progress, check.name):
-                outcome, evidence = check.run(inputs)
+                try:
+                    outcome, evidence = check.run(inputs)
+                except Error as error:
+                    if not rows:  # the first check reads the lockfile: a usage error, exit 2
+                        raise
+                    # once checks have run, an input that cannot be read (truncated weights,
+                    # an endpoint that never answers) refuses the deploy, with the table
+                    outcome, evidence = Outcome.refused(f"could not check: {error}"), None
             progress.advanced()
             rows.append(CheckRow(check.name, outcome, evidence))
             if not outcome.ok:

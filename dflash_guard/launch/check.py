@@ -82,6 +82,8 @@ class LaunchCheckReport:
     engine: str
     command: tuple[str, ...]
     findings: tuple[Finding, ...]
+    lock_path: str = "dflash.lock"
+    policy_path: str | None = None  # a policy file the user gave (None: a built-in)
 
     @property
     def passed(self) -> bool:
@@ -91,9 +93,13 @@ class LaunchCheckReport:
         return {"engine": self.engine, "command": list(self.command), "passed": self.passed,
                 "findings": [f.to_json() for f in self.findings], "summary": self.summary()}
 
-    def artifact_path(self, finding: Finding) -> None:
-        """None: a finding is about a flag of the command line, not a file."""
-        return None
+    def artifact_path(self, finding: Finding) -> str:
+        """The file a finding about a flag is checked against: the policy file for a cap or
+        the speculative settings it sets, else the lockfile."""
+        if self.policy_path and finding.rule_id in (rules.LAUNCH_CAPS.id,
+                                                    rules.LAUNCH_SPECULATIVE.id):
+            return self.policy_path
+        return self.lock_path
 
     def summary(self) -> str:
         if self.passed:

@@ -55,6 +55,7 @@ class LockResult:
 
     outcome: Outcome
     lock: Lockfile | None = None
+    warnings: tuple[str, ...] = ()  # for stderr: what the lock could not check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,6 +338,44 @@ def parse_package(spec: str) -> Package:
     return Package(name, version, tuple(sorted(set(hashes))))
 
 
+def package_wheel(spec: str) -> Path | None:
+    """The wheel file a `--package` spec gives (the path itself, or a `.whl` among its
+    sources), whose METADATA says what it needs; None for hashes alone or an sdist."""
+    path = Path(spec).expanduser()
+    if path.is_file() and WHEEL_RE.match(path.name):
+        return path
+    _, _, sources = spec.partition("@")
+    wheels = [Path(item).expanduser() for item in sources.split(",") if item.endswith(".whl")]
+    return next((w for w in wheels if w.is_file()), None)
+
+
+def _closed_packages(specs: Iterable[str]) -> tuple[tuple[Package, ...], str | None, str]:
+    """The packages of `specs` closed under their wheels' dependencies (pins/closure.py), the
+    refusal when some need is met by nothing, and a warning naming those whose needs are
+    unchecked."""
+    from packaging.utils import canonicalize_name
+
+    from dflash_guard.pins.closure import close
+
+    specs = list(specs)
+    parsed = [parse_package(spec) for spec in specs]
+    wheels = {str(canonicalize_name(package.name)): wheel
+              for spec, package in zip(specs, parsed, strict=True)
+              if (wheel := package_wheel(spec)) is not None}
+    closure = close(parsed, wheels)
+    refusal = None
+    if closure.missing:
+        refusal = ("the packages are not closed under their dependencies (pip --require-hashes "
+                   "would refuse the export): " + "; ".join(closure.missing) + ". Add "
+                   "--package for each, or put its wheel beside the wheels given")
+    note = ""
+    if closure.unchecked:
+        note = (f"--package: dependencies not checked for {', '.join(closure.unchecked)} (given "
+                "by hash only; pip --require-hashes refuses the export unless every dependency "
+                "is locked too: pass the wheel files to have them checked)")
+    return closure.packages, refusal, note
+
+
 def build_lock(
     sources: dict[str, str],
     engines: Iterable[str] = (),
@@ -349,7 +388,9 @@ def build_lock(
     `confirmed_by` (an earlier lock) can confirm HF-cache snapshots' Hub provenance; hashing
     reports to `progress`."""
     parsed_engines = tuple(parse_engine(e) for e in engines)
-    parsed_packages = tuple(parse_package(p) for p in packages)
+    parsed_packages, refusal, note = _closed_packages(packages)
+    if refusal is not None:
+        return LockResult(Outcome.refused(refusal))
     try:
         with paused_gc():
             cache = StatCache()  # one for every folder, read and written once
@@ -361,7 +402,8 @@ def build_lock(
     except _Refused as refusal:
         return LockResult(Outcome.refused(str(refusal)))
     lock = Lockfile(artifacts=artifacts, engines=parsed_engines, packages=parsed_packages)
-    return LockResult(Outcome.passed(f"{len(artifacts)} artifacts locked"), lock)
+    return LockResult(Outcome.passed(f"{len(artifacts)} artifacts locked"), lock,
+                      (note,) if note else ())
 
 
 def requirements_text(lock: Lockfile) -> str:

@@ -337,6 +337,22 @@ def _files(root: Path) -> tuple[list[tuple[str, Path]], list[Unsafe]]:
     return [(rel, Path(path)) for rel, path in sorted(found.items())], unsafe
 
 
+def display_names(paths: list[Path]) -> list[str]:
+    """How each of several scanned paths prefixes its files in a report: its name, or as many
+    trailing parts of its path as tell it from the others (`a/drafter`, `b/drafter`), so two
+    folders with one name never share (and merge) their findings."""
+    parts = [Path(p).parts or Path(p).resolve().parts for p in paths]
+    taken = [1] * len(paths)
+    while True:
+        shown = ["/".join(p[-k:]) for p, k in zip(parts, taken, strict=True)]
+        clashing = [i for i, name in enumerate(shown)
+                    if shown.count(name) > 1 and taken[i] < len(parts[i])]
+        if not clashing:
+            return shown
+        for i in clashing:
+            taken[i] += 1
+
+
 def scan_paths(
     paths: list[Path],
     *,
@@ -363,9 +379,9 @@ def scan_paths(
     run = _Run(frozenset(reviewed_sha256), frozenset(reviewed_templates))
     folders: list[tuple[Path, str, dict[str, list[int]], list[tuple[Path, str, Header]]]] = []
     roots: list[tuple[str, str]] = []
-    for raw in paths:
+    names = display_names(paths) if len(paths) > 1 else [""] * len(paths)
+    for raw, prefix in zip(paths, names, strict=True):
         root = Path(raw)
-        prefix = root.name if len(paths) > 1 else ""
         if root.is_file():
             run.scan_file(root, str(raw))
             roots.append((str(raw), str(raw)))

@@ -24,7 +24,7 @@ from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.pins.hashing import sha256_file
-from dflash_guard.trust.policy import Policy, builtin_policy_path, is_builtin
+from dflash_guard.trust.policy import BUILTIN_POLICIES, Policy, builtin_policy_path, is_builtin
 from dflash_guard.urls import has_scheme
 
 MAX_CLOSURE_FILES = 100_000  # a feed folder of osv.dev's records stays far below
@@ -144,7 +144,11 @@ def policy_closure(policy: Policy) -> PolicyClosure:
             files.add(ClosureFile(field, _name(path, base), _hash(path, field)))
     extends = None
     if policy.extends is not None and not is_builtin(policy):
-        extends = (policy.extends, _hash(builtin_policy_path(policy.extends), "extends"))
+        if policy.extends in BUILTIN_POLICIES:
+            extends = (policy.extends, _hash(builtin_policy_path(policy.extends), "extends"))
+        else:  # a policy file, relative to the one that extends it (its text; see limits.md)
+            extends = (policy.extends,
+                       _hash(Path(policy.source).parent / policy.extends, "extends"))
     return PolicyClosure(policy.digest.removeprefix("sha256:"), extends, tuple(sorted(files)))
 
 

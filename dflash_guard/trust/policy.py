@@ -294,7 +294,7 @@ class Policy:
     # Why nothing could pass (a signature required from nobody): the gate refuses such a
     # policy; a built-in one is like that until a policy that `extends` it names signers.
     unsatisfiable: tuple[str, ...] = ()
-    extends: str | None = None  # the built-in policy this one extends
+    extends: str | None = None  # the built-in policy or policy file this one extends
     model_card: ModelCardRules = ModelCardRules()  # the drafter's card; every rule off by default
     require_engine: bool = False  # `engines.require_pinned`: a lock pinning no engine is refused
 
@@ -671,16 +671,95 @@ REQUIRED = (
 )
 
 
-def parse_policy(text: str, source: str = "<policy>", base: Path | None = None) -> Policy:
-    """Parse and validate policy text; raise `InputError` naming `source`, line and field."""
+MAX_EXTENDS_DEPTH = 8  # a chain of policy files extending each other (a cycle ends here)
+
+
+def parse_policy(text: str, source: str = "<policy>", base: Path | None = None,
+                 *, depth: int = 0) -> Policy:
+    """Parse and validate policy text; raise `InputError` naming `source`, line and field.
+    `extends` names a built-in policy or a policy file (relative to `base`, the file's folder);
+    an error in the merged document is reported at the line of the user's own file."""
     top = read_document(text, source)
     if top is None:
         raise InputError(f"{source}: the policy is empty (an empty policy never means allow)")
     base = base if base is not None else Path(".")
     own = top.mapping((*TOP_LEVEL, "extends"), ())
-    extends = own["extends"].choice(BUILTIN_POLICIES) if "extends" in own else None
-    if extends is not None:
-        top = _extended(own, extends, source)
+    if "extends" not in own:
+        return _parse_policy(top, text, source, base, None)
+    extends, document = _base_document(own["extends"], base, depth)
+    merged = _extended(own, document, source, extends)
+    try:
+        return _parse_policy(merged, text, source, base, extends)
+    except InputError as error:
+        raise _in_own_lines(error, top, source, extends) from None
+
+
+def _base_document(field: Field, base: Path, depth: int) -> tuple[str, Any]:
+    """What `extends` names (a built-in, or a policy file relative to `base`, validated with
+    its own lines first) and its document, `extends` resolved."""
+    spec = field.text()
+    if spec in BUILTIN_POLICIES:
+        builtin = read_document(read_input_text(builtin_policy_path(spec), "policy",
+                                                POLICY_MAX_BYTES), spec)
+        assert builtin is not None
+        return spec, builtin.value()
+    if not spec.endswith((".yaml", ".yml", ".json")) and "/" not in spec:
+        raise field.fail(f"expected one of {', '.join(BUILTIN_POLICIES)} or a policy file "
+                         f"(./base.yaml), got {spec!r}")
+    if depth >= MAX_EXTENDS_DEPTH:
+        raise field.fail(f"more than {MAX_EXTENDS_DEPTH} policies extend each other (a cycle?)")
+    path = base / Path(spec).expanduser()
+    if not path.is_file():
+        raise field.fail(f"{spec}: no such policy file (relative to {base})")
+    parent = parse_policy(read_input_text(path, "policy", POLICY_MAX_BYTES), str(path),
+                          base=path.parent, depth=depth + 1)
+    return spec, {k: v for k, v in parent.document.items() if k != "extends"}
+
+
+def _in_own_lines(error: InputError, own: Field, source: str, extends: str) -> InputError:
+    """`error` about the merged document (`SOURCE (extends X):LINE: FIELD: MESSAGE`) at the
+    line of the user's file that holds FIELD (or its nearest enclosing key); a field the user's
+    file does not hold keeps no line."""
+    prefix = f"{source} (extends {extends}):"
+    message = str(error)
+    if not message.startswith(prefix):
+        return error
+    _, _, rest = message[len(prefix):].partition(": ")
+    where, _, problem = rest.partition(": ")
+    line = _own_line(own.node, where)
+    at = f"{source}:{line}" if line is not None else f"{source} (extends {extends})"
+    return InputError(f"{at}: {where}: {problem}")
+
+
+def _own_line(node: Any, where: str) -> int | None:
+    """The line of the deepest key of the dotted path `where` (`scan.fail_on`,
+    `reviewed_code[0].sha256`) that the node tree `node` holds."""
+    import re
+
+    import yaml
+
+    line = None
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", where):
+        if isinstance(node, yaml.SequenceNode) and part.startswith("["):
+            index = int(part[1:-1])
+            if index >= len(node.value):
+                return line
+            node = node.value[index]
+            line = node.start_mark.line + 1
+        elif isinstance(node, yaml.MappingNode):
+            found = [(k, v) for k, v in node.value if getattr(k, "value", None) == part]
+            if not found:
+                return line
+            key, node = found[-1]
+            line = key.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str | None
+                  ) -> Policy:
+    """The policy of a document with `extends` resolved (see `parse_policy`)."""
     f = top.mapping(TOP_LEVEL, REQUIRED)
 
     name = f["name"].text()
@@ -826,15 +905,11 @@ def _merged(base: Any, child: Any) -> Any:
     return child
 
 
-def _extended(fields: Fields, name: str, source: str) -> Field:
-    """The document of a policy that `extends` a built-in one: the built-in's, with the file's
-    sections merged over it (mappings key by key, lists replaced). A built-in policy file
-    extends nothing, so this never recurses."""
+def _extended(fields: Fields, base: Any, source: str, name: str) -> Field:
+    """The document of a policy that `extends` another (`base`, its document): the base's,
+    with the file's sections merged over it (mappings key by key, lists replaced)."""
     own = {k: fields[k].value() for k in fields if k != "extends"}
-    builtin = read_document(read_input_text(builtin_policy_path(name), "policy",
-                                            POLICY_MAX_BYTES), name)
-    assert builtin is not None
-    merged = yaml.safe_dump(_merged(builtin.value(), own), sort_keys=False)
+    merged = yaml.safe_dump(_merged(base, own), sort_keys=False)
     document = read_document(merged, f"{source} (extends {name})")
     assert document is not None
     return document
@@ -853,7 +928,9 @@ class PolicyCheck:
 
     @property
     def passed(self) -> bool:
-        return not self.expired
+        """Exit 0 only for a policy the gate could pass: no waiver expired, and no requirement
+        nothing could meet (`unsatisfiable`: a signature required and no signer named)."""
+        return not self.expired and not self.policy.unsatisfiable
 
     def to_json(self) -> dict[str, object]:
         policy = self.policy

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import loads_json, read_input, write_atomic
+from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.schema import MAX_DOCUMENT_CHARS
 from dflash_guard.trust.attestation import Passphrase
 from dflash_guard.trust.closure import PolicyClosure, canonical_digest, policy_closure, summary
@@ -199,8 +200,8 @@ class ApprovalVerdict:
 def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | None = None,
                    lock_path: Path | None = None, accepted_policies: Sequence[str] = (),
                    trust_root: Path | None = None, bundle: Path | None = None,
-                   closure: PolicyClosure | None = None
-                   ) -> ApprovalVerdict:
+                   closure: PolicyClosure | None = None,
+                   progress: Progress = NO_PROGRESS) -> ApprovalVerdict:
     """Verify an approval record: that it is about `policy` (`policy_binding`), its signatures
     against the policy's approval signers and, unless `roots` is None (the
     signature only, as `monitor --record` needs), the disk against it, as `verify` would: the
@@ -213,7 +214,7 @@ def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | No
                   for c in verify_approval(copy, policy.approval_signers, trust_root=trust_root,
                                            bundle=bundle)]
     problems, checked, locations = (([], None, {}) if roots is None
-                                    else _compare_disk(statement, roots, lock_path))
+                                    else _compare_disk(statement, roots, lock_path, progress))
     named = statement["predicate"].get("policy")
     return ApprovalVerdict(str(path), named if isinstance(named, dict) else {}, policy.name,
                            policy_binding(statement, policy, accepted_policies, closure),
@@ -244,7 +245,8 @@ def _read_once(path: Path, private: Path) -> Path:
 
 
 def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
-                  lock_path: Path | None) -> tuple[list[str], int, dict[str, Path]]:
+                  lock_path: Path | None, progress: Progress = NO_PROGRESS,
+                  ) -> tuple[list[str], int, dict[str, Path]]:
     """The problems of the disk against the record, how many approved files matched, and the
     folder each role was verified in."""
     from dflash_guard.pins.lockfile import lockfile_from_bytes
@@ -265,7 +267,8 @@ def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
         return [f"--lock {lock_path}: the record approved these bytes, but its checks judged "
                 f"another lock ({recorded['content_digest'][:19]}..., this one is "
                 f"{lock.digest()[:19]}...)"], 0, {}
-    report = verify_lock(lock, dict(roots), use_cache=False)  # the same walk as `verify`
+    report = verify_lock(lock, dict(roots), use_cache=False,  # the same walk as `verify`
+                         progress=progress)
     problems = [p.describe() for p in report.problems]
     for name in sorted(set(locked_files(lock)) - set(approved)):
         problems.append(f"{name}: locked but not covered by the record")

@@ -171,10 +171,15 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
 
 
 def _builtin(name: str) -> str:
-    if name not in BUILTIN_POLICIES:
+    """`--extends NAME`: a built-in policy, or a policy file (a team's base policy)."""
+    if name not in BUILTIN_POLICIES and not Path(name).is_file():
         raise InputError(f"--extends {name!r}: expected a built-in policy "
-                         f"({', '.join(BUILTIN_POLICIES)})")
+                         f"({', '.join(BUILTIN_POLICIES)}) or a policy file")
     return name
+
+
+def _what(base: str) -> str:
+    return f"the built-in `{base}` policy" if base in BUILTIN_POLICIES else f"the policy `{base}`"
 
 
 def _comment(text: str) -> str:
@@ -204,25 +209,28 @@ def _found(code: CodeToReview) -> list[str]:
             for f in code.capabilities]
 
 
-def policy_text(review: Review, reviewer: str, today: dt.date, name: str) -> str:
-    """The policy file recording `review`: `extends` the base, its own reviewed entries kept
-    (a list in an extending policy replaces the base's), each new entry with its capability
-    report as comments. Loading it back must give the same digests (checked by the caller)."""
+def policy_text(review: Review, reviewer: str, today: dt.date, name: str,
+                extends_as: str | None = None) -> str:
+    """The policy file recording `review`: `extends` the base (spelled `extends_as`: a policy
+    file's path from the written file's folder), its own reviewed entries kept (a list in an
+    extending policy replaces the base's), each new entry with its capability report as
+    comments. Loading it back must give the same digests (checked by the caller)."""
     base = load_policy(_builtin(review.base))
     lines = [
-        _comment(f"Written by `{REVIEW_COMMAND}` on {today.isoformat()}: the built-in "
-                 f"`{review.base}` policy"),
+        _comment(f"Written by `{REVIEW_COMMAND}` on {today.isoformat()}: "
+                 f"{_what(review.base)}"),
         "# plus the remote code reviewed below, by sha256 (a changed file is unreviewed again).",
         "# Check it with `dflash-guard policy check FILE`; gate with `--policy ./FILE`.",
         *(_comment(f"Note: `{review.base}` denies remote code for the {role}'s tier: the gate "
                    "refuses it, reviewed or not (see local_tier)") for role in review.denied),
-        yaml.safe_dump({"extends": review.base, "name": name}, sort_keys=False).rstrip("\n"),
+        yaml.safe_dump({"extends": extends_as or review.base, "name": name},
+                       sort_keys=False).rstrip("\n"),
         "reviewed_code:",
     ]
     kept = [{"sha256": r.sha256, "path": r.path, "reviewer": r.reviewer, "date": r.date}
             for r in base.reviewed_code]
     if kept:
-        lines.append(_comment(f"  kept from the built-in `{review.base}` policy"))
+        lines.append(_comment(f"  kept from {_what(review.base)}"))
         lines += _entries(kept)
     for code in review.reviewable:
         lines.append(_comment(f"{code.name} (sha256 {code.sha256})"))
@@ -238,7 +246,7 @@ def _template_lines(review: Review, kept: tuple[ReviewedTemplate, ...], reviewer
     """`reviewed_templates:` with the base's entries and one per template reviewed now."""
     lines = []
     if kept:
-        lines.append(_comment(f"  kept from the built-in `{review.base}` policy"))
+        lines.append(_comment(f"  kept from {_what(review.base)}"))
         lines += _entries([{"sha256": t.sha256, "note": t.note} for t in kept])
     written = {t.sha256 for t in kept}
     for template in review.templates:

@@ -22,6 +22,7 @@ from tests.support.pins import (
     write_cache_snapshot,
     write_folder,
 )
+from tests.support.wheels import make_wheel
 
 VLLM_SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -188,8 +189,7 @@ def test_short_or_missing_engine_sha_is_an_input_error(cli, local_pair, tmp_path
 
 
 def test_packages_and_export_requirements(cli, local_pair, tmp_path):
-    wheel = tmp_path / "demo_pkg-1.2.0-py3-none-any.whl"
-    wheel.write_bytes(b"not really a wheel, only hashed")
+    wheel = make_wheel(tmp_path, "demo_pkg", "1.2.0")
     given = "a" * 64
     out = tmp_path / "dflash.lock"
     r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,

@@ -8,9 +8,11 @@ from tests.support.trust import REPO, one_line, policy_text
 
 
 def test_policy_check_valid(cli):
-    result = cli("policy", "check", REPO / "policies" / "strict.yaml")
+    result = cli("policy", "check", REPO / "policies" / "dev.yaml")
     assert result.exit_code == 0
-    assert "valid (policy 'strict'" in result.stdout
+    assert "valid (policy 'dev'" in result.stdout
+    strict = cli("policy", "check", REPO / "policies" / "strict.yaml")  # names no signer
+    assert strict.exit_code == 1 and "valid (policy 'strict'" in strict.stdout
 
 
 def test_policy_check_invalid_is_exit_2_with_one_line(cli, tmp_path):

@@ -155,3 +155,33 @@ def test_text_report_prints_markup_like_names_verbatim(cli, tmp_path: Path) -> N
     assert result.exit_code == 1, result.stderr
     assert "w[/b].py" in result.stdout
     assert "internal error" not in result.stderr
+
+
+def test_two_folders_with_one_name_keep_their_own_findings(cli, tmp_path: Path, monkeypatch,
+                                                           builtin_pair) -> None:
+    """Newcomer P3, typed as the user typed it: `scan models/a/drafter models/b/drafter` with
+    b's weights truncated puts b's findings on b's files, and keeps each folder's own code
+    finding (they used to merge into a's)."""
+    import shutil
+
+    from tests.support.sarif import placed_files
+
+    for name in ("a", "b"):
+        shutil.copytree(builtin_pair.drafter, tmp_path / "models" / name / "drafter")
+    weights = tmp_path / "models" / "b" / "drafter" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    monkeypatch.chdir(tmp_path)
+    result = cli("scan", "models/a/drafter", "models/b/drafter", "--format", "sarif", "-q")
+    assert result.exit_code == 1
+    log = json.loads(result.stdout)
+    where = {(r["ruleId"], path.relative_to(tmp_path.resolve()).as_posix())
+             for r, path in zip(log["runs"][0]["results"], placed_files(log), strict=True)}
+    assert ("DG-ST-LENGTH", "models/b/drafter/model.safetensors") in where
+    assert ("DG-RC-UNREVIEWED", "models/a/drafter/dflash.py") in where
+    assert ("DG-RC-UNREVIEWED", "models/b/drafter/dflash.py") in where
+    assert not any(rule != "DG-RC-UNREVIEWED" and path.startswith("models/a/")
+                   for rule, path in where)
+    shown = json.loads(cli("scan", "models/a/drafter", "models/b/drafter", "--format", "json",
+                           "-q").stdout)  # the text table's `where`, unwrapped
+    files = {f["file"] for f in shown["findings"]}
+    assert {"b/drafter/model.safetensors", "a/drafter/dflash.py", "b/drafter/dflash.py"} <= files

@@ -1,6 +1,7 @@
 """SARIF that code scanning can place: file locations relative to `SRCROOT` (the working folder,
 defined in `originalUriBaseIds`), whichever folder was scanned and however many; `launch --check`
-findings about flags are logical locations, never a file called `--host`."""
+findings about flags are logical locations (never a file called `--host`) on the lockfile. The
+whole-log checks (schema, GitHub's rules) are in test_sarif_github.py."""
 
 from __future__ import annotations
 
@@ -33,19 +34,11 @@ def test_scan_results_resolve_to_the_scanned_files(cli, tmp_path, monkeypatch, b
         assert artifact["uriBaseId"] == "SRCROOT" and artifact["uri"].startswith("models/")
 
 
-def test_a_file_outside_the_working_folder_gets_its_absolute_uri(cli, tmp_path, monkeypatch,
-                                                                  builtin_pair):
-    (tmp_path / "elsewhere").mkdir()
-    monkeypatch.chdir(tmp_path / "elsewhere")
-    log = json.loads(cli("scan", builtin_pair.drafter, "--format", "sarif", "-q").stdout)
-    [location] = [r["locations"][0] for r in log["runs"][0]["results"]]
-    assert "uriBaseId" not in location["physicalLocation"]["artifactLocation"]
-    assert placed_files(log) == [(builtin_pair.drafter / "dflash.py").resolve()]
-
-
-def test_launch_check_flags_are_logical_locations(cli, tmp_path, locked_pair):
-    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
-    result = cli("launch", "--check", "vllm", "--lock", lock, "--format", "sarif",
+def test_launch_check_flags_are_logical_locations_on_the_lockfile(cli, tmp_path, locked_pair,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    result = cli("launch", "--check", "vllm", "--lock", "dflash.lock", "--format", "sarif",
                  "--program", vllm.install(), "--",
                  "vllm", "serve", "Qwen/Qwen3-8B", "--host", "0.0.0.0")
     assert result.exit_code == 1
@@ -53,5 +46,4 @@ def test_launch_check_flags_are_logical_locations(cli, tmp_path, locked_pair):
     locations = [r["locations"] for r in log["runs"][0]["results"]]
     assert {"--host", "--model"} <= {loc["logicalLocations"][0]["name"]
                                      for [loc] in locations}
-    assert all("physicalLocation" not in loc for [loc] in locations)
-    assert placed_files(log) == []
+    assert placed_files(log) == [tmp_path.resolve() / "dflash.lock"] * len(locations)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -86,3 +87,19 @@ def test_scan_with_roots_and_sarif(runner, builtin_pair, tmp_path: Path) -> None
     assert output == f"exit-code={result.returncode}\n"
     assert "::warning" not in result.stdout
     assert json.loads(sarif.read_text())["version"] == "2.1.0"
+
+
+def test_a_failing_scan_with_sarif_annotates_its_verdict(runner, builtin_pair,
+                                                         tmp_path: Path) -> None:
+    """docs/ci.md's job (scan + sarif): the report is in the file, and the annotation says why
+    the job failed (the verdict line), not "report written to ..."."""
+    models = tmp_path / "models" / "drafter"
+    shutil.copytree(builtin_pair.drafter, models)
+    (models / "dflash.py").write_text("import subprocess\nsubprocess.run(['id'])\n")
+    inputs = {"command": "scan", "roots": "models/\n", "sarif": "dflash-guard.sarif"}
+    result, output = run_step(runner, tmp_path, inputs)
+    assert result.returncode == 1 and output == "exit-code=1\n", result.stderr
+    [annotation] = [line for line in result.stdout.splitlines() if line.startswith("::error")]
+    assert annotation.startswith("::error title=dflash-guard scan (exit 1)::FAIL: 3 files, ")
+    assert "findings (worst: critical" in annotation and "report written" not in annotation
+    assert (tmp_path / "dflash-guard.sarif").is_file()

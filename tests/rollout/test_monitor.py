@@ -191,3 +191,48 @@ def test_example_alert_rules_compute_the_same_ratio():
     assert alerts["DFlashAcceptanceCollapsed"].endswith(f"< {DEFAULT_MIN_TAU}")
     assert f"(1 - {DEFAULT_MAX_DROP_PCT:g} / 100)" in alerts["DFlashAcceptanceDropped"]
     assert alerts["DFlashAcceptanceTooPerfect"].endswith(f">= {LEAKAGE_RATE}")
+
+
+def _example_rules() -> tuple[str, list[dict]]:
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "prometheus-dflash-alerts.yml"
+    text = path.read_text()
+    return text, [rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"]]
+
+
+def test_example_rules_have_no_duplicates_for_promtool():
+    """promtool's lint (`check rules --lint-fatal`, exit 3) refuses two recording rules with
+    the same name and labels; each engine's rule carries its own `engine` label. Every rule
+    has the fields Prometheus's rule format requires."""
+    _, rules = _example_rules()
+    recorded = [(r["record"], tuple(sorted(r.get("labels", {}).items())))
+                for r in rules if "record" in r]
+    assert len(recorded) == len(set(recorded)) == 4
+    alerts = [r["alert"] for r in rules if "alert" in r]
+    assert len(alerts) == len(set(alerts)) == 3
+    for rule in rules:
+        assert ("record" in rule) != ("alert" in rule) and rule["expr"], rule
+        assert set(rule) <= {"record", "alert", "expr", "for", "labels", "annotations"}, rule
+
+
+def test_example_rules_name_the_baseline_field_a_record_has(cli, locked_pair, tmp_path):
+    """The comment's jq path to the baseline tau reads a number out of a real v3 record."""
+    import re
+
+    from tests.support.trust import write_lock
+
+    text, _ = _example_rules()
+    check, field = re.search(r'select\(\.name == "(\w+)"\) \| \.evidence\.(\w+)', text).groups()
+    lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
+    record = tmp_path / "approval.json"
+    gated = cli("gate", "--lock", lock, "--policy", "dev", "--root",
+                f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
+                "-o", record, "-q")
+    assert gated.exit_code == 0, gated.stderr
+    [row] = [r for r in json.loads(record.read_text())["predicate"]["checks"]
+             if r["name"] == check]
+    assert row["evidence"][field] >= 1
+    assert "predicate.acceptance_length" not in text  # the v2 field a v3 record lacks

@@ -34,7 +34,7 @@ class Recorder:
         self.open[-1].amounts.append(amount)
         self.open[-1].notes.append(note)
 
-    def ended(self) -> None:
+    def ended(self, interrupted: bool = False) -> None:
         self.open.pop().ended = True
 
     def named(self, name: str) -> Recorded:

@@ -27,8 +27,8 @@ def test_builtin_name_ignores_a_file_of_that_name_in_the_cwd(tmp_path, monkeypat
 def test_policy_check_of_a_builtin_name_reports_the_shipped_file(cli, tmp_path, monkeypatch):
     _plant_permissive_file(tmp_path, "strict")
     monkeypatch.chdir(tmp_path)
-    result = cli("policy", "check", "strict")
-    assert result.exit_code == 0 and str(builtin_policy_path("strict")) in result.stdout
+    result = cli("policy", "check", "strict")  # exit 1: the shipped strict names no signer
+    assert result.exit_code == 1 and str(builtin_policy_path("strict")) in result.stdout
 
 
 def test_a_file_is_given_as_a_path(tmp_path, monkeypatch):

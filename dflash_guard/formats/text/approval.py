@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dflash_guard.formats.text.signature import plain_reason, unchecked_approval
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -27,9 +29,15 @@ def render_approval(verdict: ApprovalVerdict, console: Console) -> None:
         say(f"  WRONG POLICY: {verdict.policy_problem}")
     for check in verdict.signatures:
         if not check.signature:
-            say(f"  NOT SIGNED: {check.reason}")
+            say(f"  NOT SIGNED: {check.reason.removeprefix('not signed: ')}")
             continue
-        line = f"signed by {check.signer}" if check.ok else f"BAD SIGNATURE: {check.reason}"
+        if check.ok:
+            line = f"signed by {check.signer}"
+        elif unchecked_approval(check.reason):
+            line = ("UNCHECKED SIGNATURE: the policy names no approval public key, so nobody "
+                    "checked it (list the signer under signatures.approvals)")
+        else:
+            line = f"BAD SIGNATURE: {plain_reason(check.reason)}"
         say(f"  {Path(check.signature).name}: {line}")
     for problem in verdict.problems:
         say(f"  {problem}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dflash_guard import rules
 from dflash_guard.formats.terminal import markup_safe
 from dflash_guard.formats.text.findings import SEVERITY_STYLE
 
@@ -27,10 +26,4 @@ def render_audit(report: AuditReport, console: Console) -> None:
         console.print(f"[{SEVERITY_STYLE[f.severity]}]{f.severity.name}[/] {f.rule_id} "
                       f"{markup_safe(f.advisory)}: {markup_safe(f.subject)}", highlight=False)
         console.print(f"    {markup_safe(f.message)}", highlight=False)
-    verdict = "PASS" if report.passed else "FAIL"
-    console.print(
-        f"{verdict}: {report.subjects} pinned subjects against {report.advisories} advisories: "
-        f"{len(report.ids(rules.ADV_AFFECTED.id))} affecting, "
-        f"{len(report.ids(rules.ADV_UNKNOWN.id))} "
-        f"undecided, {len(report.failing)} findings at or above {report.fail_on.name}, "
-        f"{len(report.feed_problems)} feed refusals", highlight=False)
+    console.print(report.summary(), highlight=False, markup=False)

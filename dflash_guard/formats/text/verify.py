@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from dflash_guard.formats.terminal import markup_safe, terminal_safe
+from dflash_guard.formats.text.signature import plain_reason
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -54,5 +55,6 @@ def render_verify(result: VerifiedLock, console: Console) -> None:
             console.print(f"[green]signed[/]: {what} by {markup_safe(str(check.signer))}",
                           highlight=False, soft_wrap=True)
         else:
-            console.print(f"[red]BAD SIGNATURE[/]: {what}: {markup_safe(str(check.reason))}",
+            console.print(f"[red]BAD SIGNATURE[/]: {what}: "
+                          f"{markup_safe(plain_reason(check.reason))}",
                           highlight=False, soft_wrap=True)
