@@ -3,7 +3,8 @@
 # torch range never pulls a multi-GB CUDA build. `make test` also fills .wheelhouse/ (network) with
 # the hashed wheels of requirements/release.txt, so the release tests install offline.
 # z-lab's dflash==0.1.0 (the peer test's reference) goes in with --no-deps, by the wheel's sha256
-# lockfiles/dflash-client.lock pins (`verify-installed dflash` checks it): its exact pins (tqdm,
+# lockfiles/dflash-client.lock pins, kept in .wheelhouse/ (`verify-installed dflash` compares the
+# install with it; without it the answer is "cannot tell"): its exact pins (tqdm,
 # datasets, requests) are not needed to generate and would fight ours (its "local" extra wants
 # transformers 5.15.0, which needs huggingface_hub<2); pyproject cannot say --no-deps.
 PYTHON ?= python3
@@ -21,7 +22,10 @@ $(BIN)/python:
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install torch==2.13.0
 	$(BIN)/python -m pip install -e '.[test]'
-	$(BIN)/python -m pip install --no-deps --require-hashes -r requirements/dflash-client.txt
+	$(BIN)/python -m pip download --no-deps --only-binary=:all: --require-hashes --retries 1 \
+		-d $(WHEELHOUSE) -r requirements/dflash-client.txt
+	$(BIN)/python -m pip install --no-deps --require-hashes --no-index --find-links $(WHEELHOUSE) \
+		-r requirements/dflash-client.txt
 	touch $@
 
 # Every wheel release.txt pins, checked against its hash, for the offline install tests.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the whole deploy gate on the built-in tiny target/drafter pair.
 #   1. write the fixture pair into demo-out/, 2. lock it (with an engine pinned to a release),
-#   3. gate it under policies/dev.yaml and show the approval record,
+#   3. gate it under dev (extended with the engine's release pin) and show the approval record,
 #   4. tamper with one byte of the drafter and show the same gate refusing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,16 +14,27 @@ fi
 python=${PYTHON:-python3}
 command -v "$python" >/dev/null 2>&1 || python=python
 out=demo-out
-policy=policies/dev.yaml
-vllm_release="vllm=https://github.com/vllm-project/vllm@a1b2c3d4e5f60718293a4b5c6d7e8f9012345678#v0.11.0"
+policy=$out/dev-demo.yaml
+vllm_commit=a1b2c3d4e5f60718293a4b5c6d7e8f9012345678
+vllm_release="vllm=https://github.com/vllm-project/vllm@$vllm_commit#v0.11.0"
 
 step() { printf '\n== %s\n' "$*"; }
 
 rm -rf "$out"
 mkdir -p "$out"
 
-step "1. the built-in tiny pair"
+step "1. the built-in tiny pair, and a policy: dev, with the engine's release pinned"
 "${guard[@]}" fixtures make "$out"
+# The lock's `#v0.11.0` label proves nothing: the policy's release map is what says the commit is
+# vLLM's v0.11.0 (an illustrative commit here; pin real ones after `git ls-remote`).
+cat >"$policy" <<YAML
+extends: dev
+name: dev-demo
+engines:
+  repositories:
+    - upstream: https://github.com/vllm-project/vllm
+      releases: {v0.11.0: $vllm_commit}
+YAML
 
 step "2. lock it: every file's sha256, the engine at a full commit"
 "${guard[@]}" lock --target "$out/target" --drafter "$out/drafter" --engine "$vllm_release" \

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.doc_blocks import ALL, RUN, Block, blocks, clone_root, run_block
+from tests.support.installed import dflash_wheel_at_hand
 from tests.support.trust import REPO
 
 # blocks other modules run: each names its block there
@@ -120,8 +121,15 @@ def test_the_inventory_sees_an_unmarked_block(tmp_path):
 
 
 def test_block_verify_installed(tmp_path):
-    output = run_block("verify-installed", clone_root(tmp_path))
-    assert "OK: " in output and "dflash/benchmark.py:154" in output
+    """OK with the locked wheel at hand (`make` keeps it in .wheelhouse/), else CANNOT TELL and
+    exit 1, as the page says."""
+    root = clone_root(tmp_path)
+    if (REPO / ".wheelhouse").is_dir():
+        (root / ".wheelhouse").symlink_to(REPO / ".wheelhouse")
+    proven = dflash_wheel_at_hand(root)
+    output = run_block("verify-installed", root, exit_code=0 if proven else 1)
+    assert ("OK: " if proven else "CANNOT TELL: ") in output
+    assert "dflash/benchmark.py:154" in output
 
 
 def test_block_policy_copy(tmp_path):
@@ -209,8 +217,8 @@ def test_block_strict_signed(builtin_pair, tmp_path):
     policy.write_text(text)
     output = run_block("strict-signed", tmp_path, exit_code=1)
     assert "signed by key key.pub" in output and "match byte for byte" in output, output
-    assert ("REFUSED: policy: engine vllm is not a proven release build (label 'v0.28.0', "
-            "unverified (pass --engine-repo vllm=CLONE))") in " ".join(output.split()), output
+    assert ("REFUSED: policy: engine vllm is not a proven release build (label 'v0.28.0' "
+            "proves nothing;") in " ".join(output.split()), output
     assert (tmp_path / "dflash.lock.sig").is_file() and not (tmp_path / "approval.json").exists()
 
 

@@ -9,11 +9,15 @@ Three kinds of subject, each compared the way OSV defines it:
 - a PyPI package at a version: `versions` and `ECOSYSTEM` (or `SEMVER`) ranges, ordered with
   `packaging.version`, following OSV's evaluation pseudocode.
 
-An engine is also the package it is released as (`ENGINE_PACKAGES`: vLLM's repository is PyPI's
-`vllm`), which is how its advisories are published (ECOSYSTEM ranges, no GIT range). Such an
-advisory is decided on the engine's release version, read from a release tag that the
-`--engine-repo` clone proves points at the locked commit; the lock's own label (`#v0.11.0`) is
-never evidence. Without a clone, or with no release tag at the commit, it is *unknown*.
+An engine is also the package it is released as (`trust.engines.UPSTREAMS`: vLLM's repository
+is PyPI's `vllm`), which is how its advisories are published (ECOSYSTEM ranges, no GIT range).
+Such an advisory is decided on the engine's release version, proven only by evidence the policy
+trusts (`trust.engines.engine_build`: its release map, or a tag signed by a key it lists); the
+lock's label (`#v0.11.0`) and a clone's own tags are never evidence. Without one: *unknown*.
+An engine's advisories follow its identity, not its URL's spelling: an engine whose URL is no
+known upstream nor a mirror the policy declares (and whose commit no release map pins) has an
+unproven identity, and every advisory about an engine (an engine package, a GIT repository)
+is *unknown* for it.
 
 Every entry that names a locked subject gives a verdict: a range this audit cannot evaluate for
 it, or an entry with neither ranges nor versions, is *unknown*, never silence.
@@ -34,16 +38,12 @@ from dflash_guard.audit.osv import Advisory, Affected, Range
 from dflash_guard.errors import InputError
 from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.severity import Severity
+from dflash_guard.trust.engines import ENGINE_PACKAGES, EngineBuild, engine_build
 from dflash_guard.trust.gitclone import GitClone
 from dflash_guard.urls import repo_key
 
 HF_URL = "https://huggingface.co/"
-# the package each engine repository is released as (OSV ecosystem, canonical name); llama.cpp
-# publishes no package (its `bNNNN` build tags are git tags: GIT ranges decide it)
-ENGINE_PACKAGES: Mapping[str, frozenset[tuple[str, str]]] = {
-    "github.com/vllm-project/vllm": frozenset({("PyPI", "vllm")}),
-    "github.com/sgl-project/sglang": frozenset({("PyPI", "sglang")}),
-}
+HF_HOST = "huggingface.co/"
 RELEASE_TAG_RE = re.compile(r"^v?(\d+(\.\d+)+\S*)$")
 
 
@@ -57,6 +57,7 @@ class Subject:
     pin: str  # the commit or the version
     urls: frozenset[str] = frozenset()  # normalised repository URLs (git subjects)
     packages: frozenset[tuple[str, str]] = frozenset()  # an engine's released packages
+    build: EngineBuild | None = None  # an engine's proven identity and release
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,14 +88,16 @@ class AuditFinding:
 normalise_repo_url = repo_key  # an advisory's `repo` and a lock's engine URL, compared
 
 
-def lock_subjects(lock: Lockfile) -> list[Subject]:
-    """Every engine, Hub artifact (and remote-code repo) and package of a `Lockfile`."""
-    subjects = [
-        Subject("engine", e.name, f"engine {e.name}@{e.commit[:12]}", e.commit,
-                frozenset({normalise_repo_url(e.url)}),
-                ENGINE_PACKAGES.get(normalise_repo_url(e.url), frozenset()))
-        for e in lock.engines
-    ]
+def lock_subjects(lock: Lockfile, builds: Mapping[str, EngineBuild] | None = None
+                  ) -> list[Subject]:
+    """Every engine, Hub artifact (and remote-code repo) and package of a `Lockfile`; `builds`
+    (by engine name) is what the evidence proves of each engine (default: no evidence)."""
+    subjects = []
+    for e in lock.engines:
+        build = (builds or {}).get(e.name) or engine_build(e, None)
+        urls = {normalise_repo_url(e.url)} | ({build.identity} if build.identity else set())
+        subjects.append(Subject("engine", e.name, f"engine {e.name}@{e.commit[:12]}", e.commit,
+                                frozenset(urls), build.packages, build))
     for artifact in lock.artifacts:
         refs: list[tuple[str, str, str]] = []
         if artifact.source == "hub":
@@ -211,26 +214,30 @@ def _names_subject(entry: Affected, subject: Subject) -> bool:
         normalise_repo_url(entry.name or "") in subject.urls)
 
 
-def release_version(commit: str, clone: GitClone | None) -> tuple[Version | None, str]:
-    """The release version of an engine commit, from the release tags the clone has at it."""
-    if clone is None:
-        return None, ("the engine's release version needs a clone whose release tag points at "
-                      "the locked commit (pass --engine-repo NAME=CLONE)")
-    if not clone.has(commit):
-        return None, f"commit {commit[:12]} is not in the clone {clone.path}"
-    versions = set()
-    for tag in clone.tags_at(commit):
-        match = RELEASE_TAG_RE.match(tag)
-        if match:
-            try:
-                versions.add(Version(match.group(1)))
-            except InvalidVersion:
-                continue
-    if len(versions) != 1:
-        found = "no release tag" if not versions else "release tags of several versions"
-        return None, f"{found} at {commit[:12]} in the clone {clone.path}"
-    (version,) = versions
-    return version, f"release {version} (tagged at {commit[:12]} in the clone)"
+def release_version(build: EngineBuild | None) -> tuple[Version | None, str]:
+    """The engine's proven release version (`trust.engines`), or None and why not."""
+    if build is None or build.version is None:
+        why = build.how if build is not None else "no evidence"
+        return None, f"no release is proven for the locked commit ({why})"
+    match = RELEASE_TAG_RE.match(build.version)
+    try:
+        return Version(match.group(1) if match else build.version), build.how
+    except InvalidVersion:
+        return None, f"release {build.version} is no version to order ({build.how})"
+
+
+def _about_engines(entry: Affected) -> bool:
+    """Whether an entry could be about an engine: an engine's package, or a git repository
+    (other than a Hub repo)."""
+    if entry.hf_repo is not None:
+        return False
+    if _package(entry) in ENGINE_PACKAGES:
+        return True
+    if (entry.ecosystem or "").split(":", 1)[0] == "GIT" and entry.name and not (
+            normalise_repo_url(entry.name).startswith(HF_HOST)):
+        return True
+    return any(r.type == "GIT" and not normalise_repo_url(r.repo or "").startswith(HF_HOST)
+               for r in entry.ranges)
 
 
 def _version_results(entry: Affected, pin: str, why: str) -> list[tuple[bool | None, str]]:
@@ -263,7 +270,7 @@ def _entry_results(entry: Affected, subject: Subject, clone: GitClone | None
             return []
         pin, why = subject.pin, ""
         if subject.kind == "engine":
-            version, why = release_version(subject.pin, clone)
+            version, why = release_version(subject.build)
             if version is None:
                 return [(None, f"{entry.ecosystem} {entry.name}: {why}")]
             pin, why = str(version), f" ({why})"
@@ -272,6 +279,10 @@ def _entry_results(entry: Affected, subject: Subject, clone: GitClone | None
         git_ranges = [r for r in entry.ranges if r.type == "GIT"
                       and (named or normalise_repo_url(r.repo or "") in subject.urls)]
         if not named and not git_ranges:
+            build = subject.build
+            if subject.kind == "engine" and build is not None and build.identity is None and (
+                    _about_engines(entry)):
+                return [(None, f"the engine's identity is not proven ({build.how})")]
             return []
         if subject.pin in entry.versions:
             return [(True, f"commit {subject.pin[:12]} is listed")]

@@ -20,8 +20,9 @@ from dflash_guard.audit.feeds import Feed, FeedRules, feed_problems, load_feed, 
 from dflash_guard.audit.match import AuditFinding, lock_subjects, match_lock
 from dflash_guard.audit.osv import Advisory
 from dflash_guard.errors import InputError
-from dflash_guard.pins.lockfile import load_lockfile
+from dflash_guard.pins.lockfile import Engine, load_lockfile
 from dflash_guard.severity import Severity
+from dflash_guard.trust.engines import NO_RULES, EngineBuild, EngineRules, engine_build
 from dflash_guard.trust.gitclone import GitClone
 
 if TYPE_CHECKING:
@@ -116,6 +117,14 @@ def _latest(feeds: Sequence[Feed]) -> tuple[list[Advisory], list[str]]:
     return [by_id[key] for key in sorted(by_id)], refused
 
 
+def _engine_build(engine: Engine, clone: Path | None, rules: EngineRules) -> EngineBuild:
+    """What the evidence proves of an engine; a clone without its commit proves nothing."""
+    try:
+        return engine_build(engine, Path(clone) if clone is not None else None, rules)
+    except InputError as error:
+        return dataclasses.replace(engine_build(engine, None, rules), how=str(error))
+
+
 def run_audit(
     lock_path: Path,
     sources: Sequence[str],
@@ -124,17 +133,21 @@ def run_audit(
     clones: Mapping[str, Path] | None = None,
     fail_on: Severity = Severity.low,
     now: dt.datetime | None = None,
+    engines: EngineRules = NO_RULES,
 ) -> AuditReport:
     """Audit the lock at `lock_path` against the feeds in `sources` (paths or URLs).
 
     `clones` maps an engine name (or a Hub repo `ORG/NAME`) to a local git clone, so `GIT`
-    ranges over it are decided on its commit graph."""
+    ranges over it are decided on its commit graph; `engines` is the policy's evidence of
+    engine identities and releases."""
     if not sources:
         raise InputError("no advisory feed: pass --advisories DIR|FILE|URL or a policy with an "
                          "advisories section (an audit against nothing never means clean)")
     rules = rules or FeedRules()
     lock = load_lockfile(lock_path)
-    subjects = lock_subjects(lock)
+    builds = {e.name: _engine_build(e, (clones or {}).get(e.name), engines)
+              for e in lock.engines}
+    subjects = lock_subjects(lock, builds)
     known = {s.name for s in subjects if s.kind != "pypi"}
     repos = {}
     for name, path in (clones or {}).items():
@@ -160,9 +173,11 @@ def run_policy_audit(
     clones: Mapping[str, Path] | None = None,
     trust_root: Path | None = None,
     now: dt.datetime | None = None,
+    engines: EngineRules = NO_RULES,
 ) -> AuditReport:
-    """The audit a policy's `advisories` section asks for (the gate's step, `audit --policy`)."""
+    """The audit a policy's `advisories` section asks for (the gate's step, `audit --policy`);
+    `engines`: the policy's `engines.repositories`."""
     feed_rules = FeedRules(rules.signers, rules.allow_unsigned,
                            dt.timedelta(days=rules.max_age_days), trust_root)
     return run_audit(lock_path, [*rules.feeds, *extra_sources], rules=feed_rules, clones=clones,
-                     fail_on=Severity.parse(rules.fail_on), now=now)
+                     fail_on=Severity.parse(rules.fail_on), now=now, engines=engines)

@@ -127,11 +127,13 @@ def audit(
         if given:
             raise InputError(f"{given[0]} does not apply with --policy: the policy's "
                              "advisories section sets it")
-        section = load_policy(policy).advisories
+        loaded = load_policy(policy)
+        section = loaded.advisories
         if section is None:
             raise InputError(f"--policy {policy}: the policy has no advisories section")
         report = run_policy_audit(lock, section, extra_sources=advisories or [], clones=clones,
-                                  trust_root=trusted_root(trust_root, offline))
+                                  trust_root=trusted_root(trust_root, offline),
+                                  engines=loaded.engine_rules)
     else:
         if bundle is not None and not (len(advisories or []) == 1
                                        and Path((advisories or [""])[0]).is_file()):

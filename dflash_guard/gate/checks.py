@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,9 +30,9 @@ from dflash_guard.gate.inputs import GateInputs
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.engine_pins import pinned_engines
-from dflash_guard.pins.lockfile import lockfile_from_bytes
+from dflash_guard.pins.lockfile import Lockfile, lockfile_from_bytes
 from dflash_guard.progress import stage
-from dflash_guard.trust.evidence import provenance_note, signed_by_policy
+from dflash_guard.trust.evidence import Tolerance, provenance_note, signed_by_policy
 from dflash_guard.trust.judge import MAX_LISTED
 from dflash_guard.trust.signing import verify_lockfile_signature, verify_model_signatures
 
@@ -160,11 +160,35 @@ def check_scan(inputs: GateInputs) -> Checked:
                          tuple(judge.used)))
 
 
+def gguf_tolerances(lock: Lockfile, locations: Mapping[str, Path]) -> dict[str, Tolerance]:
+    """The logprob tolerance measured for each locked `.gguf`'s precision (the gguf artifact's,
+    and the target's that llama.cpp serves), by sha256, read from the verified folders (None
+    where none was measured), for judging comparison records."""
+    from dflash_guard.lossless.gguf_precision import gguf_precision
+    from dflash_guard.lossless.logprob_check import TOLERANCES
+
+    found: dict[str, Tolerance] = {}
+    for role in ("gguf", "target"):
+        artifact, folder = lock.artifact(role), locations.get(role)
+        if artifact is None or folder is None:
+            continue
+        for file in (f for f in artifact.files if f.path.endswith(".gguf")):
+            precision = gguf_precision(folder / file.path) or "float32"  # no matrices: tightest
+            found[file.sha256] = ((TOLERANCES[precision], f"the one measured for {precision}")
+                                  if precision in TOLERANCES else
+                                  (None, f"no tolerance was measured for {precision} and the "
+                                         "policy sets no difftest.max_logprob_delta"))
+    return found
+
+
 def check_policy(inputs: GateInputs) -> Checked:
     judge = inputs.judge()
     lock = inputs.lock
-    problems = judge.lock(lock, inputs.get(VerifiedFiles).locations,
-                          inputs.options.engine_repos, inputs.options.trust_root)
+    locations = inputs.get(VerifiedFiles).locations
+    tolerances = (gguf_tolerances(lock, locations)
+                  if inputs.policy.gguf_requires_comparison else {})
+    problems = judge.lock(lock, locations, inputs.options.engine_repos,
+                          inputs.options.trust_root, tolerances)
     if problems:
         return _refused(problems)
     tiers = {artifact.role: str(judge.tier(artifact)) for artifact in lock.artifacts}
@@ -184,7 +208,8 @@ def check_advisories(inputs: GateInputs) -> Checked:
         return Outcome.skipped("not configured (the policy has no advisories section)"), None
     report = run_policy_audit(inputs.lock_read.copy, rules,  # the bytes the gate judges
                               clones=inputs.options.engine_repos,
-                              trust_root=inputs.options.trust_root)
+                              trust_root=inputs.options.trust_root,
+                              engines=inputs.policy.engine_rules)
     problems = list(report.feed_problems) + [f"{f.advisory} ({f.severity.name}): {f.subject}: "
                                              f"{f.message}" for f in report.failing]
     if problems:
@@ -255,6 +280,7 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     """Diff the live baseline and candidate engines: a hard divergence always refuses, more
     near-ties than `max_near_ties` refuse, and so does an endpoint the gate cannot use."""
     from dflash_guard.lossless.endpoint import EndpointError, EndpointOptions, run_endpoint_diff
+    from dflash_guard.lossless.endpoint.metrics import metrics_cannot_tell
     from dflash_guard.lossless.prompts import read_prompts
     from kernels_ref.prompts import DEFAULT_PROMPTS
 
@@ -277,9 +303,9 @@ def check_endpoint_diff(inputs: GateInputs) -> Checked:
     total = len(report.results)
     if total == 0:
         return Outcome.refused("cannot tell: no prompt was compared on the live endpoints"), None
-    if rules.metrics and any("cannot tell" in w for w in report.warnings):
-        return Outcome.refused("cannot tell: the candidate's acceptance counters are not finite "
-                               "numbers"), None
+    if rules.metrics and (blind := metrics_cannot_tell(report.acceptance)) is not None:
+        return Outcome.refused(f"cannot tell: {blind} (difftest.endpoints.metrics asks for "
+                               "acceptance figures)"), None
     if hard:
         first = hard[0].divergence
         assert first is not None  # a hard result has diverged

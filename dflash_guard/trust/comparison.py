@@ -9,9 +9,11 @@ of the safetensors target (`target/PATH`), each with its sha256. The predicate h
 when none was given.
 
 A policy's `gguf_comparisons` may name such a record instead of a hand-written entry; the gate
-accepts it for the locked GGUF only when `accepts` finds its subjects equal to the lock's files
-(the GGUF by digest, every target subject by path and digest), the verdict passed, and so
-did its logprob check (`predicate.logprobs.passed`; fail closed on a record that has none).
+accepts it only when `accepts` finds its subjects equal to the lock's files (every GGUF subject
+a locked `.gguf` by digest; every target subject by path and digest), the verdict passed, and so
+did its logprob check (`predicate.logprobs.passed`; fail closed on a record that has none). A
+record counts for the locked `.gguf` files its GGUF subjects name by digest only
+(`covered_gguf`): every locked `.gguf` needs a record that compared it.
 """
 
 from __future__ import annotations
@@ -103,18 +105,33 @@ def read_comparison(path: Path) -> Statement:
         raise InputError(f"{path}: {error}") from None
 
 
+def covered_gguf(statement: Statement, lock: Lockfile) -> tuple[str, ...]:
+    """The locked `.gguf` files (paths in the gguf artifact) this record compared: those whose
+    sha256 is one of its GGUF subjects' (the GGUF, and any split part loaded with it)."""
+    gguf = lock.artifact("gguf")
+    digests = {s.digest.get("sha256") for s in statement.subjects
+               if s.name.startswith(GGUF_PREFIX)}
+    if gguf is None:
+        return ()
+    return tuple(sorted(f.path for f in gguf.files
+                        if f.path.endswith(".gguf") and f.sha256 in digests))
+
+
 def accepts(statement: Statement, lock: Lockfile) -> Outcome:
-    """Whether the record covers the lock's GGUF: a GGUF subject equal to a locked `.gguf` file,
-    every target subject equal to the locked target's file, a passed verdict and a passed
+    """Whether the record is about the lock's files: one GGUF subject equal to a locked `.gguf`
+    file, every target subject equal to the locked target's file, a passed verdict and a passed
     logprob check (a record without one, from before logprobs were compared, is refused)."""
     gguf, target = lock.artifact("gguf"), lock.artifact("target")
     if gguf is None or target is None:
         return Outcome.refused("the lock has no gguf and target artifacts to compare")
-    locked_gguf = {f.sha256 for f in gguf.files if f.path.endswith(".gguf")}
     subjects = {s.name: s.digest.get("sha256") for s in statement.subjects}
-    ggufs = [d for name, d in subjects.items() if name.startswith(GGUF_PREFIX)]
-    if not any(d in locked_gguf for d in ggufs):
-        return Outcome.refused("its GGUF digest is none of the locked gguf files")
+    locked_gguf = {f.sha256 for f in gguf.files if f.path.endswith(".gguf")}
+    named = [s for s in statement.subjects if s.name.startswith(GGUF_PREFIX)]
+    if not named:
+        return Outcome.refused("it names no GGUF")
+    if stray := [s.name for s in named if s.digest.get("sha256") not in locked_gguf]:
+        return Outcome.refused(f"its {stray[0]} is none of the locked gguf files: a record "
+                               "counts only for the files it compared")
     targets = {name.removeprefix(TARGET_PREFIX): digest for name, digest in subjects.items()
                if name.startswith(TARGET_PREFIX)}
     if not targets:

@@ -8,41 +8,43 @@ with evidence the tool checks itself:
   its organisation's tier nor a staging approval keyed on its `repo@commit` applies.
 - `lock --confirmed-by LOCK` confirms only from a lock whose signature verifies
   (`load_confirming_lock`), and only a snapshot with exactly its files (`pins.resolve`).
-- An engine's release or PR-head status comes from git (`engine_build`): a clone given with
-  `--engine-repo` says whether a release tag points at the commit and whether the default branch
-  reaches it. Without a clone, only the label's shape is known: a label that is not a release
-  tag or a mainline branch counts as a PR head, and no label proves a release.
-- A GGUF comparison record counts when signed by a policy approval signer and when its subjects
-  are exactly the locked target's files and the GGUF, its prompt set is the policy's and it
-  compared at least one prompt (`comparison_records`).
+- An engine's identity and release come from evidence the policy trusts (`trust/engines.py`):
+  its release map, or a tag signed by a key it lists; a clone's refs and the label never count.
+- A GGUF comparison record counts when signed by a policy approval signer, when its subjects
+  are exactly the locked target's files and locked GGUFs, its prompt set is the policy's, and it was
+  held to the policy's own standard (every prompt, the token budget, a tolerance no wider than
+  the policy's or the one measured for the GGUF's precision, near-ties within the allowance:
+  `standard_problem`); it counts for the locked `.gguf` files it names by digest only
+  (`comparison_records`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
+import math
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input
 from dflash_guard.outcome import Outcome
-from dflash_guard.pins.lockfile import Artifact, Engine, Lockfile, load_lockfile
+from dflash_guard.pins.lockfile import Artifact, Lockfile, load_lockfile
 from dflash_guard.schema import MAX_DOCUMENT_CHARS
-from dflash_guard.trust.comparison import GGUF_PREFIX, TARGET_PREFIX, accepts, read_comparison
-from dflash_guard.trust.gitclone import GitClone
+from dflash_guard.trust.comparison import (
+    GGUF_PREFIX,
+    TARGET_PREFIX,
+    accepts,
+    covered_gguf,
+    read_comparison,
+)
 from dflash_guard.trust.policy import Policy, Signers
 from dflash_guard.trust.signing import (
     SignatureCheck,
     verify_file_signatures,
     verify_lockfile_signature,
 )
-
-PR_HEAD_RE = re.compile(r"(^|/)(pull|pulls|merge-requests)/\d+(/|$)|^(pr|#)[-/#]?\d+$",
-                        re.IGNORECASE)
-# Semantic-version tags, and llama.cpp's build tags (`b4567`).
-RELEASE_RE = re.compile(r"^(refs/tags/)?(v?\d+(\.\d+)+([.\-+]?[0-9A-Za-z.]+)?|b\d+)$")
-MAINLINE_RE = re.compile(r"^(refs/heads/)?(main|master)$")
 
 
 def artifact_key(artifact: Artifact) -> str:
@@ -82,54 +84,98 @@ def load_confirming_lock(path: Path, signers: Signers, *, trust_root: Path | Non
     return load_lockfile(path)
 
 
-# --- engine builds ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineBuild:
-    """What is known of a locked engine commit: a release, a PR head, and how it was decided."""
-
-    release: bool
-    pr_head: bool
-    how: str
-
-
-def engine_build(engine: Engine, clone: Path | None) -> EngineBuild:
-    """The engine's status: from the clone's tags and default branch when given, else from the
-    label's shape (which proves no release)."""
-    ref = engine.ref or ""
-    if clone is None:
-        pr_head = bool(ref) and (PR_HEAD_RE.search(ref) is not None
-                                 or not (RELEASE_RE.match(ref) or MAINLINE_RE.match(ref)))
-        return EngineBuild(False, pr_head, f"label {ref or 'none'!r}, unverified (pass "
-                                            f"--engine-repo {engine.name}=CLONE)")
-    repo = GitClone(clone)
-    if not repo.has(engine.commit):
-        raise InputError(f"--engine-repo {engine.name}: commit {engine.commit[:12]} is not in "
-                         f"the clone {clone}")
-    tags = [t for t in repo.tags_at(engine.commit) if RELEASE_RE.match(t)]
-    if tags:
-        return EngineBuild(True, False, f"release tag {tags[0]} in {clone}")
-    mainline = repo.on_default_branch(engine.commit)
-    return EngineBuild(False, not mainline,
-                       f"no release tag at the commit; {'on' if mainline else 'not on'} the "
-                       f"default branch of {clone}")
-
-
 # --- GGUF comparison records -----------------------------------------------------------------
 
 
-def prompt_set_digest(policy: Policy) -> str:
-    """The sha256 of the prompt set the policy names (its file, or the built-in set)."""
+def prompt_set_path(policy: Policy) -> Path:
+    """The prompt set the policy names (its file, or the built-in set)."""
     from kernels_ref.prompts import DEFAULT_PROMPTS
 
-    path = Path(policy.difftest.prompts) if policy.difftest.prompts else Path(DEFAULT_PROMPTS)
-    return hashlib.sha256(read_input(path, "prompt set", MAX_DOCUMENT_CHARS)).hexdigest()
+    return Path(policy.difftest.prompts) if policy.difftest.prompts else Path(DEFAULT_PROMPTS)
+
+
+def prompt_set_digest(policy: Policy) -> str:
+    """The sha256 of the prompt set the policy names."""
+    data = read_input(prompt_set_path(policy), "prompt set", MAX_DOCUMENT_CHARS)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _number(value: object) -> float | None:
+    """A finite JSON number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+# A logprob tolerance and where it comes from (None: none can be named, and why). The gate
+# measures it for each locked `.gguf` from the GGUF's precision (`gate.checks`): trust stands
+# below the diff tests and does not import them.
+Tolerance = tuple[float | None, str]
+UNREAD: Tolerance = (None, "the GGUF's precision was not read (no verified gguf folder), and the "
+                           "policy sets no difftest.max_logprob_delta")
+
+
+def record_tolerance(policy: Policy, tolerances: Mapping[str, Tolerance], gguf: str
+                     ) -> Tolerance:
+    """The widest logprob tolerance the policy accepts for the locked GGUF of sha256 `gguf`: its
+    `max_logprob_delta`, else the one measured for the GGUF's precision (`tolerances`)."""
+    if policy.difftest.max_logprob_delta is not None:
+        return policy.difftest.max_logprob_delta, "the policy's difftest.max_logprob_delta"
+    return tolerances.get(gguf, UNREAD)
+
+
+def standard_problem(predicate: Mapping[str, Any], policy: Policy, accepted: Tolerance
+                     ) -> str | None:
+    """Why a record was held to less than the policy asks (None: it meets it): every prompt of
+    the policy's set, its token budget, its logprob tolerance (or the measured one for the
+    GGUF's precision), no hard divergence, and near-ties only within the policy's allowance."""
+    from kernels_ref.prompts import PromptSetError, read_prompt_set
+
+    prompts, tokens = predicate.get("prompts"), predicate.get("max_new_tokens")
+    try:
+        wanted = len(read_prompt_set(prompt_set_path(policy)))
+    except PromptSetError as error:
+        raise InputError(str(error)) from None
+    if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < wanted:
+        return f"it compared {prompts!r} prompts of the policy's {wanted}"
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or (
+            tokens < policy.difftest.max_new_tokens):
+        return (f"it compared {tokens!r} new tokens per prompt; the policy's "
+                f"difftest.max_new_tokens is {policy.difftest.max_new_tokens}")
+    if predicate.get("hard") != 0:
+        return f"it records {predicate.get('hard')!r} hard divergences"
+    logprobs = predicate.get("logprobs")
+    tolerance = _number(logprobs.get("tolerance")) if isinstance(logprobs, dict) else None
+    worst = _number(logprobs.get("max_delta")) if isinstance(logprobs, dict) else None
+    limit, limit_from = accepted
+    if limit is None:
+        return f"its logprob tolerance cannot be judged: {limit_from}"
+    if tolerance is None or worst is None or worst > tolerance or tolerance > limit:
+        given = logprobs if isinstance(logprobs, dict) else {}
+        return (f"its logprob tolerance {given.get('tolerance')!r} (largest difference "
+                f"{given.get('max_delta')!r}) is wider than the policy accepts ({limit:g}, "
+                f"{limit_from})")
+    ties, margin = predicate.get("near_ties"), _number(predicate.get("near_tie_margin"))
+    if isinstance(ties, bool) or not isinstance(ties, int) or ties < 0:
+        return f"its near-tie count {ties!r} is not a count"
+    if ties:
+        endpoints = policy.difftest.endpoints
+        allowed = endpoints.max_near_ties if endpoints is not None else ties
+        allowance = policy.difftest.near_tie_allowance
+        if margin is None or margin > allowance:
+            return (f"it excused {ties} near-ties within {margin!r} nats; the policy's "
+                    f"difftest.near_tie_allowance is {allowance:g}")
+        if ties > allowed:
+            return (f"it excused {ties} near-ties; the policy's difftest.endpoints."
+                    f"max_near_ties is {allowed}")
+    return None
 
 
 def accepts_record(path: Path, policy: Policy, lock: Lockfile, *,
-                   trust_root: Path | None = None) -> Outcome:
-    """Whether one comparison record is evidence for the lock's GGUF under `policy`."""
+                   trust_root: Path | None = None,
+                   tolerances: Mapping[str, Tolerance] | None = None) -> Outcome:
+    """Whether one comparison record is evidence under `policy` (for the locked `.gguf` files
+    `covered_gguf` names; `tolerances`: the one measured for each locked `.gguf`'s precision)."""
     checks = verify_file_signatures(path, policy.approval_signers, trust_root=trust_root)
     if not signed_by_policy(checks):
         why = "; ".join(c.reason for c in checks if not c.ok) or "not signed"
@@ -146,34 +192,41 @@ def accepts_record(path: Path, policy: Policy, lock: Lockfile, *,
     if missing := sorted(locked - subjects):
         return Outcome.refused(f"it does not cover the locked target file(s) "
                                f"{', '.join(missing[:3])}")
-    prompts = statement.predicate.get("prompts")
-    if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
-        return Outcome.refused(f"it compared {prompts!r} prompts: nothing was tested")
     prompt_set = statement.predicate.get("prompt_set")
-    digest = (prompt_set.get("digest") or {}).get("sha256") if isinstance(prompt_set, dict) \
-        else None
-    if digest != prompt_set_digest(policy):
+    digest = prompt_set.get("digest") if isinstance(prompt_set, dict) else None
+    if not isinstance(digest, dict) or digest.get("sha256") != prompt_set_digest(policy):
         return Outcome.refused("its prompt set is not the one the policy names "
                                "(difftest.prompts)")
+    covered = covered_gguf(statement, lock)
+    gguf = lock.artifact("gguf")
+    compared = gguf.file(covered[0]) if gguf is not None else None
+    tolerance = record_tolerance(policy, tolerances or {}, compared.sha256 if compared else "")
+    if (problem := standard_problem(statement.predicate, policy, tolerance)) is not None:
+        return Outcome.refused(f"held to less than the policy: {problem}")
     return outcome
 
 
-def comparison_records(policy: Policy, lock: Lockfile, *, trust_root: Path | None = None
-                       ) -> tuple[list[str], list[str]]:
-    """The policy's GGUF comparison records that are evidence for the lock's GGUF, and why the
-    others are not."""
-    accepted, why_not = [], []
+def comparison_records(policy: Policy, lock: Lockfile, *, trust_root: Path | None = None,
+                       tolerances: Mapping[str, Tolerance] | None = None
+                       ) -> tuple[dict[str, str], list[str]]:
+    """The locked `.gguf` files the policy's accepted comparison records cover (path -> the
+    record's name), and why the other records are not evidence."""
+    covered: dict[str, str] = {}
+    why_not = []
     for path in policy.gguf_comparison_records:
-        outcome = accepts_record(path, policy, lock, trust_root=trust_root)
+        outcome = accepts_record(path, policy, lock, trust_root=trust_root,
+                                 tolerances=tolerances)
         if outcome.ok:
-            accepted.append(path.name)
+            files = covered_gguf(read_comparison(path), lock)
+            covered.update(dict.fromkeys(files, path.name))
         else:
             why_not.append(f"record {path.name}: {outcome.reason}")
-    return accepted, why_not
+    return covered, why_not
 
 
 def served_gguf_problems(policy: Policy, lock: Lockfile, folder: Path, *,
-                         trust_root: Path | None = None) -> list[str]:
+                         trust_root: Path | None = None,
+                         tolerances: Mapping[str, Tolerance] | None = None) -> list[str]:
     """Why a GGUF of the target folder, which `launch llama.cpp` serves as `--model`, is not
     covered by an accepted comparison record: each such GGUF and every split part llama.cpp
     loads with it (`pins.fileset.llamacpp_files`) must be a GGUF subject of one record that
@@ -206,7 +259,8 @@ def served_gguf_problems(policy: Policy, lock: Lockfile, folder: Path, *,
         digests = {f.sha256 for f in served}
         why_not = []
         for path in policy.gguf_comparison_records:
-            outcome = accepts_record(path, policy, view, trust_root=trust_root)
+            outcome = accepts_record(path, policy, view, trust_root=trust_root,
+                                     tolerances=tolerances)
             named = {s.digest.get("sha256") for s in read_comparison(path).subjects
                      if s.name.startswith(GGUF_PREFIX)} if outcome.ok else set()
             if outcome.ok and digests <= named:

@@ -29,6 +29,9 @@ GIT_OVERRIDES = (
     "core.gitProxy=false", "protocol.allow=never", "core.alternateRefsCommand=false",
     "uploadpack.packObjectsHook=false", "core.askPass=false", "credential.helper=",
 )
+MAX_TAG_BYTES = 1 << 20
+
+
 def git_environment() -> dict[str, str]:
     """The environment every git command runs with (the caller's, less any `GIT_*`)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -86,14 +89,26 @@ class GitClone:
             raise InputError(f"git merge-base in {self.path}: {result.stderr.strip()}")
         return result.returncode == 0
 
-    def tags_at(self, commit: str) -> list[str]:
-        """The tags that point at `commit` (annotated tags peeled)."""
-        result = self._git("tag", "--points-at", commit)
-        return sorted(result.stdout.split()) if result.returncode == 0 else []
+    def tag_objects_at(self, commit: str) -> list[str]:
+        """The annotated tag objects whose tagged object is `commit` (lightweight tags, mere
+        refs, are not listed)."""
+        result = self._git("for-each-ref", f"--points-at={commit}",
+                           "--format=%(objecttype) %(objectname)", "refs/tags")
+        if result.returncode != 0:
+            return []
+        return sorted({oid for kind, _, oid in (line.partition(" ")
+                                                for line in result.stdout.splitlines())
+                       if kind == "tag"})
 
-    def on_default_branch(self, commit: str) -> bool:
-        """Whether the remote's default branch (else `main` or `master`) reaches `commit`."""
-        for ref in ("refs/remotes/origin/HEAD", "refs/heads/main", "refs/heads/master"):
-            if self._git("rev-parse", "--verify", "--quiet", ref).returncode == 0:
-                return self.is_ancestor(commit, ref)
-        return False
+    def tag_object(self, oid: str) -> bytes:
+        """The raw bytes of a tag object (headers, message and any signature)."""
+        overrides = [arg for setting in GIT_OVERRIDES for arg in ("-c", setting)]
+        try:
+            result = subprocess.run(["git", *overrides, "-C", str(self.path), "cat-file", "tag",
+                                     oid], capture_output=True, check=False, timeout=60,
+                                    env=git_environment(), stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise InputError(f"cannot run git in {self.path}: {error}") from None
+        if result.returncode != 0 or len(result.stdout) > MAX_TAG_BYTES:
+            raise InputError(f"--engine-repo {self.path}: cannot read tag object {oid[:12]}")
+        return result.stdout

@@ -13,7 +13,8 @@ What it proves, and what it cannot:
   its Python code) that RECORD does not list fail (`extra`): a module dropped beside the others
   is imported like them.
 - Without the locked wheel, all of that only says the install agrees with itself: whoever can
-  write the files can write RECORD too (RECORD-only). With a wheel whose sha256 the lock pins
+  write the files can write RECORD too (RECORD-only). That is "cannot tell" (exit 1), never OK:
+  nothing was compared with the sha256 the lock pins. With a wheel whose sha256 the lock pins
   (`--wheel`, a wheelhouse folder, or pip's cache), every RECORD row the wheel ships must carry
   the wheel's own hash, every file the wheel ships must be installed, and the installer's own
   additions are listed (launcher scripts, INSTALLER, REQUESTED, direct_url.json): those the wheel
@@ -126,7 +127,16 @@ class InstalledCheck:
 
     @property
     def passed(self) -> bool:
-        return not self.problems
+        """Every file proved out against the locked wheel. RECORD-only (no locked wheel at
+        hand) is "cannot tell", not a pass: whoever wrote the files could write RECORD too."""
+        return not self.problems and self.wheel is not None
+
+    @property
+    def verdict(self) -> str:
+        """`ok`, `mismatch` (a file problem) or `cannot-tell` (no locked wheel to compare)."""
+        if self.problems:
+            return "mismatch"
+        return "ok" if self.wheel is not None else "cannot-tell"
 
     def capabilities(self) -> dict[str, list[str]]:
         """`network`, `process`, `credentials` -> the `FILE:LINE` places the scanner saw."""
@@ -138,7 +148,8 @@ class InstalledCheck:
         return found
 
     def to_json(self) -> dict[str, object]:
-        return {"passed": self.passed, "name": self.name, "version": self.version,
+        return {"passed": self.passed, "verdict": self.verdict, "name": self.name,
+                "version": self.version,
                 "locked_version": self.locked_version, "dist_info": self.dist_info,
                 "files_checked": self.files_checked,
                 "problems": [p.to_json() for p in self.problems],

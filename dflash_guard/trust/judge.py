@@ -20,10 +20,11 @@ from dflash_guard.rules import RC_REMOTE_REPO
 from dflash_guard.scan.report import ScanReport
 from dflash_guard.severity import Severity
 from dflash_guard.templates.locate import unreviewed_digest
+from dflash_guard.trust.engines import engine_build
 from dflash_guard.trust.evidence import (
+    Tolerance,
     artifact_key,
     comparison_records,
-    engine_build,
     served_gguf_problems,
 )
 from dflash_guard.trust.model_card import card_problems
@@ -119,10 +120,12 @@ class Judge:
         return failing, problems
 
     def lock(self, lock: Lockfile, locations: Mapping[str, Path],
-             engine_repos: Mapping[str, Path], trust_root: Path | None) -> list[str]:
+             engine_repos: Mapping[str, Path], trust_root: Path | None,
+             tolerances: Mapping[str, Tolerance] | None = None) -> list[str]:
         """Every problem the policy has with the locked pair and engines: expired waivers,
         missing staging approvals and GGUF comparisons (the target's GGUF, which llama.cpp serves,
-        included), the drafter's model card, PR-head or
+        included; `tolerances`: the logprob tolerance measured for each locked `.gguf`'s
+        precision, by sha256), the drafter's model card, PR-head or
         unproven engine builds."""
         policy, problems = self.policy, []
         for waiver in policy.expired_waivers(self.today):
@@ -140,16 +143,22 @@ class Judge:
                 problems.append(f"{artifact.role} {artifact.label} ({tier} tier) has no "
                                 "recorded staging approval for this commit")
             if artifact.role == "gguf" and policy.gguf_requires_comparison:
-                recorded, why_not = comparison_records(policy, lock, trust_root=trust_root)
-                if not ((proven and policy.gguf_compared(artifact.repo, artifact.commit))
-                        or recorded or self.waived("gguf-comparison", key)):
+                covered, why_not = comparison_records(policy, lock, trust_root=trust_root,
+                                                      tolerances=tolerances)
+                locked = sorted(f.path for f in artifact.files if f.path.endswith(".gguf"))
+                missing = [p for p in locked if p not in covered] if locked else ["(no .gguf)"]
+                if missing and not ((proven and policy.gguf_compared(artifact.repo,
+                                                                     artifact.commit))
+                                    or self.waived("gguf-comparison", key)):
                     because = f" ({'; '.join(why_not)})" if why_not else ""
-                    problems.append(f"gguf {artifact.label} has no recorded comparison against "
-                                    f"the safetensors path{because}")
+                    problems.append(f"gguf {artifact.label}: {', '.join(missing[:MAX_LISTED])} "
+                                    "has no recorded comparison against the safetensors path"
+                                    f"{because}")
         target_folder, target = locations.get("target"), lock.artifact("target")
         if (policy.gguf_requires_comparison and target_folder is not None and target is not None
                 and not self.waived("gguf-comparison", artifact_key(target))):
-            problems += served_gguf_problems(policy, lock, target_folder, trust_root=trust_root)
+            problems += served_gguf_problems(policy, lock, target_folder, trust_root=trust_root,
+                                             tolerances=tolerances)
         drafter_folder = locations.get("drafter")
         if drafter_folder is not None:
             target = lock.artifact("target")
@@ -158,17 +167,19 @@ class Judge:
             problems += [f"drafter {p}" for p in
                          card_problems(drafter_folder, policy.model_card, target_repo)]
         for engine in lock.engines:
-            build = engine_build(engine, engine_repos.get(engine.name))
-            if build.pr_head:
-                if not policy.allow_pr_head:
-                    problems.append(f"engine {engine.name} is a PR-head build ({build.how}): "
-                                    "the policy allows none")
-                elif not self.waived("engine", engine.name):
-                    problems.append(f"engine {engine.name} is a PR-head build ({build.how}) "
-                                    f"without a waiver (engine:{engine.name})")
-            elif policy.require_release and not build.release:
+            build = engine_build(engine, engine_repos.get(engine.name), policy.engine_rules)
+            if policy.require_release and not build.release:  # no waiver makes a release
                 problems.append(f"engine {engine.name} is not a proven release build "
                                 f"({build.how})")
+            elif build.pr_head:
+                what = ("a PR-head build" if build.label_pr
+                        else "not proven a release or mainline build")
+                if not policy.allow_pr_head:
+                    problems.append(f"engine {engine.name} is {what} ({build.how}): the policy "
+                                    "allows no PR-head or unproven build")
+                elif not self.waived("engine", engine.name):
+                    problems.append(f"engine {engine.name} is {what} ({build.how}) without a "
+                                    f"waiver (engine:{engine.name})")
         if policy.require_engine and not pinned_engines(lock):
             problems.append("the lock pins no engine (engines.require_pinned): lock the one "
                             "that serves with --engine NAME=URL@COMMIT or --package "

@@ -43,6 +43,7 @@ from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 from dflash_guard.pins.lockfile import CACHE_UNCONFIRMED
 from dflash_guard.schema import Field, Fields, read_document
 from dflash_guard.severity import Severity
+from dflash_guard.trust.engines import NO_RULES, EngineRules, parse_engine_rules
 from dflash_guard.trust.model_card import ModelCardRules
 
 if TYPE_CHECKING:
@@ -297,6 +298,7 @@ class Policy:
     extends: str | None = None  # the built-in policy or policy file this one extends
     model_card: ModelCardRules = ModelCardRules()  # the drafter's card; every rule off by default
     require_engine: bool = False  # `engines.require_pinned`: a lock pinning no engine is refused
+    engine_rules: EngineRules = NO_RULES  # engines.repositories: mirrors, releases, tag signers
 
     def accepting(self, signers: Signers) -> Policy:
         """This policy with `signers` (given by the operator) also accepted for lockfiles,
@@ -342,6 +344,7 @@ class Policy:
         named += [(f"{kind} public key", key) for kind, s in signers.items()
                   for key in s.public_keys]
         named += [("gguf_comparisons.record", p) for p in self.gguf_comparison_records]
+        named += self.engine_rules.files()
         endpoints = self.difftest.endpoints
         for prompts in (self.difftest.prompts, endpoints.prompts if endpoints else None):
             if prompts:
@@ -774,7 +777,8 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         ("require_full_sha", "gguf_requires_comparison"),
     )
     engines = f["engines"].mapping(
-        ("allow_pr_head", "require_release", "require_pinned"), ("allow_pr_head", "require_release")
+        ("allow_pr_head", "require_release", "require_pinned", "repositories"),
+        ("allow_pr_head", "require_release")
     )
     scan = f["scan"].mapping(("fail_on",), ("fail_on",))
     difftest_names = ("prompts", "max_new_tokens", "near_tie_allowance", "min_tau")
@@ -874,6 +878,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         allow_pr_head=engines["allow_pr_head"].flag(),
         require_release=engines["require_release"].flag(),
         require_engine="require_pinned" in engines and engines["require_pinned"].flag(),
+        engine_rules=parse_engine_rules(engines.optional("repositories"), base),
         fail_on=scan["fail_on"].choice(Severity.names()),
         difftest=rules,
         drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),

@@ -33,7 +33,8 @@ def engine_locked_pair(locked_pair: LockedPair) -> LockedPair:
 
 def _policy(folder: Path, advisories: str) -> Path:
     """The default policy with a one-prompt, 8-token diff test, the fixture drafter's code
-    reviewed, and `advisories` appended."""
+    reviewed, the engine's commit pinned as a release (`engines.repositories`), and
+    `advisories` appended."""
     from kernels_ref.fixtures import WEIGHTS
 
     code = hashlib.sha256((WEIGHTS / "dflash.py.txt").read_bytes()).hexdigest()
@@ -42,7 +43,10 @@ def _policy(folder: Path, advisories: str) -> Path:
     for old, new in (("  prompts: builtin\n  max_new_tokens: 32\n",
                       "  prompts: prompts.jsonl\n  max_new_tokens: 8\n"),
                      ("reviewed_code: []\n", f"reviewed_code:\n  - sha256: {code}\n    path: "
-                      "dflash.py\n    reviewer: t@example.com\n    date: 2026-09-01\n")):
+                      "dflash.py\n    reviewer: t@example.com\n    date: 2026-09-01\n"),
+                     ("  require_release: false\n", "  require_release: false\n  repositories:\n"
+                      f"    - upstream: {ENGINE_URL}\n      releases: {{v1.0.0: {ENGINE_COMMIT}}}\n"
+                      )):
         assert old in text
         text = text.replace(old, new, 1)
     path = folder / "policy.yaml"

@@ -11,6 +11,7 @@ from dflash_guard.audit.match import normalise_repo_url
 from dflash_guard.audit.run import run_audit
 from dflash_guard.rules import ADV_AFFECTED, ADV_UNKNOWN
 from dflash_guard.severity import Severity
+from dflash_guard.trust.engines import EngineRules, Repository
 from tests.support.audit import (
     DRAFTER_COMMIT,
     DRAFTER_REPO,
@@ -89,9 +90,17 @@ def test_audit_engine_commit_missing_from_clone_is_unknown(tmp_path, history):
 
 
 def test_audit_other_repository_range_does_not_match(tmp_path, history):
+    """Once the engine's identity is proven (here: the policy declares its repository), a
+    range over another repository is not about it; unproven, it is undecided (Q5)."""
     advisory = osv("x_TEST-OTHER-1", [{"ranges": [git_range(
         "https://github.com/someone-else/engine", introduced="0")]}])
-    assert _audit(tmp_path, history.inside, advisory).findings == ()
+    declared = EngineRules((Repository("github.com/example-org/engine"),))
+    lock = write_lock(tmp_path / "dflash.lock", engine_commit=history.inside)
+    feed = write_feed(tmp_path / "feed.json", advisory)
+    assert run_audit(lock, [str(feed)], now=NOW, engines=declared).findings == ()
+    report = run_audit(lock, [str(feed)], now=NOW)
+    assert report.ids(ADV_UNKNOWN.id) == ["x_TEST-OTHER-1"]
+    assert "identity is not proven" in report.findings[0].message
 
 
 def test_audit_repo_urls_normalise():

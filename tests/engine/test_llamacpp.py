@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_guard.gate.checks import gguf_tolerances
 from dflash_guard.lossless.local import difftest_models
 from dflash_guard.lossless.prompts import load_prompts
 from dflash_guard.pins.resolve import build_lock
@@ -176,9 +177,11 @@ def test_reference_diff_of_the_gguf_and_its_record(cli, pair, servers, prompt_fi
     policy = load_policy(write_policy(tmp_path / "policy", ("gguf_comparisons: []\n", entry),
                                       signers, prompts))
     assert policy.gguf_requires_comparison
-    assert "not signed" in comparison_records(policy, lock)[1][0]  # issue 25: evidence is signed
+    tolerances = gguf_tolerances(lock, {"gguf": target_gguf.parent})  # f32: measured 0.05
+    assert "not signed" in comparison_records(policy, lock, tolerances=tolerances)[1][0]
     sign_with_key(record, private)
-    assert comparison_records(policy, lock) == ([record.name], [])
+    assert comparison_records(policy, lock, tolerances=tolerances) == (
+        {target_gguf.name: record.name}, [])
 
 
 def test_a_tampered_gguf_is_a_hard_divergence(cli, engine, pair, prompt_file, tmp_path):

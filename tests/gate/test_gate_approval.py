@@ -20,6 +20,7 @@ from tests.support.trust import (
     fixture_code_sha256,
     flip_signature_byte,
     make_key_pair,
+    release_map,
     write_lock,
     write_policy,
 )
@@ -34,7 +35,7 @@ def approved(locked_pair, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DFLASH_GUARD_CACHE_DIR", str(folder / "cache"))
         private, public = make_key_pair(folder)
-        policy = write_policy(folder)
+        policy = write_policy(folder, release_map(VLLM.url, "v0.11.0", VLLM.commit))
         lock = write_lock(dataclasses.replace(locked_pair.lock, engines=(VLLM,)),
                           folder / "dflash.lock")
         out = folder / "approval.json"

@@ -17,10 +17,14 @@ import pytest
 
 from dflash_guard.pins.lockfile import load_lockfile
 from tests.support.hub_emulator import make_repo
-from tests.support.trust import write_policy
+from tests.support.trust import engines_section, release_map, write_policy
 
 CODE = b"import torch\n\n\nclass Model(torch.nn.Module):\n    pass\n"
 ENGINE = "vllm=https://github.com/vllm-project/vllm@a1b2c3d4e5f60718293a4b5c6d7e8f9012345678#v0.11.0"
+# the policy's evidence that the commit is vLLM's v0.11.0 (the label is none)
+ENGINE_PIN = ("https://github.com/vllm-project/vllm", "v0.11.0",
+              "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678")
+ENGINE_RELEASE = release_map(*ENGINE_PIN)
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
@@ -57,7 +61,8 @@ def cross_repo_lock(cli, hub, builtin_pair, tmp_path: Path):
 
 
 def test_reviewed_cross_repo_code_is_approved(cli, cross_repo_lock, tmp_path: Path) -> None:
-    policy = write_policy(tmp_path / "reviewed", reviewed=(hashlib.sha256(CODE).hexdigest(),))
+    policy = write_policy(tmp_path / "reviewed", ENGINE_RELEASE,
+                          reviewed=(hashlib.sha256(CODE).hexdigest(),))
     result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "--format", "json")
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -67,7 +72,7 @@ def test_reviewed_cross_repo_code_is_approved(cli, cross_repo_lock, tmp_path: Pa
 
 
 def test_unreviewed_cross_repo_code_is_refused(cli, cross_repo_lock, tmp_path: Path) -> None:
-    policy = write_policy(tmp_path / "unreviewed")
+    policy = write_policy(tmp_path / "unreviewed", ENGINE_RELEASE)
     result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "--format", "json")
     assert result.exit_code == 1, result.stdout + result.stderr
     assert json.loads(result.stdout)["passed"] is False
@@ -88,5 +93,6 @@ def test_review_covers_cross_repo_code_by_its_locked_sha256(cli, cross_repo_lock
     assert cli("review", "--lock", cross_repo_lock, "--reviewer", "me", "-o", policy,
                "-q").exit_code == 0
     assert "not scanned: another repository serves it" in policy.read_text()
+    policy.write_text(policy.read_text() + engines_section(*ENGINE_PIN))
     result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "-q")
     assert result.exit_code == 0, result.stdout + result.stderr

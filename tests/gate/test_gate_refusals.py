@@ -14,6 +14,7 @@ from dflash_guard.pins.lockfile import Engine
 from dflash_guard.progress import NO_PROGRESS
 from dflash_guard.trust.signing import sign_with_key
 from kernels_ref.faults import Fault
+from tests.support.audit import git
 from tests.support.progress import Recorder
 from tests.support.trust import (
     DEFAULT_POLICY,
@@ -24,6 +25,7 @@ from tests.support.trust import (
     flip_signature_byte,
     make_key_pair,
     one_line,
+    release_map,
     relock,
     sign_model_folder,
     signed_lock,
@@ -152,15 +154,49 @@ def test_gate_refuses_pr_head_engine_without_waiver(tmp_path, locked_pair):
     _refused_at(result, "model signatures")
     no_pr = ("allow_pr_head: true", "allow_pr_head: false")
     reason = _refused_at(_gate(tmp_path, locked_pair, lock, waiver, no_pr), "policy")
-    assert "the policy allows none" in reason
+    assert "the policy allows no PR-head or unproven build" in reason
 
 
 def test_gate_refuses_non_release_engine_when_required(tmp_path, locked_pair):
-    branch = Engine("sglang", "https://github.com/sgl-project/sglang", "f" * 40, "main")
-    lock = dataclasses.replace(locked_pair.lock, engines=(branch,))
+    """P7: `#main` (or no label) proves no mainline build: without evidence it is an unproven
+    build (a waiver at most), and `require_release` wants the policy's release evidence."""
+    for label in ("main", None):
+        branch = Engine("sglang", "https://github.com/sgl-project/sglang", "f" * 40, label)
+        lock = dataclasses.replace(locked_pair.lock, engines=(branch,))
+        reason = _refused_at(_gate(tmp_path, locked_pair, lock), "policy")
+        assert "engine sglang is not proven a release or mainline build" in reason
+        assert "without a waiver (engine:sglang)" in reason
+    waiver = ("waivers: []\n", "waivers:\n  - id: W-9\n    covers: engine:sglang\n    reason: "
+              "trying it\n    owner: a@example.com\n    expires: 2099-12-31\n")
     release = ("require_release: false", "require_release: true")
-    reason = _refused_at(_gate(tmp_path, locked_pair, lock, release), "policy")
-    assert "engine sglang is not a proven release build (label 'main', unverified" in reason
+    reason = _refused_at(_gate(tmp_path, locked_pair, lock, waiver, release), "policy")
+    assert "engine sglang is not a proven release build (label 'none' proves nothing" in reason
+
+
+def test_gate_counts_the_policys_release_evidence_not_the_clones_tags(tmp_path, locked_pair):
+    """Q6: a tag made in the `--engine-repo` clone made any commit a release; only the policy's
+    release map (or a tag signed by a key it lists) does now, whatever URL or label the lock
+    gives (Q5: a mirror URL with the pinned commit is that release)."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    git(clone, "init", "-q", "-b", "main")
+    git(clone, "commit", "-q", "--allow-empty", "-m", "x")
+    commit = git(clone, "rev-parse", "HEAD")
+    git(clone, "tag", "v0.99.0", commit)
+    release = ("require_release: false", "require_release: true")
+    upstream = Engine("vllm", "https://github.com/vllm-project/vllm.git", commit, "v0.99.0")
+    lock = dataclasses.replace(locked_pair.lock, engines=(upstream,))
+    no_pr = ("allow_pr_head: true", "allow_pr_head: false")
+    reason = _refused_at(_gate(tmp_path, locked_pair, lock, release, no_pr,
+                               engine_repos={"vllm": clone}), "policy")
+    assert "engine vllm is not a proven release build (label 'v0.99.0' proves nothing" in reason
+    mirror = Engine("vllm", "https://git.example.invalid/mirrors/vllm.git", commit, "main")
+    pinned = release_map("https://github.com/vllm-project/vllm", "v0.99.0", commit)
+    for engine in (upstream, mirror):
+        lock = dataclasses.replace(locked_pair.lock, engines=(engine,))
+        result = _gate(tmp_path, locked_pair, lock, pinned, release, no_pr, REQUIRE_MODEL_SIG,
+                       _model_key_policy(tmp_path))
+        _refused_at(result, "model signatures")  # the policy step passed
 
 
 def test_gate_refuses_unreviewed_remote_code(tmp_path, locked_pair):

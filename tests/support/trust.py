@@ -78,6 +78,20 @@ SMALL_DIFFTEST = ("  prompts: builtin\n  max_new_tokens: 32\n",
                   "  prompts: prompts.jsonl\n  max_new_tokens: 8\n")
 
 
+def release_map(url: str, release: str, commit: str) -> tuple[str, str]:
+    """A `write_policy` replacement pinning `commit` as `release` of the engine repository `url`
+    (`engines.repositories`): the evidence a release needs (issue 45), never the lock's label."""
+    return ("  require_release: false\n",
+            f"  require_release: false\n  repositories:\n    - upstream: {url}\n"
+            f"      releases: {{{release}: {commit}}}\n")
+
+
+def engines_section(url: str, release: str, commit: str) -> str:
+    """The `engines:` section of a policy that extends `default`, with `release_map`'s pin."""
+    return ("engines:\n  allow_pr_head: true\n  require_release: false\n  repositories:\n"
+            f"    - upstream: {url}\n      releases: {{{release}: {commit}}}\n")
+
+
 def fixture_code_sha256() -> str:
     """The sha256 of the fixture drafter's remote code (`dflash.py`, named by its auto_map)."""
     from kernels_ref.fixtures import WEIGHTS

@@ -11,65 +11,19 @@ from pathlib import Path
 import pytest
 
 from dflash_guard.errors import InputError
-from dflash_guard.pins.lockfile import Engine
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import comparison_statement, write_comparison
 from dflash_guard.trust.evidence import (
     accepts_record,
-    engine_build,
     load_confirming_lock,
     prompt_set_digest,
 )
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.signing import sign_with_key, verify_lockfile_signature
 from dflash_guard.urls import check_recorded_url, has_scheme, http_endpoint
-from tests.support.audit import git, make_history
 from tests.support.trust import as_hub, copy_folder, make_key_pair, signed_lock, write_lock
 
 URL = "https://github.com/vllm-project/vllm"
-
-
-# --- engine builds: from git, not from the label (N12) ---------------------------------------
-
-
-@pytest.mark.parametrize("ref", ["refs/pull/52816/head", "pull-52816", "refs/heads/pr-52816",
-                                 "pr-27342", "#52816", "my-feature", "v0.11.0-but-a-branch/x"])
-def test_without_a_clone_a_label_that_is_no_release_or_mainline_is_a_pr_head(ref):
-    build = engine_build(Engine("vllm", URL, "a" * 40, ref), None)
-    assert build.pr_head and not build.release and "unverified" in build.how
-
-
-@pytest.mark.parametrize("ref", ["v0.11.0", "refs/tags/v0.5.3", "b4567", "main",
-                                 "refs/heads/main", None])
-def test_without_a_clone_no_label_proves_a_release(ref):
-    build = engine_build(Engine("vllm", URL, "a" * 40, ref), None)
-    assert not build.pr_head and not build.release
-
-
-@pytest.fixture(scope="module")
-def history(tmp_path_factory):
-    history = make_history(tmp_path_factory.mktemp("engine") / "repo")
-    git(history.path, "tag", "v1.0.0", history.fix)
-    git(history.path, "tag", "-a", "-m", "r", "v1.1.0", history.after)
-    git(history.path, "tag", "not-a-release", history.inside)
-    return history
-
-
-@pytest.mark.parametrize(("commit", "label", "release", "pr_head"), [
-    ("fix", "pr-1", True, False),  # the tag decides, not the label
-    ("after", None, True, False),  # an annotated tag
-    ("inside", "v9.9.9", False, False),  # a lying label on a mainline commit
-    ("side", "v1.0.0", False, True),  # a lying label on a commit main never reached
-    ("side", "main", False, True),
-])
-def test_with_a_clone_git_decides(history, commit, label, release, pr_head):
-    build = engine_build(Engine("vllm", URL, getattr(history, commit), label), history.path)
-    assert (build.release, build.pr_head) == (release, pr_head), build.how
-
-
-def test_a_commit_missing_from_the_clone_is_an_input_error(history):
-    with pytest.raises(InputError, match="not in the clone"):
-        engine_build(Engine("vllm", URL, "f" * 40, "v1.0.0"), history.path)
 
 
 # --- URLs: parsed once (N10, N14) ------------------------------------------------------------
@@ -204,7 +158,8 @@ def gguf_lock(locked_pair, tmp_path):
 
 
 def _record(locked_pair, gguf: Path, out: Path, **summary) -> Path:
-    base = {"passed": True, "verdict": "identical", "prompts": 12,
+    base = {"passed": True, "verdict": "identical", "prompts": 12, "max_new_tokens": 32,
+            "hard": 0, "near_ties": 0, "near_tie_margin": 0.05,
             "logprobs": {"passed": True, "max_delta": 1e-5, "tolerance": 0.05},
             "prompt_set": {"name": "builtin", "digest": {
                 "sha256": prompt_set_digest(load_policy("default"))}}}
@@ -217,7 +172,8 @@ def _record(locked_pair, gguf: Path, out: Path, **summary) -> Path:
 def _approvals_policy(tmp_path: Path, public: Path) -> Path:
     policy = tmp_path / "p.yaml"
     policy.write_text(f"extends: default\nname: p\nsignatures:\n  approvals: "
-                      f"{{identities: [], public_keys: [{public}]}}\n")
+                      f"{{identities: [], public_keys: [{public}]}}\n"
+                      "difftest:\n  max_logprob_delta: 0.05\n")
     return policy
 
 
@@ -233,8 +189,9 @@ def test_a_signed_complete_record_is_evidence(locked_pair, gguf_lock, tmp_path, 
 
 
 @pytest.mark.parametrize(("change", "reason"), [
-    ({"prompts": 0}, "nothing was tested"),
-    ({"prompts": True}, "nothing was tested"),
+    ({"prompts": 0}, "prompts of the policy's 12"),
+    ({"prompts": True}, "prompts of the policy's 12"),
+    ({"prompt_set": {"name": "x", "digest": "0" * 64}}, "prompt set"),
     ({"prompt_set": {"name": "x", "digest": {"sha256": "0" * 64}}}, "prompt set"),
     ({"passed": "yes"}, "verdict"),
     ({"logprobs": None}, "no logprob check"),

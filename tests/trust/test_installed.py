@@ -43,9 +43,12 @@ def check(cli, *args: object) -> tuple[int, dict]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def test_the_installed_dflash_proves_out_and_its_network_use_is_listed(cli, elsewhere):
+def test_the_installed_dflash_without_its_wheel_cannot_tell_and_lists_network_use(cli, elsewhere):
+    """Q9 (2026-12-06): with no locked wheel at hand, RECORD is compared with nothing the lock
+    pins: "cannot tell", exit 1, never OK."""
     code, report = check(cli, "dflash", "--lock", CLIENT_LOCK)
-    assert code == 0 and report["passed"] and report["problems"] == []
+    assert code == 1 and not report["passed"] and report["problems"] == []
+    assert report["verdict"] == "cannot-tell"
     assert report["version"] == "0.1.0" and report["proof"] == "record-only"
     assert report["files_checked"] >= 10
     network = report["capabilities"]["network"]
@@ -53,7 +56,8 @@ def test_the_installed_dflash_proves_out_and_its_network_use_is_listed(cli, else
     assert "dflash/model_mlx.py:431" in network  # huggingface_hub.snapshot_download
     text = cli("verify-installed", "dflash", "--lock", CLIENT_LOCK).stdout
     network_line = next(line for line in text.splitlines() if line.startswith("network: "))
-    assert "RECORD-only" in text and "dflash/benchmark.py:154" in network_line
+    assert "CANNOT TELL" in text and "dflash/benchmark.py:154" in network_line
+    assert "OK" not in text.splitlines()[-1]
 
 
 def test_record_is_read_as_importlib_metadata_reads_it():
@@ -123,8 +127,9 @@ def test_a_changed_copy_of_dflash_is_refused(cli, elsewhere, tamper):
         metadata = next(site.glob("dflash-*.dist-info")) / "METADATA"
         metadata.write_text(metadata.read_text().replace("Version: 0.1.0", "Version: 0.1.1"))
     code, report = check(cli, "dflash", "--lock", CLIENT_LOCK, "--path", site)
-    if kind is None:
-        assert code == 0 and report["problems"] == [], report["problems"]
+    if kind is None:  # no problem, and no locked wheel here (`elsewhere`): cannot tell
+        assert code == 1 and report["problems"] == [], report["problems"]
+        assert report["verdict"] == "cannot-tell"
         return
     assert code == 1 and not report["passed"]
     assert kind in {p["kind"] for p in report["problems"]}, report["problems"]
@@ -173,8 +178,8 @@ def test_the_locked_wheel_catches_what_record_alone_cannot(cli, elsewhere, built
                                                  "acme_tool/__init__.py:5"]
     assert "acme_tool-1.0.dist-info/INSTALLER" in report["installer_files"]
 
-    # Someone rewrites the module and its RECORD row to match: RECORD alone agrees with
-    # itself (the documented limit); the locked wheel does not.
+    # Someone rewrites the module and its RECORD row to match (Q9): RECORD alone agrees with
+    # itself, which is "cannot tell" (exit 1, not OK); the locked wheel shows the change.
     module = site / "acme_tool" / "__init__.py"
     new = b"import os\nos.system('id')\n"
     module.write_bytes(new)
@@ -184,7 +189,8 @@ def test_the_locked_wheel_catches_what_record_alone_cannot(cli, elsewhere, built
              for line in record.read_text().splitlines()]
     record.write_text("\n".join(lines) + "\n")
     code, report = check(cli, "acme-tool", "--lock", lock, "--path", site)
-    assert code == 0 and report["proof"] == "record-only"
+    assert code == 1 and report["proof"] == "record-only" and report["verdict"] == "cannot-tell"
+    assert report["problems"] == []
     assert report["capabilities"]["process"] == ["acme_tool/__init__.py:2"]
     code, report = check(cli, "acme-tool", "--lock", lock, "--path", site, "--wheel", wheel)
     assert code == 1 and {p["kind"] for p in report["problems"]} == {"not-the-wheel's"}
@@ -203,7 +209,7 @@ def test_the_locked_wheel_catches_what_record_alone_cannot(cli, elsewhere, built
     (elsewhere / "other").mkdir()
     other = _wheel(elsewhere / "other", "x = 1\n")
     code, report = check(cli, "acme-tool", "--lock", lock, "--path", site, "--wheel", other)
-    assert report["proof"] == "record-only"
+    assert code == 1 and report["proof"] == "record-only"
 
 
 def test_a_package_the_lock_does_not_pin_is_an_input_error(cli, elsewhere):

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from tests.support.trust import make_key_pair, write_policy
+from tests.support.trust import make_key_pair, release_map, write_policy
 
 
 @pytest.fixture
@@ -40,7 +40,8 @@ def test_the_local_workflow_opens_no_connection(cli, guard, locked_pair, tmp_pat
     policy = write_policy(tmp_path / "p", ("  approvals: {identities: [], public_keys: []}",
                                            f"  approvals: {keyed}"),
                           ("  lockfile: {identities: [], public_keys: []}",
-                           f"  lockfile: {keyed}"))
+                           f"  lockfile: {keyed}"),
+                          release_map("https://github.com/vllm-project/vllm", "v0.11.0", "a" * 40))
     commands = [
         ("lock", "--target", locked_pair.target, "--drafter", locked_pair.drafter, "-o", lock,
          "--engine",

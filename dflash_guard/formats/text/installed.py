@@ -39,9 +39,12 @@ def render_installed(check: InstalledCheck, console: Console) -> None:
                 f"{markup_safe(finding.message)}")
     files = "file" if check.files_checked == 1 else "files"
     if check.passed:
-        say(f"[green]OK[/]: {check.files_checked} {files} match RECORD"
-            f"{' and the locked wheel' if check.wheel else ' (RECORD-only)'}; "
+        say(f"[green]OK[/]: {check.files_checked} {files} match RECORD and the locked wheel; "
             "the capabilities above are for review, not a verdict")
+    elif check.verdict == "cannot-tell":
+        say(f"[red]CANNOT TELL[/]: {check.files_checked} {files} match RECORD, and RECORD "
+            "matches nothing the lock pins: no wheel with the locked sha256 was found (give it "
+            "with --wheel or --wheelhouse)")
     else:
         count = len(check.problems)
         say(f"[red]MISMATCH[/]: {count} {'problem' if count == 1 else 'problems'} in "

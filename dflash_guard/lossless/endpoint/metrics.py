@@ -148,6 +148,20 @@ def acceptance_from_metrics(before: Samples, after: Samples) -> AcceptanceFigure
     return None
 
 
+def metrics_cannot_tell(figures: AcceptanceFigures | None) -> str | None:
+    """Why acceptance figures asked for establish nothing (None: they are figures): no
+    speculative-decoding counters, counters that are not finite, or no draft counted."""
+    if figures is None:
+        return "the candidate's /metrics publishes no speculative-decoding counters"
+    numbers = (figures.mean_acceptance_length, figures.acceptance_rate, figures.drafts,
+               figures.draft_tokens, figures.accepted_tokens, *(figures.acceptance_curve or ()))
+    if any(n is not None and not math.isfinite(n) for n in numbers):
+        return "the candidate's acceptance counters are not finite numbers"
+    if figures.source in COUNTER_PREFIXES and not figures.drafts:
+        return "the candidate counted no draft during the diff (is speculation on?)"
+    return None
+
+
 def acceptance_warnings(figures: AcceptanceFigures | None) -> list[str]:
     """Red flags in the acceptance figures: everything accepted, or acceptance collapsed."""
     if figures is None:
