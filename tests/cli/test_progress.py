@@ -98,7 +98,11 @@ def test_scan_reports_files(cli, builtin_pair):
 
 def test_the_gate_names_each_check_as_it_runs(cli, builtin_pair, tmp_path):
     lock = locked(cli, builtin_pair, tmp_path)
-    result = cli("gate", "--lock", lock, "--policy", "dev", *roots(builtin_pair),
+    policy = tmp_path / "dev-pinned.yaml"  # the engine's release is the policy's evidence
+    url, commit = ENGINE.split("=", 1)[1].split("#")[0].rsplit("@", 1)
+    policy.write_text(f"extends: dev\nname: dev-pinned\nengines:\n  repositories:\n"
+                      f"    - upstream: {url}\n      releases: {{v0.11.0: {commit}}}\n")
+    result = cli("gate", "--lock", lock, "--policy", policy, *roots(builtin_pair),
                  "--format", "json")
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
