@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from dflash_guard.gate import GateOptions, run_gate
+from dflash_guard.gate.checks import gguf_tolerances
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.comparison import comparison_statement, write_comparison
 from dflash_guard.trust.evidence import prompt_set_digest
@@ -57,8 +58,9 @@ def _target_with_gguf(tmp_path: Path, builtin_pair) -> Path:
 
 
 def _judge(lock, target: Path, policy: Path) -> list[str]:
-    return Judge(load_policy(policy), dt.date.today(), False).lock(lock, {"target": target},
-                                                                   {}, None)
+    locations = {"target": target}  # the gate measures each GGUF's tolerance (issue 45)
+    return Judge(load_policy(policy), dt.date.today(), False).lock(
+        lock, locations, {}, None, gguf_tolerances(lock, locations))
 
 
 def _signed_record(tmp_path: Path, target: Path, gguf: Path) -> Path:
@@ -66,7 +68,8 @@ def _signed_record(tmp_path: Path, target: Path, gguf: Path) -> Path:
     private, public = make_key_pair(tmp_path, "approvals")
     policy = tmp_path / "p.yaml"
     policy.write_text(POLICY.format(public=public))
-    summary = {"passed": True, "verdict": "identical", "prompts": 12,
+    summary = {"passed": True, "verdict": "identical", "prompts": 12, "max_new_tokens": 32,
+               "hard": 0, "near_ties": 0, "near_tie_margin": 0.05,  # held to the policy
                "logprobs": {"passed": True, "max_delta": 1e-5, "tolerance": 0.05},
                "prompt_set": {"name": "builtin", "digest": {
                    "sha256": prompt_set_digest(load_policy(policy))}}}
