@@ -38,6 +38,7 @@ from dflash_guard.launch.landlock import (
 )
 from dflash_guard.launch.plan import LaunchPlan
 from dflash_guard.outcome import Outcome
+from dflash_guard.pins.fileset import FileSetError, engine_files
 from dflash_guard.pins.lockfile import Lockfile
 
 SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc")
@@ -56,21 +57,39 @@ class Confinement:
 
 
 def approved_files(lock: Lockfile, plan: LaunchPlan) -> list[Path]:
-    """The files a confined engine may read: every locked file of each folder the plan
-    verified against the lock and loads (`exec_engine` takes any list: a narrower one, the
-    files the engine's own loaders would open, plugs in there)."""
-    files = []
+    """The files a confined engine may read: of each folder the plan verified against the lock
+    and loads, the locked files the engine's own loaders open (`pins.fileset`: its weight
+    selection, config, tokenizer and template files, every part of a split GGUF). A locked file
+    the engine would not open stays unreadable to it; one it would open that the lock lacks was
+    refused by the plan, and is left out here too, so the engine fails on it (EACCES)."""
+    files: list[Path] = []
+    if plan.options.engine not in PROFILES:  # `unconfinable`: it runs unconfined or not at all
+        return files
     for load in (plan.target, plan.drafter):
         artifact = lock.artifact(load.role) if load is not None else None
         if load is None or artifact is None:
             continue
-        folder = Path(load.location)
-        if not folder.is_dir():  # llama.cpp: the GGUF file in the folder
-            inner = next(f.path for f in artifact.files
-                         if folder.as_posix().endswith("/" + f.path))
-            folder = Path(folder.as_posix()[:-len(inner) - 1])
-        files += [folder / file.path for file in artifact.files]
+        try:
+            opened = engine_files(plan.options.engine, load.role, Path(load.location))
+        except FileSetError as error:  # the plan checked it; a folder changed since
+            raise InputError(f"{load.role}: {error}") from None
+        locked = {file.path for file in artifact.files}
+        prefix = _locked_prefix(opened.folder, Path(load.location), locked)
+        files += [opened.folder / name for name in opened.loaded if prefix + name in locked]
     return files
+
+
+def _locked_prefix(folder: Path, location: Path, locked: set[str]) -> str:
+    """Where `folder` sits inside the locked artifact ('' for its root; llama.cpp's GGUF may lie
+    in a subfolder of the locked folder, as `gguf/target.gguf`)."""
+    if location.is_dir():
+        return ""
+    parts = location.as_posix().split("/")
+    for start in range(len(parts) - 1, 0, -1):
+        if "/".join(parts[start:]) in locked:
+            inner = "/".join(parts[start:-1])
+            return inner + "/" if inner else ""
+    return ""
 
 
 def unconfinable(plan: LaunchPlan) -> str | None:

@@ -63,8 +63,9 @@ def completion(url: str) -> dict[str, object]:
 def test_launch_exec_confinement_required_serves_confined(engine, deploy, tmp_path) -> None:
     target, drafter, lock = deploy
     port = free_port()
+    policy = confined_policy(tmp_path, gguf_comparisons=False)
     command = [sys.executable, "-m", "dflash_guard", "launch", "llama.cpp", "--lock", str(lock),
-               "--policy", str(confined_policy(tmp_path)), "--root", f"target={target}", "--root",
+               "--policy", str(policy), "--root", f"target={target}", "--root",
                f"drafter={drafter}", "--port", str(port), "--program", str(engine), "--exec",
                "--", *ENGINE_ARGS]
     with serving(command, port) as server:

@@ -46,9 +46,14 @@ def hub_cache_lock(cache: Path, path: Path) -> tuple[Path, dict[str, Path]]:
     return write_lock(Lockfile(artifacts=tuple(artifacts)), path), snapshots
 
 
-def confined_policy(folder: Path) -> Path:
+def confined_policy(folder: Path, *, gguf_comparisons: bool = True) -> Path:
     """The default policy (as `write_policy` writes it) with `launch.confinement: required`:
-    `launch --exec` refuses where the engine cannot run under its Landlock ruleset."""
+    `launch --exec` refuses where the engine cannot run under its Landlock ruleset.
+    `gguf_comparisons=False`: a GGUF llama.cpp serves needs no comparison record (for tests
+    about something else; tests/gate/test_gate_engine_files.py holds that rule)."""
     path = write_policy(folder)
-    path.write_text(path.read_text() + "launch:\n  confinement: required\n")
+    text = path.read_text()
+    if not gguf_comparisons:
+        text = text.replace("gguf_requires_comparison: true", "gguf_requires_comparison: false")
+    path.write_text(text + "launch:\n  confinement: required\n")
     return path
