@@ -78,6 +78,23 @@ def launch(
                        "writes only a scratch folder, binds only its ports (policy "
                        "launch.confinement: required refuses where that cannot be done).")
     ] = False,
+    verify_served: Annotated[bool, typer.Option(
+        "--verify-served",
+        help="Start the engine as a child, diff what it serves against kernels_ref on the "
+             "verified folders (logprobs, and the drafter's acceptance), write a serving record; "
+             "a failed diff stops the engine (exit 1). With --exec the engine keeps serving, "
+             "supervised; without, it is stopped after the check.")] = False,
+    serving_record: Annotated[Path, typer.Option(
+        "--serving-record", metavar="FILE",
+        help="With --verify-served: where the serving record is written.")
+    ] = Path("serving.json"),
+    key: Annotated[Path | None, typer.Option(
+        "--key", metavar="PEM",
+        help="With --verify-served: sign the serving record with this ECDSA key (RECORD.sig; "
+             "monitor --record checks it against the policy's approval signers).")] = None,
+    ready_timeout: Annotated[float, typer.Option(
+        "--ready-timeout", metavar="SECONDS", min=1.0,
+        help="With --verify-served: how long the engine may take to serve.")] = 600.0,
     check: Annotated[bool, typer.Option(
         "--check", help="Lint the command after `--` against the lock and policy.")] = False,
     fmt: Annotated[OutputFormat, typer.Option(
@@ -110,7 +127,8 @@ def launch(
         given = {"--exec": execute, "--baseline": baseline,
                  "--trust-remote-code": trust_remote_code, "--num-speculative-tokens": tokens,
                  "--api-key-env": api_key_env, "--approval": approval,
-                 "--wheelhouse": wheelhouse, "--trust-root": trust_root}
+                 "--wheelhouse": wheelhouse, "--trust-root": trust_root,
+                 "--verify-served": verify_served}
         if mixed := [flag for flag, value in given.items() if value]:
             raise InputError(f"{mixed[0]}: not with --check (it lints the command after `--`)")
         with progress(quiet) as shown:
@@ -131,9 +149,26 @@ def launch(
         num_speculative_tokens=tokens, program=program, extra=tuple(command or []))
     approved = None if approval is None else Approval(
         approval, Path(lock_path), trust_root, tuple(candidate_wheels((), wheelhouse)))
+    if verify_served and serving_record.resolve() in {Path(lock_path).resolve(),
+                                                      (approval or Path(lock_path)).resolve()}:
+        raise InputError("--serving-record: the record would replace the lockfile or the "
+                         "approval record")
     with progress(quiet) as shown:
         result = run_launch(lock, loaded_policy, options, shown, approved)
-    if execute and result.passed and result.command is not None and result.plan is not None:
+        if verify_served and result.passed and result.command is not None:
+            from dflash_guard.launch.served import ServedSettings, serve_verified
+
+            settings = ServedSettings(serving_record, Path(lock_path), key=key,
+                                      approval=approval, keep_serving=execute,
+                                      ready_timeout_s=ready_timeout)
+            verdict, code = serve_verified(lock, loaded_policy, options, result.command,
+                                           settings, shown,
+                                           say=lambda line: typer.echo(line, err=True))
+            if code is not None:
+                raise typer.Exit(code)
+            result = dataclasses.replace(result, outcome=verdict)
+    if (execute and not verify_served and result.passed and result.command is not None
+            and result.plan is not None):
         from dflash_guard.launch.confine import approved_files, exec_engine
 
         rules = loaded_policy.launch

@@ -14,6 +14,7 @@ import pytest
 
 from dflash_guard.errors import InputError
 from dflash_guard.gate import GateOptions, run_gate
+from dflash_guard.gate.inputs import EndpointOverrides
 from dflash_guard.lossless import endpoint as endpoint_diff
 from dflash_guard.lossless.endpoint import run_endpoint_diff
 from dflash_guard.trust.policy import load_policy
@@ -180,6 +181,7 @@ def test_gate_endpoint_settings_load_with_defaults(tmp_path):
     assert (rules.baseline, rules.candidate, rules.max_new_tokens) == (
         "http://a:1", "http://b:2/v1", 24)
     assert rules.max_near_ties == 0 and rules.api_key_env is None
+    assert rules.metrics  # the drafter check is on unless the policy turns it off (P4)
     assert rules.prompts == str(tmp_path / "prompts.jsonl")
     assert load_policy("default").difftest.endpoints is None
 
@@ -228,16 +230,17 @@ def test_gate_refuses_a_candidate_serving_a_drifted_target(locked_pair, referenc
 def test_gate_refuses_a_candidate_drafting_with_another_drafter(locked_pair, reference_servers,
                                                                 lock, tmp_path):
     """Issue 38's swapped drafter: the candidate serves the locked target with another drafter.
-    Lossless, it commits the target's tokens and logprobs; with the candidate's counters
-    (`metrics: true`) its acceptance is held against kernels_ref's with the locked drafter, and
-    the gate refuses it at the reference diff, naming the drafter."""
+    Lossless, it commits the target's tokens and logprobs; its acceptance counters are held
+    against kernels_ref's with the locked drafter, and the gate refuses it at the reference
+    diff, naming the drafter. Newcomer P4: by default, with the URLs given at gate time and a
+    policy that names no endpoints (nothing turns the drafter check on)."""
     swapped = swapped_drafter(locked_pair.drafter, tmp_path / "swapped")
     baseline = reference_servers.baseline.url
     with running_server(locked_pair.target, swapped) as candidate:
-        policy = write_policy(tmp_path, (DIFFTEST, endpoints_section(
-            baseline, candidate.url, "metrics: true")))
+        policy = write_policy(tmp_path)
         result = run_gate(GateOptions(lock, policy, locked_pair.roots,
-                                      out=tmp_path / "approval.json"))
+                                      out=tmp_path / "approval.json",
+                                      endpoints=EndpointOverrides(baseline, candidate.url)))
     assert not result.approved and not (tmp_path / "approval.json").exists()
     assert [c.name for c in result.checks if not c.outcome.ok] == ["reference diff"]
     assert result.reason.startswith("reference diff: the candidate does not draft with the "

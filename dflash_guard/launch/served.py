@@ -1,0 +1,283 @@
+"""`launch --verify-served`: start the engine as a child, diff what it serves, record the verdict.
+
+`--exec` alone replaces launch with the engine (nothing is left to check it). With
+`--verify-served`, launch starts the engine as a child process in its own session instead, waits
+for it to answer `/v1/models` (bounded), and runs the reference diff against it: kernels_ref on
+the verified target folder, the engine's tokens and logprobs at every position, and (unless
+`--baseline`) the drafter's acceptance against kernels_ref's with the verified drafter folder,
+read from the engine's `/metrics`. No URL is configured: the endpoint is the one launch started.
+The verdict goes into a serving record (`trust.serving`), signed with `--key` when given. A
+failed diff stops the engine (its whole process group) and launch exits 1 with the reason; a
+passed one either stops it too (no `--exec`: a pre-deploy check) or keeps supervising it
+(`--exec`): SIGTERM, SIGINT and SIGHUP are passed on to the engine's group and launch exits with
+the engine's status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from dflash_guard.errors import InputError
+from dflash_guard.launch.engines import LaunchCommand
+from dflash_guard.launch.plan import LaunchOptions, is_loopback, verify_folder
+from dflash_guard.lossless.endpoint.client import EndpointError
+from dflash_guard.lossless.endpoint.engine import EngineEndpoint
+from dflash_guard.outcome import Outcome
+from dflash_guard.pins.hashing import sha256_file
+from dflash_guard.pins.lockfile import Lockfile
+from dflash_guard.progress import NO_PROGRESS, Progress, stage
+from dflash_guard.trust.policy import Policy
+from dflash_guard.trust.serving import serving_statement, write_serving
+
+DEFAULT_READY_TIMEOUT_S = 600.0  # vLLM on CPU takes minutes to load and warm up
+STOP_GRACE_S = 15.0  # SIGTERM, then SIGKILL
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedInputs:
+    """What the served diff compares the engine with: verified folders, never Hub ids."""
+
+    target: Path  # the safetensors target folder kernels_ref decodes
+    drafter: Path | None  # the safetensors drafter folder (None: a --baseline launch)
+    gguf: Path | None  # llama.cpp: the target GGUF the engine serves (its tokenizer is checked)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedSettings:
+    """How launch runs and records the served diff."""
+
+    record: Path  # where the serving record is written
+    lock_path: Path
+    key: Path | None = None  # sign the record with this ECDSA key (`RECORD.sig`)
+    approval: Path | None = None  # the approval record launched from (None: the lock alone)
+    ruleset_digest: str | None = None  # the confinement ruleset's digest (None: not confined)
+    keep_serving: bool = False  # --exec: supervise the engine after a passed diff
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
+    threads: int | None = None  # torch threads of the reference decode
+
+
+def served_inputs(lock: Lockfile, options: LaunchOptions,
+                  progress: Progress = NO_PROGRESS) -> ServedInputs | Outcome:
+    """The folders the served diff reads, each verified against the lock (the plan verified
+    those the engine loads; llama.cpp's safetensors drafter is verified here), or the refusal.
+    A Hub artifact the engine loads by id has no verified folder to decode: an input error."""
+    target = options.roots.get("target")
+    if target is None:
+        raise InputError("--verify-served: pass --root target=DIR (kernels_ref decodes the "
+                         "verified target folder to diff the engine against)")
+    gguf = None
+    if options.engine == "llama.cpp":
+        artifact = lock.artifact("target")
+        assert artifact is not None  # every lockfile has one
+        ggufs = [f.path for f in artifact.files if f.path.endswith(".gguf")]
+        gguf = target / ggufs[0] if len(ggufs) == 1 else None
+    if options.baseline:
+        return ServedInputs(target, None, gguf)
+    drafter = options.roots.get("drafter")
+    if drafter is None:
+        raise InputError("--verify-served: pass --root drafter=DIR (the drafter's acceptance "
+                         "is held against kernels_ref's with the verified drafter folder)")
+    if options.engine == "llama.cpp":  # the engine loads the GGUF drafter: verify this one here
+        artifact = lock.artifact("drafter")
+        assert artifact is not None
+        verified = verify_folder(lock, artifact, drafter, progress)
+        if not verified.ok:
+            return verified
+    return ServedInputs(target, drafter, gguf)
+
+
+def served_endpoint(options: LaunchOptions) -> EngineEndpoint:
+    """The endpoint launch started: its port on loopback (a wildcard or outside bind is reached
+    on 127.0.0.1), with the key from --api-key-env, its `/metrics` for the drafter check."""
+    host = options.host if is_loopback(options.host) else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{options.port}"
+    key_env = options.api_key_env if not is_loopback(options.host) else None
+    return EngineEndpoint.from_env(url, api_key_env=key_env,
+                                   metrics_url=None if options.baseline else url + "/metrics")
+
+
+def start_engine(command: LaunchCommand, environ: Mapping[str, str],
+                 preexec: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
+    """Start the engine in its own session (so its whole group can be stopped), its stdout on
+    launch's stderr (launch's stdout is its report); `preexec` runs in the child before exec
+    (where a confinement ruleset is applied)."""
+    argv, env = command.resolved(environ)
+    try:
+        return subprocess.Popen(argv, env=env, stdout=2, start_new_session=True,
+                                preexec_fn=preexec)
+    except OSError as error:
+        raise InputError(f"cannot run {argv[0]}: {error.strerror}") from None
+
+
+def wait_ready(process: subprocess.Popen[bytes], endpoint: EngineEndpoint,
+               timeout_s: float) -> Outcome | None:
+    """None once the engine answers `/v1/models`; the refusal when it exits first or is not
+    ready within `timeout_s` seconds."""
+    probe = dataclasses.replace(endpoint, timeout=min(5.0, timeout_s), retries=0)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if (code := process.poll()) is not None:
+            return Outcome.refused(f"the engine exited ({code}) before it served "
+                                   f"{endpoint.shown_url}")
+        try:
+            with probe.client("engine") as client:
+                client.first_model()
+            return None
+        except EndpointError:
+            pass
+        if time.monotonic() > deadline:
+            return Outcome.refused(f"the engine did not serve {endpoint.shown_url} within "
+                                   f"{timeout_s:g} s (--ready-timeout)")
+        time.sleep(0.5)
+
+
+def stop_engine(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """Stop the engine's whole process group: SIGTERM, then SIGKILL after `grace_s`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process.poll() is not None:
+            break
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            continue
+    process.wait()
+
+
+def supervise(process: subprocess.Popen[bytes]) -> int:
+    """Pass SIGTERM, SIGINT and SIGHUP on to the engine's group and wait for it: its exit
+    status (128 + N when signal N ended it, as a shell reports it)."""
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    code = process.wait()
+    return 128 - code if code < 0 else code
+
+
+def engine_identity(command: LaunchCommand, environ: Mapping[str, str]) -> dict[str, Any]:
+    """What ran: the program by resolved path and sha256 (null: not found on PATH), the
+    module a python engine runs, and the command line with variables as names."""
+    argv = command.to_json()["argv"]
+    assert isinstance(argv, list)
+    found = shutil.which(str(argv[0]), path=environ.get("PATH"))
+    program = Path(found).resolve() if found else None
+    module = argv[2] if len(argv) > 2 and argv[1] == "-m" else None
+    return {"name": command.engine,
+            "program": str(program) if program else str(argv[0]),
+            "digest": {"sha256": sha256_file(program)} if program else None,
+            "module": module, "argv": argv}
+
+
+def served_verdict(report: Any) -> Outcome:
+    """The served diff's verdict (`ReferenceDiffReport`), worded as the gate's reference diff."""
+    if not report.results:
+        return Outcome.refused(report.refused or "cannot tell: no prompt was compared")
+    if report.wrong_model:
+        return Outcome.refused(f"the engine does not serve the locked target: "
+                               f"{report.wrong_model}")
+    if report.wrong_drafter:
+        return Outcome.refused(f"the engine does not draft with the locked drafter: "
+                               f"{report.wrong_drafter}")
+    if not report.passed:
+        first = report.hard_divergences[0].prompt_id if report.hard_divergences else None
+        where = f" (first: {first})" if first else ""
+        return Outcome.refused(f"the engine diverges from kernels_ref on the locked target: "
+                               f"{report.verdict}{where}")
+    check, drafter = report.logprobs, report.drafter
+    figures = (f"; largest logprob difference {check.worst.delta:.2g} <= {check.tolerance:g} "
+               "nats" if check is not None and check.worst is not None else "")
+    drafted = (f"; drafter: tau {drafter.engine_tau:.2f} against kernels_ref's "
+               f"{drafter.reference_tau:.2f}" if drafter is not None
+               and drafter.engine_tau is not None else "; no drafter (--baseline)")
+    return Outcome.passed(f"{len(report.results)} prompts match kernels_ref on the locked "
+                          f"target{figures}{drafted}")
+
+
+def diff_served(inputs: ServedInputs, endpoint: EngineEndpoint, policy: Policy,
+                threads: int | None, progress: Progress = NO_PROGRESS) -> tuple[Outcome, Any]:
+    """The reference diff with logprobs and the drafter check against the started engine: its
+    verdict and the report (None when the engine could not be used)."""
+    from dflash_guard.lossless.options import ReferenceOptions
+    from dflash_guard.lossless.reference_diff import run_reference_diff
+
+    rules = policy.difftest
+    try:
+        report = run_reference_diff(ReferenceOptions(
+            inputs.target, endpoint, gguf=inputs.gguf, drafter=inputs.drafter,
+            prompts=Path(rules.prompts) if rules.prompts else None,
+            max_new_tokens=rules.max_new_tokens, threads=threads,
+            max_logprob_delta=rules.max_logprob_delta,
+            max_logprob_delta_from="policy difftest.max_logprob_delta"), progress)
+    except EndpointError as error:
+        return Outcome.refused(f"{error} (a served diff that cannot check does not pass)"), None
+    return served_verdict(report), report
+
+
+def write_record(settings: ServedSettings, lock: Lockfile, command: LaunchCommand,
+                 endpoint: EngineEndpoint, verdict: Outcome, summary: Mapping[str, Any],
+                 environ: Mapping[str, str]) -> None:
+    """Write (and with a key, sign) the serving record of this launch."""
+    from dflash_guard.trust.provenance import sign_approval
+
+    source = settings.approval or settings.lock_path
+    digest = sha256_file(source)
+    statement = serving_statement(
+        authority=(source.name, digest), lock_digest=lock.digest(),
+        approval=({"name": source.name, "digest": {"sha256": digest}}
+                  if settings.approval is not None else None),
+        engine=engine_identity(command, environ), ruleset_digest=settings.ruleset_digest,
+        endpoint=endpoint.shown_url, passed=verdict.ok, reason=verdict.reason, diff=summary)
+    write_serving(statement, settings.record)
+    if settings.key is not None:
+        sign_approval(settings.record, key=settings.key)
+
+
+def serve_verified(lock: Lockfile, policy: Policy, options: LaunchOptions, command: LaunchCommand,
+                   settings: ServedSettings, progress: Progress = NO_PROGRESS, *,
+                   environ: Mapping[str, str] | None = None,
+                   preexec: Callable[[], None] | None = None,
+                   say: Callable[[str], None] = lambda _line: None) -> tuple[Outcome, int | None]:
+    """Start the engine, diff it, write the serving record; stop the engine unless the diff
+    passed and `keep_serving`, then supervise it. Returns the verdict and, when supervised,
+    the engine's exit status."""
+    environ = os.environ if environ is None else environ
+    inputs = served_inputs(lock, options, progress)
+    if isinstance(inputs, Outcome):
+        return inputs, None
+    endpoint = served_endpoint(options)
+    process = start_engine(command, environ, preexec)
+    try:
+        with stage(progress, f"waiting for the engine at {endpoint.shown_url}"):
+            verdict: Outcome | None = wait_ready(process, endpoint, settings.ready_timeout_s)
+        summary: Mapping[str, Any] = {}
+        if verdict is None:
+            verdict, report = diff_served(inputs, endpoint, policy, settings.threads, progress)
+            summary = report.summary() if report is not None else {}
+        verdict = Outcome.refused(f"served diff: {verdict.reason}") if not verdict.ok else \
+            Outcome.passed(f"served diff: {verdict.reason}; serving record {settings.record}")
+        write_record(settings, lock, command, endpoint, verdict, summary, environ)
+        if not (verdict.ok and settings.keep_serving):
+            stop_engine(process)
+            return verdict, None
+        say(f"{verdict.reason}; serving at {endpoint.shown_url} (engine pid {process.pid})")
+        return verdict, supervise(process)
+    finally:
+        if process.poll() is None:  # an error on the way: never leave the engine behind
+            stop_engine(process)
