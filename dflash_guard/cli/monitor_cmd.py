@@ -25,11 +25,15 @@ from dflash_guard.rollout.monitor import (
 
 
 def verified_baseline(record: Path, policy: str | None) -> float:
-    """The tau of an approval record whose signature verifies (`verify-approval`); an
-    unsigned or edited record is an input error, never a baseline."""
+    """The tau of an approval record whose signature verifies (`verify-approval`), or of a
+    signed serving record whose served diff passed; an unsigned or edited record is an input
+    error, never a baseline."""
     from dflash_guard.trust.policy import load_policy
     from dflash_guard.trust.provenance import check_approval
+    from dflash_guard.trust.serving import checked_served_tau, is_serving_record
 
+    if is_serving_record(record):  # launch --verify-served: the engine's tau as it served
+        return checked_served_tau(record, load_policy(policy))
     verdict = check_approval(record, load_policy(policy), roots=None)
     if verdict.policy_problem is not None:
         raise InputError(f"--record {record}: {verdict.policy_problem}")
@@ -64,8 +68,9 @@ def monitor(
         help="The expected tau (instead of --record).")] = None,
     record: Annotated[Path | None, typer.Option(
         "--record", metavar="FILE",
-        help="An approval record from `gate`, signed by an approval signer of "
-             "--policy: its difftest tau is the baseline.")
+        help="An approval record from `gate` (its difftest tau is the baseline) or a serving "
+             "record from `launch --verify-served` (the engine's tau as it served), signed by "
+             "an approval signer of --policy.")
     ] = None,
     policy: Annotated[str | None, typer.Option(
         "--policy", metavar="POLICY",

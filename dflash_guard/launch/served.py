@@ -10,7 +10,8 @@ The verdict goes into a serving record (`trust.serving`), signed with `--key` wh
 failed diff stops the engine (its whole process group) and launch exits 1 with the reason; a
 passed one either stops it too (no `--exec`: a pre-deploy check) or keeps supervising it
 (`--exec`): SIGTERM, SIGINT and SIGHUP are passed on to the engine's group and launch exits with
-the engine's status.
+the engine's status. Before that, the same signals end launch and stop the engine: a started
+engine is never left behind.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dflash_guard.trust.serving import serving_statement, write_serving
 
 DEFAULT_READY_TIMEOUT_S = 600.0  # vLLM on CPU takes minutes to load and warm up
 STOP_GRACE_S = 15.0  # SIGTERM, then SIGKILL
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +167,7 @@ def supervise(process: subprocess.Popen[bytes]) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in FORWARDED:
         signal.signal(sig, forward)
     code = process.wait()
     return 128 - code if code < 0 else code
@@ -230,7 +232,7 @@ def diff_served(inputs: ServedInputs, endpoint: EngineEndpoint, policy: Policy,
     return served_verdict(report), report
 
 
-def write_record(settings: ServedSettings, lock: Lockfile, command: LaunchCommand,
+def write_record(settings: ServedSettings, lock: Lockfile, policy: Policy, command: LaunchCommand,
                  endpoint: EngineEndpoint, verdict: Outcome, summary: Mapping[str, Any],
                  environ: Mapping[str, str]) -> None:
     """Write (and with a key, sign) the serving record of this launch."""
@@ -239,7 +241,7 @@ def write_record(settings: ServedSettings, lock: Lockfile, command: LaunchComman
     source = settings.approval or settings.lock_path
     digest = sha256_file(source)
     statement = serving_statement(
-        authority=(source.name, digest), lock_digest=lock.digest(),
+        authority=(source.name, digest), lock_digest=lock.digest(), policy=policy,
         approval=({"name": source.name, "digest": {"sha256": digest}}
                   if settings.approval is not None else None),
         engine=engine_identity(command, environ), ruleset_digest=settings.ruleset_digest,
@@ -262,6 +264,7 @@ def serve_verified(lock: Lockfile, policy: Policy, options: LaunchOptions, comma
     if isinstance(inputs, Outcome):
         return inputs, None
     endpoint = served_endpoint(options)
+    previous = {sig: signal.signal(sig, _stop_launch) for sig in FORWARDED}
     process = start_engine(command, environ, preexec)
     try:
         with stage(progress, f"waiting for the engine at {endpoint.shown_url}"):
@@ -272,12 +275,19 @@ def serve_verified(lock: Lockfile, policy: Policy, options: LaunchOptions, comma
             summary = report.summary() if report is not None else {}
         verdict = Outcome.refused(f"served diff: {verdict.reason}") if not verdict.ok else \
             Outcome.passed(f"served diff: {verdict.reason}; serving record {settings.record}")
-        write_record(settings, lock, command, endpoint, verdict, summary, environ)
+        write_record(settings, lock, policy, command, endpoint, verdict, summary, environ)
         if not (verdict.ok and settings.keep_serving):
             stop_engine(process)
             return verdict, None
         say(f"{verdict.reason}; serving at {endpoint.shown_url} (engine pid {process.pid})")
         return verdict, supervise(process)
     finally:
-        if process.poll() is None:  # an error on the way: never leave the engine behind
+        if process.poll() is None:  # an error or a signal on the way: never leave it behind
             stop_engine(process)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stop_launch(signum: int, _frame: FrameType | None) -> None:
+    """Until the engine is supervised, a signal to launch ends it (and stops the engine)."""
+    raise SystemExit(128 + signum)

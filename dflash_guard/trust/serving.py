@@ -15,18 +15,21 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_guard import __version__
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import loads_json, read_input_text, write_atomic
 from dflash_guard.trust.intoto import Statement, Subject, dumps_json
 
+if TYPE_CHECKING:
+    from dflash_guard.trust.policy import Policy
+
 PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/serving/v1"
 SERVING_MAX_BYTES = 4 * 1024 * 1024
 
 
-def serving_statement(*, authority: tuple[str, str], lock_digest: str,
+def serving_statement(*, authority: tuple[str, str], lock_digest: str, policy: Policy,
                       approval: Mapping[str, Any] | None, engine: Mapping[str, Any],
                       ruleset_digest: str | None, endpoint: str, passed: bool, reason: str,
                       diff: Mapping[str, Any], time: dt.datetime | None = None) -> Statement:
@@ -41,6 +44,8 @@ def serving_statement(*, authority: tuple[str, str], lock_digest: str,
         "reason": reason,
         "served_at": when.isoformat().replace("+00:00", "Z"),
         "tool": {"name": "dflash-guard", "version": __version__},
+        "policy": {"name": policy.name, "uri": Path(policy.source).name,
+                   "digest": {"sha256": policy.digest.removeprefix("sha256:")}},
         "approval": dict(approval) if approval is not None else None,
         "lockfile": {"content_digest": lock_digest},
         "engine": dict(engine),
@@ -61,8 +66,10 @@ def write_serving(statement: Statement, out: Path) -> None:
         raise InputError(f"cannot write serving record {out}: {error}") from None
 
 
-def is_serving_record(data: Any) -> bool:
-    """Whether parsed JSON claims to be a serving record (by its predicate type)."""
+def is_serving_record(path: Path) -> bool:
+    """Whether the file claims to be a serving record (by its predicate type)."""
+    text = read_input_text(path, "record", SERVING_MAX_BYTES)
+    data = loads_json(text, f"record {path}")
     return isinstance(data, dict) and data.get("predicateType") == PREDICATE_TYPE
 
 
@@ -82,3 +89,26 @@ def served_tau(statement: Statement) -> float | None:
         return None
     tau = statement.predicate.get("acceptance_length")
     return float(tau) if isinstance(tau, int | float) and not isinstance(tau, bool) else None
+
+
+def checked_served_tau(path: Path, policy: Policy) -> float:
+    """The tau of a serving record about `policy`, signed by its approval signers, whose
+    served diff passed; anything less is an `InputError`, never a baseline."""
+    from dflash_guard.trust.provenance import policy_binding, verify_approval
+
+    statement = read_serving(path)
+    if (problem := policy_binding(statement.to_json(), policy)) is not None:
+        raise InputError(f"--record {path}: {problem}")
+    checks = verify_approval(path, policy.approval_signers)
+    if not all(c.ok for c in checks):
+        reasons = "; ".join(c.reason for c in checks if not c.ok)
+        raise InputError(f"--record {path}: not signed by an approval signer of the policy "
+                         f"({reasons})")
+    if statement.predicate.get("passed") is not True:
+        raise InputError(f"--record {path}: its served diff did not pass "
+                         f"({statement.predicate.get('reason')})")
+    tau = served_tau(statement)
+    if tau is None or tau < 1:
+        raise InputError(f"--record {path}: the serving record holds no acceptance length (tau):"
+                         " a --baseline launch drafts nothing to watch")
+    return tau
