@@ -109,6 +109,20 @@ def served_endpoint(options: LaunchOptions) -> EngineEndpoint:
                                    metrics_url=None if options.baseline else url + "/metrics")
 
 
+# The flag that turns on an engine's Prometheus `/metrics` (vLLM serves it by default): the
+# drafter check reads the engine's acceptance counters there.
+METRICS_FLAGS = {"llama.cpp": "--metrics", "sglang": "--enable-metrics"}
+
+
+def with_metrics(command: LaunchCommand) -> LaunchCommand:
+    """`command` with the engine's metrics endpoint turned on (a flag that passes after `--`
+    anyway: read-only counters on the serving port)."""
+    flag = METRICS_FLAGS.get(command.engine)
+    if flag is None or flag in command.argv:
+        return command
+    return dataclasses.replace(command, argv=(*command.argv, flag))
+
+
 def start_engine(command: LaunchCommand, environ: Mapping[str, str],
                  preexec: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
     """Start the engine in its own session (so its whole group can be stopped), its stdout on
@@ -264,6 +278,8 @@ def serve_verified(lock: Lockfile, policy: Policy, options: LaunchOptions, comma
     if isinstance(inputs, Outcome):
         return inputs, None
     endpoint = served_endpoint(options)
+    if not options.baseline:
+        command = with_metrics(command)
     previous = {sig: signal.signal(sig, _stop_launch) for sig in FORWARDED}
     process = start_engine(command, environ, preexec)
     try:
