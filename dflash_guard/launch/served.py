@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.launch.engines import LaunchCommand
@@ -39,6 +39,9 @@ from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.trust.policy import Policy
 from dflash_guard.trust.serving import serving_statement, write_serving
+
+if TYPE_CHECKING:
+    from dflash_guard.lossless.reference_diff import ReferenceDiffReport
 
 DEFAULT_READY_TIMEOUT_S = 600.0  # vLLM on CPU takes minutes to load and warm up
 STOP_GRACE_S = 15.0  # SIGTERM, then SIGKILL
@@ -201,7 +204,7 @@ def engine_identity(command: LaunchCommand, environ: Mapping[str, str]) -> dict[
             "module": module, "argv": argv}
 
 
-def served_verdict(report: Any) -> Outcome:
+def served_verdict(report: ReferenceDiffReport) -> Outcome:
     """The served diff's verdict (`ReferenceDiffReport`), worded as the gate's reference diff."""
     if not report.results:
         return Outcome.refused(report.refused or "cannot tell: no prompt was compared")
@@ -227,7 +230,8 @@ def served_verdict(report: Any) -> Outcome:
 
 
 def diff_served(inputs: ServedInputs, endpoint: EngineEndpoint, policy: Policy,
-                threads: int | None, progress: Progress = NO_PROGRESS) -> tuple[Outcome, Any]:
+                threads: int | None, progress: Progress = NO_PROGRESS
+                ) -> tuple[Outcome, ReferenceDiffReport | None]:
     """The reference diff with logprobs and the drafter check against the started engine: its
     verdict and the report (None when the engine could not be used)."""
     from dflash_guard.lossless.options import ReferenceOptions
