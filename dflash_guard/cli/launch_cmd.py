@@ -153,6 +153,12 @@ def launch(
                                                       (approval or Path(lock_path)).resolve()}:
         raise InputError("--serving-record: the record would replace the lockfile or the "
                          "approval record")
+    if key is not None:
+        from dflash_guard.trust.signing import check_ec_private_key
+
+        if not verify_served:
+            raise InputError("--key: only with --verify-served (it signs the serving record)")
+        check_ec_private_key(key)  # before the engine starts
     with progress(quiet) as shown:
         result = run_launch(lock, loaded_policy, options, shown, approved)
         if verify_served and result.passed and result.command is not None:

@@ -144,6 +144,9 @@ def test_verify_served_needs_verified_folders_not_hub_ids(cli, tmp_path):
                  "--num-speculative-tokens", "3", "--verify-served")
     assert result.exit_code == 2
     assert "--verify-served: pass --root target=DIR" in one_line(result.stderr)
+    keyed = cli("launch", "vllm", "--lock", hub_lock(tmp_path / "hub2.lock"),
+                "--num-speculative-tokens", "3", "--key", tmp_path / "key.pem")
+    assert keyed.exit_code == 2 and "--key: only with --verify-served" in keyed.stderr
 
 
 def test_exec_keeps_the_verified_engine_serving_until_launch_is_stopped(locked_pair, deploy,
