@@ -63,5 +63,8 @@ def resolve_endpoints(policy: Policy, overrides: EndpointOverrides) -> EndpointR
     rules = dataclasses.replace(rules, baseline=baseline or rules.baseline,
                                 candidate=candidate or rules.candidate)
     for flag, url in (("--baseline", rules.baseline), ("--candidate", rules.candidate)):
+        if not url:
+            raise InputError(f"the policy's difftest.endpoints names no {flag[2:]} URL: give "
+                             f"{flag} URL")
         http_endpoint(url, flag)
     return rules

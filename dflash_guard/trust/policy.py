@@ -217,8 +217,8 @@ class EndpointRules:
     """How the gate diff-tests two live engines (`difftest.endpoints`): a baseline without
     speculation and the candidate with the drafter. The API key is named, never held."""
 
-    baseline: str
-    candidate: str
+    baseline: str  # "": given at gate time (--baseline)
+    candidate: str  # "": given at gate time (--candidate)
     model: str | None = None  # None: each server's first model
     api_key_env: str | None = None  # the NAME of an environment variable holding the key
     prompts: str | None = None  # None: the built-in prompt set; else a JSONL path
@@ -514,8 +514,9 @@ ENDPOINT_FIELDS = ("baseline", "candidate", "model", "api_key_env", "prompts", "
 
 
 def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRules:
-    """`difftest.endpoints`: when present it must name both URLs (it fails closed)."""
-    f = field.mapping(ENDPOINT_FIELDS, ("baseline", "candidate"))
+    """`difftest.endpoints`: its URLs may be left to the gate's --baseline and --candidate
+    (an empty URL: the gate refuses to start without them; it fails closed)."""
+    f = field.mapping(ENDPOINT_FIELDS, ())
     url = "an http(s) URL without credentials"
     defaults = EndpointRules("", "", max_new_tokens=max_new_tokens)
 
@@ -524,8 +525,8 @@ def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRu
         return f[name].typed(kind, check, expect) if name in f else getattr(defaults, name)
 
     return EndpointRules(
-        baseline=f["baseline"].text(is_http_endpoint, url),
-        candidate=f["candidate"].text(is_http_endpoint, url),
+        baseline=f["baseline"].text(is_http_endpoint, url) if "baseline" in f else "",
+        candidate=f["candidate"].text(is_http_endpoint, url) if "candidate" in f else "",
         model=f["model"].text() if "model" in f else None,
         api_key_env=(f["api_key_env"].text(ENV_NAME_RE.match, "an environment variable name")
                      if "api_key_env" in f else None),

@@ -21,6 +21,7 @@ The engine build is part of the suite: when it fails, these tests fail (never sk
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -186,8 +187,12 @@ def gated(builtin_pair, ggufs, drafters, tmp_path_factory):
     lock = write_lock(build_lock({k: str(v) for k, v in builtin_pair.roots.items()}).lock,
                       folder / "dflash.lock")
     policy = write_policy(folder / "policy")
+    # the server without a drafter as the candidate drafts nothing: the drafter check is off
+    undrafted = write_policy(folder / "undrafted", (
+        "  near_tie_allowance: 0.0\n",
+        "  near_tie_allowance: 0.0\n  endpoints: {metrics: false}\n"))
 
-    def gate(name: str, baseline: str, candidate: str):
+    def gate(name: str, baseline: str, candidate: str, policy: Path = policy):
         out = folder / f"{name}-approval.json"
         return run_gate(GateOptions(lock, policy, builtin_pair.roots, out=out,
                                     endpoints=EndpointOverrides(baseline, candidate))), out
@@ -195,11 +200,11 @@ def gated(builtin_pair, ggufs, drafters, tmp_path_factory):
     found = {}
     with (llama_server(engine, locked) as baseline,
           llama_server(engine, locked, drafter) as candidate):
-        found["locked"] = gate("locked", baseline.url, baseline.url)
+        found["locked"] = gate("locked", baseline.url, baseline.url, undrafted)
         found["dflash"] = gate("dflash", baseline.url, candidate.url)
     with (llama_server(engine, drifted) as baseline,
           llama_server(engine, drifted, drafter) as candidate):
-        found["drifted"] = gate("drifted", baseline.url, baseline.url)
+        found["drifted"] = gate("drifted", baseline.url, baseline.url, undrafted)
         found["drifted-dflash"] = gate("drifted-dflash", baseline.url, candidate.url)
     return found
 

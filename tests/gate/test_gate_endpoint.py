@@ -155,9 +155,6 @@ def test_gate_endpoint_not_configured_says_so(cli, locked_pair, lock, tmp_path):
 
 
 @pytest.mark.parametrize(("section", "message"), [
-    ("  endpoints:\n    baseline: http://127.0.0.1:8000\n",
-     "difftest.endpoints: missing required field 'candidate'"),
-    ("  endpoints: {}\n", "difftest.endpoints: missing required field 'baseline'"),
     ("  endpoints:\n    baseline: http://a:1\n    candidate: http://b:2\n    api_key: sk-x\n",
      "difftest.endpoints.api_key: unknown field"),
     ("  endpoints:\n    baseline: http://a:1\n    candidate: ftp://b:2\n",
@@ -195,6 +192,19 @@ def test_gate_endpoint_input_errors_exit_2(cli, lock, tmp_path, args, message):
     result = cli("gate", "--lock", lock, "--policy", write_policy(tmp_path), *args)
     assert result.exit_code == 2
     assert message in one_line(result.stderr)
+
+
+def test_gate_endpoint_settings_without_urls_take_them_from_the_command_line(cli, lock,
+                                                                            tmp_path):
+    """Newcomer P4/P6: endpoint settings (here the drafter check turned off) without URLs in
+    the policy; the gate then needs both on its command line."""
+    policy = write_policy(tmp_path, (DIFFTEST, DIFFTEST + "  endpoints: {metrics: false}\n"))
+    rules = load_policy(policy).difftest.endpoints
+    assert (rules.baseline, rules.candidate, rules.metrics) == ("", "", False)
+    result = cli("gate", "--lock", lock, "--policy", policy, "--baseline", "http://127.0.0.1:1")
+    assert result.exit_code == 2
+    assert "difftest.endpoints names no candidate URL: give --candidate URL" in one_line(
+        result.stderr)
 
 
 def test_gate_endpoint_unset_api_key_variable_is_an_input_error(cli, lock, tmp_path,
