@@ -161,13 +161,14 @@ def launch(
         check_ec_private_key(key)  # before the engine starts
     with progress(quiet) as shown:
         result = run_launch(lock, loaded_policy, options, shown, approved)
-        if verify_served and result.passed and result.command is not None:
+        if verify_served and result.passed and result.command is not None \
+                and result.plan is not None:
             from dflash_guard.launch.served import ServedSettings, serve_verified
 
             settings = ServedSettings(serving_record, Path(lock_path), key=key,
                                       approval=approval, keep_serving=execute,
                                       ready_timeout_s=ready_timeout)
-            verdict, code = serve_verified(lock, loaded_policy, options, result.command,
+            verdict, code = serve_verified(lock, loaded_policy, result.plan, result.command,
                                            settings, shown,
                                            say=lambda line: typer.echo(line, err=True))
             if code is not None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_guard.errors import InputError
 from dflash_guard.launch.engines import LaunchCommand
-from dflash_guard.launch.plan import LaunchOptions, is_loopback, verify_folder
+from dflash_guard.launch.plan import LaunchOptions, LaunchPlan, verify_folder
 from dflash_guard.lossless.endpoint.client import EndpointError
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.outcome import Outcome
@@ -39,6 +39,7 @@ from dflash_guard.pins.lockfile import Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.trust.policy import Policy
 from dflash_guard.trust.serving import serving_statement, write_serving
+from dflash_guard.urls import is_loopback
 
 if TYPE_CHECKING:
     from dflash_guard.lossless.reference_diff import ReferenceDiffReport
@@ -71,33 +72,34 @@ class ServedSettings:
     threads: int | None = None  # torch threads of the reference decode
 
 
-def served_inputs(lock: Lockfile, options: LaunchOptions,
+def served_inputs(lock: Lockfile, plan: LaunchPlan,
                   progress: Progress = NO_PROGRESS) -> ServedInputs | Outcome:
-    """The folders the served diff reads, each verified against the lock (the plan verified
-    those the engine loads; llama.cpp's safetensors drafter is verified here), or the refusal.
-    A Hub artifact the engine loads by id has no verified folder to decode: an input error."""
-    target = options.roots.get("target")
-    if target is None:
-        raise InputError("--verify-served: pass --root target=DIR (kernels_ref decodes the "
-                         "verified target folder to diff the engine against)")
+    """The folders the served diff reads: those the plan verified against the lock and gave
+    the engine (llama.cpp: the folders of its GGUF files), or the refusal. A llama.cpp drafter
+    GGUF locked apart from the safetensors drafter (a `gguf` artifact) has the drafter's folder
+    verified here, from --root drafter=DIR or its approved folder."""
+    options = plan.options
+    target = Path(plan.target.location)
     gguf = None
     if options.engine == "llama.cpp":
-        artifact = lock.artifact("target")
-        assert artifact is not None  # every lockfile has one
-        ggufs = [f.path for f in artifact.files if f.path.endswith(".gguf")]
-        gguf = target / ggufs[0] if len(ggufs) == 1 else None
-    if options.baseline:
+        gguf, target = target, target.parent
+    if plan.drafter is None:
         return ServedInputs(target, None, gguf)
-    drafter = options.roots.get("drafter")
-    if drafter is None:
-        raise InputError("--verify-served: pass --root drafter=DIR (the drafter's acceptance "
-                         "is held against kernels_ref's with the verified drafter folder)")
-    if options.engine == "llama.cpp":  # the engine loads the GGUF drafter: verify this one here
+    drafter = Path(plan.drafter.location)
+    if options.engine == "llama.cpp":
+        drafter = drafter.parent
+    if plan.drafter.role != "drafter":  # a separate GGUF artifact: find the drafter's folder
         artifact = lock.artifact("drafter")
-        assert artifact is not None
-        verified = verify_folder(lock, artifact, drafter, progress)
-        if not verified.ok:
+        assert artifact is not None  # every lockfile has one
+        approved = options.approved or {}
+        root = approved.get("drafter") or options.roots.get("drafter")
+        if root is None:
+            raise InputError("--verify-served: pass --root drafter=DIR (the drafter's acceptance "
+                             "is held against kernels_ref's with the verified drafter folder)")
+        verified, folder = verify_folder(lock, artifact, root, progress)
+        if folder is None:
             return verified
+        drafter = folder
     return ServedInputs(target, drafter, gguf)
 
 
@@ -269,7 +271,7 @@ def write_record(settings: ServedSettings, lock: Lockfile, policy: Policy, comma
         sign_approval(settings.record, key=settings.key)
 
 
-def serve_verified(lock: Lockfile, policy: Policy, options: LaunchOptions, command: LaunchCommand,
+def serve_verified(lock: Lockfile, policy: Policy, plan: LaunchPlan, command: LaunchCommand,
                    settings: ServedSettings, progress: Progress = NO_PROGRESS, *,
                    environ: Mapping[str, str] | None = None,
                    preexec: Callable[[], None] | None = None,
@@ -278,7 +280,8 @@ def serve_verified(lock: Lockfile, policy: Policy, options: LaunchOptions, comma
     passed and `keep_serving`, then supervise it. Returns the verdict and, when supervised,
     the engine's exit status."""
     environ = os.environ if environ is None else environ
-    inputs = served_inputs(lock, options, progress)
+    options = plan.options
+    inputs = served_inputs(lock, plan, progress)
     if isinstance(inputs, Outcome):
         return inputs, None
     endpoint = served_endpoint(options)

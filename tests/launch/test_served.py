@@ -26,7 +26,6 @@ from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.trust.serving import PREDICATE_TYPE
 from tests.support.fake_engine import shim
 from tests.support.kernels import drifted_target, swapped_drafter
-from tests.support.launch import hub_lock
 from tests.support.trust import make_key_pair, one_line, write_lock, write_policy
 
 pytestmark = pytest.mark.slow  # a reference-server subprocess per test, a few seconds each
@@ -138,14 +137,9 @@ def test_monitor_refuses_an_unsigned_serving_record(cli, locked_pair, deploy, tm
         verified_baseline(record, str(deploy[1]))
 
 
-def test_verify_served_needs_verified_folders_not_hub_ids(cli, tmp_path):
-    """A Hub artifact named by repo id has no verified folder for kernels_ref to decode."""
-    result = cli("launch", "vllm", "--lock", hub_lock(tmp_path / "hub.lock"),
-                 "--num-speculative-tokens", "3", "--verify-served")
-    assert result.exit_code == 2
-    assert "--verify-served: pass --root target=DIR" in one_line(result.stderr)
-    keyed = cli("launch", "vllm", "--lock", hub_lock(tmp_path / "hub2.lock"),
-                "--num-speculative-tokens", "3", "--key", tmp_path / "key.pem")
+def test_key_only_with_verify_served(cli, deploy, tmp_path):
+    lock, policy, key = deploy
+    keyed = cli("launch", "vllm", "--lock", lock, "--policy", policy, "--key", key)
     assert keyed.exit_code == 2 and "--key: only with --verify-served" in keyed.stderr
 
 
