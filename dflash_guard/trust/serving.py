@@ -44,8 +44,7 @@ def serving_statement(*, authority: tuple[str, str], lock_digest: str, policy: P
         "reason": reason,
         "served_at": when.isoformat().replace("+00:00", "Z"),
         "tool": {"name": "dflash-guard", "version": __version__},
-        "policy": {"name": policy.name, "uri": Path(policy.source).name,
-                   "digest": {"sha256": policy.digest.removeprefix("sha256:")}},
+        "policy": _policy_descriptor(policy),
         "approval": dict(approval) if approval is not None else None,
         "lockfile": {"content_digest": lock_digest},
         "engine": dict(engine),
@@ -56,6 +55,20 @@ def serving_statement(*, authority: tuple[str, str], lock_digest: str, policy: P
     }
     name, digest = authority
     return Statement((Subject(name, {"sha256": digest}),), PREDICATE_TYPE, predicate)
+
+
+def _policy_descriptor(policy: Policy) -> dict[str, Any]:
+    """The policy as an approval record names it: by the digest of its closure (its text and
+    every file it names), listed, so `provenance.policy_binding` checks it the same way."""
+    from dflash_guard.trust.closure import policy_closure
+    from dflash_guard.trust.policy import is_builtin
+
+    closure = policy_closure(policy)
+    return {"name": policy.name,
+            "uri": (f"builtin:{Path(policy.source).stem}" if is_builtin(policy)
+                    else Path(policy.source).name),
+            "digest": {"sha256": closure.digest.removeprefix("sha256:")},
+            "closure": closure.to_json()}
 
 
 def write_serving(statement: Statement, out: Path) -> None:
