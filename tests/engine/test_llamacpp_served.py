@@ -43,7 +43,10 @@ def deploy(tmp_path_factory):
         shutil.copy2(gguf / f"{role}.gguf", roots[role] / f"{role}.gguf")
     lock = write_lock(build_lock({r: str(p) for r, p in roots.items()}).lock,
                       folder / "dflash.lock")
-    return lock, roots["target"], roots["drafter"], write_policy(folder / "policy")
+    # no comparison record is asked for before launch: the served diff compares the GGUF itself
+    policy = write_policy(folder / "policy", ("gguf_requires_comparison: true",
+                                              "gguf_requires_comparison: false"))
+    return lock, roots["target"], roots["drafter"], policy
 
 
 def launch(cli, deploy, program: Path, port: int, record: Path):
