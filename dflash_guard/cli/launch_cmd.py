@@ -16,6 +16,7 @@ from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.formats import OutputFormat, PlainFormat
 from dflash_guard.formats.text.launch import render_launch
+from dflash_guard.outcome import Outcome
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.trust.policy import load_policy
 
@@ -165,10 +166,20 @@ def launch(
                 and result.plan is not None:
             from dflash_guard.launch.served import ServedSettings, serve_verified
 
+            plan, engine_command = result.plan, result.command
+            rules = loaded_policy.launch
+            if rules is not None and rules.confinement == "required":
+                # the supervised child is not put under confine's ruleset yet: fail closed
+                result = dataclasses.replace(result, outcome=Outcome.refused(
+                    "--verify-served: the policy requires confinement (launch.confinement), "
+                    "and the supervised engine is not confined yet"))
+                finish(result, PlainFormat(fmt.value), render_launch)
+            typer.echo("WARNING: --verify-served runs the engine UNCONFINED (its serving record "
+                       "says so: confinement.ruleset_digest null)", err=True)
             settings = ServedSettings(serving_record, Path(lock_path), key=key,
                                       approval=approval, keep_serving=execute,
                                       ready_timeout_s=ready_timeout)
-            verdict, code = serve_verified(lock, loaded_policy, result.plan, result.command,
+            verdict, code = serve_verified(lock, loaded_policy, plan, engine_command,
                                            settings, shown,
                                            say=lambda line: typer.echo(line, err=True))
             if code is not None:

@@ -171,3 +171,19 @@ def test_exec_keeps_the_verified_engine_serving_until_launch_is_stopped(locked_p
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "served diff: 2 prompts match" in stderr
     assert not serving(port)
+
+
+def test_a_policy_requiring_confinement_refuses_verify_served(cli, locked_pair, deploy,
+                                                              tmp_path):
+    """The supervised engine is not confined yet: where the policy requires it, fail closed
+    (nothing is started)."""
+    lock, policy, _ = deploy
+    policy.write_text(policy.read_text() + "launch:\n  confinement: required\n")
+    port = free_port()
+    result = cli("launch", "vllm", "--lock", lock, "--policy", policy, "--root",
+                 f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
+                 "--program", shim(tmp_path / "bin"), "--port", str(port), "--verify-served",
+                 "--serving-record", tmp_path / "s.json", "--quiet")
+    assert result.exit_code == 1, result.stderr
+    assert "the policy requires confinement" in one_line(result.stdout)
+    assert not (tmp_path / "s.json").exists() and not serving(port)
