@@ -6,11 +6,13 @@ import dataclasses
 from collections import Counter
 from pathlib import PurePosixPath
 
-from dflash_guard import __version__
+from dflash_guard import __version__, rules
 from dflash_guard.findings import Finding
 from dflash_guard.severity import Severity
 
 DEFAULT_FAIL_ON = Severity.medium
+# Findings on reviewed code that still block: what nobody, reviewer included, could parse.
+_BLOCKING_WHEN_REVIEWED = frozenset({rules.RC_UNPARSEABLE.id, rules.UNSCANNABLE.id})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,16 +51,28 @@ class ScanReport:
                 return str(PurePosixPath(given, finding.file[len(shown) + 1:]))
         return None
 
+    def for_reviewer(self, finding: Finding) -> bool:
+        """Whether `finding` is a capability finding of reviewed code (its sha256 is in the
+        reviewed set): a person read that code, so the finding stays in the report for them
+        and blocks nothing."""
+        return (finding.detector == "remote-code"
+                and finding.rule_id not in _BLOCKING_WHEN_REVIEWED
+                and any(code.reviewed and code.path == finding.file for code in self.remote_code))
+
+    def blocking(self, fail_on: Severity | None = None) -> list[Finding]:
+        """The findings at or above `fail_on` (by default the report's own) that block: all
+        but those on reviewed code (`for_reviewer`)."""
+        fail_on = fail_on or self.fail_on
+        return [f for f in self.findings if f.severity >= fail_on and not self.for_reviewer(f)]
+
     @property
     def max_severity(self) -> Severity | None:
         """The worst severity found, or None when there are no findings."""
         return max((f.severity for f in self.findings), default=None)
 
     def fails(self, fail_on: Severity | None = None) -> bool:
-        """Whether any finding is at or above `fail_on` (by default the report's own)."""
-        fail_on = fail_on or self.fail_on
-        worst = self.max_severity
-        return worst is not None and worst >= fail_on
+        """Whether a finding at or above `fail_on` (by default the report's own) blocks."""
+        return bool(self.blocking(fail_on))
 
     @property
     def passed(self) -> bool:
@@ -81,6 +95,7 @@ class ScanReport:
                 "findings": len(self.findings),
                 "by_severity": {s.name: counts.get(s.name, 0) for s in Severity},
                 "max_severity": worst.name if worst else None,
+                "reviewed_code_findings": sum(map(self.for_reviewer, self.findings)),
             },
             "remote_code": [dataclasses.asdict(entry) for entry in self.remote_code],
             "pickle_files": list(self.pickle_files),

@@ -21,7 +21,7 @@ from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import allowlist, drafter, jsonfile
-from dflash_guard.scan.code import channels, remote_code, tokenizer_regex
+from dflash_guard.scan.code import channels, reach, remote_code, tokenizer_regex
 from dflash_guard.scan.regular import open_regular, read_regular
 from dflash_guard.scan.report import RemoteCodeFile, ScanReport
 from dflash_guard.scan.sniff import (
@@ -74,6 +74,11 @@ class _Run:
         self.files = 0
         self.onnx: dict[str, onnx.OnnxModel] = {}  # by file path
         self.onnx_data: set[str] = set()  # paths of files an accepted ONNX model stores data in
+        # Of the folder in hand: its Python sources by shown path, and the class names its
+        # loader channels build (`code.reach`).
+        self.sources: dict[str, bytes] = {}
+        self.entries: set[str] = set()
+        self.whole: set[str] = set()  # modules a loader calls a function of by name
 
     def onnx_model(self, path: Path, relative: str | None = None, root: Path | None = None,
                    listing: frozenset[str] = frozenset()) -> onnx.OnnxModel:
@@ -150,10 +155,11 @@ class _Run:
         return problem
 
     def parsed_binary(self, path: Path, display: str, fmt: Format, suffix: str) -> str | None:
-        """For a file shaped like a numeric `.npz`, an image, (named `.model`) a sentencepiece
-        model, (named `.msgpack`) a flax checkpoint or (named `.onnx`) an ONNX model: "" when it
-        parses whole as that format and holds no pickle stream, else why not; None when it is
-        shaped like none of them (`weights.binformats`, `weights.flax_msgpack`, `weights.onnx`)."""
+        """For a file shaped like a numeric `.npz`, an image, (named `.model`) a tiktoken rank
+        file or a sentencepiece model, (named `.msgpack`) a flax checkpoint or (named `.onnx`)
+        an ONNX model: "" when it parses whole as that format and holds no pickle stream, else
+        why not; None when it is shaped like none of them (`weights.binformats`,
+        `weights.flax_msgpack`, `weights.onnx`)."""
         with open_regular(path) as handle:
             head = handle.read(12)
         kind = binformats.image_kind(head)
@@ -161,6 +167,9 @@ class _Run:
             problem, what = binformats.npz_problem(path), "a numeric .npz"
         elif kind is not None:
             problem, what = binformats.image_problem(path, kind), f"a {kind} image"
+        elif suffix == ".model" and fmt is Format.unknown and (
+                binformats.tiktoken_problem(path) is None):
+            problem, what = None, "a tiktoken rank file"
         elif suffix == ".model" and fmt is Format.unknown:
             problem, what = binformats.sentencepiece_problem(path), "a sentencepiece model"
         elif suffix == ".msgpack" and fmt is Format.unknown:
@@ -219,6 +228,11 @@ class _Run:
         digest = hashlib.sha256(source).hexdigest()
         reviewed = digest in self.reviewed
         self.remote_code[display] = RemoteCodeFile(display, digest, reviewed)
+        self.sources[display] = source
+        if PurePosixPath(display).parts[-2:] == ("custom_generate", "generate.py"):
+            # transformers/generation/utils.py load_custom_generate: its `generate`, whatever
+            # that calls
+            self.whole.add(display)
         self.findings += remote_code.check_source(source, display)
         if not reviewed:
             self.add(remote_code.unreviewed(display, digest))
@@ -266,7 +280,8 @@ class _Run:
         """A class reference a loader imports (`key` says which channel): its module must be a
         file in the folder (reviewed code); another repository or a missing file is high."""
         repo, _, reference = target.rpartition("--")
-        module_name = reference.rpartition(".")[0]
+        module_name, _, class_name = reference.rpartition(".")
+        self.entries.add(class_name)
         if not repo and not module_name.replace("_", "a").replace(".", "a").isalnum():
             self.add(Finding(
                 rules.RC_MISSING.id, Severity.high, display,
@@ -291,6 +306,16 @@ class _Run:
                 f"{key} {target!r} needs {module}, which is not in the folder (a loader would "
                 "fetch unscanned code or import an installed module by that name)",
                 detector=remote_code.DETECTOR))
+
+    def place_code_findings(self, whole: bool) -> None:
+        """Say of each capability finding in the folder's Python whether the loader reaches it
+        (`code.reach`); unreached ones are low. `whole`: every function counts as reached."""
+        if not self.sources:
+            return
+        entries = None if whole or not (self.entries or self.whole) else self.entries
+        self.findings = reach.place_findings(self.findings, self.sources, entries,
+                                             frozenset(self.whole))
+        self.sources, self.entries, self.whole = {}, set(), set()
 
     def safetensors(self, path: Path, display: str, fmt: Format) -> str | None:
         findings, header = safetensors.check_safetensors(path, display)
@@ -384,6 +409,7 @@ def scan_paths(
         root = Path(raw)
         if root.is_file():
             run.scan_file(root, str(raw))
+            run.place_code_findings(whole=True)
             roots.append((str(raw), str(raw)))
             continue
         roots.append((prefix, str(raw)))
@@ -400,6 +426,7 @@ def scan_paths(
                 run.scan_file(file, f"{prefix}/{relative}" if prefix else relative,
                               loaded_as.get(relative))
                 progress.advanced()
+        run.place_code_findings(whole=False)
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")

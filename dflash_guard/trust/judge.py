@@ -81,8 +81,8 @@ class Judge:
                           if sha in policy.reviewed_sha256}
         reviewed_repos -= {entry.split("--", 1)[0] for entry, sha in locked_code.items()
                            if sha not in policy.reviewed_sha256}
-        failing = [f for f in report.findings
-                   if f.severity >= fail_on and not self.waived("scan", f.rule_id)
+        failing = [f for f in report.blocking(fail_on)
+                   if not self.waived("scan", f.rule_id)
                    and not (f.rule_id == RC_REMOTE_REPO.id
                             and any(f"repository {r!r}" in f.message for r in reviewed_repos))]
         role = artifact.role

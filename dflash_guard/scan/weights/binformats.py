@@ -17,6 +17,8 @@ Each function returns why the file is not that format, or None.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 import struct
@@ -160,6 +162,29 @@ def sentencepiece_problem(path: Path) -> str | None:
                 piece.HasField("type") and piece.type not in _PIECE_TYPES):
             return f"piece {index} is not a sentencepiece piece"
     return None
+
+
+# -- tiktoken rank files ----------------------------------------------------------------------
+def tiktoken_problem(path: Path) -> str | None:
+    """Why `path` is not a tiktoken rank file, or None. tiktoken/load.py load_tiktoken_bpe reads
+    each non-empty line as `base64(token) rank` (`line.split()`, `base64.b64decode`, `int`);
+    Kimi and other tiktoken models ship it as `tiktoken.model`, beside sentencepiece's name."""
+    data = _read(path, MAX_SPM_BYTES)
+    if isinstance(data, str):
+        return data
+    ranks: set[int] = set()
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line:
+            continue
+        fields = line.split(b" ")
+        if len(fields) != 2 or not fields[1].isdigit():
+            return f"line {number} is not `base64 rank`"
+        try:
+            base64.b64decode(fields[0], validate=True)
+        except (binascii.Error, ValueError):
+            return f"line {number}: the token is not base64"
+        ranks.add(int(fields[1]))
+    return None if ranks else "no ranks"
 
 
 # -- images -------------------------------------------------------------------------------------
