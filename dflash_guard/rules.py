@@ -467,8 +467,10 @@ ADV_AFFECTED = Rule(
 ADV_UNKNOWN = Rule(
     "DG-ADV-UNKNOWN", Severity.high,
     "An advisory range over a locked subject could not be decided (a GIT range without a "
-    "local clone): never reported as clean.",
-    "`audit` without `--engine-repo NAME=CLONE` for a GIT range; the advisory's own severity",
+    "local clone, an engine whose identity or release is not proven): never reported as clean.",
+    "`audit` without `--engine-repo NAME=CLONE` for a GIT range, an engine with no proven "
+    "release for its package's advisory or with an unproven identity; the advisory's own "
+    "severity",
 )
 ADV_FEED = Rule(
     "DG-ADV-FEED", Severity.critical,
