@@ -259,7 +259,7 @@ def test_a_record_of_another_gguf_or_target_is_not_accepted(gated):
     _, _, lock, records = gated
     statement = read_comparison(records["good"])
     other_gguf = with_artifact(lock, _changed(lock.artifact("gguf"), ".gguf"))
-    assert "GGUF digest" in accepts(statement, other_gguf).reason
+    assert "is none of the locked gguf files" in accepts(statement, other_gguf).reason
     other_target = with_artifact(lock, _changed(lock.artifact("target"), ".safetensors"))
     assert "target/model.safetensors" in accepts(statement, other_target).reason
     no_gguf = dataclasses.replace(lock, artifacts=tuple(a for a in lock.artifacts

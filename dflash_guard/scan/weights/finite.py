@@ -13,20 +13,24 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from dflash_guard.scan.weights.safetensors import DTYPE_BITS, Header
 
+if TYPE_CHECKING:
+    import torch
+
 WINDOW = 64 << 20  # bytes read and judged at a time
+# safetensors dtype -> torch's name for it (torch is imported only when a drafter is read: a scan
+# of other folders stays free of it)
 FLOAT_DTYPES = {
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F32": torch.float32,
-    "F64": torch.float64,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-    "C64": torch.complex64,
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "C64": "complex64",
 }
 _NEVER_NONFINITE = {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"}
 
@@ -34,6 +38,8 @@ _NEVER_NONFINITE = {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"
 def nonfinite_tensors(path: Path, header: Header) -> tuple[list[str], list[str]]:
     """Names of the tensors of `path` holding a NaN or an infinity, and of those whose dtype
     cannot be checked; `OSError` when the file cannot be read to its end."""
+    import torch
+
     bad: list[str] = []
     unchecked: list[str] = []
     descriptor = os.open(path, os.O_RDONLY)
@@ -46,7 +52,8 @@ def nonfinite_tensors(path: Path, header: Header) -> tuple[list[str], list[str]]
                 unchecked.append(name)
                 continue
             start, end = (header.data_start + offset for offset in entry["data_offsets"])
-            if not _finite(descriptor, start, end, FLOAT_DTYPES[dtype], DTYPE_BITS[dtype] // 8):
+            torch_dtype = getattr(torch, FLOAT_DTYPES[dtype])
+            if not _finite(descriptor, start, end, torch_dtype, DTYPE_BITS[dtype] // 8):
                 bad.append(name)
     finally:
         os.close(descriptor)
@@ -54,6 +61,8 @@ def nonfinite_tensors(path: Path, header: Header) -> tuple[list[str], list[str]]
 
 
 def _finite(descriptor: int, start: int, end: int, dtype: torch.dtype, width: int) -> bool:
+    import torch
+
     step = WINDOW - WINDOW % width
     for offset in range(start, end, step):
         length = min(step, end - offset)
