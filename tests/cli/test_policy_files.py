@@ -18,8 +18,8 @@ from tests.support.trust import write_lock
      "typo.yaml:4: scan.fail_onn: unknown field (allowed: fail_on)"),
     ("extends: dev\nname: typo\ndifftest: {min_tau: \"1.5\"}\n",
      "typo.yaml:3: difftest.min_tau: expected a number"),
-    ("extends: dev\nname: typo\ndifftest:\n  endpoints: {metrics: true}\n",
-     "typo.yaml:4: difftest.endpoints: missing required field 'baseline'"),
+    ("extends: dev\nname: typo\ndifftest:\n  endpoints: {metrics: maybe}\n",
+     "typo.yaml:4: difftest.endpoints.metrics: expected true or false, got 'maybe'"),
 ])
 def test_errors_name_the_line_of_the_users_file(cli, tmp_path, monkeypatch, text, expected):
     monkeypatch.chdir(tmp_path)
