@@ -42,7 +42,3 @@ class Outcome:
     def ok(self) -> bool:
         """Whether it lets the work go on (passed or skipped)."""
         return self.verdict is not Verdict.refused
-
-    @property
-    def is_skipped(self) -> bool:
-        return self.verdict is Verdict.skipped

@@ -48,15 +48,6 @@ class FindingsReport(Report, Protocol):
         ...
 
 
-class RecordedReport(Report, Protocol):
-    """A report the gate puts into the approval record (the local and endpoint diffs)."""
-
-    def record_section(self) -> dict[str, object]:
-        """Its section of the approval record: snake_case, facts only (the gate adds the
-        policy's bounds beside them)."""
-        ...
-
-
 def exit_code(report: Report) -> int:
     """The exit code of a finished command: 0 when its report passed, 1 when it did not."""
     return verdict_exit(report.passed)

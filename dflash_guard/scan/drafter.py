@@ -44,7 +44,6 @@ Config = dict[str, Any]  # a parsed config.json: any JSON under its keys
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _PROJECTION = re.compile(r"(?:^|\.)layers\.\d+\.self_attn\.([qkvo])_proj\.weight$")
 KNOWN_ARCHITECTURES = frozenset({"DFlashDraftModel", "DFlash2DraftModel"})
-KNOWN_MODEL_TYPES = frozenset({"dflash", "dflash2", "qwen3", "llama"})
 DEFAULT_PARAM_BUDGET = 3_000_000_000
 BLOCK_RANGE = (2, 64)
 # The rule of each `kernels_ref.compat` problem code.
