@@ -129,10 +129,6 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     command = next((arg for arg in args if not arg.startswith("-")), None)
     try:
-        if command == "difftest":
-            from dflash_guard.cli.difftest_cmd import upgrade_args
-
-            args = upgrade_args(args)
         with guard_inputs():  # no output of the command replaces a file it read
             code = build_app(command)(args=args, prog_name=PROG, standalone_mode=False)
     except typer.TyperException as error:  # click's usage errors: one line, not a panel

@@ -18,7 +18,7 @@ args=("$@")
 has() { local flag=$1; for a in "${args[@]}"; do [[ $a == "$flag" || $a == "$flag="* ]] && return 0; done; return 1; }
 has --lock || args+=(--lock "${DFLASH_LOCK:-dflash.lock}")
 has --policy || args+=(--policy "${DFLASH_POLICY:-strict}")
-has -o || has --output || has --out || args+=(--output "${DFLASH_APPROVAL:-approval.json}")
+has -o || has --output || args+=(--output "${DFLASH_APPROVAL:-approval.json}")
 
 "${guard[@]}" gate "${args[@]}"
 status=$?

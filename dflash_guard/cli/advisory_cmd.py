@@ -13,7 +13,6 @@ import typer
 
 from dflash_guard.cli.audit_cmd import SEVERITY_METAVAR
 from dflash_guard.cli.common import stderr
-from dflash_guard.cli.options import OutAlias, output_path
 from dflash_guard.errors import InputError
 from dflash_guard.severity import Severity
 
@@ -70,7 +69,6 @@ def new(
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE", help="Where to write the advisory (JSON; required).")
     ] = None,
-    out: OutAlias = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output file.")
                      ] = False,
 ) -> None:
@@ -80,7 +78,7 @@ def new(
     """
     from dflash_guard.audit.author import AdvisorySubject, Events, new_advisory, write_advisory
 
-    written = output_path(output, out)
+    written = output
     if written is None:
         raise InputError("give -o/--output FILE: where to write the advisory")
     record = new_advisory(

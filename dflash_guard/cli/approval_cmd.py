@@ -33,7 +33,7 @@ from dflash_guard.trust.provenance import check_approval
 
 def verify_approval(
     record: Annotated[Path, typer.Argument(metavar="RECORD",
-                                           help="The approval record `gate --out` wrote.")],
+                                           help="The approval record `gate --output` wrote.")],
     policy: Annotated[str | None, typer.Option(
         "--policy", metavar="POLICY",
         help="The policy the record must have been approved under, whose "

@@ -1,15 +1,11 @@
 """`dflash-guard difftest MODE`: speculative output must equal the target's own, in five modes.
 
 `local` and `sampled` run the reference runner on a model pair; `endpoint`, `reference` and
-`isolation` talk to live engines (`EngineEndpoint`). Each mode takes only its own flags. The
-old single-command spelling (`difftest --target ...`, `--baseline`, `--reference`,
-`--isolation`, `--sampled`) still works for one release: `upgrade_args` rewrites it to the mode
-and says so on stderr.
+`isolation` talk to live engines (`EngineEndpoint`). Each mode takes only its own flags.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
@@ -123,32 +119,6 @@ def sampled(
     with progress(quiet) as shown:
         report = run_sampled_difftest(options, shown)
     finish(report, output_format, views.render_sampled)
-
-
-def upgrade_args(args: list[str]) -> list[str]:
-    """`difftest --FLAGS` (the deprecated one-command spelling) as `difftest MODE --FLAGS`, with
-    a warning on stderr; any other command line unchanged."""
-    at = args.index("difftest") if "difftest" in args else -1
-    rest = args[at + 1:]
-    if at < 0 or not rest or not rest[0].startswith("-") or rest[0] in ("--help", "-h"):
-        return args
-    rest = [arg for arg in rest if arg != "--token-ids"]  # the default; the flag is gone
-    names = {arg.split("=", 1)[0] for arg in rest}
-    if "--isolation" in names:
-        mode, rest = "isolation", [a for a in rest if a != "--isolation"]
-    elif "--reference" in names:
-        mode = "reference"
-        rest = [a.replace("--reference", "--target", 1) if a.split("=", 1)[0] == "--reference"
-                else a for a in rest]
-    elif "--sampled" in names:
-        mode, rest = "sampled", [a for a in rest if a != "--sampled"]
-    elif names & {"--baseline", "--candidate"}:
-        mode = "endpoint"
-    else:
-        mode = "local"
-    sys.stderr.write(f"warning: `difftest --FLAGS` is deprecated (removed in the next release):"
-                     f" run `dflash-guard difftest {mode} ...`\n")
-    return [*args[:at + 1], mode, *rest]
 
 
 def register(root: typer.Typer) -> None:

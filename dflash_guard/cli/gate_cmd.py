@@ -16,7 +16,6 @@ from dflash_guard.cli.options import (
     Issuer,
     Json,
     Offline,
-    OutAlias,
     PassphraseEnv,
     PublicKeys,
     Quiet,
@@ -24,7 +23,6 @@ from dflash_guard.cli.options import (
     chosen_format,
     extra_signers,
     key_passphrase,
-    output_path,
     trusted_root,
 )
 from dflash_guard.cli.verify_cmd import parse_roots
@@ -48,7 +46,6 @@ def gate(
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE",
         help="Where to write the approval record (only on approval).")] = None,
-    out: OutAlias = None,
     sign: Annotated[bool, typer.Option(
         "--sign", help="Sign the approval record with Sigstore (keyless).")] = False,
     key: Annotated[Path | None, typer.Option(
@@ -105,7 +102,7 @@ def gate(
     """
     fmt = chosen_format(fmt, as_json)
     options = GateOptions(
-        lock_path, policy, parse_roots(root or []), out=output_path(output, out),
+        lock_path, policy, parse_roots(root or []), out=output,
         signing=ApprovalSigning(sigstore=sign, key=key, interactive=sys.stdin.isatty(),
                                 passphrase=key_passphrase(passphrase_env)),
         trust_root=trusted_root(trust_root, offline), lock_bundle=bundle, download=download,

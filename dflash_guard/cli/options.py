@@ -40,8 +40,6 @@ Threads = Annotated[int | None, typer.Option(
 Format = Annotated[PlainFormat, typer.Option("--format", metavar="[text|json]",
                                              help="text or json.")]
 Json = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
-OutAlias = Annotated[Path | None, typer.Option(
-    "--out", hidden=True, metavar="FILE", help="The old spelling of -o/--output.")]
 Quiet = Annotated[bool, typer.Option(
     "--quiet", "-q", help="No progress on stderr (errors still go there).")]
 FailOnWarning = Annotated[bool, typer.Option(
@@ -75,13 +73,6 @@ def chosen_format(fmt: F, as_json: bool) -> F:
     if fmt.value not in ("text", "json"):
         raise InputError(f"--json and --format {fmt.value}: give one of them")
     return type(fmt)("json")
-
-
-def output_path(output: Path | None, out: Path | None) -> Path | None:
-    """`-o/--output`, or the same given with its old spelling `--out`."""
-    if output is not None and out is not None:
-        raise InputError("--out is the old spelling of -o/--output: give one of them")
-    return output if output is not None else out
 
 
 def engine(url: str, *, model: str | None, api_key_env: str | None, timeout: float,

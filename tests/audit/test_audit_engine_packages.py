@@ -170,7 +170,7 @@ def test_the_cli_reproduction(cli, tmp_path) -> None:
     """P6 as written: lock, `advisory new --pypi vllm`, audit: no longer PASS."""
     lock = _lock(tmp_path / "dflash.lock", "a1b2" * 10)
     made = cli("advisory", "new", "--id", "x_VLLM-1", "--summary", "vllm before 0.11.1",
-               "--pypi", "vllm", "--introduced", "0", "--fixed", "0.11.1", "--out",
+               "--pypi", "vllm", "--introduced", "0", "--fixed", "0.11.1", "--output",
                tmp_path / "pypi.json")
     assert made.exit_code == 0, made.stderr
     result = cli("audit", "--lock", lock, "--advisories", tmp_path / "pypi.json")

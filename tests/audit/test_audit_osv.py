@@ -80,14 +80,14 @@ def test_advisory_new_roundtrip_is_matched(cli, tmp_path):
     out = tmp_path / "x.json"
     result = cli("advisory", "new", "--id", "x_ACME-2026-0001", "--summary", "mask id aliases "
                  "a special token", "--hf-repo", DRAFTER_REPO, "--version", DRAFTER_COMMIT,
-                 "--severity", "critical", "--out", out)
+                 "--severity", "critical", "--output", out)
     assert result.exit_code == 0, result.stderr
     lock = write_lock(tmp_path / "dflash.lock", engine_commit="a" * 40)
     report = run_audit(lock, [str(out)], now=NOW)
     assert report.ids(ADV_AFFECTED.id) == ["x_ACME-2026-0001"]
     assert report.findings[0].severity is Severity.critical
     again = cli("advisory", "new", "--id", "x_ACME-2026-0001", "--summary", "s", "--hf-repo",
-                DRAFTER_REPO, "--version", DRAFTER_COMMIT, "--out", out)
+                DRAFTER_REPO, "--version", DRAFTER_COMMIT, "--output", out)
     assert again.exit_code == 2 and "--force" in again.stderr
 
 
@@ -101,13 +101,13 @@ def test_advisory_new_engine_range_and_refusals(cli, tmp_path):
                    "events": [{"introduced": "a" * 40}, {"fixed": "b" * 40}]}
     out = tmp_path / "e.json"
     bad = cli("advisory", "new", "--id", "x_ACME-2", "--summary", "s", "--engine",
-              "https://github.com/ggml-org/llama.cpp", "--introduced", "abc123", "--out", out)
+              "https://github.com/ggml-org/llama.cpp", "--introduced", "abc123", "--output", out)
     assert bad.exit_code == 2 and "events[0].introduced" in bad.stderr and not out.exists()
     two = cli("advisory", "new", "--id", "x_ACME-3", "--summary", "s", "--engine", "u",
-              "--pypi", "vllm", "--version", "1.0", "--out", out)
+              "--pypi", "vllm", "--version", "1.0", "--output", out)
     assert two.exit_code == 2 and "exactly one subject" in two.stderr
     bad_id = cli("advisory", "new", "--id", "ACME-3", "--summary", "s", "--pypi", "vllm",
-                 "--version", "1.0", "--out", out)
+                 "--version", "1.0", "--output", out)
     assert bad_id.exit_code == 2 and "x_ for a local database" in bad_id.stderr
 
 

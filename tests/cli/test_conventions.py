@@ -104,17 +104,17 @@ def test_json_is_format_json(cli, builtin_pair, tmp_path):
     assert refused.exit_code == 2 and "--json and --format sarif" in refused.stderr
 
 
-def test_output_is_o_and_out_still_works(cli, builtin_pair, tmp_path):
+def test_output_is_o_or_output_and_nothing_else(cli, builtin_pair, tmp_path):
     report = tmp_path / "scan.json"
     assert cli("scan", builtin_pair.drafter, "--json", "-o", report).exit_code in (0, 1)
     assert "findings" in json.loads(report.read_text())
     common = ["advisory", "new", "--id", "x_ACME-1", "--summary", "s", "--pypi", "dflash",
               "--version", "0.1.0"]
     assert cli(*common, "-o", tmp_path / "a.json").exit_code == 0
-    assert cli(*common, "--out", tmp_path / "b.json").exit_code == 0  # the old spelling
+    assert cli(*common, "--output", tmp_path / "b.json").exit_code == 0
     assert json.loads((tmp_path / "b.json").read_text())["id"] == "x_ACME-1"
-    both = cli(*common, "-o", tmp_path / "c.json", "--out", tmp_path / "d.json")
-    assert both.exit_code == 2 and "old spelling" in both.stderr
+    old = cli(*common, "--out", tmp_path / "c.json")  # never released: not an alias
+    assert old.exit_code == 2 and not (tmp_path / "c.json").exists()
     missing = cli(*common)
     assert missing.exit_code == 2 and "-o/--output" in missing.stderr
 

@@ -202,34 +202,11 @@ def test_flags_of_the_chosen_mode_reach_the_library(cli, tmp_path: Path) -> None
         assert result.exit_code == 2 and "model folder not found" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        (["--target", "t", "--drafter", "d"], ["local", "--target", "t", "--drafter", "d"]),
-        (["--sampled", "--target", "t"], ["sampled", "--target", "t"]),
-        (["--baseline", "b", "--candidate", "c"], ["endpoint", "--baseline", "b", "--candidate",
-                                                   "c"]),
-        (["--reference", "t", "--candidate", "c"], ["reference", "--target", "t",
-                                                    "--candidate", "c"]),
-        (["--reference=t", "--candidate", "c"], ["reference", "--target=t", "--candidate", "c"]),
-        (["--isolation", "--candidate", "c"], ["isolation", "--candidate", "c"]),
-        (["--baseline", "b", "--token-ids"], ["endpoint", "--baseline", "b"]),
-    ],
-)
-def test_the_old_spelling_becomes_the_mode(old, new, capsys) -> None:
-    from dflash_guard.cli.difftest_cmd import upgrade_args
-
-    assert upgrade_args(["difftest", *old]) == ["difftest", *new]
-    assert f"dflash-guard difftest {new[0]}" in capsys.readouterr().err
-    for unchanged in (["difftest", *new], ["difftest", "--help"], ["scan", "--target", "t"]):
-        assert upgrade_args(unchanged) == unchanged
-
-
-def test_the_old_spelling_still_runs_with_a_warning(cli, tmp_path: Path) -> None:
+def test_the_old_one_command_spelling_is_a_usage_error(cli, tmp_path: Path) -> None:
+    """`difftest --FLAGS` was never released: it is not a mode, so a usage error (exit 2)."""
     missing = tmp_path / "missing"
     result = cli("difftest", "--sampled", "--target", missing, "--drafter", missing)
-    assert result.exit_code == 2 and "model folder not found" in result.stderr
-    assert "deprecated" in result.stderr and "difftest sampled" in result.stderr
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
 
 
 def test_threads_are_chosen_honoured_and_reported(cli, builtin_pair, fast_prompts,

@@ -71,7 +71,7 @@ def _commands(w: World) -> dict[str, list[Any]]:
                   "--concurrency", "1", "--requests", "1", "--max-tokens", "4",
                   "--prompts", w.prompts],
         "gate": ["gate", "--lock", w.lock, "--policy", "dev", "--root", f"target={w.target}",
-                 "--root", f"drafter={w.drafter}", "--out", w.tmp / "approval.json"],
+                 "--root", f"drafter={w.drafter}", "--output", w.tmp / "approval.json"],
         "launch": ["launch", "vllm", "--lock", w.lock, "--policy", "dev", "--root",
                    f"target={w.target}", "--root", f"drafter={w.drafter}"],
         "launch refused": ["launch", "vllm", "--lock", w.lock, "--policy", "dev", "--root",

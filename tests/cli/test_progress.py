@@ -107,12 +107,14 @@ def test_the_gate_names_each_check_as_it_runs(cli, builtin_pair, tmp_path):
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
     checks = len(STEPS)
-    assert lines[0] == "gate ..." and lines[-1].startswith(f"gate: {checks}/{checks} checks (")
+    assert lines[0] == "gate ..." and lines[-1].startswith(f"gate: {checks}/{checks} checks ("), \
+        result.stderr
     started = [line[2:-4] for line in lines if re.fullmatch(r"  \S.* \.\.\.", line)]
-    assert started == list(STEPS)
+    assert started == list(STEPS), result.stderr
     # the difftest check holds the decoding, with the prompts, tokens and tau so far
     decoded = next(line for line in lines if line.startswith("    decoding: "))
-    assert re.match(r"    decoding: 12/12 prompts, \d+ tokens, tau \d\.\d\d \(", decoded)
+    assert re.match(r"    decoding: 12/12 prompts, \d+ tokens, tau \d\.\d\d \(", decoded), \
+        result.stderr
     report = json.loads(result.stdout)  # stdout is the report alone
     difftest = next(c for c in report["checks"] if c["name"] == "difftest")
     assert f"tau {decoded.split('tau ')[1][:4]} " in difftest["reason"]

@@ -107,7 +107,7 @@ def test_gate_cli_prints_the_table_and_refuses_json(cli, locked_pair, tmp_path):
     lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     result = cli("gate", "--lock", lock, "--policy", tampered_policy, "--root",
                  f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
-                 "--out", tmp_path / "approval.json", "--format", "json")
+                 "--output", tmp_path / "approval.json", "--format", "json")
     assert result.exit_code == 1, result.stderr
     report = json.loads(result.stdout)
     assert report["passed"] is False

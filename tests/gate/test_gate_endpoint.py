@@ -73,7 +73,7 @@ def test_gate_endpoint_approves_matching_engines_and_keeps_the_key_secret(
     # command line (issue 25: a policy names neither).
     result = cli("gate", "--lock", lock, "--policy", policy,
                  "--root", f"target={locked_pair.target}",
-                 "--root", f"drafter={locked_pair.drafter}", "--out", out, "--format", "json",
+                 "--root", f"drafter={locked_pair.drafter}", "--output", out, "--format", "json",
                  "--api-key-env", KEY_ENV, "--baseline", baseline, "--candidate", candidate)
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -134,7 +134,7 @@ def test_gate_endpoint_refuses_an_unreachable_candidate(cli, locked_pair, refere
     out = tmp_path / "approval.json"
     result = cli("gate", "--lock", lock, "--policy", policy,
                  "--root", f"target={locked_pair.target}",
-                 "--root", f"drafter={locked_pair.drafter}", "--out", out,
+                 "--root", f"drafter={locked_pair.drafter}", "--output", out,
                  "--candidate", closed_port_url())
     assert result.exit_code == 1, result.stdout + result.stderr
     text = one_line(result.stdout)
@@ -147,7 +147,7 @@ def test_gate_endpoint_not_configured_says_so(cli, locked_pair, lock, tmp_path):
     out = tmp_path / "approval.json"
     result = cli("gate", "--lock", lock, "--policy", write_policy(tmp_path), "--root",
                  f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
-                 "--out", out)
+                 "--output", out)
     assert result.exit_code == 0, result.stdout + result.stderr
     row = next(line for line in result.stdout.splitlines() if "endpoint diff" in line)
     assert "not configured" in row and "pass" not in row

@@ -113,7 +113,7 @@ def test_rollout_refuses_more_tokens_than_asked_or_none_counted(payload):
 
 
 def test_gate_out_over_a_file_the_policy_names_is_refused(cli, locked_pair, tmp_path, key_pair):
-    """The doc's case: --out over the policy's public key (and the other files it names)."""
+    """The doc's case: --output over the policy's public key (and the other files it names)."""
     _, public = key_pair
     prompts = tmp_path / "policy" / "prompts.jsonl"
     policy = write_policy(tmp_path / "policy", (
@@ -124,7 +124,7 @@ def test_gate_out_over_a_file_the_policy_names_is_refused(cli, locked_pair, tmp_
         before = target.read_bytes()
         result = cli("gate", "--lock", lock, "--policy", policy, "--root",
                      f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
-                     "--out", target)
+                     "--output", target)
         assert result.exit_code == 2 and "overwrite an input" in one_line(result.stderr)
         assert target.read_bytes() == before
 

@@ -25,7 +25,7 @@ def test_gate_out_cannot_be_an_input(cli, gate_inputs, tmp_path, which):
     if which == "lock signature":
         out.write_text("sig")
     before = {p: p.read_bytes() for p in (lock, policy)}
-    r = cli("gate", "--lock", lock, "--policy", policy, *roots, "--out", out)
+    r = cli("gate", "--lock", lock, "--policy", policy, *roots, "--output", out)
     assert r.exit_code == 2 and "refusing to overwrite an input" in " ".join(r.stderr.split())
     assert {p: p.read_bytes() for p in before} == before
 
@@ -36,7 +36,7 @@ def test_gate_signature_output_cannot_be_the_lock(cli, gate_inputs, tmp_path):
     out = tmp_path / "dflash"  # the key signature would be dflash.sig ...
     lock_named = tmp_path / "dflash.sig"  # ... which is the lockfile here
     lock_named.write_bytes(lock.read_bytes())
-    r = cli("gate", "--lock", lock_named, "--policy", policy, *roots, "--out", out,
+    r = cli("gate", "--lock", lock_named, "--policy", policy, *roots, "--output", out,
             "--key", private)
     assert r.exit_code == 2 and "signature" in r.stderr
 
@@ -44,7 +44,7 @@ def test_gate_signature_output_cannot_be_the_lock(cli, gate_inputs, tmp_path):
 def test_gate_out_inside_a_verified_folder_is_refused(cli, gate_inputs, locked_pair):
     lock, policy, roots = gate_inputs
     r = cli("gate", "--lock", lock, "--policy", policy, *roots,
-            "--out", locked_pair.drafter / "approval.json")
+            "--output", locked_pair.drafter / "approval.json")
     assert r.exit_code == 2 and "inside the input folder" in r.stderr
     assert not (locked_pair.drafter / "approval.json").exists()
 

@@ -119,7 +119,7 @@ def test_verify_approval_on_an_unsigned_record_says_so_and_checks_the_files(
     record = tmp_path / "approval.json"
     gated = cli("gate", "--lock", lock, "--policy", policy, "--root",
                 f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
-                "--out", record)
+                "--output", record)
     assert gated.exit_code == 0 and "unsigned: verify-approval" in one_line(gated.stdout)
     args = ("verify-approval", record, "--policy", policy, "--lock", lock,
             "--root", f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}")
@@ -141,9 +141,9 @@ def test_gate_refuses_an_unwritable_out_before_any_check(cli, locked_pair, tmp_p
     lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     result = cli("gate", "--lock", lock, "--policy", "dev", "--root",
                  f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
-                 "--out", tmp_path / where)
+                 "--output", tmp_path / where)
     assert result.exit_code == 2 and result.stdout == ""  # no table: nothing ran
-    assert "--out" in result.stderr and str(tmp_path / where.split("/")[0]) in result.stderr
+    assert "--output" in result.stderr and str(tmp_path / where.split("/")[0]) in result.stderr
 
 
 def test_a_v2_record_is_still_read(approval, tmp_path):

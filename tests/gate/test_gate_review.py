@@ -20,7 +20,7 @@ def _roots(target, drafter) -> list[str]:
 
 
 def _gate(cli, lock, policy, roots, out):
-    return cli("gate", "--lock", lock, "--policy", policy, *roots, "--out", out, "-q")
+    return cli("gate", "--lock", lock, "--policy", policy, *roots, "--output", out, "-q")
 
 
 def test_review_writes_the_policy_the_gate_approves(cli, tmp_path, locked_pair):

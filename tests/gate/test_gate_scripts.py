@@ -47,10 +47,10 @@ def test_gate_script_strict_is_the_builtin_even_with_a_file_named_strict(locked_
 
 
 def test_gate_script_takes_every_spelling_of_the_output(locked_pair, tmp_path):
-    """`-o`, `--output` and the old `--out` each replace the script's default record path."""
+    """`-o` and `--output` each replace the script's default record path."""
     write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     roots = ("--root", f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}")
-    for flag in ("-o", "--output", "--out"):
+    for flag in ("-o", "--output"):
         record = tmp_path / f"approval{flag}.json"
         result = _run("--policy", "dev", *roots, flag, record, cwd=tmp_path)
         assert result.returncode == 0, result.stderr

@@ -49,7 +49,7 @@ def test_rollout_section_parses(tmp_path):
 def gate(cli, locked_pair, policy, out):
     lock = write_lock(locked_pair.lock, policy.parent / "dflash.lock")
     return cli("gate", "--lock", lock, "--policy", policy, "--root", f"target={locked_pair.target}",
-               "--root", f"drafter={locked_pair.drafter}", "--out", out, "--format", "json")
+               "--root", f"drafter={locked_pair.drafter}", "--output", out, "--format", "json")
 
 
 @pytest.mark.slow

@@ -53,10 +53,10 @@ def test_the_local_workflow_opens_no_connection(cli, guard, locked_pair, tmp_pat
         ("policy", "check", "strict"), ("policy", "show", "dev"),
         ("export", "requirements", "--lock", lock, "-o", tmp_path / "requirements.txt"),
         ("advisory", "new", "--id", "x_T-1", "--summary", "s", "--pypi", "torch", "--version",
-         "2.5.0", "--out", feed),
+         "2.5.0", "--output", feed),
         ("audit", "--lock", lock, "--advisories", feed),
         ("sign", lock, "--key", private),
-        ("gate", "--lock", lock, "--policy", policy, *roots, "--out", tmp_path / "a.json",
+        ("gate", "--lock", lock, "--policy", policy, *roots, "--output", tmp_path / "a.json",
          "--key", private),
         ("verify-approval", tmp_path / "a.json", "--policy", policy, "--lock", lock, *roots),
     ]

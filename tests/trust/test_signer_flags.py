@@ -38,7 +38,7 @@ def test_the_gate_takes_the_operators_signer_and_records_it(cli, locked_pair, tm
     assert row["name"] == "lockfile signature" and "unchecked" in row["reason"]
     out = tmp_path / "approval.json"
     signed = cli("gate", "--lock", lock, "--policy", "dev", *roots, "--public-key", public,
-                 "--out", out, "--format", "json")
+                 "--output", out, "--format", "json")
     assert signed.exit_code == 0, signed.stdout
     assert json.loads(signed.stdout)["checks"][1]["reason"].startswith("signed by key key.pub")
     rows = json.loads(out.read_text())["predicate"]["checks"]
