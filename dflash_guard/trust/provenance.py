@@ -1,6 +1,6 @@
 """The approval record, read, signed and verified (the gate writes it: `gate.record`).
 
-A record is an in-toto Statement v1 (`approval/v3`; v2 records are still read): its subjects are
+A record is an in-toto Statement v1 (`approval/v3`): its subjects are
 the lockfile and every locked file with the sha256 the gate computed from the disk, its
 predicate names the policy by digest and carries the checks' rows and evidence. It is written
 atomically and signed as a DSSE attestation whose payload is the record itself, with Sigstore
@@ -44,11 +44,9 @@ if TYPE_CHECKING:
 
     from dflash_guard.trust.policy import Policy
 
-# v3: the checks' rows say `"verdict": "passed" | "refused" | "skipped"` (v2 wrote a skipped check
-# `"passed": true`) and their evidence sits under `evidence`, one section per check that passed;
-# v2 records are still read and verified. v1 mixed camelCase keys and `"decision": "approved"`.
+# v3: the checks' rows say `"verdict": "passed" | "refused" | "skipped"` and their evidence sits
+# under `evidence`, one section per check that passed. No earlier version was released.
 PREDICATE_TYPE = "https://github.com/dflash-guard/dflash-guard/approval/v3"
-PREDICATE_TYPES = (PREDICATE_TYPE, "https://github.com/dflash-guard/dflash-guard/approval/v2")
 APPROVAL_MAX_BYTES = 256 * 1024 * 1024  # one subject per locked file: large for a huge lock
 
 
@@ -76,9 +74,9 @@ def sign_approval(out: Path, *, key: Path | None = None, token: IdentityToken | 
 
 
 def read_approval(path: Path) -> dict[str, Any]:
-    """Read an approval record and check it is an in-toto Statement v1 from dflash-guard (v3, or
-    a v2 record from an earlier release), every field read later of the right type and range
-    (`record_schema`): anything else is one `InputError` line naming the field."""
+    """Read an approval record and check it is an in-toto Statement v1 from dflash-guard (v3),
+    every field read later of the right type and range (`record_schema`): anything else is one
+    `InputError` line naming the field."""
     return parse_approval(read_input(path, "approval record", APPROVAL_MAX_BYTES), path)
 
 
@@ -86,20 +84,18 @@ def parse_approval(raw: bytes, path: Path) -> dict[str, Any]:
     """`read_approval` of bytes already read (`path` names them in errors)."""
     data = loads_json(raw, f"approval record {path}", finite=True)
     kind = data.get("predicateType") if isinstance(data, dict) else None
-    if kind in PREDICATE_TYPES and (problem := record_problem(data)) is not None:
+    if kind == PREDICATE_TYPE and (problem := record_problem(data)) is not None:
         raise InputError(f"{path}: malformed approval record: {problem}")
     try:
-        return Statement.from_json(data, kind if kind in PREDICATE_TYPES else PREDICATE_TYPE,
-                                   "a dflash-guard approval").to_json()
+        return Statement.from_json(data, PREDICATE_TYPE, "a dflash-guard approval").to_json()
     except ValueError as error:
         raise InputError(f"{path}: {error}") from None
 
 
 def acceptance_length(statement: Mapping[str, Any]) -> float | None:
-    """The mean acceptance length a record's local diff measured (v3 and v2), or None."""
-    predicate = statement["predicate"]
-    tau = predicate.get("acceptance_length")  # v2
-    for row in predicate.get("checks") or ():  # v3: the difftest row's evidence
+    """The mean acceptance length a record's local diff measured, or None."""
+    tau = None
+    for row in statement["predicate"].get("checks") or ():  # the difftest row's evidence
         if isinstance(row, dict) and row.get("name") == "difftest":
             evidence = row.get("evidence")
             tau = evidence.get("acceptance_length") if isinstance(evidence, dict) else None

@@ -83,7 +83,6 @@ SCHEMA: dict[str, Any] = {
                 "engines": {"type": "array", "maxItems": 64, "items": {"type": "object"}},
                 "checks": {"type": "array", "maxItems": 64, "items": _CHECK},
                 "waivers": {"type": "array", "maxItems": 10_000, "items": TEXT},
-                "acceptance_length": TAU,  # v2 records held it here
             },
         },
     },

@@ -5,11 +5,11 @@ and the gate finds an output it cannot write before any check runs (P10)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from dflash_guard.errors import InputError
 from dflash_guard.gate import STEPS, ApprovalSigning, GateOptions, run_gate
 from dflash_guard.gate.checks import CHECKS
 from dflash_guard.trust.closure import policy_closure
@@ -146,11 +146,12 @@ def test_gate_refuses_an_unwritable_out_before_any_check(cli, locked_pair, tmp_p
     assert "--output" in result.stderr and str(tmp_path / where.split("/")[0]) in result.stderr
 
 
-def test_a_v2_record_is_still_read(approval, tmp_path):
+def test_a_record_of_another_version_is_refused(approval, tmp_path):
+    """Only approval/v3 was ever released: a record of any other predicate type is not read."""
     *_, record, _ = approval
     v2 = tmp_path / "v2.json"
     document = json.loads(record.read_text())
     document["predicateType"] = document["predicateType"].replace("/v3", "/v2")
     v2.write_text(json.dumps(document))
-    assert read_approval(v2)["predicateType"].endswith("/v2")
-    shutil.copy(record, tmp_path / "copy.json")
+    with pytest.raises(InputError):
+        read_approval(v2)

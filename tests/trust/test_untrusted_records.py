@@ -62,7 +62,6 @@ MALFORMED = [
     ("predicate.checks.0.evidence.acceptance_length", True, "acceptance_length"),
     ("predicate.checks.0.evidence.acceptance_length", 0.5, "acceptance_length"),
     ("predicate.checks.0.evidence.acceptance_length", 10**6, "acceptance_length"),
-    ("predicate.acceptance_length", -1, "predicate.acceptance_length"),
     ("predicate.approved_at", "yesterday", "predicate.approved_at"),
     ("predicate.waivers", [{"id": 1}], "predicate.waivers[0]"),
     ("subject", [], "subject"),
