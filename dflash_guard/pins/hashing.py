@@ -62,12 +62,12 @@ def state_dir() -> Path:
     return Path(base) / "dflash-guard"
 
 
-def sha256_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> str:
+def sha256_file(path: str | os.PathLike[str]) -> str:
     """The sha256 of a regular file, read in chunks into one buffer (memory bounded by
     CHUNK_BYTES); a file under SMALL_BUFFER_BYTES is read with plain `os.read` calls (no buffer
     to zero, no file object: those dominate 100k tiny files). A file that cannot be opened or
     read, or is not a regular file, is an `InputError`."""
-    return _hash_path(os.fspath(path), None, on_bytes)[0]
+    return _hash_path(os.fspath(path), None, None)[0]
 
 
 def _hash_path(name: str, seen: os.stat_result | None,
