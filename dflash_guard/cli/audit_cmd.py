@@ -7,13 +7,12 @@ Exit 0 clean, 1 an advisory (or an undecided range) at or above `--fail-on`, or 
 from __future__ import annotations
 
 import datetime as dt
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dflash_guard.cli.common import report_written, stdout
+from dflash_guard.cli.common import finish
 from dflash_guard.cli.options import (
     BundleFile,
     Identities,
@@ -29,9 +28,7 @@ from dflash_guard.cli.options import (
     trusted_root,
 )
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import write_atomic
-from dflash_guard.formats import OutputFormat, exit_code
-from dflash_guard.formats.terminal import OFF_TERMINAL_WIDTH, safe_console
+from dflash_guard.formats import OutputFormat
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
@@ -144,21 +141,9 @@ def audit(
             extra_signers(public_key, identity, issuer, identity_regexp),
             trusted_root(trust_root, offline), bundle)
         report = run_audit(lock, advisories or [], rules=rules, clones=clones, fail_on=threshold)
-    if fmt is OutputFormat.text:
-        console = (safe_console(record=True, width=OFF_TERMINAL_WIDTH, file=io.StringIO())
-                   if output else stdout)
-        render_audit(report, console)
-        text = console.export_text() if output else ""
-    else:
-        from dflash_guard.formats import json, sarif
+    from dflash_guard.formats.sarif import render_audit as sarif_audit
 
-        text = json.render(report) if fmt is OutputFormat.json else sarif.render_audit(report)
-        if output is None:
-            typer.echo(text, nl=False)
-    if output is not None:
-        write_atomic(output, text)
-        report_written(output, report.summary(), quiet)
-    raise typer.Exit(exit_code(report))
+    finish(report, fmt, render_audit, output=output, quiet=quiet, render_sarif=sarif_audit)
 
 
 def register(app: typer.Typer) -> None:

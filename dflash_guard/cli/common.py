@@ -3,6 +3,7 @@ then exit"."""
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,10 +11,14 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 
-from dflash_guard.formats import PlainFormat, Report, exit_code
+from dflash_guard.errors import InputError
+from dflash_guard.fileio import write_atomic
+from dflash_guard.formats import OutputFormat, PlainFormat, Report, exit_code
 from dflash_guard.progress import NO_PROGRESS, Progress
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import Console
 
 # Reports go to stdout; progress, warnings and errors to stderr, so `--format json` stays parseable.
@@ -42,15 +47,39 @@ def _console(name: str) -> Console:
     return made if made is not None else __getattr__(name)
 
 
-def finish(report: R, output_format: PlainFormat, render_text: Callable[[R, Console], None],
-           ) -> NoReturn:
-    """Print `report` as JSON or with `render_text` on stdout, then exit with its exit code."""
-    if output_format is PlainFormat.json:
-        from dflash_guard.formats.json import print_json
+def finish(report: R, output_format: PlainFormat | OutputFormat,
+           render_text: Callable[[R, Console], None], *, output: Path | None = None,
+           quiet: bool = False, render_sarif: Callable[[R], str] | None = None) -> NoReturn:
+    """The one way a report leaves a command: as text (`render_text`), JSON or SARIF
+    (`render_sarif`) on stdout, or written atomically to `output` (then where it went and the
+    verdict on stderr); then exit with its exit code."""
+    if output_format == OutputFormat.sarif and render_sarif is not None:
+        text = render_sarif(report)
+    elif output_format == OutputFormat.json:
+        from dflash_guard.formats.json import render
 
-        print_json(report.to_json())
+        text = render(report)
+    elif output is not None:
+        from dflash_guard.formats.terminal import OFF_TERMINAL_WIDTH, safe_console
+
+        console = safe_console(record=True, width=OFF_TERMINAL_WIDTH, file=io.StringIO())
+        render_text(report, console)
+        text = console.export_text()
     else:
         render_text(report, _console("stdout"))
+        raise typer.Exit(exit_code(report))
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        try:
+            write_atomic(output, text)
+        except OSError as error:
+            raise InputError(f"{output}: cannot write the report "
+                             f"({error.strerror or error})") from None
+        summary = getattr(report, "summary", None)  # a findings report's one-line verdict
+        report_written(output, summary() if callable(summary) else
+                       ("passed" if report.passed else "failed"), quiet)
     raise typer.Exit(exit_code(report))
 
 
