@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.audit_cmd import SEVERITY_METAVAR
 from dflash_guard.cli.common import stderr
+from dflash_guard.cli.options import SEVERITY_METAVAR
 from dflash_guard.errors import InputError
 from dflash_guard.severity import Severity
 

@@ -21,9 +21,9 @@ from dflash_guard.cli.options import (
     TrustRoot,
     chosen_format,
     extra_signers,
+    parse_roots,
     trusted_root,
 )
-from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.approval import render_approval
 from dflash_guard.trust.closure import policy_closure

@@ -14,6 +14,7 @@ import typer
 
 from dflash_guard.cli.common import finish
 from dflash_guard.cli.options import (
+    SEVERITY_METAVAR,
     BundleFile,
     Identities,
     IdentityRegexps,
@@ -25,6 +26,7 @@ from dflash_guard.cli.options import (
     TrustRoot,
     chosen_format,
     extra_signers,
+    parse_clones,
     trusted_root,
 )
 from dflash_guard.errors import InputError
@@ -34,22 +36,6 @@ from dflash_guard.severity import Severity
 if TYPE_CHECKING:
     from dflash_guard.audit.feeds import FeedRules
     from dflash_guard.trust.policy import Signers
-
-
-SEVERITY_METAVAR = "[" + "|".join(Severity.names()) + "]"
-
-
-def parse_clones(specs: list[str]) -> dict[str, Path]:
-    """`NAME=PATH` options -> {name: Path}; NAME is a locked engine's name or a Hub ORG/NAME."""
-    clones: dict[str, Path] = {}
-    for spec in specs:
-        name, sep, folder = spec.partition("=")
-        if not sep or not name or not folder:
-            raise InputError(f"--engine-repo {spec!r}: expected NAME=PATH (a local git clone)")
-        if name in clones:
-            raise InputError(f"--engine-repo {name}: given twice")
-        clones[name] = Path(folder).expanduser()
-    return clones
 
 
 def _flag_rules(fail_on: Severity | None, max_age_days: int | None, require_signed: bool,

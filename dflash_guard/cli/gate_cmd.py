@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from dflash_guard.cli.audit_cmd import parse_clones
 from dflash_guard.cli.common import finish, progress
 from dflash_guard.cli.options import (
     Identities,
@@ -23,9 +22,10 @@ from dflash_guard.cli.options import (
     chosen_format,
     extra_signers,
     key_passphrase,
+    parse_clones,
+    parse_roots,
     trusted_root,
 )
-from dflash_guard.cli.verify_cmd import parse_roots
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.gate import render_gate
 from dflash_guard.gate import ApprovalSigning, EndpointOverrides, GateOptions, run_gate

@@ -11,8 +11,7 @@ import typer
 
 from dflash_guard import formats
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Json, Quiet, chosen_format
-from dflash_guard.cli.verify_cmd import parse_roots
+from dflash_guard.cli.options import Json, Quiet, chosen_format, parse_roots
 from dflash_guard.errors import EXIT_FINDING, InputError
 from dflash_guard.formats import OutputFormat, PlainFormat
 from dflash_guard.formats.text.launch import render_launch

@@ -15,6 +15,7 @@ import typer
 from dflash_guard.errors import InputError
 from dflash_guard.formats import OutputFormat, PlainFormat
 from dflash_guard.lossless.defaults import DEFAULT_RETRIES
+from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:  # the endpoint client imports an HTTP stack: `scan` and `lock` do not pay it
     from dflash_guard.lossless.endpoint.engine import EngineEndpoint
@@ -169,3 +170,36 @@ def key_passphrase(env_var: str) -> Callable[[], str]:
         return value
 
     return ask
+
+
+SEVERITY_METAVAR = "[" + "|".join(Severity.names()) + "]"
+
+
+def parse_roots(specs: list[str]) -> dict[str, Path]:
+    """`ROLE=DIR` options -> {role: Path}."""
+    from dflash_guard.pins.lockfile import ROLES
+
+    roots: dict[str, Path] = {}
+    for spec in specs:
+        role, sep, folder = spec.partition("=")
+        if not sep or role not in ROLES or not folder:
+            raise InputError(
+                f"--root {spec!r}: expected ROLE=DIR with ROLE one of {', '.join(ROLES)}"
+            )
+        if role in roots:
+            raise InputError(f"--root {role}: given twice")
+        roots[role] = Path(folder).expanduser()
+    return roots
+
+
+def parse_clones(specs: list[str]) -> dict[str, Path]:
+    """`NAME=PATH` options -> {name: Path}; NAME is a locked engine's name or a Hub ORG/NAME."""
+    clones: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name or not folder:
+            raise InputError(f"--engine-repo {spec!r}: expected NAME=PATH (a local git clone)")
+        if name in clones:
+            raise InputError(f"--engine-repo {name}: given twice")
+        clones[name] = Path(folder).expanduser()
+    return clones

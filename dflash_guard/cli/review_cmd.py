@@ -13,17 +13,18 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Format, Json, Quiet, chosen_format
-from dflash_guard.cli.verify_cmd import parse_roots
-from dflash_guard.errors import EXIT_FINDING, InputError
+from dflash_guard.cli.options import Format, Json, Quiet, chosen_format, parse_roots
+from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.review import render_review
+from dflash_guard.formats.text.verify import render_verify
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.pins.verify import verify_lock
 from dflash_guard.trust.policy import BUILTIN_POLICIES, parse_policy
 from dflash_guard.trust.review import find_unreviewed, policy_text
+from dflash_guard.trust.verified import VerifiedLock
 
 
 def review(
@@ -67,12 +68,11 @@ def review(
     with progress(quiet) as shown:
         # Every byte hashed (no stat cache): the digests written are the locked ones.
         verified = verify_lock(lock, roots, use_cache=False, progress=shown)
-        if not verified.passed:
-            listed = "; ".join(f"{p.role}/{p.path}: {p.kind}" for p in verified.problems[:3])
-            typer.echo(f"MISMATCH: the files differ from the lock ({listed}); run dflash-guard "
-                       "verify, then review what is locked", err=True)
-            raise typer.Exit(EXIT_FINDING)
-        found = find_unreviewed(lock, verified.locations, extends, progress=shown)
+        found = (find_unreviewed(lock, verified.locations, extends, progress=shown)
+                 if verified.passed else None)
+    if found is None:  # nothing is reviewed off a disk that is not the lock: report the mismatch
+        typer.echo("MISMATCH: the files differ from the lock; review what is locked", err=True)
+        finish(VerifiedLock(str(lock_path), lock.digest(), verified, ()), fmt, render_verify)
     if output is not None and (found.reviewable or found.templates):
         assert reviewer is not None
         extends_as = None

@@ -20,31 +20,16 @@ from dflash_guard.cli.options import (
     TrustRoot,
     chosen_format,
     extra_signers,
+    parse_roots,
     trusted_root,
 )
-from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.verify import render_verify
-from dflash_guard.pins.lockfile import ROLES, load_lockfile
+from dflash_guard.pins.lockfile import load_lockfile
 from dflash_guard.pins.verify import verify_lock
 from dflash_guard.trust.policy import load_policy
 from dflash_guard.trust.signing import verify_signatures
 from dflash_guard.trust.verified import VerifiedLock
-
-
-def parse_roots(specs: list[str]) -> dict[str, Path]:
-    """`ROLE=DIR` options -> {role: Path}."""
-    roots: dict[str, Path] = {}
-    for spec in specs:
-        role, sep, folder = spec.partition("=")
-        if not sep or role not in ROLES or not folder:
-            raise InputError(
-                f"--root {spec!r}: expected ROLE=DIR with ROLE one of {', '.join(ROLES)}"
-            )
-        if role in roots:
-            raise InputError(f"--root {role}: given twice")
-        roots[role] = Path(folder).expanduser()
-    return roots
 
 
 def verify(

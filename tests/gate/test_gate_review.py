@@ -79,6 +79,9 @@ def test_a_file_changed_after_the_review_is_refused(cli, tmp_path, locked_pair):
                    "-o", tmp_path / "c.yaml", "-q")
     assert mismatch.exit_code == 1 and "MISMATCH" in mismatch.stderr
     assert not (tmp_path / "c.yaml").exists()
+    as_json = cli("review", "--lock", lock, *new_roots, "--format", "json", "-q")
+    report = json.loads(as_json.stdout)  # the mismatch is the report, not silence on stdout
+    assert as_json.exit_code == 1 and report["passed"] is False and report["problems"]
 
 
 def test_a_scanned_name_cannot_forge_a_policy_key():
