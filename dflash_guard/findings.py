@@ -21,6 +21,7 @@ class Finding:
     line: int | None = None
     member: str | None = None
     detector: str = ""
+    repo: str | None = None  # the Hub repository the finding is about, when not the scanned one
 
     def __post_init__(self) -> None:
         if self.rule_id not in RULES:
@@ -37,9 +38,11 @@ class Finding:
         line: int | None = None,
         member: str | None = None,
         detector: str = "",
+        repo: str | None = None,
     ) -> Finding:
         """A finding of `rule`, at its default severity unless `severity` says otherwise."""
-        return cls(rule.id, severity or rule.severity, file, message, line, member, detector)
+        return cls(rule.id, severity or rule.severity, file, message, line, member, detector,
+                   repo)
 
     def to_json(self) -> dict[str, object]:
         """The finding as a JSON object (the README documents the keys)."""
@@ -51,4 +54,5 @@ class Finding:
             "line": self.line,
             "member": self.member,
             "detector": self.detector,
+            "repo": self.repo,
         }

@@ -295,7 +295,7 @@ class _Run:
             self.add(Finding(
                 rules.RC_REMOTE_REPO.id, Severity.high, display,
                 f"{key} {target!r} loads code from the repository {repo!r}, which this scan "
-                "cannot see", detector=remote_code.DETECTOR))
+                "cannot see", detector=remote_code.DETECTOR, repo=repo))
             return
         local = path.parent / module
         shown = str(Path(display).parent / module)

@@ -84,7 +84,7 @@ class Judge:
         failing = [f for f in report.blocking(fail_on)
                    if not self.waived("scan", f.rule_id)
                    and not (f.rule_id == RC_REMOTE_REPO.id
-                            and any(f"repository {r!r}" in f.message for r in reviewed_repos))]
+                            and f.repo in reviewed_repos)]
         role = artifact.role
         problems = [f"{role}/{f.file}: {f.rule_id} ({f.severity.name}): {f.message}"
                     for f in failing]

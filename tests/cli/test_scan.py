@@ -67,7 +67,8 @@ def test_json_schema(cli, tmp_path: Path) -> None:
     assert report["passed"] is False
     assert report["summary"]["by_severity"]["critical"] >= 1
     finding = report["findings"][0]
-    assert set(finding) == {"rule_id", "severity", "file", "message", "line", "member", "detector"}
+    assert set(finding) == {"rule_id", "severity", "file", "message", "line", "member", "detector",
+                            "repo"}
     assert {f["rule_id"] for f in report["findings"]} >= {
         "DG-DRAFTER-MASK",
         "DG-PICKLE-DANGEROUS-GLOBAL",

@@ -96,3 +96,30 @@ def test_review_covers_cross_repo_code_by_its_locked_sha256(cli, cross_repo_lock
     policy.write_text(policy.read_text() + engines_section(*ENGINE_PIN))
     result = cli("gate", "--lock", cross_repo_lock, "--policy", policy, "-q")
     assert result.exit_code == 0, result.stdout + result.stderr
+
+
+def test_a_review_of_one_repo_does_not_clear_another_named_in_its_message(
+        cross_repo_lock, tmp_path: Path) -> None:
+    """The judge clears a cross-repo finding by the repository the finding carries as data,
+    never by its text: a config can put any text into the message (here another repo's target
+    that spells out the reviewed one's name)."""
+    import datetime as dt
+
+    from dflash_guard.findings import Finding
+    from dflash_guard.rules import RC_REMOTE_REPO
+    from dflash_guard.scan.report import ScanReport
+    from dflash_guard.trust.judge import Judge
+    from dflash_guard.trust.policy import load_policy
+
+    policy = load_policy(str(write_policy(tmp_path / "reviewed", ENGINE_RELEASE,
+                                          reviewed=(hashlib.sha256(CODE).hexdigest(),))))
+    drafter = load_lockfile(cross_repo_lock).artifact("drafter")
+    reviewed = Finding.of(RC_REMOTE_REPO, "config.json", "loads code from the repository "
+                          "'z-lab/code'", repo="z-lab/code")
+    forged = Finding.of(RC_REMOTE_REPO, "config.json", "AutoConfig \"z-lab/evil--repository "
+                        "'z-lab/code'.X\" loads code from the repository 'z-lab/evil'",
+                        repo="z-lab/evil")
+    judge = Judge(policy, dt.date.today(), False)
+    for finding, fails in ((reviewed, False), (forged, True)):
+        failing, _ = judge.scan(drafter, ScanReport([finding], [], [], None, 1))
+        assert (finding in failing) is fails
