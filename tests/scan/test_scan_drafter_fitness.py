@@ -51,12 +51,20 @@ def test_a_drafter_tensor_that_is_not_finite_is_high(builtin_pair, tmp_path: Pat
                                                      "(first: layers.1.mlp.down_proj.weight)")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float8_e4m3fn])
-def test_every_float_width_is_read(tmp_path: Path, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16,
+                                   torch.float8_e4m3fn, torch.float8_e5m2, torch.complex64])
+def test_every_float_width_is_read(tmp_path: Path, dtype: torch.dtype, value: float) -> None:
+    """Each dtype's NaN and infinities are found (float8_e4m3fn has no infinity: an infinity
+    cast to it is NaN), and its largest finite values are not (the check sums `x * 0`: a
+    finite extreme gives 0, never an overflow)."""
     path = tmp_path / "w.safetensors"
-    clean = torch.zeros(1000, dtype=torch.float32).to(dtype)
-    poisoned = torch.zeros(1000, dtype=torch.float32)
-    poisoned[999] = float("nan")
+    real = torch.float32 if dtype.is_complex else dtype
+    extreme = torch.finfo(real).max
+    clean = torch.tensor([extreme, -extreme, torch.finfo(real).tiny, -0.0] * 250,
+                         dtype=torch.float64).to(dtype)
+    poisoned = torch.zeros(1000, dtype=torch.float64)
+    poisoned[999] = float("nan") if dtype is torch.float8_e4m3fn else value
     save_file({"a": clean, "b": poisoned.to(dtype), "ids": torch.arange(5)}, path)
     _, header = check_safetensors(path, "w.safetensors")
     assert header is not None
