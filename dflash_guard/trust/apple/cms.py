@@ -31,7 +31,8 @@ CDHASHES_DIGESTS = "1.2.840.113635.100.9.2"
 T = TypeVar("T", bound=x509.ExtensionType)
 _DER = Encoding.DER
 MAX_CHAIN = 6
-DIGESTS = {"sha256": hashes.SHA256, "sha384": hashes.SHA384, "sha512": hashes.SHA512}
+DIGESTS: dict[str, hashes.HashAlgorithm] = {"sha256": hashes.SHA256(), "sha384": hashes.SHA384(),
+                                           "sha512": hashes.SHA512()}
 OID_DIGESTS = {"2.16.840.1.101.3.4.2.1": "sha256", "2.16.840.1.101.3.4.2.2": "sha384",
                "2.16.840.1.101.3.4.2.3": "sha512", "1.3.14.3.2.26": "sha1"}
 
@@ -98,7 +99,7 @@ def verify_cms(der: bytes, content: bytes) -> SignedCms:
     if signed_digest != hashlib.new(digest_name, content).digest():
         raise SignatureError("the CMS signature is over another code directory (messageDigest "
                              "differs)")
-    _check_signature(signer, algorithm, DIGESTS[digest_name](), signature, to_verify)
+    _check_signature(signer, algorithm, DIGESTS[digest_name], signature, to_verify)
     return SignedCms(signer, certificates, when, digest_name, signed_digest, bound)
 
 
@@ -126,7 +127,7 @@ def _cdhash_digests(values: object) -> frozenset[tuple[str, bytes]]:
     SEQUENCE {hash algorithm, digest} per code directory the signature covers."""
     from asn1crypto import core
 
-    class _Pair(core.Sequence):
+    class _Pair(core.Sequence):  # type: ignore[misc]
         _fields = [("algorithm", core.ObjectIdentifier), ("digest", core.OctetString)]
 
     pairs = set()
