@@ -5,6 +5,7 @@ each fail with their reason; what our parser reads is what rcodesign reads."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import struct
@@ -15,8 +16,18 @@ import pytest
 from apple_platform.reading import find_values
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from dflash_guard.errors import InputError
 from dflash_guard.trust.apple.image import AppPins, verify_image
-from tests.support.apple import DAY, IDENTIFIER, NOW, TEAM, make_chain, signed_image, staple
+from tests.support.apple import (
+    DAY,
+    IDENTIFIER,
+    NOW,
+    TEAM,
+    make_chain,
+    signed_image,
+    staple,
+    unsigned_image,
+)
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +205,37 @@ def test_an_unsigned_alternate_code_directory_fails(signed, tmp_path):
     check = verify_image(added, pins)
     assert "code directory 0x1000 is not bound by the CMS signature's cdhashes attribute" in \
         check.problems, check.problems
+
+
+def test_an_ad_hoc_signature_is_refused(tmp_path):
+    image = tmp_path / "adhoc.dmg"
+    apple_platform.sign(unsigned_image(tmp_path), image, binary_identifier=IDENTIFIER)
+    check = verify_image(image, AppPins(TEAM))
+    assert check.problems == ("the image has a code directory but no CMS signature (ad hoc: "
+                              "nobody signed it)",)
+
+
+def test_no_byte_of_the_signature_or_trailer_crashes_the_verifier(signed, tmp_path):
+    """Every third byte of the superblob and every byte of the trailer, set to 0xff in turn
+    (and the image cut at many lengths): a refusal with a reason or an input error, never
+    another exception."""
+    image, pins = signed
+    data = image.read_bytes()
+    offset, size = struct.unpack_from(">QQ", data, len(data) - 512 + 296)
+    bad = tmp_path / "bad.dmg"
+    tried = refused = 0
+    for at in [*range(offset, offset + size, 3), *range(len(data) - 512, len(data))]:
+        if data[at] == 0xFF:
+            continue
+        bad.write_bytes(data[:at] + b"\xff" + data[at + 1:])
+        tried += 1
+        try:
+            check = verify_image(bad, pins)
+        except InputError:
+            continue
+        refused += not check.passed
+    assert refused > tried // 2  # most bytes are signed; a few (padding, reserved) are not
+    for length in range(0, len(data), 97):
+        bad.write_bytes(data[:length])
+        with contextlib.suppress(InputError):
+            assert not verify_image(bad, pins).passed

@@ -12,14 +12,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import warnings
 from collections.abc import Sequence
 from typing import TypeVar
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from dflash_guard.trust.apple.udif import SignatureError
@@ -53,10 +55,16 @@ def verify_cms(der: bytes, content: bytes) -> SignedCms:
     """Check the detached CMS signature `der` over `content` (the primary code directory):
     one signer, its certificate inside, signed attributes whose messageDigest is `content`'s
     digest, and the signer's key verifying them."""
-    from asn1crypto import cms
-
     if not der:
         raise SignatureError("the signature slot is empty: an ad-hoc signature, no signer")
+    with warnings.catch_warnings():  # a malformed certificate is refused, not warned about
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        return _verify_cms(der, content)
+
+
+def _verify_cms(der: bytes, content: bytes) -> SignedCms:
+    from asn1crypto import cms
+
     try:
         info = cms.ContentInfo.load(der, strict=True)
         if info["content_type"].native != "signed_data":
@@ -141,8 +149,8 @@ def _cdhash_digests(values: object) -> frozenset[tuple[str, bytes]]:
 
 def _check_signature(cert: x509.Certificate, algorithm: str, digest: hashes.HashAlgorithm,
                      signature: bytes, data: bytes) -> None:
-    key = cert.public_key()
     try:
+        key = cert.public_key()
         if algorithm == "rsassa_pkcs1v15" and isinstance(key, rsa.RSAPublicKey):
             key.verify(signature, data, padding.PKCS1v15(), digest)
         elif algorithm == "ecdsa" and isinstance(key, ec.EllipticCurvePublicKey):
@@ -153,6 +161,9 @@ def _check_signature(cert: x509.Certificate, algorithm: str, digest: hashes.Hash
     except InvalidSignature:
         raise SignatureError("the CMS signature does not verify with its signer's key "
                              "(the code directory or its attributes were changed)") from None
+    except (ValueError, TypeError, UnsupportedAlgorithm) as error:
+        raise SignatureError(f"the signer's key cannot check the CMS signature: "
+                             f"{str(error)[:200]}") from None
 
 
 # --- the chain -------------------------------------------------------------------------------

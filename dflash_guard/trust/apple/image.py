@@ -123,6 +123,7 @@ def verify_image(path: Path, pins: AppPins, *, now: dt.datetime | None = None,
         trailer = udif.read_trailer(handle, size, str(path))
         facts: dict[str, object] = {}
         problems: list[str] = []
+        digests: dict[str, bytes] | None = None
         try:
             signature = udif.read_signature(handle, size, trailer)
             directories = signature.code_directories()
@@ -133,10 +134,15 @@ def verify_image(path: Path, pins: AppPins, *, now: dt.datetime | None = None,
                          code_directories=tuple((d.hash_name, d.cdhash.hex())
                                                 for d in directories),
                          ticket=_ticket(signature, directories[0]))
-            problems += _signature_problems(signature, directories, pins, roots, now, facts)
+            try:
+                problems += _signature_problems(signature, directories, pins, roots, now, facts)
+            except (ValueError, TypeError) as error:  # a certificate cryptography reads lazily
+                raise SignatureError("a certificate of the signature does not parse: "
+                                     f"{str(error)[:200]}") from None
         except SignatureError as error:
             problems.append(str(error))
-            digests = udif.digest_prefix(handle, 0, set())
+            if digests is None:  # the file's sha256 all the same
+                digests = udif.digest_prefix(handle, 0, set())
     sha256 = digests["file-sha256"].hex()
     lock = None
     if locked is not None:
@@ -196,7 +202,8 @@ def _signature_problems(signature: udif.Signature, directories: list[udif.CodeDi
 
     der = signature.payload(udif.SLOT_SIGNATURE)
     if der is None:
-        raise SignatureError("the image has a code directory but no CMS signature (unsigned)")
+        raise SignatureError("the image has a code directory but no CMS signature (ad hoc: "
+                             "nobody signed it)")
     primary = directories[0]
     signed = cms.verify_cms(der, primary.raw)
     problems = []
