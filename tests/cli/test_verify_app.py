@@ -127,3 +127,21 @@ def test_a_policy_team_must_be_a_team_id(cli, world, tmp_path):
                       "    roots: [missing.pem]\n")
     result = cli("verify-app", image, "--policy", policy)
     assert result.exit_code == 2 and "root certificate file" in result.stderr
+
+
+def test_the_policys_roots_are_in_its_closure(world, tmp_path):
+    """A root the policy trusts is a file of its closure: another root beside the same policy
+    text is another policy (the approval record's digest changes)."""
+    from dflash_guard.trust.closure import policy_closure
+    from dflash_guard.trust.policy import load_policy
+
+    _, given = world
+    policy = tmp_path / "policy.yaml"
+    policy.write_bytes(given.read_bytes())
+    root = tmp_path / "root.pem"
+    root.write_bytes((given.parent / "root.pem").read_bytes())
+    loaded = load_policy(str(policy))
+    assert ("engines.omlx.roots", root) in loaded.files()
+    before = policy_closure(loaded).digest
+    root.write_bytes(make_chain(tmp_path / "other").root.read_bytes())
+    assert policy_closure(load_policy(str(policy))).digest != before
