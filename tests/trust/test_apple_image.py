@@ -52,6 +52,7 @@ def test_a_test_chain_image_verifies_under_a_policy_trusting_it(signed):
     assert (check.team_id, check.identifier, check.anchor) == (TEAM, IDENTIFIER, "policy")
     assert check.sha256 == hashlib.sha256(image.read_bytes()).hexdigest()
     assert check.ticket is None and len(check.chain) == 2
+    assert check.timestamp_token is False  # signed with timestamp_url="none"
 
 
 def test_what_we_read_is_what_rcodesign_reads(signed):

@@ -20,12 +20,16 @@ def render_app(check: AppImageCheck, console: Console) -> None:
 
     say(f"{markup_safe(check.image)}  {check.size:,} bytes  sha256 {check.sha256}")
     facts = (("identifier", check.identifier), ("team", check.team_id),
-             ("signer", check.signer), ("signed at", check.signing_time),
+             ("signer", check.signer),
              ("anchor", {"apple": "Apple's roots", "policy": "the policy's roots"}.get(
                  check.anchor or "")), ("lock", check.lock))
     for label, value in facts:
         if value:
             say(f"  {label}: {markup_safe(value)}")
+    if check.signing_time:
+        token = "a timestamp token beside it, not verified" if check.timestamp_token else \
+            "no timestamp token"
+        say(f"  signed at: {check.signing_time} (the signer's claim; {token})")
     for hash_name, cdhash in check.code_directories:
         say(f"  code directory ({hash_name}): cdhash {cdhash}")
     for depth, subject in enumerate(check.chain[1:], 1):

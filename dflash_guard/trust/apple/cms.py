@@ -30,6 +30,7 @@ DEVELOPER_ID_APPLICATION = x509.ObjectIdentifier("1.2.840.113635.100.6.1.13")
 DEVELOPER_ID_CA = x509.ObjectIdentifier("1.2.840.113635.100.6.2.6")
 CDHASHES_PLIST = "1.2.840.113635.100.9.1"
 CDHASHES_DIGESTS = "1.2.840.113635.100.9.2"
+TIMESTAMP_TOKEN = "1.2.840.113549.1.9.16.2.14"  # an unsigned attribute: Apple's TSA's token
 T = TypeVar("T", bound=x509.ExtensionType)
 _DER = Encoding.DER
 MAX_CHAIN = 6
@@ -49,6 +50,7 @@ class SignedCms:
     digest_name: str
     signed_digest: bytes  # messageDigest: the primary code directory's digest
     bound_cdhashes: frozenset[tuple[str, bytes]]  # (hash name, full digest) of 100.9.2
+    timestamped: bool = False  # an RFC 3161 timestamp token rides along (not verified)
 
 
 def verify_cms(der: bytes, content: bytes) -> SignedCms:
@@ -95,6 +97,9 @@ def _verify_cms(der: bytes, content: bytes) -> SignedCms:
         to_verify = b"\x31" + attributes.dump()[1:]  # signed as a SET OF, tagged [0] here
         signature = signer_info["signature"].native
         bound = _cdhash_digests(values.get(CDHASHES_DIGESTS))
+        unsigned = signer_info["unsigned_attrs"]
+        timestamped = isinstance(unsigned, cms.CMSAttributes) and any(
+            a["type"].dotted == TIMESTAMP_TOKEN for a in unsigned)
     except SignatureError:
         raise
     except Exception as error:  # asn1crypto raises ValueError, TypeError, ... on bad DER
@@ -108,7 +113,7 @@ def _verify_cms(der: bytes, content: bytes) -> SignedCms:
         raise SignatureError("the CMS signature is over another code directory (messageDigest "
                              "differs)")
     _check_signature(signer, algorithm, DIGESTS[digest_name], signature, to_verify)
-    return SignedCms(signer, certificates, when, digest_name, signed_digest, bound)
+    return SignedCms(signer, certificates, when, digest_name, signed_digest, bound, timestamped)
 
 
 def _signer(sid: object, certificates: Sequence[x509.Certificate]) -> x509.Certificate:

@@ -68,6 +68,7 @@ class AppImageCheck:
     chain: tuple[str, ...] = ()
     anchor: str | None = None  # "apple" or "policy"
     signing_time: str | None = None
+    timestamp_token: bool = False  # present beside the signature (not verified: docs/limits.md)
     ticket: Ticket | None = None
     lock: str | None = None  # what the lock says of the image's sha256; None: no lock given
 
@@ -81,7 +82,7 @@ class AppImageCheck:
                 "sha256": self.sha256, "identifier": self.identifier, "team_id": self.team_id,
                 "code_directories": [{"hash": h, "cdhash": c} for h, c in self.code_directories],
                 "signer": self.signer, "chain": list(self.chain), "anchor": self.anchor,
-                "signing_time": self.signing_time,
+                "signing_time": self.signing_time, "timestamp_token": self.timestamp_token,
                 "ticket": dataclasses.asdict(self.ticket) if self.ticket else None,
                 "lock": self.lock, "problems": list(self.problems)}
 
@@ -215,7 +216,8 @@ def _signature_problems(signature: udif.Signature, directories: list[udif.CodeDi
     team = cms.team_of(leaf)
     when = signed.signing_time
     facts.update(signer=leaf.subject.rfc4514_string(), team_id=team,
-                 signing_time=when.isoformat() if when else None)
+                 signing_time=when.isoformat() if when else None,
+                 timestamp_token=signed.timestamped)
     apple = roots is None
     try:
         chain = cms.build_chain(leaf, [*signed.certificates,
