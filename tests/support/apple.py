@@ -88,14 +88,15 @@ def unsigned_image(folder: Path) -> Path:
 
 def signed_image(folder: Path, chain: TestChain, *, name: str = "oMLX.dmg",
                  signing_time: dt.datetime | None = None,
-                 digests: tuple[str, ...] = ()) -> Path:
-    """An image rcodesign signed with `chain`'s leaf (no timestamp server: offline)."""
+                 digests: tuple[str, ...] = (), timestamp_url: str = "none") -> Path:
+    """An image rcodesign signed with `chain`'s leaf (no timestamp server unless
+    `timestamp_url`: tests/support/apple_tsa.py serves one on 127.0.0.1)."""
     out = folder / name
     apple_platform.sign(
         unsigned_image(folder), out,
         signer=apple_platform.Signer(pem=apple_platform.PemKey(
             files=[str(chain.key), str(chain.leaf), str(chain.root)])),
-        binary_identifier=IDENTIFIER, timestamp_url="none", signing_time=signing_time,
+        binary_identifier=IDENTIFIER, timestamp_url=timestamp_url, signing_time=signing_time,
         digests=list(digests) or None)
     return out
 

@@ -13,7 +13,12 @@ import pytest
 from cryptography import x509
 
 from dflash_guard.trust.apple import cms
-from dflash_guard.trust.apple.image import APPLE_INTERMEDIATES, APPLE_ROOTS, _vendored
+from dflash_guard.trust.apple.image import (
+    APPLE_INTERMEDIATES,
+    APPLE_ROOTS,
+    APPLE_TIMESTAMP,
+    _vendored,
+)
 from dflash_guard.trust.apple.udif import SignatureError
 
 WHILE_VALID = dt.datetime(2022, 1, 1, tzinfo=dt.UTC)
@@ -53,7 +58,7 @@ def test_the_vendored_certificates_are_the_ones_their_readme_names():
     """Each file's sha256 is the one certs/README.md records beside Apple's URL for it."""
     folder = Path(cms.__file__).parent / "certs"
     readme = (folder / "README.md").read_text()
-    names = [*APPLE_ROOTS, *APPLE_INTERMEDIATES]
+    names = [*APPLE_ROOTS, *APPLE_INTERMEDIATES, *APPLE_TIMESTAMP]
     assert sorted(p.name for p in folder.glob("*.cer")) == sorted(names)
     for name in names:
         digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()

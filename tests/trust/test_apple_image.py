@@ -28,6 +28,7 @@ from tests.support.apple import (
     staple,
     unsigned_image,
 )
+from tests.support.apple_tsa import LocalTsa, serving
 
 
 @pytest.fixture(scope="module")
@@ -240,3 +241,48 @@ def test_no_byte_of_the_signature_or_trailer_crashes_the_verifier(signed, tmp_pa
         bad.write_bytes(data[:length])
         with contextlib.suppress(InputError):
             assert not verify_image(bad, pins).passed
+
+
+@pytest.fixture(scope="module")
+def timestamped(tmp_path_factory):
+    """An image signed by a leaf that expired after it signed, with a token from a test
+    timestamp authority vouching for a time within the leaf's validity."""
+    folder = tmp_path_factory.mktemp("stamped")
+    chain = make_chain(folder, not_before=NOW - 60 * DAY, not_after=NOW - 30 * DAY)
+    with serving(LocalTsa(folder / "tsa", gen_time=NOW - 40 * DAY)) as tsa:
+        image = signed_image(folder, chain, signing_time=NOW - 40 * DAY,
+                             timestamp_url=tsa.url)
+    return image, chain, tsa
+
+
+def test_a_verified_timestamp_makes_an_expired_since_leaf_pass(timestamped):
+    """As macOS accepts a Developer ID signature whose certificate expired after a secure
+    timestamp: the token's time is the signing time, and validity then suffices."""
+    image, chain, tsa = timestamped
+    check = verify_image(image, AppPins(TEAM, roots=(chain.root, tsa.root)))
+    assert check.passed, check.problems
+    assert check.timestamp_token and check.timestamp == "CN=test TSA"
+    assert check.signing_time == (NOW - 40 * DAY).replace(microsecond=0).isoformat()
+    entities = apple_platform.read_signature(image)  # rcodesign reads the same token
+    assert find_values(entities, "time_stamp_token")
+
+
+def test_a_timestamp_from_an_untrusted_authority_is_refused(timestamped):
+    image, chain, _ = timestamped
+    check = verify_image(image, AppPins(TEAM, roots=(chain.root,)))
+    assert check.timestamp is None
+    assert any(p.startswith("the timestamp token is refused: the signer CN=test TSA does not "
+                            "chain to a trusted root") for p in check.problems), check.problems
+    assert any("is not valid now" in p for p in check.problems)  # back to the claim + now
+
+
+def test_a_timestamp_over_another_signature_is_refused(tmp_path):
+    """A token whose imprint is not the digest of this CMS signature (an authority's token for
+    another signature, moved here) is refused; the signer's claim then counts, and now."""
+    chain = make_chain(tmp_path)
+    with serving(LocalTsa(tmp_path / "tsa", imprint_over=b"another signature")) as tsa:
+        image = signed_image(tmp_path, chain, timestamp_url=tsa.url)
+    check = verify_image(image, AppPins(TEAM, roots=(chain.root, tsa.root)))
+    assert check.problems == ("the timestamp token is refused: the timestamp token is over "
+                              "another signature (its message imprint differs)",)
+    assert check.timestamp_token and check.timestamp is None

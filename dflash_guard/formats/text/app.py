@@ -26,9 +26,10 @@ def render_app(check: AppImageCheck, console: Console) -> None:
     for label, value in facts:
         if value:
             say(f"  {label}: {markup_safe(value)}")
-    if check.signing_time:
-        token = "a timestamp token beside it, not verified" if check.timestamp_token else \
-            "no timestamp token"
+    if check.timestamp:
+        say(f"  signed at: {check.signing_time} (timestamped by {markup_safe(check.timestamp)})")
+    elif check.signing_time:
+        token = "its timestamp token refused" if check.timestamp_token else "no timestamp token"
         say(f"  signed at: {check.signing_time} (the signer's claim; {token})")
     for hash_name, cdhash in check.code_directories:
         say(f"  code directory ({hash_name}): cdhash {cdhash}")

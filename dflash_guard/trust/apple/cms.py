@@ -14,7 +14,7 @@ import datetime as dt
 import hashlib
 import warnings
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -31,6 +31,10 @@ DEVELOPER_ID_CA = x509.ObjectIdentifier("1.2.840.113635.100.6.2.6")
 CDHASHES_PLIST = "1.2.840.113635.100.9.1"
 CDHASHES_DIGESTS = "1.2.840.113635.100.9.2"
 TIMESTAMP_TOKEN = "1.2.840.113549.1.9.16.2.14"  # an unsigned attribute: Apple's TSA's token
+CONTENT_TYPE = "1.2.840.113549.1.9.3"
+MESSAGE_DIGEST = "1.2.840.113549.1.9.4"
+SIGNING_TIME = "1.2.840.113549.1.9.5"
+CONTENT_DATA = "1.2.840.113549.1.7.1"
 T = TypeVar("T", bound=x509.ExtensionType)
 _DER = Encoding.DER
 MAX_CHAIN = 6
@@ -50,73 +54,107 @@ class SignedCms:
     digest_name: str
     signed_digest: bytes  # messageDigest: the primary code directory's digest
     bound_cdhashes: frozenset[tuple[str, bytes]]  # (hash name, full digest) of 100.9.2
-    timestamped: bool = False  # an RFC 3161 timestamp token rides along (not verified)
+    signature: bytes = b""  # the signature value (what a timestamp token is over)
+    timestamp_token: Any = None  # the RFC 3161 token beside it (asn1crypto ContentInfo)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedSigner:
+    """The one signer of a SignedData, checked: its certificate and signed attributes."""
+
+    signer: x509.Certificate
+    certificates: tuple[x509.Certificate, ...]
+    attributes: dict[str, Any]  # signed attribute OID -> its values
+    digest_name: str
+    signer_info: Any  # asn1crypto SignerInfo
 
 
 def verify_cms(der: bytes, content: bytes) -> SignedCms:
     """Check the detached CMS signature `der` over `content` (the primary code directory):
     one signer, its certificate inside, signed attributes whose messageDigest is `content`'s
     digest, and the signer's key verifying them."""
-    if not der:
-        raise SignatureError("the signature slot is empty: an ad-hoc signature, no signer")
-    with warnings.catch_warnings():  # a malformed certificate is refused, not warned about
-        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
-        return _verify_cms(der, content)
-
-
-def _verify_cms(der: bytes, content: bytes) -> SignedCms:
     from asn1crypto import cms
 
+    if not der:
+        raise SignatureError("the signature slot is empty: an ad-hoc signature, no signer")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        try:
+            info = cms.ContentInfo.load(der, strict=True)
+            if info["content_type"].native != "signed_data":
+                raise SignatureError("the CMS blob is not SignedData")
+            signed = info["content"]
+            if signed["encap_content_info"]["content"].native is not None:
+                raise SignatureError("the CMS signature embeds content instead of signing the "
+                                     "code directory")
+        except SignatureError:
+            raise
+        except Exception as error:  # asn1crypto raises ValueError, TypeError, ... on bad DER
+            raise SignatureError(f"the CMS signature does not parse: {str(error)[:200]}") \
+                from None
+        checked = check_signed_data(signed, content, CONTENT_DATA, "the CMS signature",
+                                    "code directory")
+        try:
+            signing_time = checked.attributes.get(SIGNING_TIME)
+            when = signing_time[0].native if signing_time else None
+            bound = _cdhash_digests(checked.attributes.get(CDHASHES_DIGESTS))
+            unsigned = checked.signer_info["unsigned_attrs"]
+            tokens = [a["values"][0] for a in unsigned if a["type"].dotted == TIMESTAMP_TOKEN] \
+                if isinstance(unsigned, cms.CMSAttributes) else []
+            signature = checked.signer_info["signature"].native
+        except Exception as error:
+            raise SignatureError(f"the CMS signature does not parse: {str(error)[:200]}") \
+                from None
+    if len(tokens) > 1:
+        raise SignatureError("the CMS signature carries more than one timestamp token")
+    return SignedCms(checked.signer, checked.certificates, when, checked.digest_name,
+                     bytes(checked.attributes[MESSAGE_DIGEST][0].native), bound, signature,
+                     tokens[0] if tokens else None)
+
+
+def check_signed_data(signed: Any, content: bytes, content_type: str, what: str,
+                      signs: str) -> CheckedSigner:
+    """Check the one signer of the asn1crypto SignedData `signed` over `content`: its
+    certificate among those carried, the content type and messageDigest attributes, and its
+    signature over the attributes. `what` names the structure in refusals, `signs` what its
+    content is."""
     try:
-        info = cms.ContentInfo.load(der, strict=True)
-        if info["content_type"].native != "signed_data":
-            raise SignatureError("the CMS blob is not SignedData")
-        signed = info["content"]
-        if signed["encap_content_info"]["content"].native is not None:
-            raise SignatureError("the CMS signature embeds content instead of signing the "
-                                 "code directory")
         if len(signed["signer_infos"]) != 1:
-            raise SignatureError(f"the CMS signature has {len(signed['signer_infos'])} "
-                                 "signers, not one")
+            raise SignatureError(f"{what} has {len(signed['signer_infos'])} signers, not one")
         signer_info = signed["signer_infos"][0]
         certificates = tuple(x509.load_der_x509_certificate(c.chosen.dump())
                              for c in signed["certificates"] or ()
                              if c.name == "certificate")
-        signer = _signer(signer_info["sid"], certificates)
+        signer = _signer(signer_info["sid"], certificates, what)
         digest_name = signer_info["digest_algorithm"]["algorithm"].native
         algorithm = signer_info["signature_algorithm"].signature_algo
         attributes = signer_info["signed_attrs"]
         if not attributes:
-            raise SignatureError("the CMS signature has no signed attributes")
+            raise SignatureError(f"{what} has no signed attributes")
         values = {a["type"].dotted: a["values"] for a in attributes}
-        message_digest = values.get("1.2.840.113549.1.9.4")
-        content_type = values.get("1.2.840.113549.1.9.3")
-        signing_time = values.get("1.2.840.113549.1.9.5")
+        message_digest = values.get(MESSAGE_DIGEST)
+        kind = values.get(CONTENT_TYPE)
         signed_digest = bytes(message_digest[0].native) if message_digest else b""
-        when = signing_time[0].native if signing_time else None
+        kind_oid = kind[0].dotted if kind else None
         to_verify = b"\x31" + attributes.dump()[1:]  # signed as a SET OF, tagged [0] here
         signature = signer_info["signature"].native
-        bound = _cdhash_digests(values.get(CDHASHES_DIGESTS))
-        unsigned = signer_info["unsigned_attrs"]
-        timestamped = isinstance(unsigned, cms.CMSAttributes) and any(
-            a["type"].dotted == TIMESTAMP_TOKEN for a in unsigned)
     except SignatureError:
         raise
     except Exception as error:  # asn1crypto raises ValueError, TypeError, ... on bad DER
-        raise SignatureError(f"the CMS signature does not parse: {str(error)[:200]}") from None
-    if content_type is None or content_type[0].native != "data":
-        raise SignatureError("the CMS signed attributes lack content type `data`")
+        raise SignatureError(f"{what} does not parse: {str(error)[:200]}") from None
+    if kind_oid != content_type:
+        raise SignatureError(f"{what}'s signed attributes lack content type {content_type}")
     if digest_name not in DIGESTS:
-        raise SignatureError(f"the CMS digest {digest_name} is not one this accepts "
+        raise SignatureError(f"{what}'s digest {digest_name} is not one this accepts "
                              f"({', '.join(DIGESTS)})")
     if signed_digest != hashlib.new(digest_name, content).digest():
-        raise SignatureError("the CMS signature is over another code directory (messageDigest "
-                             "differs)")
-    _check_signature(signer, algorithm, DIGESTS[digest_name], signature, to_verify)
-    return SignedCms(signer, certificates, when, digest_name, signed_digest, bound, timestamped)
+        raise SignatureError(f"{what} is over another {signs} (messageDigest differs)")
+    _check_signature(signer, algorithm, DIGESTS[digest_name], signature, to_verify, what)
+    return CheckedSigner(signer, certificates, values, digest_name, signer_info)
 
 
-def _signer(sid: object, certificates: Sequence[x509.Certificate]) -> x509.Certificate:
+def _signer(sid: object, certificates: Sequence[x509.Certificate],
+            what: str) -> x509.Certificate:
     """The certificate among `certificates` that the SignerIdentifier names."""
     choice = getattr(sid, "name", "")
     chosen = getattr(sid, "chosen", None)
@@ -132,7 +170,7 @@ def _signer(sid: object, certificates: Sequence[x509.Certificate]) -> x509.Certi
                 continue
             if ski.value.digest == chosen.native:
                 return cert
-    raise SignatureError("the CMS signature does not carry its signer's certificate")
+    raise SignatureError(f"{what} does not carry its signer's certificate")
 
 
 def _cdhash_digests(values: object) -> frozenset[tuple[str, bytes]]:
@@ -153,7 +191,7 @@ def _cdhash_digests(values: object) -> frozenset[tuple[str, bytes]]:
 
 
 def _check_signature(cert: x509.Certificate, algorithm: str, digest: hashes.HashAlgorithm,
-                     signature: bytes, data: bytes) -> None:
+                     signature: bytes, data: bytes, what: str) -> None:
     try:
         key = cert.public_key()
         if algorithm == "rsassa_pkcs1v15" and isinstance(key, rsa.RSAPublicKey):
@@ -161,13 +199,13 @@ def _check_signature(cert: x509.Certificate, algorithm: str, digest: hashes.Hash
         elif algorithm == "ecdsa" and isinstance(key, ec.EllipticCurvePublicKey):
             key.verify(signature, data, ec.ECDSA(digest))
         else:
-            raise SignatureError(f"the CMS signature algorithm {algorithm} with a "
+            raise SignatureError(f"{what}'s algorithm {algorithm} with a "
                                  f"{type(key).__name__} key is not one this verifies")
     except InvalidSignature:
-        raise SignatureError("the CMS signature does not verify with its signer's key "
-                             "(the code directory or its attributes were changed)") from None
+        raise SignatureError(f"{what} does not verify with its signer's key (what it signs "
+                             "or its attributes were changed)") from None
     except (ValueError, TypeError, UnsupportedAlgorithm) as error:
-        raise SignatureError(f"the signer's key cannot check the CMS signature: "
+        raise SignatureError(f"the signer's key cannot check {what}: "
                              f"{str(error)[:200]}") from None
 
 

@@ -28,8 +28,12 @@ from dflash_guard.trust.apple.udif import SignatureError
 if TYPE_CHECKING:
     from cryptography import x509
 
+    from dflash_guard.trust.apple.cms import SignedCms
+    from dflash_guard.trust.apple.timestamp import Timestamp
+
 APPLE_ROOTS = ("AppleIncRootCertificate.cer", "AppleRootCA-G2.cer", "AppleRootCA-G3.cer")
 APPLE_INTERMEDIATES = ("DeveloperIDCA.cer", "DeveloperIDG2CA.cer")
+APPLE_TIMESTAMP = ("AppleTimestampCA.cer",)
 MAX_CERT_BYTES = 64 * 1024
 
 
@@ -68,7 +72,8 @@ class AppImageCheck:
     chain: tuple[str, ...] = ()
     anchor: str | None = None  # "apple" or "policy"
     signing_time: str | None = None
-    timestamp_token: bool = False  # present beside the signature (not verified: docs/limits.md)
+    timestamp_token: bool = False  # an RFC 3161 token rides beside the signature
+    timestamp: str | None = None  # its authority, when verified (signing_time is then its time)
     ticket: Ticket | None = None
     lock: str | None = None  # what the lock says of the image's sha256; None: no lock given
 
@@ -83,6 +88,7 @@ class AppImageCheck:
                 "code_directories": [{"hash": h, "cdhash": c} for h, c in self.code_directories],
                 "signer": self.signer, "chain": list(self.chain), "anchor": self.anchor,
                 "signing_time": self.signing_time, "timestamp_token": self.timestamp_token,
+                "timestamp": self.timestamp,
                 "ticket": dataclasses.asdict(self.ticket) if self.ticket else None,
                 "lock": self.lock, "problems": list(self.problems)}
 
@@ -214,23 +220,31 @@ def _signature_problems(signature: udif.Signature, directories: list[udif.CodeDi
                             "signature's cdhashes attribute")
     leaf = signed.signer
     team = cms.team_of(leaf)
-    when = signed.signing_time
+    apple = roots is None
+    anchors = roots if roots is not None else _vendored(APPLE_ROOTS)
+    stamp, stamp_problems = _timestamp(signed, apple, anchors, now)
+    problems += stamp_problems
+    when = stamp.gen_time if stamp is not None else signed.signing_time
     facts.update(signer=leaf.subject.rfc4514_string(), team_id=team,
                  signing_time=when.isoformat() if when else None,
-                 timestamp_token=signed.timestamped)
-    apple = roots is None
+                 timestamp_token=signed.timestamp_token is not None,
+                 timestamp=None if stamp is None else stamp.authority.subject.rfc4514_string())
     try:
         chain = cms.build_chain(leaf, [*signed.certificates,
                                        *(_vendored(APPLE_INTERMEDIATES) if apple else [])],
-                                roots if roots is not None else _vendored(APPLE_ROOTS))
+                                anchors)
         facts.update(chain=tuple(chain.subjects), anchor="apple" if apple else "policy")
-        if when is None:
-            problems.append("the CMS signature has no signing time: validity is checked now only")
-        elif when > now:
-            problems.append(f"the signing time {when:%Y-%m-%d %H:%M} UTC is in the future")
-        else:
-            problems += cms.chain_problems(chain, when, "at the signing time")
-        problems += cms.chain_problems(chain, now, "now")
+        if stamp is not None:  # a time the authority vouches for: validity then suffices
+            problems += cms.chain_problems(chain, stamp.gen_time, "at its timestamp")
+        else:  # the signer's own claim: valid then, and now
+            if when is None:
+                problems.append("the CMS signature has no signing time: validity is checked "
+                                "now only")
+            elif when > now:
+                problems.append(f"the signing time {when:%Y-%m-%d %H:%M} UTC is in the future")
+            else:
+                problems += cms.chain_problems(chain, when, "at the signing time")
+            problems += cms.chain_problems(chain, now, "now")
         if kind := cms.code_signing_problem(leaf, apple):
             problems.append(kind)
         if apple and not (len(chain.certificates) > 1
@@ -251,6 +265,31 @@ def _signature_problems(signature: udif.Signature, directories: list[udif.CodeDi
         problems.append(f"the image's identifier is {primary.identifier}, the policy pins "
                         f"{pins.identifier}")
     return problems
+
+
+def _timestamp(signed: SignedCms, apple: bool, anchors: list[x509.Certificate],
+               now: dt.datetime) -> tuple[Timestamp | None, list[str]]:
+    """The verified timestamp token beside the signature (None: none, or refused, with the
+    reasons): its authority chained to `anchors` (through the Apple Timestamp CA under
+    Apple's roots) and valid at the time it vouches for, which is not in the future."""
+    from dflash_guard.trust.apple import cms
+    from dflash_guard.trust.apple.timestamp import verify_timestamp
+
+    if signed.timestamp_token is None:
+        return None, []
+    try:
+        stamp = verify_timestamp(signed.timestamp_token, signed.signature)
+        chain = cms.build_chain(stamp.authority, [
+            *stamp.certificates, *(_vendored(APPLE_TIMESTAMP) if apple else [])], anchors)
+        problems = cms.chain_problems(chain, stamp.gen_time, "at its own timestamp")
+    except SignatureError as error:
+        return None, [f"the timestamp token is refused: {error}"]
+    except ValueError as error:  # a malformed extension, read lazily by cryptography
+        return None, [f"the timestamp token is refused: a certificate does not parse "
+                      f"({str(error)[:200]})"]
+    if stamp.gen_time > now:
+        problems.append(f"the timestamp {stamp.gen_time:%Y-%m-%d %H:%M} UTC is in the future")
+    return (None if problems else stamp), problems
 
 
 def _ticket(signature: udif.Signature, primary: udif.CodeDirectory) -> Ticket | None:
