@@ -43,6 +43,7 @@ COMMAND_MODULES = {
     "launch": "launch_cmd",
     "verify-approval": "approval_cmd",
     "verify-installed": "installed_cmd",
+    "verify-app": "app_cmd",
 }
 
 

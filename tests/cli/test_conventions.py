@@ -80,7 +80,7 @@ def test_one_spelling_of_the_output_flag(path):
     (["verify", "--root", "target", "pair/target"], "Got unexpected extra argument"),
     (["difftest", "local", "--target"], "Option '--target' requires an argument"),
     (["policy", "show", "a", "b"], "(try 'dflash-guard policy show -h')"),
-    (["verfy"], "Did you mean 'verify'?"),
+    (["verfy"], "Did you mean 'verify'"),  # 'verify', 'verify-app'?
 ])
 def test_a_usage_error_is_one_line_on_stderr(cli, args, message):
     result = cli(*args)
