@@ -347,6 +347,13 @@ def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str
     unknown = sorted(set(roots) - {a.role for a in lock.artifacts})
     if unknown:
         raise InputError(f"--root {unknown[0]}=...: the lockfile has no artifact with that role")
+    if engine == "ollama":  # a Modelfile, read with ollama's own grammar
+        from dflash_guard.launch.ollama import lint_modelfile
+
+        if len(command) != 1:
+            raise InputError("launch --check ollama: give one Modelfile path")
+        _, found = lint_modelfile(lock, policy, Path(command[0]), roots, progress)
+        return LaunchCheckReport(engine, tuple(command), tuple(found))
     spec = FLAGS[engine]
     caps = frozenset(policy.launch.caps.get(engine, {}) if policy.launch else ())
     if engine == "vllm":
