@@ -19,6 +19,7 @@ exceeded. ollama has no API key: `launch ollama` binds loopback only.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pwd
 from collections.abc import Mapping
@@ -81,12 +82,15 @@ def reviewed_template(policy: Policy, path: Path | None) -> str | Outcome:
 
 
 def modelfile_commands(plan: LaunchPlan, template: str) -> list[Command]:
-    """The Modelfile serving `plan`: FROM, DRAFT, TEMPLATE, the draft tokens and the caps."""
+    """The Modelfile serving `plan`: FROM, DRAFT, TEMPLATE, the draft tokens (0 for the
+    baseline) and the caps."""
     commands = [Command("model", plan.target.location)]
     if plan.drafter is not None:
         commands.append(Command("draft", plan.drafter.location))
     commands.append(Command("template", template))
-    if plan.drafter is not None and plan.num_speculative_tokens is not None:
+    if plan.drafter is None:  # the baseline: 0 also stops the MTP drafting ollama would start
+        commands.append(Command(DRAFT_TOKENS, "0"))  # for a target GGUF with MTP layers
+    elif plan.num_speculative_tokens is not None:
         commands.append(Command(DRAFT_TOKENS, str(plan.num_speculative_tokens)))
     commands += [Command(name, str(value)) for name, value in sorted(plan.caps.items())]
     return commands
@@ -115,14 +119,15 @@ def _finding(rule: rules.Rule, where: str, message: str) -> Finding:
 
 
 def expand_path(value: str, relative_dir: Path) -> Path:
-    """ollama's `expandPath`: absolute as it is, `~` and `~user` from the home folder, anything
-    else relative to the Modelfile's folder."""
+    """ollama's `expandPath`: absolute as it is, `~` and `~user` from the account's home folder
+    (the password database, not $HOME), anything else relative to the Modelfile's folder."""
     if value.startswith(("/", "\\")):
         return Path(os.path.abspath(value))
     if value.startswith("~"):
         user, _, rest = value[1:].partition("/")
         try:
-            home = (os.path.expanduser("~") if not user else pwd.getpwnam(user).pw_dir)
+            entry = pwd.getpwnam(user) if user else pwd.getpwuid(os.getuid())  # as Go's user
+            home = entry.pw_dir
         except KeyError:
             raise InputError(f"{value}: no user {user!r} (ollama would refuse it too)") from None
         return Path(os.path.abspath(os.path.join(home, rest)))
@@ -181,8 +186,8 @@ def _parameters(policy: Policy, commands: list[Command]) -> list[Finding]:
             try:
                 number = float(value)
             except ValueError:
-                number = float("inf")
-            if number > caps[name]:
+                number = math.nan
+            if not math.isfinite(number) or number > caps[name]:
                 found.append(_finding(rules.LAUNCH_CAPS, where, f"{value} is over the policy's "
                                       f"cap of {caps[name]}"))
         elif name not in PASSTHROUGH:

@@ -162,3 +162,32 @@ def test_launch_never_writes_over_an_input(cli, pair) -> None:
     assert pair["template"].read_bytes() == before
     inside = _launch(cli, pair, "--modelfile", pair["target"] / "Modelfile")
     assert inside.exit_code == 2 and not (pair["target"] / "Modelfile").exists()
+
+
+def test_parameter_spellings_of_other_commands_are_read_as_those_commands(cli, pair) -> None:
+    """ollama records `PARAMETER adapter X` as the command `adapter`, and its create request
+    reads it as ADAPTER (`parser.go` `CreateRequest`): so does the lint."""
+    out = _written(cli, pair)
+    text = out.read_text()
+    out.write_text(text + f"PARAMETER adapter {pair['dir'] / 'x.gguf'}\n")
+    assert [f["file"] for f in json.loads(_check(cli, pair, out).stdout)["findings"]] == [
+        "ADAPTER"]
+    out.write_text(text + "PARAMETER model llama3\n")
+    files = [f["file"] for f in json.loads(_check(cli, pair, out).stdout)["findings"]]
+    assert files == ["FROM", "FROM"]  # two FROMs, one of them a registry name
+
+
+def test_a_non_number_cap_is_refused(cli, pair) -> None:
+    out = _written(cli, pair)
+    out.write_text(out.read_text().replace("num_ctx 4096", "num_ctx nan"))
+    assert "DG-LAUNCH-CAPS" in _check(cli, pair, out).stdout
+
+
+def test_the_baseline_modelfile_turns_drafting_off(cli, pair) -> None:
+    out = pair["dir"] / "Modelfile.baseline"
+    result = _launch(cli, pair, "--baseline", "--modelfile", out)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    commands = {c.name: c.args for c in parse(out.read_text())}
+    assert "draft" not in commands and commands["draft_num_predict"] == "0"
+    assert shlex.split(result.stdout)[4].endswith("-baseline")
+    assert _check(cli, pair, out).exit_code == 0
