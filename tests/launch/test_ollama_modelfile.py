@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dflash_guard.launch.ollama_modelfile import (
     ERR_INVALID_COMMAND,
@@ -103,3 +105,22 @@ def test_decode_follows_the_bom() -> None:
     assert decode(b"\xef\xbb\xbfFROM a") == "FROM a"
     assert decode(b"\xff\xfe" + "FROM a".encode("utf-16-le")) == "FROM a"
     assert decode(b"FROM \xff") == "FROM \ufffd"
+
+
+COMMAND_WORDS = st.sampled_from(["FROM", "from", "DRAFT", "ADAPTER", "TEMPLATE", "SYSTEM",
+                                 "PARAMETER", "MESSAGE", "LICENSE", "#", "BAD", ""])
+PIECES = st.sampled_from([" ", "\t", "\n", "\r\n", '"', '"""', "user", "num_ctx", "x y",
+                          "/m.gguf", "\u00a0", "\x00", "你好", "#"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(COMMAND_WORDS, st.lists(PIECES, max_size=6)), max_size=8))
+def test_any_text_parses_or_is_a_modelfile_error(lines) -> None:
+    """Whatever the text, the parser returns commands or raises `ModelfileError` (an input
+    error, exit 2), never another exception; what it returns has a FROM."""
+    text = "".join(word + "".join(rest) for word, rest in lines)
+    try:
+        commands = parse(text)
+    except ModelfileError:
+        return
+    assert any(c.name == "model" for c in commands)
