@@ -30,7 +30,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input, write_atomic
 from dflash_guard.findings import Finding
 from dflash_guard.launch.engines import LaunchCommand
-from dflash_guard.launch.ollama_modelfile import Command, decode, parse, render
+from dflash_guard.launch.ollama_modelfile import Command, ModelfileError, decode, parse, render
 from dflash_guard.launch.plan import LaunchPlan
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.fileset import served_gguf
@@ -103,7 +103,11 @@ def write_modelfile(plan: LaunchPlan, template: str, path: Path, name: str
     as other commands (a path or template its quoting cannot carry)."""
     commands = modelfile_commands(plan, template)
     text = render(commands)
-    if parse(text) != commands:
+    try:
+        same = parse(text) == commands
+    except ModelfileError:
+        same = False
+    if not same:
         return Outcome.refused("the Modelfile cannot be written so that ollama reads back the "
                                "same paths and template (a value its quoting cannot carry)")
     write_atomic(path, text)

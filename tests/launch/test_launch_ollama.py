@@ -191,3 +191,18 @@ def test_the_baseline_modelfile_turns_drafting_off(cli, pair) -> None:
     assert "draft" not in commands and commands["draft_num_predict"] == "0"
     assert shlex.split(result.stdout)[4].endswith("-baseline")
     assert _check(cli, pair, out).exit_code == 0
+
+
+def test_a_template_ollamas_quoting_cannot_carry_is_refused(cli, pair) -> None:
+    """A template holding `\"\"\"` and a newline would be cut short where ollama reads it back:
+    the file is parsed before it is written, and not written."""
+    broken = 'line one """\nline two'
+    digest = hashlib.sha256(broken.encode()).hexdigest()
+    policy = pair["policy"].read_text().replace(
+        "reviewed_templates:\n", f"reviewed_templates:\n  - sha256: {digest}\n    note: x\n")
+    pair["policy"].write_text(policy)
+    pair["template"].write_text(broken)
+    out = pair["dir"] / "Modelfile.cut"
+    result = _launch(cli, pair, "--modelfile", out)
+    assert result.exit_code == 1 and "quoting cannot carry" in result.stdout
+    assert not out.exists()
