@@ -27,7 +27,7 @@ from pathlib import Path
 
 from dflash_guard import rules
 from dflash_guard.errors import InputError
-from dflash_guard.fileio import read_input, write_atomic
+from dflash_guard.fileio import open_binary, read_input, write_atomic
 from dflash_guard.findings import Finding
 from dflash_guard.launch.engines import LaunchCommand
 from dflash_guard.launch.ollama_modelfile import Command, ModelfileError, decode, parse, render
@@ -38,6 +38,7 @@ from dflash_guard.pins.hashing import hash_files
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.trust.policy import Policy
+from kernels_ref.gguf_reader import GGUFError, read_gguf
 
 DEFAULT_PORT = 11434
 MAX_MODELFILE_BYTES = 4 * 1024 * 1024  # a Modelfile is its commands and a template
@@ -56,6 +57,36 @@ WHY = {
 }
 SHOWN = {"model": "FROM"}
 DETECTOR = "launch-check"
+# `ollama create` gives a target of these architectures a built-in renderer and parser, which
+# render prompts instead of the TEMPLATE (server/create.go)
+RENDERED = frozenset({"gemma4", "laguna", "nemotron_h", "nemotron_h_moe", "nemotron_h_omni"})
+
+
+def create_problems(role: str, path: Path) -> list[str]:
+    """Why `ollama create` would not serve the GGUF at `path` (of `role`) as the lock has it:
+    a header ollama's reader would refuse too, a target it renders with a built-in renderer in
+    place of the TEMPLATE, or quantizes to Q8_0 itself (`source_quantization: hf_fp8`), a
+    drafter whose architecture is not `dflash` (ollama would run it as an MTP draft)."""
+    try:
+        with open_binary(path) as handle, read_gguf(handle) as gguf:
+            arch = gguf.value("general.architecture")
+            source = gguf.value("source_quantization") if gguf.find(
+                "source_quantization") is not None and role == "target" else None
+            fp8 = gguf.find("source_fp8_tensors") is not None
+    except (GGUFError, OSError) as error:
+        return [f"{role} {path.name}: its GGUF header cannot be read ({error})"]
+    if role != "target":
+        return [] if arch == "dflash" else [
+            f"{role} {path.name}: architecture {arch!r}, not 'dflash': ollama would run it as "
+            "an MTP draft (draft-mtp), not a DFlash drafter"]
+    problems = []
+    if arch in RENDERED:
+        problems.append(f"target {path.name}: ollama renders a {arch} model with its built-in "
+                        "renderer, not the reviewed TEMPLATE")
+    if source == "hf_fp8" and fp8:
+        problems.append(f"target {path.name}: ollama quantizes a GGUF with source FP8 tensors "
+                        "to Q8_0 when it creates the model, so it would not serve these bytes")
+    return problems
 
 
 def model_name(lock: Lockfile, baseline: bool) -> str:
@@ -101,6 +132,11 @@ def write_modelfile(plan: LaunchPlan, template: str, path: Path, name: str
     """Write the Modelfile of `plan` to `path` (atomically; never over an input) and return the
     `ollama create NAME` command that loads it, or the refusal when ollama would read the file back
     as other commands (a path or template its quoting cannot carry)."""
+    loads = [plan.target] if plan.drafter is None else [plan.target, plan.drafter]
+    problems = [p for load in loads for p in create_problems(
+        "target" if load is plan.target else "drafter", Path(load.location))]
+    if problems:
+        return Outcome.refused("; ".join(problems))
     commands = modelfile_commands(plan, template)
     text = render(commands)
     try:
@@ -165,7 +201,9 @@ def _locked_gguf(lock: Lockfile, artifact: Artifact, where: str, value: str, rel
         return [_finding(rules.LAUNCH_NOT_LOCKED, where, f"{value}: its sha256 "
                          f"{digest[resolved][:12]} is not the locked {artifact.role} {gguf} "
                          f"({locked[:12]})")]
-    return []
+    role = "target" if artifact.role == "target" else "drafter"
+    return [_finding(rules.LAUNCH_NOT_LOCKED, where, problem)
+            for problem in create_problems(role, resolved)]
 
 
 def _parameters(policy: Policy, commands: list[Command]) -> list[Finding]:

@@ -19,6 +19,23 @@ from tests.support.hostile import one_line_error
 from tests.support.launch import LAUNCH
 from tests.support.trust import write_lock, write_policy
 
+
+def write_gguf(path: Path, arch: str, **strings: str) -> Path:
+    """A small GGUF of architecture `arch`, with string keys `strings`."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), arch)
+    for key, value in strings.items():
+        writer.add_string(key, value)
+    writer.add_tensor("t", np.ones(8, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 TEMPLATE = "{{ if .System }}<|system|>{{ .System }}{{ end }}<|user|>{{ .Prompt }}<|assistant|>"
 
 
@@ -26,9 +43,9 @@ TEMPLATE = "{{ if .System }}<|system|>{{ .System }}{{ end }}<|user|>{{ .Prompt }
 def pair(tmp_path: Path) -> dict[str, Path]:
     """A lock of a target and a drafter GGUF (local folders), a policy reviewing TEMPLATE with
     ollama caps, and the template file."""
-    for role in ("target", "drafter"):
+    for role, arch in (("target", "qwen3"), ("drafter", "dflash")):
         (tmp_path / role).mkdir()
-        (tmp_path / role / f"{role}.gguf").write_bytes(b"GGUF" + role.encode())
+        write_gguf(tmp_path / role / f"{role}.gguf", arch)
     lock = write_lock(build_lock({r: str(tmp_path / r) for r in ("target", "drafter")}).lock,
                       tmp_path / "gguf.lock")
     digest = hashlib.sha256(TEMPLATE.encode()).hexdigest()
@@ -206,3 +223,37 @@ def test_a_template_ollamas_quoting_cannot_carry_is_refused(cli, pair) -> None:
     result = _launch(cli, pair, "--modelfile", out)
     assert result.exit_code == 1 and "quoting cannot carry" in result.stdout
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("role", "arch", "keys", "said"), [
+    ("drafter", "qwen3", {}, "MTP draft"),
+    ("target", "gemma4", {}, "built-in renderer"),
+    ("target", "qwen3", {"source_quantization": "hf_fp8", "source_fp8_tensors": "x"}, "Q8_0"),
+])
+def test_what_ollama_create_would_change_is_refused(cli, tmp_path, role, arch, keys, said
+                                                    ) -> None:
+    """ollama runs a non-DFlash draft GGUF as an MTP draft, renders some architectures with a
+    built-in renderer instead of TEMPLATE, and quantizes a source-FP8 GGUF itself
+    (server/create.go, llm/llama_server.go): launch refuses, and the lint finds it."""
+    files = {"target": ("qwen3", {}), "drafter": ("dflash", {}), role: (arch, keys)}
+    for name, (kind, extra) in files.items():
+        (tmp_path / name).mkdir()
+        write_gguf(tmp_path / name / f"{name}.gguf", kind, **extra)
+    lock = write_lock(build_lock({r: str(tmp_path / r) for r in files}).lock, tmp_path / "l.lock")
+    digest = hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    policy = write_policy(tmp_path / "policy", (
+        "reviewed_templates: []\n", f"reviewed_templates:\n  - sha256: {digest}\n    note: t\n"),
+        ("gguf_requires_comparison: true", "gguf_requires_comparison: false"))
+    (tmp_path / "t.tmpl").write_text(TEMPLATE)
+    roots = ["--root", f"target={tmp_path / 'target'}", "--root",
+             f"drafter={tmp_path / 'drafter'}"]
+    out = tmp_path / "Modelfile"
+    result = cli("launch", "ollama", "--lock", lock, "--policy", policy, *roots, "--template",
+                 tmp_path / "t.tmpl", "--modelfile", out)
+    assert result.exit_code == 1 and said in result.stdout and not out.exists()
+    out.write_text(f"FROM {tmp_path / 'target' / 'target.gguf'}\n"
+                   f"DRAFT {tmp_path / 'drafter' / 'drafter.gguf'}\nTEMPLATE {TEMPLATE}\n")
+    checked = cli("launch", "--check", "ollama", "--lock", lock, "--policy", policy, *roots,
+                  "--format", "json", out)
+    findings = json.loads(checked.stdout)["findings"]
+    assert checked.exit_code == 1 and [said in f["message"] for f in findings] == [True]
