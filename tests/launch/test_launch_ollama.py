@@ -257,3 +257,14 @@ def test_what_ollama_create_would_change_is_refused(cli, tmp_path, role, arch, k
                   "--format", "json", out)
     findings = json.loads(checked.stdout)["findings"]
     assert checked.exit_code == 1 and [said in f["message"] for f in findings] == [True]
+
+
+def test_sarif_points_at_the_modelfile(cli, pair) -> None:
+    out = _written(cli, pair)
+    out.write_text(out.read_text() + "ADAPTER ./x.gguf\n")
+    result = cli("launch", "--check", "ollama", "--lock", pair["lock"], "--policy",
+                 pair["policy"], *_roots(pair), "--format", "sarif", str(out))
+    assert result.exit_code == 1
+    run = json.loads(result.stdout)["runs"][0]
+    [location] = run["results"][0]["locations"]
+    assert location["physicalLocation"]["artifactLocation"]["uri"].endswith("Modelfile")
