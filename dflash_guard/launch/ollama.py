@@ -13,7 +13,8 @@ policy's `launch.ollama` caps, nothing else. The lint refuses: a FROM or DRAFT t
 locked GGUF (by sha256, and by resolved path under `--root`), a name ollama would pull from a
 registry, a folder, ADAPTER, RENDERER, PARSER, SYSTEM, MESSAGE, a TEMPLATE that is missing or
 not reviewed, a PARAMETER neither launch writes nor a resource setting passes, a cap missing or
-exceeded. ollama has no API key: `launch ollama` binds loopback only.
+exceeded. Both refuse a locked GGUF that `ollama create` would change (`create_problems`).
+ollama has no API key: `launch ollama` binds loopback only.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.trust.policy import Policy
 from kernels_ref.gguf_reader import GGUFError, read_gguf
 
-DEFAULT_PORT = 11434
 MAX_MODELFILE_BYTES = 4 * 1024 * 1024  # a Modelfile is its commands and a template
 MAX_TEMPLATE_BYTES = 1024 * 1024
 DRAFT_TOKENS = "draft_num_predict"
@@ -130,8 +130,9 @@ def modelfile_commands(plan: LaunchPlan, template: str) -> list[Command]:
 def write_modelfile(plan: LaunchPlan, template: str, path: Path, name: str
                     ) -> LaunchCommand | Outcome:
     """Write the Modelfile of `plan` to `path` (atomically; never over an input) and return the
-    `ollama create NAME` command that loads it, or the refusal when ollama would read the file back
-    as other commands (a path or template its quoting cannot carry)."""
+    `ollama create NAME` command that loads it, or the refusal: what `ollama create` would
+    change (`create_problems`), or a file ollama would read back as other commands (a path or
+    template its quoting cannot carry)."""
     loads = [plan.target] if plan.drafter is None else [plan.target, plan.drafter]
     problems = [p for load in loads for p in create_problems(
         "target" if load is plan.target else "drafter", Path(load.location))]
