@@ -22,10 +22,11 @@ from dflash_guard.trust.policy import load_policy
 
 def launch(
     engine: Annotated[str, typer.Argument(
-        metavar="ENGINE", help="vllm, llama.cpp, sglang (or omlx, --check only).")],
+        metavar="ENGINE", help="vllm, llama.cpp, sglang, ollama (or omlx, --check only).")],
     command: Annotated[list[str] | None, typer.Argument(
         metavar="ARG", help="After `--`: more engine arguments (none that launch controls), "
-                               "or with --check the whole command line to lint.")] = None,
+                               "or with --check the whole command line to lint (ollama: "
+                               "the Modelfile).")] = None,
     lock_path: Annotated[str, typer.Option("--lock", metavar="FILE",
                                            help="The lockfile.")] = "dflash.lock",
     policy: Annotated[str | None, typer.Option(
@@ -39,7 +40,9 @@ def launch(
              "must load it from there.")] = None,
     host: Annotated[str, typer.Option("--host", metavar="ADDR",
                                       help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", metavar="PORT", min=1, max=65535)] = 8000,
+    port: Annotated[int | None, typer.Option(
+        "--port", metavar="PORT", min=1, max=65535,
+        help="Port to bind (default 8000; ollama 11434).")] = None,
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", metavar="NAME",
         help="Variable holding the API key (required when --host is not loopback).")] = None,
@@ -96,6 +99,14 @@ def launch(
     ready_timeout: Annotated[float, typer.Option(
         "--ready-timeout", metavar="SECONDS", min=1.0,
         help="With --verify-served: how long the engine may take to serve.")] = 600.0,
+    template: Annotated[Path | None, typer.Option(
+        "--template", metavar="FILE",
+        help="ollama: the Go template the Modelfile's TEMPLATE carries (its sha256 must be on "
+             "the policy's reviewed_templates).")] = None,
+    modelfile: Annotated[Path, typer.Option(
+        "--modelfile", metavar="FILE",
+        help="ollama: where the Modelfile is written (atomically, never over an input).")
+    ] = Path("Modelfile"),
     check: Annotated[bool, typer.Option(
         "--check", help="Lint the command after `--` against the lock and policy.")] = False,
     fmt: Annotated[OutputFormat, typer.Option(
@@ -138,7 +149,7 @@ def launch(
                  "--trust-remote-code": trust_remote_code, "--num-speculative-tokens": tokens,
                  "--api-key-env": api_key_env, "--approval": approval,
                  "--wheelhouse": wheelhouse, "--trust-root": trust_root,
-                 "--verify-served": verify_served}
+                 "--verify-served": verify_served, "--template": template}
         if mixed := [flag for flag, value in given.items() if value]:
             raise InputError(f"{mixed[0]}: not with --check (it lints the command after `--`)")
         with progress(quiet) as shown:
@@ -153,8 +164,15 @@ def launch(
         return
     if fmt is OutputFormat.sarif:
         raise InputError("--format sarif: only with --check (a launch has no findings)")
+    if engine == "ollama":
+        _ollama_options(execute, verify_served, modelfile,
+                        [("--lock", Path(lock_path)), ("--template", template),
+                         ("--policy", Path(policy) if policy and Path(policy).is_file()
+                          else None), *((f"--root {r}", p) for r, p in roots.items())])
     options = LaunchOptions(
-        engine=engine, roots=roots, host=host, port=port,
+        engine=engine, roots=roots, host=host,
+        port=port or (11434 if engine == "ollama" else 8000), template=template,
+        modelfile=modelfile,
         api_key_env=api_key_env, trust_remote_code=trust_remote_code, baseline=baseline,
         num_speculative_tokens=tokens, program=program, extra=tuple(command or []))
     approved = None if approval is None else Approval(
@@ -204,6 +222,19 @@ def launch(
                               say=lambda line: typer.echo(line, err=True))
         result = dataclasses.replace(result, outcome=refused)
     finish(result, PlainFormat(fmt.value), render_launch)
+
+
+def _ollama_options(execute: bool, verify_served: bool, modelfile: Path,
+                    inputs: list[tuple[str, Path | None]]) -> None:
+    """What `launch ollama` cannot do, and a Modelfile that would replace an input."""
+    from dflash_guard.outputs import refuse_outputs_over_inputs, refuse_unwritable
+
+    if execute or verify_served:
+        raise InputError(f"{'--exec' if execute else '--verify-served'}: not for ollama (run "
+                         "the printed `ollama create` against an `ollama serve` bound to "
+                         "loopback)")
+    refuse_outputs_over_inputs([("--modelfile", modelfile)], inputs)
+    refuse_unwritable([("--modelfile", modelfile)])
 
 
 def register(app: typer.Typer) -> None:

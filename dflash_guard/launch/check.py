@@ -84,6 +84,7 @@ class LaunchCheckReport:
     findings: tuple[Finding, ...]
     lock_path: str = "dflash.lock"
     policy_path: str | None = None  # a policy file the user gave (None: a built-in)
+    modelfile: str | None = None  # ollama: the Modelfile the findings are about
 
     @property
     def passed(self) -> bool:
@@ -99,7 +100,7 @@ class LaunchCheckReport:
         if self.policy_path and finding.rule_id in (rules.LAUNCH_CAPS.id,
                                                     rules.LAUNCH_SPECULATIVE.id):
             return self.policy_path
-        return self.lock_path
+        return self.modelfile or self.lock_path
 
     def summary(self) -> str:
         if self.passed:
@@ -347,6 +348,13 @@ def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str
     unknown = sorted(set(roots) - {a.role for a in lock.artifacts})
     if unknown:
         raise InputError(f"--root {unknown[0]}=...: the lockfile has no artifact with that role")
+    if engine == "ollama":  # a Modelfile, read with ollama's own grammar
+        from dflash_guard.launch.ollama import lint_modelfile
+
+        if len(command) != 1:
+            raise InputError("launch --check ollama: give one Modelfile path")
+        _, found = lint_modelfile(lock, policy, Path(command[0]), roots, progress)
+        return LaunchCheckReport(engine, tuple(command), tuple(found), modelfile=command[0])
     spec = FLAGS[engine]
     caps = frozenset(policy.launch.caps.get(engine, {}) if policy.launch else ())
     if engine == "vllm":

@@ -32,7 +32,8 @@ from dflash_guard.trust.evidence import artifact_key, served_gguf_problems
 from dflash_guard.trust.policy import ENV_NAME_RE, Policy, RemoteCode
 from dflash_guard.urls import is_loopback
 
-ENGINES = ("vllm", "llama.cpp", "sglang")
+ENGINES = ("vllm", "llama.cpp", "sglang", "ollama")
+GGUF_ENGINES = ("llama.cpp", "ollama")  # load one GGUF file (ollama: llama-server inside)
 DEFAULT_METHOD = "dflash"
 
 
@@ -62,6 +63,8 @@ class LaunchOptions:
     # from a verified approval record: role -> the folder `verify-approval` walked (None: each
     # folder is verified against the lock here)
     approved: Mapping[str, Path] | None = None
+    template: Path | None = None  # ollama: the reviewed Go template the Modelfile carries
+    modelfile: Path | None = None  # ollama: where the Modelfile is written
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,13 +138,16 @@ def _load(lock: Lockfile, policy: Policy, artifact: Artifact, options: LaunchOpt
         if folder is None:
             return verified
     path, locked = folder.resolve(), {f.path for f in artifact.files}
-    if options.engine == "llama.cpp":  # llama.cpp loads one file (and its split parts)
+    if options.engine in GGUF_ENGINES:  # llama.cpp loads one file (and its split parts)
         gguf = served_gguf(locked)
+        ggufs = sorted(p for p in locked if p.endswith(".gguf"))
         if gguf is None:
-            ggufs = sorted(p for p in locked if p.endswith(".gguf"))
             return Outcome.refused(f"{artifact.role} {artifact.label} locks {len(ggufs)} "
                                    ".gguf files; llama.cpp needs exactly one model (a split "
                                    "model's parts count as one)")
+        if options.engine == "ollama" and len(ggufs) > 1:
+            return Outcome.refused(f"{artifact.role} {artifact.label} is a split GGUF: ollama "
+                                   "copies only the one file FROM or DRAFT names")
         problems = llamacpp_problems(artifact.role, path / gguf, locked)
         if (artifact.role == "target" and policy.gguf_requires_comparison and policy.waiver(
                 "gguf-comparison", artifact_key(artifact), dt.date.today()) is None):
@@ -159,6 +165,10 @@ def _api_key_env(options: LaunchOptions) -> str | None | Outcome:
     """The variable holding the API key: required (and set) when the bind is not loopback."""
     if is_loopback(options.host):
         return None
+    if options.engine == "ollama":
+        return Outcome.refused(f"--host {options.host} is not loopback, and ollama's server "
+                               "checks no API key: bind 127.0.0.1 and put an authenticating "
+                               "proxy in front")
     name = options.api_key_env
     if name is None:
         return Outcome.refused(f"--host {options.host} is not loopback: the server would answer "
@@ -199,12 +209,12 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
     rules = policy.launch
     method = (rules.speculative_method if rules and rules.speculative_method else DEFAULT_METHOD)
     target = lock.artifact("target")
-    drafter = lock.artifact("gguf") if options.engine == "llama.cpp" else None
+    drafter = lock.artifact("gguf") if options.engine in GGUF_ENGINES else None
     drafter = drafter or lock.artifact("drafter")
     assert target is not None and drafter is not None  # every lockfile has both
-    if options.engine == "llama.cpp" and not options.baseline and method != DEFAULT_METHOD:
-        return Outcome.refused(f"the policy's speculative_method {method!r}: llama.cpp serves "
-                               "DFlash drafters only (draft-dflash)")
+    if options.engine in GGUF_ENGINES and not options.baseline and method != DEFAULT_METHOD:
+        return Outcome.refused(f"the policy's speculative_method {method!r}: "
+                               f"{options.engine} serves DFlash drafters only (draft-dflash)")
     if options.engine == "llama.cpp" and (configs := llamacpp_config_files()):
         return Outcome.refused(f"{configs[0]}: llama.cpp applies this config file's settings "
                                "ahead of the command line; remove it to launch what is locked")
@@ -217,8 +227,8 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
         loads.append(planned)
     trust = False
     if options.trust_remote_code:
-        if options.engine == "llama.cpp":
-            raise InputError("--trust-remote-code: llama.cpp runs no Python model code")
+        if options.engine in GGUF_ENGINES:
+            raise InputError(f"--trust-remote-code: {options.engine} runs no Python model code")
         problems = remote_code_problems(lock, policy, [a.role for a in loaded])
         if problems:
             return Outcome.refused("--trust-remote-code: " + "; ".join(problems))
@@ -227,7 +237,7 @@ def plan_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
     if tokens is not None and rules and rules.num_speculative_tokens not in (None, tokens):
         return Outcome.refused(f"--num-speculative-tokens {tokens}: the policy's launch section "
                                f"sets {rules.num_speculative_tokens}")
-    if tokens is None and not options.baseline and options.engine != "llama.cpp":
+    if tokens is None and not options.baseline and options.engine not in GGUF_ENGINES:
         tokens = _block_tokens(loads[1])
         if tokens is None:
             raise InputError(f"give --num-speculative-tokens N (or launch.num_speculative_tokens "

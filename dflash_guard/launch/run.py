@@ -71,7 +71,10 @@ def run_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
     arguments after `--` are checked before any folder is hashed. With `approval`, the record is
     verified and the engine proved before anything is planned."""
     caps = policy.launch.caps.get(options.engine, {}) if policy.launch else {}
-    if options.engine in ENGINES:  # else plan_launch says which engines there are
+    if options.engine == "ollama" and options.extra:
+        raise InputError("launch ollama: no engine arguments after `--` (the Modelfile it "
+                         "writes is the whole configuration)")
+    if options.engine in ENGINES and options.engine != "ollama":  # else plan_launch says
         check_extras(options.engine, list(options.extra), caps)
     proofs: list[str] = []
     engine_args: tuple[str, ...] = ()
@@ -82,6 +85,10 @@ def run_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
     if approval is not None:
         if options.engine not in ENGINES:
             raise InputError(f"engine {options.engine!r}: expected one of {', '.join(ENGINES)}")
+        if options.engine == "ollama":
+            return LaunchReport(options.engine, Outcome.refused(
+                "--approval: an ollama binary cannot be proved against the lock yet (its "
+                "engine entry pins a source commit; docs/limits.md)"))
         verdict = check_approval(approval.record, policy, roots=options.roots,
                                  lock_path=approval.lock_path, trust_root=approval.trust_root)
         if (problem := approval_problem(verdict)) is not None:
@@ -98,9 +105,27 @@ def run_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
     planned = plan_launch(lock, policy, options, progress)
     if isinstance(planned, Outcome):
         return LaunchReport(options.engine, planned)
+    if options.engine == "ollama":
+        return _ollama(lock, policy, planned)
     command = build_command(planned)
     if engine_args:  # the interpreter's own options, right after the program
         command = dataclasses.replace(command, argv=(command.argv[0], *engine_args,
                                                      *command.argv[1:]))
     verified = "; ".join([*proofs, "folders verified: " + ", ".join(planned.verified)])
     return LaunchReport(options.engine, Outcome.passed(verified), command, planned)
+
+
+def _ollama(lock: Lockfile, policy: Policy, plan: LaunchPlan) -> LaunchReport:
+    """`launch ollama`: the Modelfile written from `plan`, and the `ollama create` command."""
+    from dflash_guard.launch.ollama import model_name, reviewed_template, write_modelfile
+
+    template = reviewed_template(policy, plan.options.template)
+    if isinstance(template, Outcome):
+        return LaunchReport("ollama", template)
+    path = plan.options.modelfile or Path("Modelfile")
+    written = write_modelfile(plan, template, path, model_name(lock, plan.options.baseline))
+    if isinstance(written, Outcome):
+        return LaunchReport("ollama", written)
+    return LaunchReport("ollama", Outcome.passed(
+        f"Modelfile {path} written; folders verified: " + ", ".join(plan.verified)),
+        written, plan)

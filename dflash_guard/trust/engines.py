@@ -59,11 +59,15 @@ class Upstream:
 
 
 # llama.cpp publishes no package (its `bNNNN` build tags are git tags: GIT ranges decide it).
+# ollama's PR builds and releases are pinned by commit (`lock --engine ollama=URL@SHA#REF`).
 UPSTREAMS: Mapping[str, Upstream] = {
     "github.com/vllm-project/vllm": Upstream("vllm", frozenset({("PyPI", "vllm")})),
     "github.com/sgl-project/sglang": Upstream("sglang", frozenset({("PyPI", "sglang")})),
     "github.com/ggml-org/llama.cpp": Upstream("llama.cpp",
                                               renamed_from=("github.com/ggerganov/llama.cpp",)),
+    # ollama is a Go module; OSV lists its advisories under that ecosystem
+    "github.com/ollama/ollama": Upstream("ollama",
+                                         frozenset({("Go", "github.com/ollama/ollama")})),
 }
 ENGINE_PACKAGES = frozenset(p for u in UPSTREAMS.values() for p in u.packages)
 

@@ -627,6 +627,7 @@ LAUNCH_CAPS = {
     "llama.cpp": ("ctx_size", "parallel", "batch_size", "ubatch_size", "threads"),
     "sglang": ("max_running_requests", "context_length", "max_total_tokens",
                "mem_fraction_static", "chunked_prefill_size"),
+    "ollama": ("num_ctx", "num_batch", "num_thread"),  # Modelfile PARAMETERs
 }
 
 

@@ -193,3 +193,17 @@ def test_a_bad_section_is_an_input_error(tmp_path, entry, error):
 
 def test_no_section_is_no_evidence():
     assert parse_engine_rules(None, Path()) == NO_RULES
+
+
+def test_an_ollama_pr_branch_build_is_identified_but_unproven():
+    """Issue 48: ollama from a PR branch (the security page's #17865) is pinned by commit like
+    the other engines; its URL names the upstream, and a PR head is no release."""
+    from dflash_guard.pins.resolve import parse_engine
+
+    engine = parse_engine(f"ollama=https://github.com/ollama/ollama@{'b' * 40}#pull/17865/head")
+    build = engine_build(engine, None)
+    assert build.identity == "github.com/ollama/ollama" and build.label_pr and build.pr_head
+    assert build.packages == frozenset({("Go", "github.com/ollama/ollama")})
+    released = engine_build(engine, None, EngineRules((Repository(
+        "github.com/ollama/ollama", releases={"v0.32.7": "b" * 40}),)))
+    assert released.release and released.version == "v0.32.7"

@@ -7,7 +7,9 @@ Greedy requests with logprobs (and vLLM's token-id fields when enabled), bounded
 429/503, an API key that travels only in the `Authorization` header and never reaches a message,
 and URLs shown without credentials. `parse_completion` normalises what vLLM, SGLang and plain
 OpenAI-compatible servers answer into one `Completion` (with llama.cpp's per-response draft
-counts, `timings.draft_n` / `draft_n_accepted`, when present).
+counts, `timings.draft_n` / `draft_n_accepted`, when present). ollama (port 11434) answers both
+endpoints with chat-style `logprobs.content` entries of token text, logprob and bytes, no ids
+(its `openai/openai.go`), read as vLLM's are; it ignores the token-id fields.
 """
 
 from __future__ import annotations
@@ -357,8 +359,12 @@ def parse_completion(payload: Any) -> Completion:
     logprobs = choice.get("logprobs") or {}
     if not isinstance(logprobs, dict):
         raise ValueError("`logprobs` is not an object")
-    if isinstance(logprobs.get("content"), list) or _verbose_tokens(payload) is not None:
-        return _parse_content_logprobs(text, logprobs.get("content") or [], choice, payload)
+    content = logprobs.get("content")
+    if (isinstance(content, list) and content and _verbose_tokens(payload) is None
+            and all(isinstance(e, dict) and "id" not in e for e in content)):
+        logprobs = _text_logprobs(content)  # ollama's completions: token text, no ids
+    elif isinstance(content, list) or _verbose_tokens(payload) is not None:
+        return _parse_content_logprobs(text, content or [], choice, payload)
 
     raw_tokens = logprobs.get("tokens")
     keys = [_token_key(t) for t in raw_tokens] if isinstance(raw_tokens, list) else None
@@ -421,18 +427,24 @@ def parse_chat_completion(payload: Any) -> Completion:
     if len(entries) != len(content or []):
         raise ValueError("a `logprobs.content` entry is not an object")
     legacy = {**choice, "text": text, "logprobs": {"content": entries}}
-    if entries and all("id" not in e for e in entries):  # vLLM: tokens and ranked alternatives
-        alternatives = [e.get("top_logprobs") or [] for e in entries]
-        if not all(isinstance(a, list) for a in alternatives):
-            raise ValueError("`top_logprobs` of a `logprobs.content` entry is not a list")
-        if any(isinstance(a, dict) and not isinstance(a.get("token"), str | int | None)
-               for ranked in alternatives for a in ranked):
-            raise ValueError("a `top_logprobs` token is neither text nor an id")
-        tops = [{a.get("token"): a.get("logprob") for a in ranked if isinstance(a, dict)}
-                for ranked in alternatives]
-        legacy["logprobs"] = {"tokens": [e.get("token") for e in entries], "top_logprobs": tops,
-                              "token_logprobs": [e.get("logprob") for e in entries]}
+    if entries and all("id" not in e for e in entries):  # vLLM, ollama: tokens, alternatives
+        legacy["logprobs"] = _text_logprobs(entries)
     return parse_completion({**payload, "choices": [legacy]})
+
+
+def _text_logprobs(entries: list[Any]) -> dict[str, Any]:
+    """`logprobs.content` entries without ids (vLLM's chat, ollama's both endpoints) in the
+    completions API's `tokens` / `top_logprobs` / `token_logprobs` shape."""
+    alternatives = [e.get("top_logprobs") or [] for e in entries]
+    if not all(isinstance(a, list) for a in alternatives):
+        raise ValueError("`top_logprobs` of a `logprobs.content` entry is not a list")
+    if any(isinstance(a, dict) and not isinstance(a.get("token"), str | int | None)
+           for ranked in alternatives for a in ranked):
+        raise ValueError("a `top_logprobs` token is neither text nor an id")
+    tops = [{a.get("token"): a.get("logprob") for a in ranked if isinstance(a, dict)}
+            for ranked in alternatives]
+    return {"tokens": [e.get("token") for e in entries], "top_logprobs": tops,
+            "token_logprobs": [e.get("logprob") for e in entries]}
 
 
 def _number(value: Any) -> float:
