@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
-from dflash_guard import formats
 from dflash_guard.cli.common import finish, progress
 from dflash_guard.cli.options import Json, Quiet, chosen_format, parse_roots
-from dflash_guard.errors import EXIT_FINDING, InputError
-from dflash_guard.formats import OutputFormat, PlainFormat
+from dflash_guard.errors import InputError
+from dflash_guard.formats import FindingsReport, OutputFormat, PlainFormat
 from dflash_guard.formats.text.launch import render_launch
 from dflash_guard.outcome import Outcome
 from dflash_guard.pins.lockfile import load_lockfile
@@ -137,9 +136,7 @@ def launch(
         if not check:
             raise InputError("launch omlx: oMLX is a macOS app; check its settings with "
                              "launch --check omlx SETTINGS, its image with verify-app")
-        omlx_report = check_settings(list(command or []))
-        typer.echo(formats.render(omlx_report, fmt), nl=False)
-        raise typer.Exit(0 if omlx_report.passed else EXIT_FINDING)
+        _finish_findings(check_settings(list(command or [])), fmt)
 
     lock = load_lockfile(lock_path)
     loaded_policy = load_policy(policy)
@@ -158,10 +155,7 @@ def launch(
         report = dataclasses.replace(
             report, lock_path=lock_path,
             policy_path=policy if policy is not None and Path(policy).is_file() else None)
-        typer.echo(formats.render(report, fmt), nl=False)
-        if not report.passed:
-            raise typer.Exit(EXIT_FINDING)
-        return
+        _finish_findings(report, fmt)
     if fmt is OutputFormat.sarif:
         raise InputError("--format sarif: only with --check (a launch has no findings)")
     if engine == "ollama":
@@ -240,3 +234,11 @@ def _ollama_options(execute: bool, verify_served: bool, modelfile: Path,
 def register(app: typer.Typer) -> None:
     """Add `launch` to `app`."""
     app.command("launch")(launch)
+
+
+def _finish_findings(report: FindingsReport, fmt: OutputFormat) -> NoReturn:
+    """A lint's findings out through `finish` (text, JSON or SARIF)."""
+    from dflash_guard.formats.sarif import render
+    from dflash_guard.formats.text.findings import print_report
+
+    finish(report, fmt, print_report, render_sarif=render)
