@@ -15,9 +15,11 @@ from dflash_guard.cli.options import (
     IdentityRegexps,
     Issuer,
     Json,
+    LockPath,
     Offline,
     PublicKeys,
     Quiet,
+    Roots,
     TrustRoot,
     chosen_format,
     extra_signers,
@@ -43,14 +45,8 @@ def verify_approval(
         "--accept-policy-digest", metavar="DIGEST",
         help="Also accept a record approved under the policy whose closure has "
              "this digest (the record's policy.digest, sha256:HEX; repeatable).")] = None,
-    root: Annotated[list[str] | None, typer.Option(
-        "--root", metavar="ROLE=DIR",
-        help="ROLE=DIR: where that artifact lives (repeatable; a role not given is "
-             "looked up in the HF cache, as `verify` does).")] = None,
-    lock: Annotated[Path, typer.Option(
-        "--lock", metavar="FILE",
-        help="The approved lockfile: its folders are compared with the record.")
-    ] = Path("dflash.lock"),
+    root: Roots = None,
+    lock: LockPath = Path("dflash.lock"),
     public_key: PublicKeys = None,
     identity: Identities = None,
     identity_regexp: IdentityRegexps = None,

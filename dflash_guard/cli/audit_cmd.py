@@ -20,6 +20,7 @@ from dflash_guard.cli.options import (
     IdentityRegexps,
     Issuer,
     Json,
+    LockPath,
     Offline,
     PublicKeys,
     Quiet,
@@ -52,8 +53,7 @@ def _flag_rules(fail_on: Severity | None, max_age_days: int | None, require_sign
 
 
 def audit(
-    lock: Annotated[Path, typer.Option("--lock", metavar="FILE", help="Lockfile to audit.")] = Path(
-        "dflash.lock"),
+    lock: LockPath = Path("dflash.lock"),
     advisories: Annotated[list[str] | None, typer.Option(
         "--advisories", metavar="SOURCE",
         help="OSV feed: a JSON or zip file, a folder of them, or an https:// "

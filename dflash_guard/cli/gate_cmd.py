@@ -14,10 +14,12 @@ from dflash_guard.cli.options import (
     IdentityRegexps,
     Issuer,
     Json,
+    LockPath,
     Offline,
     PassphraseEnv,
     PublicKeys,
     Quiet,
+    Roots,
     TrustRoot,
     chosen_format,
     extra_signers,
@@ -33,16 +35,12 @@ from dflash_guard.lossless.reference import parse_fault
 
 
 def gate(
-    lock_path: Annotated[Path, typer.Option("--lock", metavar="FILE",
-                                            help="Lockfile to gate.")] = Path(
-        "dflash.lock"),
+    lock_path: LockPath = Path("dflash.lock"),
     policy: Annotated[str | None, typer.Option(
         "--policy", metavar="POLICY",
         help="default, strict or dev (always the built-in policies), or a policy "
              "file given as a path (./p.yaml).")] = None,
-    root: Annotated[list[str] | None, typer.Option(
-        "--root", metavar="ROLE=DIR",
-        help="ROLE=DIR: where that artifact lives (repeatable).")] = None,
+    root: Roots = None,
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE",
         help="Where to write the approval record (only on approval).")] = None,

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish
-from dflash_guard.cli.options import Format, Json, Quiet, chosen_format
+from dflash_guard.cli.options import Format, Json, LockPath, Quiet, chosen_format
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.installed import render_installed
 from dflash_guard.pins.lockfile import load_lockfile
@@ -20,9 +20,7 @@ from dflash_guard.trust.installed import candidate_wheels, check_installed
 def verify_installed(
     name: Annotated[str, typer.Argument(metavar="NAME",
                                         help="The installed distribution, e.g. dflash.")],
-    lock_path: Annotated[Path, typer.Option(
-        "--lock", metavar="FILE", help="Lockfile pinning it (--package NAME==VERSION@sha256).")
-    ] = Path("dflash.lock"),
+    lock_path: LockPath = Path("dflash.lock"),
     path: Annotated[list[Path] | None, typer.Option(
         "--path", metavar="DIR", help="site-packages folder to look in (repeatable; default: "
                                       "this Python's).")] = None,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Json, Quiet, chosen_format
+from dflash_guard.cli.options import Json, LockPath, Quiet, chosen_format
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import PlainFormat
@@ -117,10 +117,7 @@ def lock(
 
 @export_app.command("requirements")
 def export_requirements(
-    lock_path: Annotated[Path, typer.Option("--lock", metavar="FILE",
-                                            help="Lockfile to read.")] = Path(
-        "dflash.lock"
-    ),
+    lock_path: LockPath = Path("dflash.lock"),
     output: Annotated[
         Path | None, typer.Option("-o", "--output", metavar="FILE",
                                   help="File to write (default stdout).")

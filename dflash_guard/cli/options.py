@@ -41,6 +41,12 @@ Threads = Annotated[int | None, typer.Option(
 Format = Annotated[PlainFormat, typer.Option("--format", metavar="[text|json]",
                                              help="text or json.")]
 Json = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+LockPath = Annotated[Path, typer.Option("--lock", metavar="FILE",
+                                       help="The lockfile (default: dflash.lock).")]
+Roots = Annotated[list[str] | None, typer.Option(
+    "--root", metavar="ROLE=DIR",
+    help="ROLE=DIR: where that artifact lives (repeatable; a Hub artifact not given is read "
+         "from the HF cache).")]
 Quiet = Annotated[bool, typer.Option(
     "--quiet", "-q", help="No progress on stderr (errors still go there).")]
 FailOnWarning = Annotated[bool, typer.Option(

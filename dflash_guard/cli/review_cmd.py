@@ -13,7 +13,15 @@ from typing import Annotated
 import typer
 
 from dflash_guard.cli.common import finish, progress
-from dflash_guard.cli.options import Format, Json, Quiet, chosen_format, parse_roots
+from dflash_guard.cli.options import (
+    Format,
+    Json,
+    LockPath,
+    Quiet,
+    Roots,
+    chosen_format,
+    parse_roots,
+)
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import PlainFormat
@@ -28,11 +36,8 @@ from dflash_guard.trust.verified import VerifiedLock
 
 
 def review(
-    lock_path: Annotated[Path, typer.Option(
-        "--lock", metavar="FILE", help="Lockfile of the pair.")] = Path(
-        "dflash.lock"),
-    root: Annotated[list[str] | None, typer.Option(
-        "--root", metavar="ROLE=DIR", help="Where that artifact lives (repeatable).")] = None,
+    lock_path: LockPath = Path("dflash.lock"),
+    root: Roots = None,
     extends: Annotated[str, typer.Option(
         "--extends", metavar="NAME",
         help="Policy to extend: default, strict, dev or a policy file.")] = "default",

@@ -14,9 +14,11 @@ from dflash_guard.cli.options import (
     IdentityRegexps,
     Issuer,
     Json,
+    LockPath,
     Offline,
     PublicKeys,
     Quiet,
+    Roots,
     TrustRoot,
     chosen_format,
     extra_signers,
@@ -33,14 +35,8 @@ from dflash_guard.trust.verified import VerifiedLock
 
 
 def verify(
-    lock_path: Annotated[Path, typer.Option("--lock", metavar="FILE",
-                                            help="Lockfile to check against.")] = Path(
-        "dflash.lock"
-    ),
-    root: Annotated[
-        list[str] | None, typer.Option("--root", metavar="ROLE=DIR",
-                                       help="ROLE=DIR: where that artifact lives.")
-    ] = None,
+    lock_path: LockPath = Path("dflash.lock"),
+    root: Roots = None,
     download: Annotated[
         bool, typer.Option("--download",
                            help="Fetch missing artifacts at the pinned SHA.")
