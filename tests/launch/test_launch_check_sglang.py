@@ -17,9 +17,10 @@ import pytest
 from dflash_guard.launch import passthrough, sglang_parser
 from dflash_guard.lossless.endpoint.metrics import SGLANG_ACCEPT_LENGTH, SGLANG_ACCEPT_RATE
 from tests.support import sglang
+from tests.support.doc_blocks import clone_root, run_block
 from tests.support.hostile import one_line_error
 from tests.support.launch import COMMIT_T, DRAFTER_FILES, hub_cache_lock
-from tests.support.trust import write_policy
+from tests.support.trust import REPO, write_policy
 
 CAPS = {"--max-running-requests": ("8", "64"), "--mem-fraction-static": ("0.8", "0.95"),
         "--cuda-graph-max-bs-decode": ("16", "256")}
@@ -234,3 +235,25 @@ def test_the_acceptance_gauges_are_the_ones_sglang_publishes(sglang_python) -> N
     source = (sglang.site_packages(Path(sglang_python)) / sglang.METRICS_SOURCE).read_text()
     for name in (SGLANG_ACCEPT_LENGTH, SGLANG_ACCEPT_RATE):
         assert f'name="{name}"' in source
+
+
+def test_the_pages_sglang_check_block(cli, tmp_path, sglang_python, monkeypatch) -> None:
+    """docs/vllm.md's SGLang lint, as written (a clone's root, the built-in pair): exit 1 with
+    its two findings; and the command `launch sglang` prints for that lock and policy passes."""
+    (tmp_path / "clone").mkdir()
+    folder = clone_root(tmp_path / "clone")
+    (folder / "requirements").symlink_to(REPO / "requirements")  # install-sglang.sh's pins
+    output = run_block("sglang-check", folder, exit_code=1)
+    words = " ".join(output.split())
+    assert "launch check: refused (sglang: 2 finding(s), worst high)" in words, output
+    assert "DG-LAUNCH-CAPS" in words and "0.95" in words, output
+    assert "DG-LAUNCH-NOT-LOCKED" in words and "./tokenizer" in words, output
+    monkeypatch.chdir(folder)
+    common = ("--lock", "pair.lock", "--policy", "sglang-policy.yaml", "--root",
+              "target=pair/target", "--root", "drafter=pair/drafter")
+    printed = cli("launch", "sglang", *common)
+    assert printed.exit_code == 0, printed.stderr
+    passed = cli("launch", "--check", "sglang", *common, "--program", sglang_python, "--",
+                 *shlex.split(printed.stdout))
+    assert passed.exit_code == 0, passed.stdout
+    assert "launch check: passed (sglang: the command loads what the lock pins)" in passed.stdout
