@@ -384,9 +384,9 @@ def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str
                   progress: Progress = NO_PROGRESS, *, python: str | None = None,
                   roots: Mapping[str, Path] | None = None) -> LaunchCheckReport:
     """Lint `command` (a serve command line of `engine`) against `lock` and `policy`; hashing
-    the files and folders it names is a stage of `progress` each. A vLLM command is resolved by
-    the vLLM parser of `python` (default python3); `roots` (ROLE -> DIR) are where the locked
-    artifacts are on this machine: the command must load them from there."""
+    the files and folders it names is a stage of `progress` each. A vLLM or SGLang command is
+    resolved by that engine's parser in `python` (default python3); `roots` (ROLE -> DIR) are
+    where the locked artifacts are on this machine: the command must load them from there."""
     if engine not in ENGINES:
         raise InputError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if not command:
