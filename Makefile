@@ -13,7 +13,8 @@ BIN := $(VENV)/bin
 WHEELHOUSE := .wheelhouse
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install wheelhouse interop-js requirements engine engine-llamacpp engine-vllm demo test lint \
+.PHONY: install wheelhouse interop-js requirements engine engine-llamacpp engine-vllm engine-sglang \
+	demo test lint \
 	docs bench clean
 
 $(BIN)/python:
@@ -59,7 +60,7 @@ demo: install
 # own venv (~/.cache/dflash-guard/vllm/<lock digest>, about 3 minutes and 3.5 GB the first time).
 # The two run side by side: the build is CPU-bound, the install mostly downloads and unpacks.
 engine: install
-	$(MAKE) --no-print-directory -j2 engine-llamacpp engine-vllm
+	$(MAKE) --no-print-directory -j2 engine-llamacpp engine-vllm engine-sglang
 
 engine-llamacpp: install
 	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/build-llamacpp.sh build
@@ -67,12 +68,18 @@ engine-llamacpp: install
 engine-vllm: install
 	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/install-vllm.sh install
 
+# SGLang's argument parser for `launch --check sglang`: sglang 0.5.23 and three small packages,
+# hashed, without SGLang's CUDA dependencies, in a venv beside vLLM's (it imports vLLM's torch
+# and transformers): ~/.cache/dflash-guard/sglang/<digest>, about a minute and 256 MB once.
+engine-sglang: engine-vllm
+	PYTHON=$(CURDIR)/$(BIN)/python bash scripts/install-sglang.sh install
+
 # Two workers, a module at a time each, in the order tests/conftest.py sorts them (the longest
 # first; xdist would otherwise reorder by test count): two, not one per core, as an engine module
 # holds up to two 3-GB vLLM servers.
 # The wheelhouse download and the npm install go beside the engines too; each is a no-op once done.
 test: install
-	$(MAKE) --no-print-directory -j3 wheelhouse interop-js engine-llamacpp engine-vllm
+	$(MAKE) --no-print-directory -j3 wheelhouse interop-js engine-llamacpp engine-vllm engine-sglang
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: install

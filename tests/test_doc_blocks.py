@@ -24,7 +24,8 @@ from tests.support.trust import REPO
 RUN_ELSEWHERE = {"walk": "tests/test_docs.py", "reference-servers": "tests/test_docs.py",
                  "vllm-launch": "tests/engine/test_vllm.py",
                  "vllm-check": "tests/engine/test_vllm.py",
-                 "vllm-diff": "tests/engine/test_vllm.py"}
+                 "vllm-diff": "tests/engine/test_vllm.py",
+                 "sglang-check": "tests/launch/test_launch_check_sglang.py"}
 
 # (page, the start of the block's first line) -> why no test runs it as written.
 NOT_RUN = {

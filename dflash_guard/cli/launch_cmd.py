@@ -59,7 +59,8 @@ def launch(
     program: Annotated[str | None, typer.Option(
         "--program", metavar="PROGRAM",
         help="The python (vllm, sglang) or llama-server to run (default: python3, "
-             "llama-server); with --check vllm, the python whose vLLM parser resolves the command."
+             "llama-server); with --check vllm or sglang, the python whose vLLM or SGLang "
+             "parser resolves the command (scripts/install-vllm.sh, scripts/install-sglang.sh)."
     )] = None,
     approval: Annotated[Path | None, typer.Option(
         "--approval", metavar="RECORD",

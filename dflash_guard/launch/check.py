@@ -21,7 +21,7 @@ from pathlib import Path
 from dflash_guard import rules
 from dflash_guard.errors import InputError
 from dflash_guard.findings import Finding
-from dflash_guard.launch import passthrough, vllm_parser
+from dflash_guard.launch import passthrough, sglang_parser, vllm_parser
 from dflash_guard.launch.engines import FLAGS, cap_flag, parse_args
 from dflash_guard.launch.plan import (
     DEFAULT_METHOD,
@@ -47,10 +47,10 @@ COMPARED = {
                        "port", "api_key"}),
     "llama.cpp": frozenset({"model", "spec_draft_model", "spec_type", "spec_draft_n_max",
                             "host", "port", "api_key", "api_key_file"}),
-    "sglang": frozenset({"model_path", "revision", "speculative_algorithm",
+    "sglang": frozenset({"model_path", "tokenizer_path", "revision", "speculative_algorithm",
                          "speculative_draft_model_path", "speculative_draft_model_revision",
-                         "speculative_num_draft_tokens", "trust_remote_code", "host", "port",
-                         "api_key"}),
+                         "speculative_num_draft_tokens", "speculative_dflash_block_size",
+                         "trust_remote_code", "host", "port", "api_key"}),
 }
 # why a setting that is not passed through matters (the rest: "it may change what is loaded")
 WHY = {
@@ -177,9 +177,12 @@ def _drafter(engine: str, flags: dict[str, list[str | None]]
         method = DEFAULT_METHOD if engine == "llama.cpp" else _last(flags, "speculative_algorithm")
         if engine == "llama.cpp" and _last(flags, "spec_type") != "draft-dflash":
             method = _last(flags, "spec_type")
+        tokens: str | int | None = _last(flags, spec.tokens)
+        if engine == "sglang":  # DFLASH's draft tokens are its block, the root included
+            block = _last(flags, "speculative_dflash_block_size") or _last(flags, spec.tokens)
+            tokens = int(block) - 1 if block is not None and block.isdigit() else block
         return {"model": raw, "revision": _last(flags, spec.drafter_revision),
-                "method": (method or "").lower() or None,
-                "tokens": _last(flags, spec.tokens)}, []
+                "method": (method or "").lower() or None, "tokens": tokens}, []
     try:
         config = json.loads(raw)
     except ValueError:
@@ -208,8 +211,10 @@ def _speculative(policy: Policy, engine: str, drafter: dict[str, object]) -> lis
                               f"{expected.speculative_method!r}"))
     tokens = drafter["tokens"]
     if expected.num_speculative_tokens and str(tokens) != str(expected.num_speculative_tokens):
+        block = (f" (SGLang's --speculative-num-draft-tokens is the block, the policy's tokens "
+                 f"plus one: {expected.num_speculative_tokens + 1})" if engine == "sglang" else "")
         found.append(_finding(rules.LAUNCH_SPECULATIVE, flag, f"{tokens} speculative tokens, the "
-                              f"policy expects {expected.num_speculative_tokens}"))
+                              f"policy expects {expected.num_speculative_tokens}{block}"))
     return found
 
 
@@ -262,7 +267,7 @@ def _vllm_args(command: list[str]) -> tuple[list[str], bool]:
 
 
 def _config_files(command: list[str]) -> list[str]:
-    """The `--config FILE` arguments of a vLLM command (`--config=FILE` too)."""
+    """The `--config FILE` arguments of a vLLM or SGLang command (`--config=FILE` too)."""
     found = []
     for index, token in enumerate(command):
         if token == "--config" and index + 1 < len(command):
@@ -309,6 +314,48 @@ def _vllm_flags(python: str, command: list[str], allowed: frozenset[str]
     return flags, found
 
 
+def _sglang_args(command: list[str]) -> tuple[list[str], bool]:
+    """The arguments of an SGLang serve command after its program, and whether it is `sglang
+    serve` (which takes a positional model and `--model-type`)."""
+    if len(command) >= 2 and Path(command[0]).name == "sglang" and command[1] == "serve":
+        return command[2:], True
+    if "-m" in command[1:3]:
+        index = command.index("-m")
+        if command[index + 1:index + 2] == ["sglang.launch_server"]:
+            return command[index + 2:], False
+    raise InputError("launch --check sglang: expected `sglang serve ...` or `python -m "
+                     "sglang.launch_server ...`")
+
+
+def _sglang_flags(python: str, command: list[str], allowed: frozenset[str]
+                  ) -> tuple[Flags, list[Finding]]:
+    """The command's settings as the pinned SGLang's parser resolves them (those it changes
+    from the defaults, plus the model), and a finding per setting launch would not pass
+    through."""
+    args, serve = _sglang_args(command)
+    resolved = sglang_parser.resolve(python, args, serve=serve)
+    if resolved.values is None:
+        return {}, [_finding(rules.LAUNCH_UNLISTED, command[0], f"SGLang's own parser refuses "
+                             f"the command: {resolved.error}")]
+    passed = {dest for spelling, (dest, _) in resolved.options.items()
+              if spelling in passthrough.SGLANG_FLAGS}
+    changed = resolved.changed()
+    model = resolved.values.get("model_path")
+    flags: Flags = {name: [_text(value)] for name, value in changed.items()}
+    flags["model_path"] = [_text(model)] if model is not None else [None]
+    found = []
+    if serve and resolved.backend not in ("auto", "llm"):
+        found.append(_finding(rules.LAUNCH_UNLISTED, "--model-type", f"--model-type "
+                              f"{resolved.backend}: another serving backend than the language "
+                              "model server this check resolves"))
+    found += [_finding(rules.LAUNCH_UNLISTED, "--config", f"--config {path}: a config file's "
+                      "settings apply ahead of the command line, and it can change between this "
+                      "check and the engine's start") for path in _config_files(command)]
+    found += [_unlisted(name, value) for name, value in sorted(changed.items())
+              if name not in COMPARED["sglang"] | passed | allowed]
+    return flags, found
+
+
 def _table_flags(engine: str, command: list[str], allowed: frozenset[str]
                  ) -> tuple[Flags, list[Finding]]:
     """A llama.cpp or SGLang command's flags by settings name, and a finding per flag launch
@@ -337,9 +384,9 @@ def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str
                   progress: Progress = NO_PROGRESS, *, python: str | None = None,
                   roots: Mapping[str, Path] | None = None) -> LaunchCheckReport:
     """Lint `command` (a serve command line of `engine`) against `lock` and `policy`; hashing
-    the files and folders it names is a stage of `progress` each. A vLLM command is resolved by
-    the vLLM parser of `python` (default python3); `roots` (ROLE -> DIR) are where the locked
-    artifacts are on this machine: the command must load them from there."""
+    the files and folders it names is a stage of `progress` each. A vLLM or SGLang command is
+    resolved by that engine's parser in `python` (default python3); `roots` (ROLE -> DIR) are
+    where the locked artifacts are on this machine: the command must load them from there."""
     if engine not in ENGINES:
         raise InputError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if not command:
@@ -359,6 +406,8 @@ def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str
     caps = frozenset(policy.launch.caps.get(engine, {}) if policy.launch else ())
     if engine == "vllm":
         flags, findings = _vllm_flags(python or "python3", command, caps)
+    elif engine == "sglang":
+        flags, findings = _sglang_flags(python or "python3", command, caps)
     else:
         flags, findings = _table_flags(engine, command, caps)
     target, drafter_artifact = lock.artifact("target"), lock.artifact("drafter")
@@ -371,6 +420,10 @@ def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str
     findings += _compare(lock, target, model, _last(flags, spec.revision),
                          "--" + spec.model.replace("_", "-"), revision_flag, progress,
                          roots.get("target"))
+    tokenizer = _last(flags, "tokenizer_path") if engine == "sglang" else None
+    if tokenizer is not None and tokenizer != model:  # the tokenizer is locked with the target
+        findings += _compare(lock, target, tokenizer, None, "--tokenizer-path", None, progress,
+                             roots.get("target"))
     for name in ("tokenizer_revision", "code_revision"):
         given = _last(flags, name)
         if given and given != target.commit:

@@ -83,7 +83,8 @@ FLAGS = {
         controlled=frozenset({"model_path", "tokenizer_path", "revision",
                               "speculative_algorithm", "speculative_draft_model_path",
                               "speculative_draft_model_revision", "speculative_num_draft_tokens",
-                              "trust_remote_code", "host", "port", "api_key", "load_format"}),
+                              "speculative_dflash_block_size", "trust_remote_code", "host",
+                              "port", "api_key", "load_format"}),
     ),
 }
 
@@ -198,8 +199,10 @@ def build_command(plan: LaunchPlan) -> LaunchCommand:
             args.append("--trust-remote-code")
         if plan.drafter is not None:
             args += ["--speculative-algorithm", plan.method.upper(),
-                     "--speculative-draft-model-path", plan.drafter.location,
-                     "--speculative-num-draft-tokens", str(plan.num_speculative_tokens)]
+                     "--speculative-draft-model-path", plan.drafter.location]
+            if plan.num_speculative_tokens is not None:  # else SGLang reads the block size
+                # DFLASH's draft tokens are its verify block: the drafted tokens and the root
+                args += ["--speculative-num-draft-tokens", str(plan.num_speculative_tokens + 1)]
     args += ["--host", options.host, "--port", str(options.port)]
     if key is not None:
         engine_key = FLAGS[engine].key_env

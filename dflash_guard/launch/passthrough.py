@@ -73,7 +73,8 @@ VLLM_FLAGS: Mapping[str, int] = {
     "--disable-uvicorn-access-log": 0, "--max-log-len": 1, "--served-model-name": 1,
 }
 
-# SGLang's documented flags of the same kinds (no SGLang parser is pinned: see docs/vllm.md)
+# SGLang spellings of the same kinds (tests/launch/test_launch_check_sglang.py checks each
+# against the pinned SGLang's own parser)
 SGLANG_FLAGS: Mapping[str, int] = {
     "--dtype": 1, "--random-seed": 1, "--max-running-requests": 1, "--mem-fraction-static": 1,
     "--context-length": 1, "--tp-size": 1, "--log-level": 1, "--disable-cuda-graph": 0,

@@ -1,7 +1,7 @@
 """Acceptance monitoring of a live engine: tau per interval from its Prometheus counters.
 
 Each interval compares two scrapes of the engine's `/metrics` (vLLM's or llama.cpp's
-`spec_decode_*` counters, SGLang's acceptance-length gauge; names and parser in
+`spec_decode_*` counters, SGLang's acceptance gauges of its last decode log; names and parser in
 `endpoint/metrics.py`): tau = 1 + accepted / drafts over the interval. A counter that went down
 was reset (the engine restarted): its delta is its new value. Three alarms, the silent failures
 of a rollout: tau collapsed to about 1 (a wrong block size, a mismatched drafter, a runtime bug),
@@ -26,9 +26,9 @@ from dflash_guard.lossless.endpoint.metrics import (
     DRAFT_TOKENS,
     DRAFTS,
     SGLANG_ACCEPT_LENGTH,
-    SGLANG_ACCEPT_RATE,
     Samples,
     parse_prometheus,
+    sglang_gauges,
 )
 
 DEFAULT_INTERVAL_S = 60.0
@@ -95,10 +95,6 @@ def _counter_source(samples: Samples) -> str | None:
     return "sglang" if SGLANG_ACCEPT_LENGTH in samples else None
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def interval_reading(before: Samples, after: Samples, seconds: float) -> IntervalReading:
     """Acceptance between two scrapes; raises `InputError` when the endpoint publishes none."""
     source = _counter_source(after)
@@ -106,10 +102,9 @@ def interval_reading(before: Samples, after: Samples, seconds: float) -> Interva
         raise InputError("the metrics endpoint publishes no speculative-decoding counters "
                          f"({', '.join(p + ':' + DRAFTS for p in COUNTER_PREFIXES)} or "
                          f"{SGLANG_ACCEPT_LENGTH})")
-    if source == "sglang":
-        tau = _finite(_mean(list(after[SGLANG_ACCEPT_LENGTH].values())))
-        rate = _finite(_mean(list(after.get(SGLANG_ACCEPT_RATE, {}).values())))
-        return IntervalReading(source, seconds, None, None, None, tau, rate)
+    if source == "sglang":  # gauges of SGLang's last decode log interval, not of this one
+        tau, rate = sglang_gauges(after)
+        return IntervalReading(source, seconds, None, None, None, _finite(tau), _finite(rate))
     reset = False
 
     def delta(name: str) -> float:

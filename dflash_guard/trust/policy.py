@@ -626,7 +626,7 @@ LAUNCH_CAPS = {
              "swap_space", "cpu_offload_gb"),
     "llama.cpp": ("ctx_size", "parallel", "batch_size", "ubatch_size", "threads"),
     "sglang": ("max_running_requests", "context_length", "max_total_tokens",
-               "mem_fraction_static", "chunked_prefill_size"),
+               "mem_fraction_static", "chunked_prefill_size", "cuda_graph_max_bs_decode"),
     "ollama": ("num_ctx", "num_batch", "num_thread"),  # Modelfile PARAMETERs
 }
 

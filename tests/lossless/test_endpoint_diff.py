@@ -21,6 +21,7 @@ from dflash_guard.lossless.endpoint import (
     run_endpoint_diff,
 )
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
+from dflash_guard.lossless.endpoint.metrics import metrics_cannot_tell
 from dflash_guard.lossless.prompts import read_prompts
 from dflash_guard.progress import NO_PROGRESS
 from kernels_ref.prompts import PromptSpec
@@ -287,6 +288,13 @@ def test_endpoint_metrics_sglang_gauge_and_red_flags():
     collapsed = acceptance_from_metrics({}, parse_prometheus("sglang:spec_accept_length 1.02\n"))
     assert any("collapsed" in w for w in acceptance_warnings(collapsed))
     assert acceptance_warnings(acceptance_from_metrics({}, parse_prometheus("up 1\n")))
+    # SGLang's gauges read 0 when it does not speculate: no figure, never a collapse
+    off = acceptance_from_metrics({}, parse_prometheus(
+        "sglang:spec_accept_length 0.0\nsglang:spec_accept_rate 0.0\n"))
+    assert off is not None and off.mean_acceptance_length is None and off.acceptance_rate is None
+    assert acceptance_warnings(off) == ["sglang:spec_accept_length is under 1: is speculation "
+                                        "enabled?"]
+    assert "does not speculate" in (metrics_cannot_tell(off) or "")
 
 
 def test_endpoint_metrics_unreachable_is_an_error(fake_pair):

@@ -43,6 +43,8 @@ SERIES = {
     "leakage": [counters(0, 0, 0), counters(100, 1500, 1500)],  # every token accepted
     "vllm-healthy": [counters(0, 0, 0, "vllm"), counters(50, 750, 200, "vllm")],
     "sglang-collapse": ["sglang:spec_accept_length 1.01\n"] * 2,
+    # SGLang publishes 0 when it does not speculate: no tau, not a collapse
+    "sglang-off": ["sglang:spec_accept_length 0.0\nsglang:spec_accept_rate 0.0\n"] * 2,
     "no-counters": ["process_cpu_seconds_total 3\n"] * 2,
 }
 
@@ -82,6 +84,7 @@ def test_quiet_on_healthy_series(cli, series):
     ("sglang-collapse", "collapse"),
     # Issue 25 class 6: no figure is "cannot tell", an alarm, never "ok" (N19: a NaN gauge).
     ("idle", "cannot-tell"), ("sglang-nan", "cannot-tell"), ("vllm-inf", "cannot-tell"),
+    ("sglang-off", "cannot-tell"),
 ])
 def test_alarms_on_each_failure_series(cli, series, kind):
     result = monitor(cli, series)

@@ -4,7 +4,11 @@ vLLM (`vllm:`) and llama.cpp (`llamacpp:`, with `--metrics`) publish the same co
 own prefix: drafts, drafted tokens, accepted tokens, and accepted tokens per draft position
 (`..._per_pos_total{position="i"}`). Deltas over the run give tau (1 + accepted / drafts), the
 acceptance rate and the per-position acceptance curve (the share of drafts whose i-th token was
-accepted). SGLang publishes an acceptance-length gauge. Implausible figures become warnings.
+accepted). SGLang publishes gauges instead (`sglang:spec_accept_length`, `sglang:spec_accept_rate`,
+declared in sglang 0.5.23's `srt/observability/metrics_collector.py`): the mean accepted length
+(the accepted drafts and the bonus token of each verify step) and the accepted share of drafted
+tokens over its last decode log interval, both 0 when the server does not speculate.
+Implausible figures become warnings.
 llama.cpp also reports each response's `timings.draft_n` / `draft_n_accepted`
 (`ResponseDrafts`, summed by the run).
 """
@@ -131,6 +135,18 @@ def _counter_figures(prefix: str, before: Samples, after: Samples) -> Acceptance
     )
 
 
+def sglang_gauges(samples: Samples) -> tuple[float | None, float | None]:
+    """SGLang's acceptance length and rate, each the mean over the ranks' gauges; a length under
+    1 is no figure (SGLang publishes 0 when it does not speculate) and takes the rate with it."""
+    lengths = list(samples.get(SGLANG_ACCEPT_LENGTH, {}).values())
+    rates = list(samples.get(SGLANG_ACCEPT_RATE, {}).values())
+    tau = sum(lengths) / len(lengths) if lengths else None
+    rate = sum(rates) / len(rates) if rates else None
+    if tau is not None and tau < 1:
+        return None, None
+    return tau, rate
+
+
 def acceptance_from_metrics(before: Samples, after: Samples) -> AcceptanceFigures | None:
     """Acceptance over the run: vLLM's or llama.cpp's counter deltas, else SGLang's gauges;
     None if the endpoint publishes none of them."""
@@ -138,13 +154,7 @@ def acceptance_from_metrics(before: Samples, after: Samples) -> AcceptanceFigure
         if f"{prefix}:{DRAFTS}" in after and f"{prefix}:{ACCEPTED}" in after:
             return _counter_figures(prefix, before, after)
     if SGLANG_ACCEPT_LENGTH in after:
-        lengths = list(after[SGLANG_ACCEPT_LENGTH].values())
-        rates = list(after.get(SGLANG_ACCEPT_RATE, {}).values())
-        return AcceptanceFigures(
-            "sglang",
-            sum(lengths) / len(lengths),
-            sum(rates) / len(rates) if rates else None,
-        )
+        return AcceptanceFigures("sglang", *sglang_gauges(after))
     return None
 
 
@@ -159,6 +169,8 @@ def metrics_cannot_tell(figures: AcceptanceFigures | None) -> str | None:
         return "the candidate's acceptance counters are not finite numbers"
     if figures.source in COUNTER_PREFIXES and not figures.drafts:
         return "the candidate counted no draft during the diff (is speculation on?)"
+    if figures.source == "sglang" and figures.mean_acceptance_length is None:
+        return f"the candidate's {SGLANG_ACCEPT_LENGTH} is under 1: it does not speculate"
     return None
 
 
@@ -174,6 +186,8 @@ def acceptance_warnings(figures: AcceptanceFigures | None) -> list[str]:
     warnings = []
     if figures.source in COUNTER_PREFIXES and not figures.drafts:
         warnings.append("no drafts were counted during the run: is speculation enabled?")
+    if figures.source == "sglang" and figures.mean_acceptance_length is None:
+        warnings.append(f"{SGLANG_ACCEPT_LENGTH} is under 1: is speculation enabled?")
     if figures.acceptance_rate is not None and figures.acceptance_rate >= 0.999:
         warnings.append("every drafted token was accepted: suspicious (future leakage?)")
     tau = figures.mean_acceptance_length
