@@ -356,27 +356,23 @@ def _sglang_flags(python: str, command: list[str], allowed: frozenset[str]
     return flags, found
 
 
-def _table_flags(engine: str, command: list[str], allowed: frozenset[str]
-                 ) -> tuple[Flags, list[Finding]]:
-    """A llama.cpp or SGLang command's flags by settings name, and a finding per flag launch
-    would not pass through (llama.cpp: every alias through the pinned tree's table)."""
-    flags, _ = parse_args(engine, command[1:])
-    passed = (passthrough.LLAMACPP_KEYS if engine == "llama.cpp" else
-              {spelling.lstrip("-").replace("-", "_") for spelling in passthrough.SGLANG_FLAGS})
+def _llamacpp_flags(command: list[str], allowed: frozenset[str]) -> tuple[Flags, list[Finding]]:
+    """A llama.cpp command's flags by settings name (every alias through the pinned tree's
+    table), and a finding per flag launch would not pass through."""
+    flags, _ = parse_args("llama.cpp", command[1:])
     known = {o.key for o in passthrough.LLAMACPP_SPELLINGS.values()}
     found = []
     for name, values in sorted(flags.items()):
-        if name in COMPARED[engine] | passed | allowed:
+        if name in COMPARED["llama.cpp"] | passthrough.LLAMACPP_KEYS | allowed:
             continue
-        if engine == "llama.cpp" and name not in known:
+        if name not in known:
             found.append(_finding(rules.LAUNCH_UNLISTED, "--" + name.replace("_", "-"),
                                   "not an option of the pinned llama-server"))
         else:
             found.append(_unlisted(name, values[-1] if values[-1] is not None else True))
-    if engine == "llama.cpp":
-        found += [_finding(rules.LAUNCH_UNLISTED, str(path), "llama.cpp applies this config "
-                           "file's settings ahead of the command line")
-                  for path in passthrough.llamacpp_config_files()]
+    found += [_finding(rules.LAUNCH_UNLISTED, str(path), "llama.cpp applies this config "
+                       "file's settings ahead of the command line")
+              for path in passthrough.llamacpp_config_files()]
     return flags, found
 
 
@@ -409,7 +405,7 @@ def check_command(lock: Lockfile, policy: Policy, engine: str, command: list[str
     elif engine == "sglang":
         flags, findings = _sglang_flags(python or "python3", command, caps)
     else:
-        flags, findings = _table_flags(engine, command, caps)
+        flags, findings = _llamacpp_flags(command, caps)
     target, drafter_artifact = lock.artifact("target"), lock.artifact("drafter")
     assert target is not None and drafter_artifact is not None  # every lockfile has both
     if engine == "llama.cpp" and lock.artifact("gguf") is not None:
