@@ -15,6 +15,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat, exit_code
 from dflash_guard.outputs import refuse_outputs_over_inputs
+from dflash_guard.pins.loaded import DeployEngine, deploy_engines
 from dflash_guard.scan import scan_paths
 from dflash_guard.severity import Severity
 
@@ -62,6 +63,12 @@ def register(app: typer.Typer) -> None:
             typer.Option("--param-budget", metavar="N",
                          help="Most parameters a drafter may have (3e9)."),
         ] = None,
+        lock: Annotated[
+            Path | None,
+            typer.Option("--lock", metavar="LOCK",
+                         help="Lockfile whose engines decide which files are loaded (default: "
+                              "every engine dflash-guard models)."),
+        ] = None,
         quiet: Quiet = False,
     ) -> None:
         """Scan checkpoints, chat templates and remote code; exit 1 on findings at --fail-on+.
@@ -70,7 +77,13 @@ def register(app: typer.Typer) -> None:
         """
         output_format = chosen_format(output_format, as_json)
         refuse_outputs_over_inputs([("--output", output)],
-                                   [*(("PATH", Path(p)) for p in paths), ("--target", target)])
+                                   [*(("PATH", Path(p)) for p in paths), ("--target", target),
+                                    ("--lock", lock)])
+        engines: tuple[DeployEngine, ...] = ()
+        if lock is not None:
+            from dflash_guard.pins.lockfile import load_lockfile
+
+            engines = deploy_engines(load_lockfile(lock))
         with progress(quiet) as shown:
             report = scan_paths(
                 paths,
@@ -78,6 +91,7 @@ def register(app: typer.Typer) -> None:
                 reviewed_sha256=frozenset(digest.lower() for digest in reviewed or []),
                 reviewed_templates=frozenset(digest.lower() for digest in reviewed or []),
                 param_budget=param_budget,
+                engines=engines,
                 progress=shown,
             )
         report = dataclasses.replace(report, fail_on=fail_on)

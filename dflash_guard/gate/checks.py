@@ -126,6 +126,7 @@ def check_verify(inputs: GateInputs) -> Checked:
 
 
 def check_scan(inputs: GateInputs) -> Checked:
+    from dflash_guard.pins.loaded import deploy_engines
     from dflash_guard.scan import scan_paths
 
     locations = inputs.get(VerifiedFiles).locations
@@ -142,6 +143,7 @@ def check_scan(inputs: GateInputs) -> Checked:
             reviewed_sha256=inputs.policy.reviewed_sha256,
             reviewed_templates=inputs.policy.reviewed_template_sha256,
             param_budget=inputs.policy.drafter_max_params if is_drafter else None,
+            engines=deploy_engines(inputs.lock),
             progress=inputs.progress,
         )
         failed, found = judge.scan(artifact, report)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from dflash_guard import __version__, rules
@@ -38,6 +39,14 @@ class ScanReport:
     # alone is shown as "" (its files by their path inside it), one of several by its name,
     # a file by the path given.
     roots: tuple[tuple[str, str], ...] = ()
+    # What the deploy's engines load (`pins.loaded`): the engines judged against (with no lock,
+    # every modelled one: `every_engine`), the files they load, and those none of them opens
+    # (path -> why). Findings in a file not loaded are low and block nothing; the inventories
+    # above (remote code, pickle files, parameters) count loaded files only.
+    engines: tuple[str, ...] = ()
+    every_engine: bool = True
+    loaded_files: tuple[str, ...] = ()
+    not_loaded: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def artifact_path(self, finding: Finding) -> str | None:
         """Where `finding`'s file is, as a path from the working folder (as the scan was
@@ -59,11 +68,17 @@ class ScanReport:
                 and finding.rule_id not in _BLOCKING_WHEN_REVIEWED
                 and any(code.reviewed and code.path == finding.file for code in self.remote_code))
 
+    def loaded(self, finding: Finding) -> bool:
+        """Whether `finding` is about a file an engine of the deploy may load (not one that
+        none of them opens: `not_loaded`)."""
+        return finding.file not in self.not_loaded
+
     def blocking(self, fail_on: Severity | None = None) -> list[Finding]:
         """The findings at or above `fail_on` (by default the report's own) that block: all
-        but those on reviewed code (`for_reviewer`)."""
+        but those on reviewed code (`for_reviewer`) and in files no engine loads."""
         fail_on = fail_on or self.fail_on
-        return [f for f in self.findings if f.severity >= fail_on and not self.for_reviewer(f)]
+        return [f for f in self.findings if f.severity >= fail_on and not self.for_reviewer(f)
+                and self.loaded(f)]
 
     @property
     def max_severity(self) -> Severity | None:
@@ -96,29 +111,52 @@ class ScanReport:
                 "by_severity": {s.name: counts.get(s.name, 0) for s in Severity},
                 "max_severity": worst.name if worst else None,
                 "reviewed_code_findings": sum(map(self.for_reviewer, self.findings)),
+                "not_loaded_findings": sum(not self.loaded(f) for f in self.findings),
             },
             "remote_code": [dataclasses.asdict(entry) for entry in self.remote_code],
             "pickle_files": list(self.pickle_files),
             "param_count": self.param_count,
+            **self.loading_json(),
+        }
+
+    def loading_json(self) -> dict[str, object]:
+        """The engines judged against and the files they load and do not load."""
+        return {
+            "engines": list(self.engines),
+            "every_engine": self.every_engine,
+            "loaded_files": list(self.loaded_files),
+            "not_loaded_files": [{"path": path, "reason": why}
+                                 for path, why in sorted(self.not_loaded.items())],
         }
 
     def record_section(self, fail_on: Severity | None = None) -> dict[str, object]:
-        """This scan's part of the approval record: the counts of `to_json`'s summary and the
-        parameter count (the findings themselves stay in the scan's own report)."""
+        """This scan's part of the approval record: the counts of `to_json`'s summary, the
+        parameter count, and the loaded and not-loaded files with the engines judged against
+        (the findings themselves stay in the scan's own report)."""
         summary = self.to_json(fail_on)["summary"]
         assert isinstance(summary, dict)
-        return {**summary, "param_count": self.param_count}
+        return {**summary, "param_count": self.param_count, **self.loading_json()}
 
     def summary(self) -> str:
         """One line: the verdict, counts, worst severity and the threshold."""
         worst = self.max_severity
         verdict = "FAIL" if self.fails() else "PASS"
         params = f", {self.param_count:,} parameters" if self.param_count is not None else ""
+        aside = f", {len(self.not_loaded)} not loaded" if self.not_loaded else ""
         return (
-            f"{verdict}: {_count(self.files_scanned, 'file')}, "
+            f"{verdict}: {_count(self.files_scanned, 'file')}{aside}, "
             f"{_count(len(self.findings), 'finding')} "
             f"(worst: {worst.name if worst else 'none'}, failing at {self.fail_on.name}+){params}"
         )
+
+    def engines_line(self) -> str:
+        """Which engines decided what is loaded, and how they were chosen."""
+        names = " / ".join(self.engines)
+        if self.every_engine:
+            return (f"Judged against every engine dflash-guard models ({names}): no lock names "
+                    "this deploy's engines (scan --lock LOCK names them).")
+        return f"Judged against the lock's engines: {names}."
+
 
 
 def _count(number: int, noun: str) -> str:

@@ -10,6 +10,7 @@ executed, imported, unpickled or rendered.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import posixpath
 from pathlib import Path, PurePosixPath
@@ -19,6 +20,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.findings import Finding
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
+from dflash_guard.pins.loaded import EVERY_ENGINE, DeployEngine, partition
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import allowlist, drafter, jsonfile
 from dflash_guard.scan.code import channels, reach, remote_code, tokenizer_regex
@@ -385,14 +387,19 @@ def scan_paths(
     reviewed_sha256: frozenset[str] = frozenset(),
     reviewed_templates: frozenset[str] = frozenset(),
     param_budget: int | None = None,
+    engines: tuple[DeployEngine, ...] = (),
     progress: Progress = NO_PROGRESS,
 ) -> ScanReport:
     """Scan files and folders (a checkpoint, an HF cache snapshot, a locked role).
 
     `target` is the target model's folder, against which every drafter config found is checked;
     `reviewed_sha256` the digests of reviewed code files, `reviewed_templates` of reviewed chat
-    templates (the catalog's published ones need none); each folder is a stage of `progress`
-    (`scanning PATH`, in files). Raises `InputError` when a path (or the target) does not exist.
+    templates (the catalog's published ones need none); `engines` the deploy's (the lock's:
+    `pins.loaded.deploy_engines`; none: every modelled engine), which decide the files of each
+    folder that are loaded (judged by every check) and those no engine opens (scanned, reported
+    apart at low, blocking nothing, left out of the inventories); each folder is a stage of
+    `progress` (`scanning PATH`, in files). Raises `InputError` when a path (or the target)
+    does not exist.
     """
     for path in [*paths, *([target] if target is not None else [])]:
         if not Path(path).exists():
@@ -402,6 +409,13 @@ def scan_paths(
     if target is not None and not Path(target).is_dir():
         raise InputError(f"{target}: --target must be a model folder")
     run = _Run(frozenset(reviewed_sha256), frozenset(reviewed_templates))
+    # the files no engine of the deploy opens: scanned by a run of their own, whose inventories
+    # (pickle files, remote code, parameters, shapes) are dropped and whose findings block nothing
+    aside = _Run(run.reviewed, run.reviewed_templates)
+    aside.onnx, aside.onnx_data = run.onnx, run.onnx_data
+    judged: tuple[str, ...] = tuple(e.label for e in engines)
+    loaded_files: list[str] = []
+    not_loaded: dict[str, str] = {}
     folders: list[tuple[Path, str, dict[str, list[int]], list[tuple[Path, str, Header]]]] = []
     roots: list[tuple[str, str]] = []
     names = display_names(paths) if len(paths) > 1 else [""] * len(paths)
@@ -411,11 +425,18 @@ def scan_paths(
             run.scan_file(root, str(raw))
             run.place_code_findings(whole=True)
             roots.append((str(raw), str(raw)))
+            loaded_files.append(str(raw))  # a file given alone is judged whole
             continue
         roots.append((prefix, str(raw)))
         files, unsafe = _files(root)
         loaded_as = _index_shards(files)
         listing = frozenset(relative for relative, _ in files)
+        loading = partition(root, listing, engines)
+        judged = loading.engines
+        shown_as = {relative: f"{prefix}/{relative}" if prefix else relative
+                    for relative in listing}
+        loaded_files += [shown_as[relative] for relative in loading.loaded]
+        not_loaded.update({shown_as[rel]: why for rel, why in loading.not_loaded.items()})
         for relative, file in files:  # first, so that their external data is known
             if file.suffix.lower() == ".onnx" and loaded_as.get(relative) is None:
                 with contextlib.suppress(OSError):  # scan_file reports it
@@ -423,10 +444,11 @@ def scan_paths(
         run.shapes, run.weights = {}, []
         with stage(progress, f"scanning {raw}", len(files), "files"):
             for relative, file in files:
-                run.scan_file(file, f"{prefix}/{relative}" if prefix else relative,
-                              loaded_as.get(relative))
+                scanner = aside if relative in loading.not_loaded else run
+                scanner.scan_file(file, shown_as[relative], loaded_as.get(relative))
                 progress.advanced()
         run.place_code_findings(whole=False)
+        aside.place_code_findings(whole=False)
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")
@@ -447,7 +469,7 @@ def scan_paths(
                 weights=weights,
             )
     findings = sorted(
-        set(run.findings),
+        {_not_loaded(f) if f.file in not_loaded else f for f in [*run.findings, *aside.findings]},
         key=lambda f: (f.file, -f.severity, f.rule_id, f.member or "", f.line or 0, f.message),
     )
     return ScanReport(
@@ -455,9 +477,22 @@ def scan_paths(
         sorted(run.remote_code.values(), key=lambda r: r.path),
         run.pickle_files,
         run.param_count,
-        run.files,
+        run.files + aside.files,
         roots=tuple(roots),
+        engines=judged or tuple(e.label for e in EVERY_ENGINE),
+        every_engine=not engines,
+        loaded_files=tuple(loaded_files),
+        not_loaded=not_loaded,
     )
+
+
+def _not_loaded(finding: Finding) -> Finding:
+    """A finding in a file no engine of the deploy opens: low, its own severity said."""
+    if finding.severity <= Severity.low:
+        return finding
+    return dataclasses.replace(finding, severity=Severity.low,
+                               message=f"({finding.severity.name} were it loaded) "
+                                       f"{finding.message}")
 
 
 def _index_shards(files: list[tuple[str, Path]]) -> dict[str, str]:

@@ -102,7 +102,7 @@ class Judge:
                                 f"(sha256 {code.sha256}); review it with `{REVIEW_HINT}`, "
                                 "which writes a policy listing it in reviewed_code")
         if rule.templates is Templates.reviewed_only:
-            for finding in report.findings:
+            for finding in filter(report.loaded, report.findings):
                 if (digest := unreviewed_digest(finding)) is not None:
                     member = f" [{finding.member}]" if finding.member else ""
                     problems.append(f"{role}/{finding.file}{member}: unreviewed chat template "
