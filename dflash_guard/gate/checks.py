@@ -131,7 +131,7 @@ def check_scan(inputs: GateInputs) -> Checked:
 
     locations = inputs.get(VerifiedFiles).locations
     judge, problems = inputs.judge(), []
-    roles, findings, failing, remote_code, pickle_files = {}, 0, 0, 0, 0
+    roles, findings, failing, remote_code, pickle_files, aside = {}, 0, 0, 0, 0, 0
     for artifact in inputs.lock.artifacts:
         folder = locations.get(artifact.role)
         if folder is None:
@@ -153,11 +153,13 @@ def check_scan(inputs: GateInputs) -> Checked:
         failing += len(failed)
         remote_code += len(report.remote_code)
         pickle_files += len(report.pickle_files)
+        aside += len(report.not_loaded)
     if problems:
         return _refused(problems)
     fail_on = judge.fail_on.name
     return (Outcome.passed(f"{findings} findings, none at or above {fail_on}; "
-                           f"{remote_code} remote-code files, {pickle_files} pickle files"),
+                           f"{remote_code} remote-code files, {pickle_files} pickle files"
+                           + (f"; {aside} files no engine of the deploy loads" if aside else "")),
             ScanEvidence(fail_on, findings, failing, remote_code, pickle_files, roles,
                          tuple(judge.used)))
 

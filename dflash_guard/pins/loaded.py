@@ -60,7 +60,7 @@ class DeployEngine:
     label: str
 
 
-EVERY_ENGINE = (DeployEngine("vllm", f"vLLM ({VLLM_PINNED}'s rules)"),
+EVERY_ENGINE = (DeployEngine("vllm", f"vLLM ({VLLM_PINNED})"),
                 DeployEngine("llama.cpp", "llama.cpp"))
 
 
@@ -124,7 +124,7 @@ def index_named(folder: Path, files: Collection[str]) -> set[str]:
 
 
 def _docs(files: Collection[str], named: set[str]) -> dict[str, str]:
-    return {f: "documentation, which no loader opens" for f in files
+    return {f: "documentation, opened by no loader" for f in files
             if _is_doc(f) and f not in named}
 
 
@@ -133,16 +133,16 @@ def vllm_leaves(folder: Path, files: Collection[str], named: set[str]) -> dict[s
     leaves = _docs(files, named)
     try:
         opened = vllm_files(folder)
-    except FileSetError:  # it would not load the folder (the gate refuses that): docs only
+    except (FileSetError, OSError, RecursionError):  # it would not load the folder (the
+        # gate refuses that), or the tree is past walking (a path past PATH_MAX): docs only
         return leaves
     loaded = set(opened.loaded)
     chosen = ", ".join(opened.weights[:2]) + (", ..." if len(opened.weights) > 2 else "")
     for name in files:
         if name in loaded or not name.lower().endswith(VLLM_WEIGHT_SUFFIXES):
             continue
-        leaves[name] = (f"a weight file vLLM's selection drops (it loads {chosen})"
-                        if "/" not in name else
-                        "a weight file in a subfolder (vLLM reads the folder's top level)")
+        leaves[name] = (f"its weight selection drops it (loads {chosen})" if "/" not in name
+                        else "a weight file in a subfolder (it reads weights from the top level)")
     return leaves
 
 
@@ -157,10 +157,10 @@ def llamacpp_leaves(folder: Path, files: Collection[str]) -> dict[str, str]:
         try:
             parts = llamacpp_files(folder / given).loaded
             opened = {posixpath.join(prefix, p) for p in parts}
-        except FileSetError:  # it stops on this GGUF: every GGUF stays loaded
+        except Exception:  # noqa: BLE001 - an untrusted header: every GGUF stays loaded
             pass
-    why = (f"llama.cpp opens only the GGUF it is given ({given})" if given is not None
-           else "llama.cpp opens only a GGUF it is given")
+    why = (f"opens only the GGUF it is given ({given})" if given is not None
+           else "opens only a GGUF it is given")
     return {f: why for f in files if f not in opened}
 
 

@@ -60,7 +60,13 @@ def test_json_schema(cli, tmp_path: Path) -> None:
         "remote_code",
         "pickle_files",
         "param_count",
+        "engines",
+        "every_engine",
+        "loaded_files",
+        "not_loaded_files",
     }
+    assert report["every_engine"] is True and report["not_loaded_files"] == []
+    assert "extra.pkl" in report["loaded_files"]
     assert report["tool"] == "dflash-guard" and report["fail_on"] == "medium"
     assert report["pickle_files"] == ["extra.pkl"]
     assert report["param_count"] == 64 + 64 * 64  # one layer norm, fc from one target layer
@@ -126,7 +132,8 @@ def test_scan_writes_nothing_but_its_output(
     model = tmp_path / "model"
     model.mkdir()
     write_safetensors(model / "model.safetensors")
-    (model / "pytorch_model.bin").write_bytes(gadget_pickle("os", "system", protocol=2))
+    # not a file vLLM's weight selection drops (a pytorch_model.bin would be): loaded
+    (model / "extra.pkl").write_bytes(gadget_pickle("os", "system", protocol=2))
     (model / "modeling_dflash.py").write_text(BENIGN_MODELING)
     (model / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
     workdir = tmp_path / "cwd"

@@ -216,7 +216,9 @@ def test_gate_refuses_unreviewed_remote_code(tmp_path, locked_pair):
 def test_gate_refuses_pickle_weights_under_strict(tmp_path, locked_pair):
     torch = pytest.importorskip("torch")
     drafter = copy_folder(locked_pair.drafter, tmp_path / "drafter")
-    torch.save({"w": torch.zeros(2)}, drafter / "pytorch_model.bin")
+    # a name no engine's rules place (a pytorch_model.bin beside model.safetensors is one vLLM
+    # drops: not loaded, so not counted): a loader may read it, so it is judged
+    torch.save({"w": torch.zeros(2)}, drafter / "extra_state.pkl")
     lock = relock(locked_pair, drafter)
     roots = {"target": locked_pair.target, "drafter": drafter}
     private, public = make_key_pair(tmp_path)

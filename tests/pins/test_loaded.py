@@ -62,7 +62,7 @@ def test_vllm_leaves_the_unselected_pickle_and_the_docs_and_nothing_it_cannot_pl
     folder = _gpt2(tmp_path / "gpt2")
     loading = partition(folder, locked(folder), VLLM)
     assert set(loading.not_loaded) == {".gitattributes", "README.md", "pytorch_model.bin"}
-    assert "loads model.safetensors" in loading.not_loaded["pytorch_model.bin"]
+    assert "(loads model.safetensors)" in loading.not_loaded["pytorch_model.bin"]
     # formats vLLM's selection does not consider stay loaded: nothing says no loader reads them
     assert {"tf_model.h5", "flax_model.msgpack", "rust_model.ot", "64-8bits.tflite",
             "onnx/decoder_model.onnx", "model.safetensors", "tokenizer.json"} <= set(loading.loaded)

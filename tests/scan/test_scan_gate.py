@@ -23,7 +23,10 @@ _STRICT = (("local_tier: unknown", "local_tier: official"),
 
 
 CODE = [case for case in MALICIOUS if case.culprit.endswith(".py")]
-NOT_CODE = [case for case in MALICIOUS if not case.culprit.endswith(".py")]
+# Cases whose culprit no engine of the deploy opens (`pins.loaded`): an image beside the weights.
+NOT_LOADED = {"image-with-zip"}
+NOT_CODE = [case for case in MALICIOUS
+            if not case.culprit.endswith(".py") and case.name not in NOT_LOADED]
 
 
 def _gate(tmp_path: Path, locked_pair, case: Case, policy_name: str, review: bool = True):
@@ -55,6 +58,18 @@ def test_gate_refuses_every_malicious_case(tmp_path, locked_pair, case, policy_n
     assert result.checks[-1].name == "scan", result.reason
     assert all(c.outcome.ok for c in result.checks[:-1]), result.reason
     assert case.shows_in(result.reason), result.reason
+
+
+@pytest.mark.parametrize("case", [c for c in MALICIOUS if c.name in NOT_LOADED],
+                         ids=lambda c: c.name)
+def test_a_culprit_no_engine_loads_is_recorded_apart_and_blocks_nothing(tmp_path, locked_pair,
+                                                                        case):
+    result = _gate(tmp_path, locked_pair, case, "default")
+    assert result.approved, result.reason
+    scan = next(row for row in result.checks if row.name == "scan")
+    section = scan.evidence.to_json()["roles"]["drafter"]
+    assert case.culprit in {entry["path"] for entry in section["not_loaded_files"]}
+    assert case.culprit not in section["loaded_files"] and section["not_loaded_findings"] >= 1
 
 
 @pytest.mark.parametrize("case", CODE, ids=lambda c: c.name)
