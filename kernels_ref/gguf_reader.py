@@ -280,8 +280,8 @@ class GGUF:
             if kind not in blocks:
                 raise GGUFError(f"tensor {name!r} has unknown GGML type {kind}")
             block, type_size = blocks[kind]
-            if (dims[0] if dims else 1) % block:
-                raise GGUFError(f"tensor {name!r}: rows of {dims[0]} are not whole blocks "
+            if (rows := dims[0] if dims else 1) % block:
+                raise GGUFError(f"tensor {name!r}: rows of {rows} are not whole blocks "
                                 f"of {block}")
             nbytes = elements // block * type_size
             if nbytes > self.size:  # bounded by the file before anything is sized by it
