@@ -129,6 +129,7 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
                     progress: Progress = NO_PROGRESS) -> Review:
     """The remote code of every located artifact that the built-in policy `base` does not list
     in `reviewed_code`, with the scan's capability findings for each file."""
+    from dflash_guard.pins.loaded import deploy_engines
     from dflash_guard.scan import scan_paths
 
     policy = load_policy(_builtin(base))
@@ -146,10 +147,10 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
         report = scan_paths([folder], target=locations.get("target") if is_drafter else None,
                             reviewed_sha256=policy.reviewed_sha256,
                             reviewed_templates=policy.reviewed_template_sha256,
-                            progress=progress)
-        if rule.templates is Templates.reviewed_only:
+                            engines=deploy_engines(lock), progress=progress)
+        if rule.templates is Templates.reviewed_only:  # as the gate judges: loaded files only
             templates += [TemplateToReview(artifact.role, f.file, f.member, digest)
-                          for f in report.findings
+                          for f in filter(report.loaded, report.findings)
                           if (digest := unreviewed_digest(f)) is not None]
         if rule.remote_code is RemoteCode.allow:
             continue
