@@ -102,7 +102,7 @@ class Loading:
 def _is_doc(path: str) -> bool:
     pure = PurePosixPath(path)
     return (pure.name in DOC_NAMES or pure.suffix.lower() in DOC_SUFFIXES
-            or pure.name.split(".")[0].lower() in DOC_STEMS)
+            or (pure.stem.lower() in DOC_STEMS and pure.suffix.lower() in ("", ".txt")))
 
 
 def index_named(folder: Path, files: Collection[str]) -> set[str]:
@@ -138,6 +138,7 @@ def vllm_leaves(folder: Path, files: Collection[str], named: set[str]) -> dict[s
         # gate refuses that), or the tree is past walking (a path past PATH_MAX): docs only
         return leaves
     loaded = set(opened.loaded)
+    leaves = {f: why for f, why in leaves.items() if f not in loaded}
     chosen = ", ".join(opened.weights[:2]) + (", ..." if len(opened.weights) > 2 else "")
     for name in files:
         if name in loaded or not name.lower().endswith(VLLM_WEIGHT_SUFFIXES):

@@ -106,6 +106,15 @@ def test_a_doc_a_weight_index_names_stays_loaded(tmp_path):
     assert "logo.png" in partition(folder, locked(folder), VLLM).loaded
 
 
+def test_a_doc_name_vllm_selects_as_weights_stays_loaded(tmp_path):
+    folder = _gpt2(tmp_path / "gpt2")
+    (folder / "model.safetensors").unlink()
+    (folder / "LICENSE.bin").write_bytes(EVIL_PICKLE)  # vLLM's `*.bin` glob takes it
+    (folder / "LICENSE.txt").write_text("MIT\n")
+    loading = partition(folder, locked(folder), VLLM)
+    assert "LICENSE.bin" in loading.loaded and "LICENSE.txt" in loading.not_loaded
+
+
 def test_llamacpp_loads_the_gguf_and_its_split_parts_only(tmp_path):
     folder = tmp_path / "gguf"
     folder.mkdir()
