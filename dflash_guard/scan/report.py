@@ -158,7 +158,6 @@ class ScanReport:
         return f"Judged against the lock's engines: {names}."
 
 
-
 def _count(number: int, noun: str) -> str:
     """`1 finding`, `2 findings`."""
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
