@@ -9,10 +9,8 @@ from typing import Annotated
 import typer
 
 from dflash_guard import formats
-from dflash_guard.cli.common import progress
+from dflash_guard.cli.common import finish, progress
 from dflash_guard.cli.options import Json, Quiet, chosen_format
-from dflash_guard.errors import InputError
-from dflash_guard.fileio import write_atomic
 from dflash_guard.formats import OutputFormat, exit_code
 from dflash_guard.outputs import refuse_outputs_over_inputs
 from dflash_guard.pins.loaded import DeployEngine, deploy_engines
@@ -95,20 +93,11 @@ def register(app: typer.Typer) -> None:
                 progress=shown,
             )
         report = dataclasses.replace(report, fail_on=fail_on)
-        if output is None and output_format is OutputFormat.text and report.findings:
-            from dflash_guard.cli.common import stdout
-            from dflash_guard.formats.text import print_report
+        if output is None and output_format is OutputFormat.text and not report.findings:
+            typer.echo(formats.render(report, output_format), nl=False)  # plain: rich unloaded
+            raise typer.Exit(exit_code(report))
+        from dflash_guard.formats.sarif import render as render_sarif
+        from dflash_guard.formats.text.findings import print_report
 
-            print_report(report, stdout)  # in colour and terminal-wide, unlike render()
-        elif output is None:
-            typer.echo(formats.render(report, output_format), nl=False)
-        else:
-            try:
-                write_atomic(output, formats.render(report, output_format))
-            except OSError as error:
-                reason = error.strerror or error
-                raise InputError(f"{output}: cannot write the report ({reason})") from None
-            from dflash_guard.cli.common import report_written
-
-            report_written(output, report.summary(), quiet)
-        raise typer.Exit(exit_code(report))
+        finish(report, output_format, print_report, output=output, quiet=quiet,
+               render_sarif=render_sarif)
