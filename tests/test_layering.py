@@ -24,7 +24,8 @@ ENTRY_POINTS = ("dflash_guard.cli", "dflash_guard._cli", "dflash_guard.__main__"
 # of kernels_ref; a new room must be given a floor here.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("kernels_ref", "dflash_guard", "dflash_guard.errors", "dflash_guard.severity",
-     "dflash_guard.outcome", "dflash_guard.patterns", "dflash_guard.progress", "dflash_guard.urls"),
+     "dflash_guard.outcome", "dflash_guard.patterns", "dflash_guard.progress", "dflash_guard.urls",
+     "dflash_guard.near_tie"),
     ("dflash_guard.rules", "dflash_guard.fileio", "dflash_guard.schema", "dflash_guard.outputs",
      "dflash_guard.download"),
     ("dflash_guard.findings",),

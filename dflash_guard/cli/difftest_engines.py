@@ -32,8 +32,8 @@ from dflash_guard.errors import InputError
 from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text import difftest as views
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TIMEOUT_S
-from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
 from dflash_guard.lossless.prompts import read_prompts
+from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN
 from kernels_ref.prompts import DEFAULT_PROMPTS
 
 
@@ -43,7 +43,7 @@ def endpoint(
     candidate: Candidate, prompts: Prompts = None, model: Model = None,
     max_new_tokens: MaxNewTokens = None, concurrency: Concurrency = 4,
     api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
-    near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
+    near_tie_margin: NearTieMargin = NEAR_TIE_MARGIN[ENGINE],
     timeout: Timeout = DEFAULT_TIMEOUT_S, no_token_ids: NoTokenIds = False,
     fail_on_warning: FailOnWarning = False, output_format: Format = PlainFormat.text,
     as_json: Json = False,
@@ -98,7 +98,7 @@ def reference(
         "the diff (its --metrics) must reach kernels_ref's with it.")] = None,
     prompts: Prompts = None, model: Model = None, max_new_tokens: MaxNewTokens = None,
     concurrency: Concurrency = 4, api_key_env: ApiKeyEnv = None, metrics: Metrics = None,
-    near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
+    near_tie_margin: NearTieMargin = NEAR_TIE_MARGIN[ENGINE],
     timeout: Timeout = DEFAULT_TIMEOUT_S, dtype: Dtype = "float32", threads: Threads = None,
     output_format: Format = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
@@ -135,7 +135,7 @@ def isolation(
     max_new_tokens: MaxNewTokens = None,
     concurrency: Annotated[int, typer.Option(
         "--concurrency", metavar="N", min=2, help="Requests in flight (other tenants).")] = 4,
-    api_key_env: ApiKeyEnv = None, near_tie_margin: NearTieMargin = DEFAULT_NEAR_TIE_MARGIN,
+    api_key_env: ApiKeyEnv = None, near_tie_margin: NearTieMargin = NEAR_TIE_MARGIN[ENGINE],
     timeout: Timeout = DEFAULT_TIMEOUT_S, no_token_ids: NoTokenIds = False,
     output_format: Format = PlainFormat.text, as_json: Json = False, quiet: Quiet = False,
 ) -> None:

@@ -27,6 +27,7 @@ from dflash_guard.gate.evidence import (
     VerifiedFiles,
 )
 from dflash_guard.gate.inputs import GateInputs
+from dflash_guard.near_tie import judge_near_tie
 from dflash_guard.outcome import Outcome
 from dflash_guard.patterns import COMMIT_RE
 from dflash_guard.pins.engine_pins import pinned_engines
@@ -253,9 +254,8 @@ def check_difftest(inputs: GateInputs) -> Checked:
         return Outcome.refused(f"cannot tell: {len(report.results)} prompts compared, tau "
                                f"{report.tau} (a diff with nothing compared proves nothing)"
                                ), None
-    near_ties = [d for d in report.divergences
-                 if d.divergence is not None and d.divergence.margin is not None
-                 and d.divergence.margin < rules.near_tie_allowance]
+    near_ties = [d for d in report.divergences if d.divergence is not None
+                 and judge_near_tie(d.divergence.margin, rules.near_tie_allowance)[0]]
     real = [d for d in report.divergences if d not in near_ties]
     if real:
         first = real[0].divergence

@@ -19,13 +19,10 @@ from typing import Any, TypeVar
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS
 from dflash_guard.lossless.endpoint.client import Completion
-from dflash_guard.lossless.endpoint.compare import (
-    DEFAULT_NEAR_TIE_MARGIN,
-    compare_completions,
-    result_json,
-)
+from dflash_guard.lossless.endpoint.compare import compare_completions, result_json
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
+from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from kernels_ref.prompts import PromptSpec
 
@@ -43,7 +40,7 @@ class IsolationOptions:
     candidate: EngineEndpoint  # the engine under test (with its drafter)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     concurrency: int = 4
-    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
+    near_tie_margin: float = NEAR_TIE_MARGIN[ENGINE]
     token_ids: bool = True  # ask for vLLM's token-id fields
 
     def __post_init__(self) -> None:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from dflash_guard.errors import InputError
 from dflash_guard.lossless.defaults import DEFAULT_MAX_NEW_TOKENS
 from dflash_guard.lossless.options import LocalOptions
@@ -30,6 +28,7 @@ from dflash_guard.lossless.result import (
     first_difference,
     token_at,
 )
+from dflash_guard.near_tie import NEAR_TIE_MARGIN, judge_near_tie
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from kernels_ref.checkpoint import eos_token_ids, parse_device
 from kernels_ref.cuda_graphs import GraphRunner, static_len
@@ -47,14 +46,6 @@ LEAKAGE_MIN_STEPS = 4  # every block fully accepted over at least this many step
 COLLAPSE_TAU = 1.25  # tau at or below this with a drafter: the mask-token-aliasing symptom
 COLLAPSE_MIN_STEPS = 8
 REGRESSION_RATIO = 0.95  # tau under test below this share of the reference tau is flagged
-# A divergence whose top-2 logit margin is below this (per compute dtype) is reported as a likely
-# numerical near-tie: block verification and single-token decoding round differently.
-NEAR_TIE_MARGIN = {
-    torch.float64: 1e-9,
-    torch.float32: 1e-4,
-    torch.bfloat16: 0.125,
-    torch.float16: 0.02,
-}
 
 
 @dataclass(frozen=True)
@@ -178,7 +169,7 @@ def compare(
             token_at(a, position),
             token_at(s, position),
             None if margin is None else round(margin, 6),
-            near_tie=margin is not None and margin < near_tie_margin,
+            near_tie=judge_near_tie(margin, near_tie_margin)[0],
         )
     elif decode(a) != decode(s):
         divergence = Divergence(None, None, None, None, detail="same tokens but different text")
@@ -202,6 +193,12 @@ def compare(
         prompt_ids=prompt.ids,
         output_ids=tuple(a),
     )
+
+
+def _precision(target: Target) -> str:
+    """The dtype the target computes in, as `NEAR_TIE_MARGIN` names it (`torch.float32` ->
+    `float32`)."""
+    return str(target.model.embed_tokens.weight.dtype).removeprefix("torch.")
 
 
 def _stats(result: PromptResult) -> SpeculationStats:
@@ -278,7 +275,7 @@ def difftest_models(
             f"({target.config.max_position_embeddings} positions)"
         )
     results, spec_runs, reference_runs = [], [], []
-    near_tie = NEAR_TIE_MARGIN.get(target.model.embed_tokens.weight.dtype, 0.0)
+    near_tie = NEAR_TIE_MARGIN.get(_precision(target), 0.0)
     budgets = []
     for prompt in prompts:
         budget = prompt.max_new_tokens or max_new_tokens or DEFAULT_MAX_NEW_TOKENS

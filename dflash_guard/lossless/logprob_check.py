@@ -94,6 +94,14 @@ class PromptLogprobs:
     def max_delta(self) -> float | None:
         return None if self.worst is None else self.worst.delta
 
+    def within(self, position: int, tolerance: float) -> bool:
+        """Whether the engine's logprobs up to `position` were reported there and agree within
+        `tolerance` (what makes a near-tie there benign)."""
+        deltas = dict(self.per_position)
+        if position not in deltas:
+            return False
+        return all(d <= tolerance for p, d in deltas.items() if p <= position)
+
 
 def is_placeholder(answer: Completion, position: int) -> bool:
     """Whether the engine's logprob at `position` is a placeholder (`PLACEHOLDER` with no
@@ -182,15 +190,6 @@ class LogprobCheck:
         """Some values compared, none past the tolerance, and no position where the engine
         measured nothing (no logprobs, or placeholders, prove nothing)."""
         return self.reason() is None
-
-    def within(self, prompt_id: str, position: int) -> bool:
-        """Whether the engine's logprobs of `prompt_id` up to `position` were reported there and
-        agree within the tolerance (what makes a near-tie there benign)."""
-        deltas = next((dict(p.per_position) for p in self.prompts if p.prompt_id == prompt_id),
-                      {})
-        if position not in deltas:
-            return False
-        return all(d <= self.tolerance for p, d in deltas.items() if p <= position)
 
     def reason(self) -> str | None:
         """Why the served model is not the locked one (None when it passed)."""

@@ -19,9 +19,9 @@ from dflash_guard.lossless.defaults import (
     DEFAULT_RUNNER_SAMPLES,
     DEFAULT_RUNNER_TOKENS,
 )
-from dflash_guard.lossless.endpoint.compare import DEFAULT_NEAR_TIE_MARGIN
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.logprob_check import tolerance_for
+from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN
 from kernels_ref.faults import Fault
 
 
@@ -100,7 +100,7 @@ class ReferenceOptions:
     prompts: Path | None = None  # JSONL prompt set; None: the shipped set
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     concurrency: int = 4
-    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN  # nats (a logit margin is the same number)
+    near_tie_margin: float = NEAR_TIE_MARGIN[ENGINE]  # nats (a logit margin is the same number)
     dtype: str = "float32"
     threads: int | None = None  # torch CPU threads of the reference decode; None: the policy's
     precision: str | None = None  # what the engine serves; None: the GGUF's, else float32

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -251,20 +252,6 @@ def _measure_placeholders(engine: CompletionClient, model: str, prompts: list[Pr
             for answer, c, t in zip(answers, chosen, tops, strict=True)], filled
 
 
-def _judge_near_tie(result: PromptResult, check: LogprobCheck) -> PromptResult:
-    """A near-tie stays one only where the engine's logprobs up to it agree with the
-    reference's within the tolerance; otherwise it is a hard divergence."""
-    d = result.divergence
-    if d is None or not d.near_tie or d.position is None:
-        return result
-    if check.within(result.prompt_id, d.position):
-        return replace(result, divergence=replace(
-            d, detail=d.detail + "; the logprobs agree within the tolerance"))
-    return replace(result, divergence=replace(
-        d, near_tie=False, detail=d.detail + ", but the engine's logprobs there are not the "
-        "reference's within the tolerance (or were not reported)"))
-
-
 def _prompt_mismatch(engine: CompletionClient, specs: list[PromptSpec], prompts: list[Prompt],
                      tokenizer: Tokenizer | None) -> str | None:
     """Why the engine would decode a `messages` prompt from other ids than ours (None when
@@ -357,17 +344,18 @@ def run_reference_diff(options: ReferenceOptions,
             stops = stop_ids | prompt.stop_ids
             reference, answer = until_stop(reference, stops), until_stop(answer, stops)
             reference, values = _with_logprobs(target, prompt, reference, answer)
-            results.append(compare_completions(prompt.id, reference, answer,
-                                               near_tie_margin=o.near_tie_margin,
-                                               compare_text=False))
-            compared.append(compare_prompt(prompt.id, answer, values))
+            logprobs = compare_prompt(prompt.id, answer, values)
+            results.append(compare_completions(
+                prompt.id, reference, answer, near_tie_margin=o.near_tie_margin,
+                compare_text=False,
+                logprobs_agree=partial(logprobs.within, tolerance=tolerance)))
+            compared.append(logprobs)
             progress.advanced()
-    check = LogprobCheck(tolerance, tolerance_from, tuple(compared), measured)
     return replace(
         base,
         model=model,
-        results=tuple(_judge_near_tie(r, check) for r in results),
-        logprobs=check,
+        results=tuple(results),
+        logprobs=LogprobCheck(tolerance, tolerance_from, tuple(compared), measured),
         drafter=drafter,
         acceptance=acceptance,
         response_drafts=ResponseDrafts.total(a.drafts for a in answers),

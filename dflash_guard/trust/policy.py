@@ -39,6 +39,7 @@ import yaml
 
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_text
+from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN
 from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 from dflash_guard.pins.lockfile import CACHE_UNCONFIRMED
 from dflash_guard.schema import Field, Fields, read_document
@@ -225,7 +226,7 @@ class EndpointRules:
     prompts: str | None = None  # None: the built-in prompt set; else a JSONL path
     max_new_tokens: int = 64
     max_near_ties: int = 0  # near-tie divergences tolerated; a hard divergence always refuses
-    near_tie_margin: float = 0.05  # nats: what counts as a near-tie
+    near_tie_margin: float = NEAR_TIE_MARGIN[ENGINE]  # nats: what counts as a near-tie
     # read the candidate's `/metrics`: its acceptance is held against kernels_ref's with the
     # locked drafter (on by default: a diff of endpoints checks the drafter unless told not to)
     metrics: bool = True

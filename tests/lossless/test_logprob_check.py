@@ -8,6 +8,7 @@ test_reference_diff.py; llama.cpp and vLLM in tests/engine/.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from dflash_guard.lossless.endpoint.client import (
     parse_chat_completion,
     parse_completion,
 )
-from dflash_guard.lossless.endpoint.compare import until_stop
+from dflash_guard.lossless.endpoint.compare import compare_completions, until_stop
 from dflash_guard.lossless.gguf_precision import gguf_precision
 from dflash_guard.lossless.logprob_check import (
     LogprobCheck,
@@ -28,8 +29,8 @@ from dflash_guard.lossless.logprob_check import (
     tolerance_for,
 )
 from dflash_guard.lossless.prompts import Prompt
-from dflash_guard.lossless.reference_diff import _judge_near_tie, _measure_placeholders
-from dflash_guard.lossless.result import Divergence, PromptResult
+from dflash_guard.lossless.reference_diff import _measure_placeholders
+from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN, judge_near_tie
 
 
 def test_vllm_completions_logprobs_are_read():
@@ -165,20 +166,36 @@ def test_both_decodes_end_at_their_first_stop_token():
     assert until_stop(answer([1, 2], [0, 0]), stops).token_ids == (1, 2)
 
 
-def near_tie(position: int) -> PromptResult:
-    return PromptResult("p", Divergence(position, 5, 6, 0.01, near_tie=True))
-
-
 def test_a_near_tie_is_benign_only_where_the_logprobs_agree():
+    """The reference's runner-up taken at a small margin is a near-tie only where the engine's
+    logprobs up to it agree with the reference's: decided once, in `judge_near_tie`."""
     engine = answer([5, 6], [-0.7, -0.69], [((5, -0.7), (6, -0.71)), ()])
+    reference = answer([5, 5], [0, 0], [((5, -0.7), (6, -0.71)), ((5, -0.7), (6, -0.701))])
+
+    def judged(logprobs):
+        return compare_completions("p", reference, engine, compare_text=False,
+                                   logprobs_agree=partial(logprobs.within, tolerance=1e-3))
+
     agreeing = compare_prompt("p", engine, [{5: -0.7, 6: -0.7099}, {6: -0.69}])
-    check = LogprobCheck(1e-3, "test", (agreeing,))
-    assert _judge_near_tie(near_tie(1), check).divergence.near_tie
+    assert judged(agreeing).status == "near-tie"
+    assert "the logprobs agree" in judged(agreeing).divergence.detail
     disagreeing = compare_prompt("p", engine, [{5: -0.7, 6: -0.75}, {6: -0.69}])
-    judged = _judge_near_tie(near_tie(1), LogprobCheck(1e-3, "test", (disagreeing,)))
-    assert judged.status == "hard" and "not the reference's" in judged.divergence.detail
-    unreported = _judge_near_tie(near_tie(2), check)  # no engine logprobs at position 2
-    assert unreported.status == "hard"
+    assert judged(disagreeing).status == "hard"
+    assert "not the reference's" in judged(disagreeing).divergence.detail
+    unreported = compare_prompt("p", engine, [{5: -0.7, 6: -0.7099}])  # none at position 1
+    assert judged(unreported).status == "hard"
+
+
+def test_near_ties_are_decided_by_one_rule():
+    """A small margin where the candidate took the runner-up is a near-tie; a small margin on
+    another token, a margin at the threshold, or none at all is not."""
+    assert judge_near_tie(0.01, NEAR_TIE_MARGIN[ENGINE]) == (
+        True, "candidate took the baseline's runner-up at margin 0.0100 nats")
+    assert not judge_near_tie(0.01, 0.05, took_runner_up=False)[0]
+    assert judge_near_tie(0.05, 0.05) == (False, "")
+    assert not judge_near_tie(None, 0.05)[0]
+    assert not judge_near_tie(0.01, 0.05, logprobs_agree=False)[0]
+    assert NEAR_TIE_MARGIN["float32"] < NEAR_TIE_MARGIN["float16"] < NEAR_TIE_MARGIN["bfloat16"]
 
 
 def test_only_measured_precisions_have_a_tolerance():

@@ -18,10 +18,7 @@ from dflash_guard.lossless.endpoint.client import (
     read_api_key,
     redact_url,
 )
-from dflash_guard.lossless.endpoint.compare import (
-    DEFAULT_NEAR_TIE_MARGIN,
-    compare_completions,
-)
+from dflash_guard.lossless.endpoint.compare import compare_completions
 from dflash_guard.lossless.endpoint.engine import EngineEndpoint
 from dflash_guard.lossless.endpoint.metrics import (
     acceptance_from_metrics,
@@ -35,7 +32,6 @@ from dflash_guard.lossless.endpoint.run import (
 )
 
 __all__ = [
-    "DEFAULT_NEAR_TIE_MARGIN",
     "DEFAULT_TIMEOUT_S",
     "CompletionClient",
     "EndpointDiffReport",

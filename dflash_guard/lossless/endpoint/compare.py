@@ -8,7 +8,7 @@ counted, a policy decides); any other divergence is `hard` (a logic bug until sh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,8 +20,7 @@ from dflash_guard.lossless.result import (
     first_difference,
     token_at,
 )
-
-DEFAULT_NEAR_TIE_MARGIN = 0.05  # nats: |logprob(top1) - logprob(top2)| below this is a near-tie
+from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN, judge_near_tie
 
 
 def _margin(tops: Sequence[tuple[tuple[Token, float], ...]], position: int) -> float | None:
@@ -35,12 +34,15 @@ def compare_completions(
     baseline: Completion,
     candidate: Completion,
     *,
-    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN,
+    near_tie_margin: float = NEAR_TIE_MARGIN[ENGINE],
     compare_text: bool = True,
+    logprobs_agree: Callable[[int], bool] | None = None,
 ) -> PromptResult:
-    """Compare two completions of one prompt; classify the first divergence. With
-    `compare_text` off, equal tokens are identical whatever text each side rendered (the
-    reference runner's diff: the engine's detokenizer is not what it checks)."""
+    """Compare two completions of one prompt; classify the first divergence (`judge_near_tie`).
+    With `compare_text` off, equal tokens are identical whatever text each side rendered (the
+    reference runner's diff: the engine's detokenizer is not what it checks). `logprobs_agree`
+    says whether the engine's logprobs up to a position agree with the reference's (the
+    reference diff: a near-tie is one only there)."""
     left: Sequence[Token]
     right: Sequence[Token]
     if baseline.token_ids is not None and candidate.token_ids is not None:
@@ -68,16 +70,12 @@ def compare_completions(
 
     margin = _margin(baseline.top_logprobs, position)
     runner_up = baseline.top_logprobs[position][1][0] if margin is not None else None
-    near_tie, detail = False, ""
     if base_token is None or cand_token is None:
-        detail = "one completion ended earlier (stop token or length)"
-    elif margin is None:
-        detail = "baseline gave no top-2 logprobs at the divergence"
-    elif margin < near_tie_margin and cand_token == runner_up:
-        near_tie = True
-        detail = f"candidate took the baseline's runner-up at margin {margin:.4f} nats"
-    elif margin < near_tie_margin:
-        detail = "small margin, but the candidate's token is not the baseline's runner-up"
+        near_tie, detail = False, "one completion ended earlier (stop token or length)"
+    else:
+        near_tie, detail = judge_near_tie(
+            margin, near_tie_margin, took_runner_up=cand_token == runner_up,
+            logprobs_agree=None if logprobs_agree is None else logprobs_agree(position))
     divergence = Divergence(position, base_token, cand_token, margin, near_tie,
                             _margin(candidate.top_logprobs, position), detail)
     return result(divergence)
