@@ -356,29 +356,9 @@ def check_reference_diff(inputs: GateInputs) -> Checked:
             max_logprob_delta_from="policy difftest.max_logprob_delta"), inputs.progress)
     except EndpointError as error:
         return Outcome.refused(f"{error} (a gate that cannot check does not approve)"), None
-    summary = report.summary()
-    if not report.results:
-        return Outcome.refused(report.refused or "cannot tell: no prompt was compared"), None
-    if report.wrong_model:
-        return Outcome.refused(f"the candidate does not serve the locked target: "
-                               f"{report.wrong_model}"), None
-    if report.wrong_drafter:
-        return Outcome.refused(f"the candidate does not draft with the locked drafter: "
-                               f"{report.wrong_drafter}"), None
-    if not report.passed:
-        first = report.hard_divergences[0] if report.hard_divergences else None
-        where = f" (first: {first.prompt_id})" if first is not None else ""
-        return Outcome.refused(f"the candidate diverges from kernels_ref on the locked "
-                               f"target: {report.verdict}{where}"), None
-    check = report.logprobs
-    figures = (f"; largest logprob difference {check.worst.delta:.2g} <= {check.tolerance:g} "
-               "nats" if check is not None and check.worst is not None else "")
-    drafted = (f"; drafter: tau {report.drafter.engine_tau:.2f} against kernels_ref's "
-               f"{report.drafter.reference_tau:.2f}" if report.drafter is not None
-               and report.drafter.engine_tau is not None else
-               "; drafter not checked (the policy sets difftest.endpoints.metrics: false)")
-    return (Outcome.passed(f"{len(report.results)} prompts match kernels_ref on the locked "
-                           f"target{figures}{drafted}"), ReferenceEvidence(summary))
+    undrafted = "; drafter not checked (the policy sets difftest.endpoints.metrics: false)"
+    return (report.outcome("the candidate", undrafted),
+            ReferenceEvidence(report.summary()) if report.passed else None)
 
 
 def check_rollout(inputs: GateInputs) -> Checked:

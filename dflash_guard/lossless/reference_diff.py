@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ from dflash_guard.lossless.prompt_match import (
 from dflash_guard.lossless.prompts import Prompt, load_prompts, read_prompts
 from dflash_guard.lossless.reference import runner_errors
 from dflash_guard.lossless.result import ClassifiedResults, PromptResult
+from dflash_guard.outcome import Outcome
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.trust.comparison import comparison_statement, read_conversion, write_comparison
@@ -72,6 +74,21 @@ from kernels_ref.tokenizer import Tokenizer, load_tokenizer
 
 TOP_K = 2  # the reference's alternatives kept per position: what a near-tie needs
 CONVERSION_SUFFIX = ".conversion.json"  # scripts/llamacpp.py writes it beside the GGUF
+
+
+class Verdict(StrEnum):
+    """A reference diff's verdict: the rungs of its ladder, first to last (`verdict`)."""
+
+    refused = "refused"  # nothing compared: the inputs, the engine's tokenizer, no prompt
+    wrong_model = "wrong-model"  # its logprobs are not the locked model's
+    wrong_drafter = "wrong-drafter"  # its acceptance is not the locked drafter's
+    diverged = "diverged"  # a hard divergence
+    near_ties = "near-ties"  # near-ties only: counted, a policy decides
+    identical = "identical"
+
+    @property
+    def passed(self) -> bool:
+        return self in (Verdict.near_ties, Verdict.identical)
 
 
 @dataclass(frozen=True)
@@ -115,29 +132,57 @@ class ReferenceDiffReport(ClassifiedResults):
         return None if self.drafter is None else self.drafter.reason()
 
     @property
+    def verdict(self) -> Verdict:
+        """The one ladder, read by the report, its record, the text view and the gate: refused
+        (nothing compared, or no logprobs checked), else wrong model, else wrong drafter, else
+        a hard divergence, else near-ties or identical."""
+        if self.refused is not None or not self.results or self.logprobs is None:
+            return Verdict.refused
+        if self.wrong_model is not None:
+            return Verdict.wrong_model
+        if self.wrong_drafter is not None:
+            return Verdict.wrong_drafter
+        if self.hard_divergences:
+            return Verdict.diverged
+        return Verdict.identical if self.identical else Verdict.near_ties
+
+    @property
     def passed(self) -> bool:
         """No refusal, no hard divergence, logprobs within the tolerance and, when a drafter
         was checked, its acceptance (near-ties are counted, a policy decides)."""
-        return (self.refused is None and bool(self.results) and not self.hard_divergences
-                and self.logprobs is not None and self.wrong_model is None
-                and self.wrong_drafter is None)
+        return self.verdict.passed
 
-    @property
-    def verdict(self) -> str:
-        if self.refused is not None:
-            return "refused"
-        if self.results and self.wrong_model is not None:
-            return "wrong-model"
-        if self.results and self.wrong_drafter is not None:
-            return "wrong-drafter"
-        if self.hard_divergences:
-            return "diverged"
-        return "identical" if self.identical else "near-ties"
+    def outcome(self, engine: str, undrafted: str) -> Outcome:
+        """The verdict as a check's outcome, naming `engine` ("the candidate"); `undrafted`
+        ends the passing reason when no drafter was checked."""
+        verdict = self.verdict
+        if verdict is Verdict.refused:
+            return Outcome.refused(self.refused or "cannot tell: no prompt was compared")
+        if verdict is Verdict.wrong_model:
+            return Outcome.refused(f"{engine} does not serve the locked target: "
+                                   f"{self.wrong_model}")
+        if verdict is Verdict.wrong_drafter:
+            return Outcome.refused(f"{engine} does not draft with the locked drafter: "
+                                   f"{self.wrong_drafter}")
+        if not verdict.passed:
+            first = self.hard_divergences[0] if self.hard_divergences else None
+            where = f" (first: {first.prompt_id})" if first is not None else ""
+            return Outcome.refused(f"{engine} diverges from kernels_ref on the locked target: "
+                                   f"{verdict}{where}")
+        check, drafter = self.logprobs, self.drafter
+        figures = (f"; largest logprob difference {check.worst.delta:.2g} <= "
+                   f"{check.tolerance:g} nats" if check is not None and check.worst is not None
+                   else "")
+        drafted = (f"; drafter: tau {drafter.engine_tau:.2f} against kernels_ref's "
+                   f"{drafter.reference_tau:.2f}" if drafter is not None
+                   and drafter.engine_tau is not None else undrafted)
+        return Outcome.passed(f"{len(self.results)} prompts match kernels_ref on the locked "
+                              f"target{figures}{drafted}")
 
     def summary(self) -> dict[str, Any]:
         """The verdict fields a comparison record's predicate holds."""
         return {
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "passed": self.passed,
             "refused": self.refused,
             "prompts": len(self.results),
@@ -162,7 +207,7 @@ class ReferenceDiffReport(ClassifiedResults):
             "candidate": self.candidate,
             "identical": self.identical,
             "passed": self.passed,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "refused": self.refused,
             "prompts": len(self.results),
             "hard": len(self.hard_divergences),

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dflash_guard.errors import InputError
+from dflash_guard.lossless.drafter_check import DrafterCheck
 from dflash_guard.lossless.endpoint.client import (
     Completion,
     parse_chat_completion,
@@ -29,7 +30,8 @@ from dflash_guard.lossless.logprob_check import (
     tolerance_for,
 )
 from dflash_guard.lossless.prompts import Prompt
-from dflash_guard.lossless.reference_diff import _measure_placeholders
+from dflash_guard.lossless.reference_diff import ReferenceDiffReport, _measure_placeholders
+from dflash_guard.lossless.result import Divergence, PromptResult
 from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN, judge_near_tie
 
 
@@ -196,6 +198,37 @@ def test_near_ties_are_decided_by_one_rule():
     assert not judge_near_tie(None, 0.05)[0]
     assert not judge_near_tie(0.01, 0.05, logprobs_agree=False)[0]
     assert NEAR_TIE_MARGIN["float32"] < NEAR_TIE_MARGIN["float16"] < NEAR_TIE_MARGIN["bfloat16"]
+
+
+def test_one_verdict_ladder_for_the_report_and_the_gate():
+    """Refused, wrong model, wrong drafter, diverged, then near-ties or identical: the first
+    rung that holds is the verdict, its `passed` and the outcome the gate and `launch` give."""
+    same, hard = PromptResult("p", None), PromptResult("p", Divergence(1, 5, 6, 0.5))
+    agreed = LogprobCheck(0.05, "test", (compare_prompt("p", answer([5], [-0.5]),
+                                                        [{5: -0.5}]),))
+    drifted = LogprobCheck(0.05, "test", (compare_prompt("p", answer([5], [-0.5]),
+                                                         [{5: -0.9}]),))
+
+    def report(**fields):
+        return ReferenceDiffReport("t", "http://c", None, 0.05, "p.jsonl", "0" * 64, 8,
+                                   **fields)
+
+    ladder = [
+        (report(), "refused", "cannot tell: no prompt was compared"),
+        (report(results=(same,)), "refused", "cannot tell"),  # no logprobs checked
+        (report(results=(hard,), logprobs=drifted), "wrong-model",
+         "the candidate does not serve the locked target: the served model is not"),
+        (report(results=(hard,), logprobs=agreed, drafter=DrafterCheck(3.0, 1.0)),
+         "wrong-drafter", "the candidate does not draft with the locked drafter"),
+        (report(results=(hard,), logprobs=agreed), "diverged",
+         "the candidate diverges from kernels_ref on the locked target: diverged (first: p)"),
+        (report(results=(same,), logprobs=agreed), "identical", "1 prompts match kernels_ref"),
+    ]
+    for diff, verdict, reason in ladder:
+        outcome = diff.outcome("the candidate", "; no drafter")
+        assert diff.verdict == verdict and diff.to_json()["verdict"] == verdict
+        assert diff.passed is (verdict == "identical") and outcome.reason.startswith(reason)
+        assert outcome.ok is diff.passed
 
 
 def test_only_measured_precisions_have_a_tolerance():
