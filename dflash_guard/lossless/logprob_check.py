@@ -106,9 +106,8 @@ class PromptLogprobs:
 def is_placeholder(answer: Completion, position: int) -> bool:
     """Whether the engine's logprob at `position` is a placeholder (`PLACEHOLDER` with no
     top-k beside it), not a measurement."""
-    chosen = answer.token_logprobs[position] if position < len(answer.token_logprobs) else None
-    tops = answer.top_logprobs[position] if position < len(answer.top_logprobs) else ()
-    return chosen == PLACEHOLDER and not tops
+    reported = answer.at(position)
+    return reported.logprob == PLACEHOLDER and not reported.top
 
 
 def compare_prompt(prompt_id: str, answer: Completion,
@@ -122,28 +121,27 @@ def compare_prompt(prompt_id: str, answer: Completion,
     per_position: list[tuple[int, float]] = []
     for position, token in enumerate(ids):
         reported: list[tuple[int, float, bool]] = []
-        chosen = answer.token_logprobs[position] if position < len(answer.token_logprobs) else None
-        tops = answer.top_logprobs[position] if position < len(answer.top_logprobs) else ()
+        here = answer.at(position)
         if is_placeholder(answer, position):
             placeholders += 1
             continue
-        if chosen is not None:
-            reported.append((token, chosen, True))
-        reported += [(t, v, False) for t, v in tops if isinstance(t, int) and t != token]
+        if here.logprob is not None:
+            reported.append((token, here.logprob, True))
+        reported += [(t, v, False) for t, v in here.top if isinstance(t, int) and t != token]
         if not reported:
             continue
         compared += 1
-        here = 0.0
+        largest = 0.0
         for alternative, value, committed in reported:
             ours = reference[position].get(alternative)
             if ours is None:
                 continue
             values += 1
             delta = LogprobDelta(prompt_id, position, alternative, value, ours, committed)
-            here = max(here, delta.delta)
+            largest = max(largest, delta.delta)
             if worst is None or delta.delta > worst.delta:
                 worst = delta
-        per_position.append((position, here))
+        per_position.append((position, largest))
     return PromptLogprobs(prompt_id, len(ids), compared, values, worst, tuple(per_position),
                           placeholders)
 
@@ -154,8 +152,7 @@ def tokens_reported(answer: Completion) -> list[set[int]]:
     ids = answer.token_ids or ()
     wanted = []
     for position, token in enumerate(ids):
-        tops = answer.top_logprobs[position] if position < len(answer.top_logprobs) else ()
-        wanted.append({token} | {t for t, _ in tops if isinstance(t, int)})
+        wanted.append({token} | {t for t, _ in answer.at(position).top if isinstance(t, int)})
     return wanted
 
 

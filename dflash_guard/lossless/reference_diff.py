@@ -31,7 +31,12 @@ from typing import Any
 
 from dflash_guard.fileio import read_input
 from dflash_guard.lossless.drafter_check import DrafterCheck
-from dflash_guard.lossless.endpoint.client import Completion, CompletionClient, EndpointError
+from dflash_guard.lossless.endpoint.client import (
+    Completion,
+    CompletionClient,
+    EndpointError,
+    TokenLogprobs,
+)
 from dflash_guard.lossless.endpoint.compare import compare_completions, result_json, until_stop
 from dflash_guard.lossless.endpoint.metrics import (
     AcceptanceFigures,
@@ -256,10 +261,10 @@ def _with_logprobs(target: Target, prompt: Prompt, reference: Completion, answer
     tokens = list((answer.token_ids or ())[:max(room, 0)])
     fed = tokens[: next((i for i, t in enumerate(tokens) if not 0 <= t < vocab), len(tokens))]
     rows = output_logprobs(target, list(prompt.ids), fed)
-    tops = tuple(top_logprobs(rows[i], TOP_K) for i in range(rows.shape[0]))
+    tops = tuple(TokenLogprobs(top=top_logprobs(rows[i], TOP_K)) for i in range(rows.shape[0]))
     values = [{t: float(rows[i, t]) for t in wanted if 0 <= t < vocab}
               for i, wanted in enumerate(tokens_reported(answer)[: rows.shape[0]])]
-    return replace(reference, top_logprobs=tops), values
+    return replace(reference, logprobs=tops), values
 
 
 def _measure_placeholders(engine: CompletionClient, model: str, prompts: list[Prompt],
@@ -284,17 +289,16 @@ def _measure_placeholders(engine: CompletionClient, model: str, prompts: list[Pr
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="placeholder") as pool:
         measured = list(pool.map(ask, asked))
-    chosen = [list(a.token_logprobs) for a in answers]
-    tops = [list(a.top_logprobs) for a in answers]
+    logprobs = [list(a.logprobs) for a in answers]
     filled = 0
     for (a, i), one in zip(asked, measured, strict=True):
         token = (answers[a].token_ids or ())[i]
-        if (one.token_ids or ())[:1] != (token,) or not one.token_logprobs:
+        if (one.token_ids or ())[:1] != (token,) or one.at(0).logprob is None:
             continue
-        chosen[a][i], tops[a][i] = one.token_logprobs[0], one.top_logprobs[0]
+        logprobs[a][i] = one.at(0)
         filled += 1
-    return [replace(answer, token_logprobs=tuple(c), top_logprobs=tuple(t))
-            for answer, c, t in zip(answers, chosen, tops, strict=True)], filled
+    return [replace(answer, logprobs=tuple(found))
+            for answer, found in zip(answers, logprobs, strict=True)], filled
 
 
 def _prompt_mismatch(engine: CompletionClient, specs: list[PromptSpec], prompts: list[Prompt],

@@ -79,7 +79,7 @@ def test_llamacpp_logprobs_content_gives_token_ids_and_ranked_alternatives():
         [104, 105], [{104: -0.1, 97: -2.0}, {98: -3.0, 105: -0.2}],
         {"predicted_n": 2, "draft_n": 7, "draft_n_accepted": 3}))
     assert completion.token_ids == (104, 105)
-    assert completion.top_logprobs[1] == ((105, -0.2), (98, -3.0))
+    assert completion.at(1).top == ((105, -0.2), (98, -3.0))
     assert completion.drafts == (7, 3)
     assert parse_completion(llamacpp_completion([1], [{1: -0.1}])).drafts is None
 

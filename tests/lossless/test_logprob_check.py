@@ -17,6 +17,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.lossless.drafter_check import DrafterCheck
 from dflash_guard.lossless.endpoint.client import (
     Completion,
+    TokenLogprobs,
     parse_chat_completion,
     parse_completion,
 )
@@ -43,8 +44,8 @@ def test_vllm_completions_logprobs_are_read():
                                                            "token_id:99": -1.5},
                                                           {"token_id:98": -0.25}]}}]}
     completion = parse_completion(payload)
-    assert completion.token_logprobs == (-0.5, -0.25)
-    assert completion.top_logprobs[0] == ((97, -0.5), (99, -1.5))
+    assert [p.logprob for p in completion.logprobs] == [-0.5, -0.25]
+    assert completion.at(0).top == ((97, -0.5), (99, -1.5)) and completion.at(0).margin == 1.0
 
 
 def test_vllm_chat_logprobs_are_read():
@@ -54,8 +55,8 @@ def test_vllm_chat_logprobs_are_read():
                                  "top_logprobs": [{"token": "token_id:97", "logprob": -0.125},
                                                   {"token": "token_id:98", "logprob": -2.0}]}]}}]}
     completion = parse_chat_completion(payload)
-    assert completion.token_ids == (97,) and completion.token_logprobs == (-0.125,)
-    assert completion.top_logprobs == (((97, -0.125), (98, -2.0)),)
+    assert completion.token_ids == (97,)
+    assert completion.logprobs == (TokenLogprobs(-0.125, ((97, -0.125), (98, -2.0))),)
 
 
 def test_llamacpp_logprobs_follow_the_ids_they_belong_to():
@@ -69,12 +70,15 @@ def test_llamacpp_logprobs_follow_the_ids_they_belong_to():
                "__verbose": {"tokens": [97, 226, 98]}}
     completion = parse_completion(payload)
     assert completion.token_ids == (97, 226, 98)
-    assert completion.token_logprobs == (-0.1, None, -0.2)
+    assert [p.logprob for p in completion.logprobs] == [-0.1, None, -0.2]
+    assert completion.at(1) == TokenLogprobs() and completion.at(3) == TokenLogprobs()
 
 
 def answer(ids, chosen, tops=None):
-    return Completion("", tuple(ids), None, tuple(tops or [() for _ in ids]), "length",
-                      token_logprobs=tuple(chosen))
+    tops = tops or [() for _ in ids]
+    return Completion("", tuple(ids), None,
+                      tuple(TokenLogprobs(c, t) for c, t in zip(chosen, tops, strict=True)),
+                      "length")
 
 
 def test_the_largest_difference_and_where_it_is():
@@ -150,8 +154,8 @@ def test_placeholders_are_measured_on_one_token_requests():
     [filled], measured = _measure_placeholders(engine, "m", [prompt], [decoded], frozenset(),
                                                room=5, concurrency=2)
     assert sorted(engine.asked) == [(3, 1), (4, 1)] and measured == 1  # position 3: no room
-    assert filled.token_logprobs == (-0.1, -0.5, 0.0, 0.0)
-    assert filled.top_logprobs[1] == ((6, -0.5), (1, -1.0))
+    assert [p.logprob for p in filled.logprobs] == [-0.1, -0.5, 0.0, 0.0]
+    assert filled.at(1).top == ((6, -0.5), (1, -1.0))
     assert [is_placeholder(filled, i) for i in range(4)] == [False, False, True, True]
 
 
@@ -163,8 +167,7 @@ def test_both_decodes_end_at_their_first_stop_token():
     decoded_on = answer([1, 2, 10, 3, 4], [-1, -2, -3, -4, -5])
     assert until_stop(reference, stops).token_ids == (1, 2)
     cut = until_stop(decoded_on, stops)
-    assert cut.token_ids == (1, 2) and cut.token_logprobs == (-1, -2)
-    assert len(cut.top_logprobs) == 2
+    assert cut.token_ids == (1, 2) and [p.logprob for p in cut.logprobs] == [-1, -2]
     assert until_stop(answer([1, 2], [0, 0]), stops).token_ids == (1, 2)
 
 

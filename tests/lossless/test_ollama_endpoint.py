@@ -41,8 +41,8 @@ def test_ollama_completion_logprobs_are_read_as_token_text() -> None:
     completion = parse_completion(ollama_completion(["Hel", "lo"]))
     assert completion.text == "Hello" and completion.token_ids is None
     assert completion.token_texts == ("Hel", "lo")
-    assert completion.top_logprobs[0] == (("Hel", -0.1), ("zz", -3.0))
-    assert completion.token_logprobs == (-0.1, -0.1)
+    assert completion.at(0).top == (("Hel", -0.1), ("zz", -3.0))
+    assert [p.logprob for p in completion.logprobs] == [-0.1, -0.1]
 
 
 def test_ollama_chat_logprobs_are_read_as_token_text() -> None:

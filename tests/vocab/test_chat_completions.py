@@ -26,7 +26,7 @@ def test_llamacpp_chat_logprobs_carry_ids():
                {"id": 8, "token": "b", "logprob": -0.2, "top_logprobs": []}]
     completion = parse_chat_completion(chat({"content": entries}))
     assert completion.text == "ab" and completion.token_ids == (7, 8)
-    assert completion.top_logprobs[0] == ((7, -0.1), (9, -2.5))
+    assert completion.at(0).top == ((7, -0.1), (9, -2.5))
     assert completion.finish_reason == "length"
 
 
@@ -37,7 +37,7 @@ def test_vllm_chat_logprobs_carry_token_id_strings():
                {"token": "token_id:8", "logprob": -0.2, "top_logprobs": []}]
     completion = parse_chat_completion(chat({"content": entries}, token_ids=[7, 8]))
     assert completion.token_ids == (7, 8)
-    assert completion.top_logprobs[0] == ((7, -0.1), (9, -2.5))
+    assert completion.at(0).top == ((7, -0.1), (9, -2.5))
 
 
 @pytest.mark.parametrize("payload", [

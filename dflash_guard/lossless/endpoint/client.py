@@ -41,16 +41,39 @@ class EndpointError(Error):
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """What an engine reported at one position it committed, parsed once from its answer."""
+
+    logprob: float | None = None  # the committed token's; None: not reported
+    top: tuple[tuple[Token, float], ...] = ()  # its top-k alternatives, best first
+
+    @property
+    def margin(self) -> float | None:
+        """Its top-1 minus top-2 logprob (None: fewer than two alternatives reported)."""
+        return self.top[0][1] - self.top[1][1] if len(self.top) >= 2 else None
+
+    @property
+    def runner_up(self) -> Token | None:
+        return self.top[1][0] if len(self.top) >= 2 else None
+
+
+NOT_REPORTED = TokenLogprobs()
+
+
+@dataclass(frozen=True)
 class Completion:
     """What one endpoint generated for one prompt, normalised across engines."""
 
     text: str
     token_ids: tuple[int, ...] | None  # when the server reported ids
     token_texts: tuple[str, ...] | None  # the logprob token strings, when reported
-    top_logprobs: tuple[tuple[tuple[Token, float], ...], ...]  # per position, best first
+    logprobs: tuple[TokenLogprobs, ...]  # per position (`at`)
     finish_reason: str | None
     drafts: tuple[int, int] | None = None  # llama.cpp's timings: (draft_n, draft_n_accepted)
-    token_logprobs: tuple[float | None, ...] = ()  # per position, the committed token's logprob
+
+    def at(self, position: int) -> TokenLogprobs:
+        """The logprobs reported at `position` (`NOT_REPORTED` past those reported)."""
+        return self.logprobs[position] if 0 <= position < len(self.logprobs) else NOT_REPORTED
 
 
 def read_api_key(env_var: str | None) -> str | None:
@@ -362,11 +385,19 @@ def parse_completion(payload: Any) -> Completion:
     content = logprobs.get("content")
     if (isinstance(content, list) and content and _verbose_tokens(payload) is None
             and all(isinstance(e, dict) and "id" not in e for e in content)):
-        logprobs = _text_logprobs(content)  # ollama's completions: token text, no ids
-    elif isinstance(content, list) or _verbose_tokens(payload) is not None:
+        return _parse_text_entries(text, choice, payload, content)  # ollama: token text, no ids
+    if isinstance(content, list) or _verbose_tokens(payload) is not None:
         return _parse_content_logprobs(text, content or [], choice, payload)
+    return _parse_token_logprobs(text, choice, payload, logprobs.get("tokens"),
+                                 logprobs.get("token_logprobs") or [],
+                                 logprobs.get("top_logprobs") or [])
 
-    raw_tokens = logprobs.get("tokens")
+
+def _parse_token_logprobs(text: str, choice: dict[str, Any], payload: dict[str, Any],
+                          raw_tokens: Any, chosen: Any, alternatives: Any) -> Completion:
+    """The OpenAI completions shape, as vLLM, SGLang and others write it: per position a
+    token (text, or `token_id:N`), its logprob and its alternatives as `{token: logprob}`; the
+    ids from `choices[0].token_ids` when sent."""
     keys = [_token_key(t) for t in raw_tokens] if isinstance(raw_tokens, list) else None
     token_ids: tuple[int, ...] | None = None
     token_texts: tuple[str, ...] | None = None
@@ -379,29 +410,35 @@ def parse_completion(payload: Any) -> Completion:
         token_ids = tuple(int(k) for k in keys)
     if keys is not None and all(isinstance(k, str) for k in keys):
         token_texts = tuple(str(k) for k in keys)
-
-    chosen = logprobs.get("token_logprobs") or []
     if not isinstance(chosen, list):
         raise ValueError("`token_logprobs` is not a list")
-    alternatives = logprobs.get("top_logprobs") or []
     if not isinstance(alternatives, list):
         raise ValueError("`top_logprobs` is not a list")
-    tops: list[tuple[tuple[Token, float], ...]] = []
-    for entry in alternatives:
-        if entry is None:
-            tops.append(())
-            continue
-        if not isinstance(entry, dict):
-            raise ValueError("a `top_logprobs` entry is not an object")
-        ranked: list[tuple[Token, float]] = []
-        for token, value in entry.items():
-            ranked.append((_token_key(token), _number(value)))
-        ranked.sort(key=lambda item: -item[1])
-        tops.append(tuple(ranked))
+    tops = [_ranked(entry) for entry in alternatives]
     reason = choice.get("finish_reason")
-    return Completion(text, token_ids, token_texts, tuple(tops), reason if reason else None,
-                      _drafts(payload.get("timings")),
-                      tuple(None if v is None else _number(v) for v in chosen))
+    drafts = _drafts(payload.get("timings"))
+    values = [None if v is None else _number(v) for v in chosen]
+    return Completion(text, token_ids, token_texts, _positions(values, tops),
+                      reason if reason else None, drafts)
+
+
+def _ranked(entry: Any) -> tuple[tuple[Token, float], ...]:
+    """One position's alternatives, `{token: logprob}`, best first (None: none reported)."""
+    if entry is None:
+        return ()
+    if not isinstance(entry, dict):
+        raise ValueError("a `top_logprobs` entry is not an object")
+    ranked = [(_token_key(token), _number(value)) for token, value in entry.items()]
+    return tuple(sorted(ranked, key=lambda item: -item[1]))
+
+
+def _positions(chosen: list[float | None], tops: list[tuple[tuple[Token, float], ...]]
+               ) -> tuple[TokenLogprobs, ...]:
+    """Per position, the committed token's logprob beside its alternatives (either list may
+    be the shorter)."""
+    return tuple(TokenLogprobs(chosen[i] if i < len(chosen) else None,
+                               tops[i] if i < len(tops) else ())
+                 for i in range(max(len(chosen), len(tops))))
 
 
 def parse_chat_completion(payload: Any) -> Completion:
@@ -426,15 +463,15 @@ def parse_chat_completion(payload: Any) -> Completion:
     entries = [e for e in content or [] if isinstance(e, dict)]
     if len(entries) != len(content or []):
         raise ValueError("a `logprobs.content` entry is not an object")
-    legacy = {**choice, "text": text, "logprobs": {"content": entries}}
-    if entries and all("id" not in e for e in entries):  # vLLM, ollama: tokens, alternatives
-        legacy["logprobs"] = _text_logprobs(entries)
-    return parse_completion({**payload, "choices": [legacy]})
+    if not entries or any("id" in e for e in entries) or _verbose_tokens(payload) is not None:
+        return _parse_content_logprobs(text, entries, choice, payload)  # llama.cpp: ids
+    return _parse_text_entries(text, choice, payload, entries)  # vLLM, ollama: token text
 
 
-def _text_logprobs(entries: list[Any]) -> dict[str, Any]:
-    """`logprobs.content` entries without ids (vLLM's chat, ollama's both endpoints) in the
-    completions API's `tokens` / `top_logprobs` / `token_logprobs` shape."""
+def _parse_text_entries(text: str, choice: dict[str, Any], payload: dict[str, Any],
+                        entries: list[Any]) -> Completion:
+    """`logprobs.content` entries without ids (vLLM's chat, ollama's both endpoints): per
+    position a token, its logprob and its ranked alternatives, read as the completions shape."""
     alternatives = [e.get("top_logprobs") or [] for e in entries]
     if not all(isinstance(a, list) for a in alternatives):
         raise ValueError("`top_logprobs` of a `logprobs.content` entry is not a list")
@@ -443,8 +480,8 @@ def _text_logprobs(entries: list[Any]) -> dict[str, Any]:
         raise ValueError("a `top_logprobs` token is neither text nor an id")
     tops = [{a.get("token"): a.get("logprob") for a in ranked if isinstance(a, dict)}
             for ranked in alternatives]
-    return {"tokens": [e.get("token") for e in entries], "top_logprobs": tops,
-            "token_logprobs": [e.get("logprob") for e in entries]}
+    return _parse_token_logprobs(text, choice, payload, [e.get("token") for e in entries],
+                                 [e.get("logprob") for e in entries], tops)
 
 
 def _number(value: Any) -> float:
@@ -496,8 +533,8 @@ def _parse_content_logprobs(
             tops.append(())
             chosen.append(None)
     reason = choice.get("finish_reason")
-    return Completion(text, token_ids, None, tuple(tops), reason if reason else None,
-                      _drafts(payload.get("timings")), tuple(chosen))
+    return Completion(text, token_ids, None, _positions(chosen, tops),
+                      reason if reason else None, _drafts(payload.get("timings")))
 
 
 def _verbose_tokens(payload: dict[str, Any]) -> tuple[int, ...] | None:

@@ -23,12 +23,6 @@ from dflash_guard.lossless.result import (
 from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN, judge_near_tie
 
 
-def _margin(tops: Sequence[tuple[tuple[Token, float], ...]], position: int) -> float | None:
-    if position >= len(tops) or len(tops[position]) < 2:
-        return None
-    return tops[position][0][1] - tops[position][1][1]
-
-
 def compare_completions(
     prompt_id: str,
     baseline: Completion,
@@ -68,16 +62,16 @@ def compare_completions(
                           detail="no token logprobs: compared text characters")
         return result(text)
 
-    margin = _margin(baseline.top_logprobs, position)
-    runner_up = baseline.top_logprobs[position][1][0] if margin is not None else None
+    reported = baseline.at(position)
+    margin = reported.margin
     if base_token is None or cand_token is None:
         near_tie, detail = False, "one completion ended earlier (stop token or length)"
     else:
         near_tie, detail = judge_near_tie(
-            margin, near_tie_margin, took_runner_up=cand_token == runner_up,
+            margin, near_tie_margin, took_runner_up=cand_token == reported.runner_up,
             logprobs_agree=None if logprobs_agree is None else logprobs_agree(position))
     divergence = Divergence(position, base_token, cand_token, margin, near_tie,
-                            _margin(candidate.top_logprobs, position), detail)
+                            candidate.at(position).margin, detail)
     return result(divergence)
 
 
@@ -92,8 +86,7 @@ def until_stop(completion: Completion, stop_ids: frozenset[int]) -> Completion:
     return replace(completion, token_ids=ids[:end],
                    token_texts=None if completion.token_texts is None
                    else completion.token_texts[:end],
-                   top_logprobs=completion.top_logprobs[:end],
-                   token_logprobs=completion.token_logprobs[:end])
+                   logprobs=completion.logprobs[:end])
 
 
 def result_json(result: PromptResult) -> dict[str, Any]:
