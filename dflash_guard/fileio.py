@@ -23,7 +23,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from dflash_guard.errors import InputError, WriteError
 
@@ -31,6 +31,15 @@ from dflash_guard.errors import InputError, WriteError
 class NotRegularFileError(InputError, OSError):
     """An input that is a FIFO, device, socket or folder where a regular file was expected. An
     input error for the CLI, and an `OSError` for callers that treat any unreadable file alike."""
+
+
+class MalformedInputError(InputError, ValueError):
+    """An input over its size cap, not UTF-8, or not the JSON it should be. An input error for
+    the CLI, and a `ValueError` for the scanner, which reports it as a finding."""
+
+
+class DuplicateKeyError(MalformedInputError):
+    """A JSON object repeats a key (two parsers could read two different documents)."""
 
 
 def file_kind(mode: int) -> str:
@@ -87,12 +96,13 @@ def open_regular_stat(path: str | os.PathLike[str], *,
 
 
 def read_regular(path: str | os.PathLike[str], limit: int, *, nofollow: bool = False) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; larger is an `InputError` (nothing
-    unbounded is read, so `/dev/zero` or a huge file cannot exhaust memory)."""
+    """The bytes of a regular file of at most `limit` bytes; larger is a `MalformedInputError`
+    (nothing unbounded is read, so `/dev/zero` or a huge file cannot exhaust memory). `OSError`
+    (`NotRegularFileError` for a FIFO, device or folder) when it cannot be read."""
     with os.fdopen(open_regular(path, nofollow=nofollow), "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise InputError(f"{path}: larger than {limit:,} bytes")
+        raise MalformedInputError(f"{path}: larger than {limit:,} bytes")
     return data
 
 
@@ -104,6 +114,7 @@ def open_binary(path: str | os.PathLike[str]) -> BinaryIO:
 
 SMALL_INPUT_BYTES = 16 * 1024 * 1024  # policies, records, signatures, keys
 MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any real config, index or tokenizer_config
+MAX_TEXT_BYTES = 256 * 1024 * 1024  # over this a file is not read as text (a tokenizer is ~30 MB)
 
 
 def read_input(path: str | os.PathLike[str], what: str, limit: int = SMALL_INPUT_BYTES) -> bytes:
@@ -137,22 +148,50 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def loads_json(text: str | bytes, what: str, *, finite: bool = False) -> object:
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    seen: set[str] = set()
+    for key, _ in pairs:  # linear: `keys.count` per key was quadratic on a hostile header
+        if key in seen:
+            raise DuplicateKeyError(f"duplicate JSON key {key!r}")
+        seen.add(key)
+    return dict(pairs)
+
+
+def loads_json(text: str | bytes, what: str | None = None, *, finite: bool = False,
+               strict: bool = False) -> object:
     """JSON from untrusted text: bad JSON, nesting past the parser's recursion limit (about a
-    thousand levels: the depth cap) or an integer past Python's digit limit is one `InputError`
-    naming `what`. `finite`: `NaN`, `Infinity` and a number too large for a float (`1e400`)
-    are errors too, for documents whose numbers are compared."""
+    thousand levels: the depth cap) or an integer past Python's digit limit is one
+    `MalformedInputError` naming `what` (when given). `finite`: `NaN`, `Infinity` and a number
+    too large for a float (`1e400`) are errors too, for documents whose numbers are compared.
+    `strict`: a key repeated at any depth is a `DuplicateKeyError`."""
+    where = f"{what}: " if what else ""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
-            raise InputError(f"{what}: not UTF-8 JSON") from None
+            raise MalformedInputError(f"{where}not UTF-8 JSON") from None
+    hooks: dict[str, Any] = {"object_pairs_hook": _no_duplicates} if strict else {}
+    if finite:
+        hooks.update(parse_float=_finite_float, parse_constant=_no_constant)
     try:
-        if finite:
-            return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
-        return json.loads(text)
-    except (ValueError, RecursionError) as error:  # JSONDecodeError, huge ints
-        raise InputError(f"{what}: not valid JSON ({str(error).splitlines()[0]})") from None
+        return json.loads(text, **hooks)
+    except DuplicateKeyError as error:
+        raise DuplicateKeyError(f"{where}{error}") from None
+    except RecursionError:
+        raise MalformedInputError(f"{where}not valid JSON (nested too deeply to parse)") from None
+    except ValueError as error:  # JSONDecodeError, huge ints
+        raise MalformedInputError(
+            f"{where}not valid JSON ({str(error).splitlines()[0]})") from None
+
+
+def read_json(path: str | os.PathLike[str], *, limit: int | None = None,
+              strict: bool = False) -> object:
+    """The JSON document in the regular file `path`, for a reader that tells an unreadable file
+    from a malformed one (the scanner): `OSError` when it cannot be read or is not a regular
+    file (a FIFO is never opened blocking), `MalformedInputError` (a `ValueError`) when it is
+    over `limit` bytes (None: `MAX_JSON_BYTES`), not UTF-8 or not JSON (`loads_json`)."""
+    return loads_json(read_regular(path, MAX_JSON_BYTES if limit is None else limit),
+                      strict=strict)
 
 
 def read_input_json(path: str | os.PathLike[str], what: str,

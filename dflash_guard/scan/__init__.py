@@ -4,8 +4,8 @@ The walk is `runner` (it routes each file, in an explicit order, to its room), `
 `allowlist` (a file passes only when positively identified and parsed whole) and `report`. The
 rooms: `weights/` (does it parse whole), `pickle/` (does it unpickle), `code/` (does it import
 code), `drafter` (does the drafter fit its target). Findings are `dflash_guard.findings`, rules
-`dflash_guard.rules`, chat templates `dflash_guard.templates`; `jsonfile` and `regular` are the
-scan's bounded readers. Heavy libraries (modelscan, jinja2, gguf, numpy) load only when a file
+`dflash_guard.rules`, chat templates `dflash_guard.templates`; files are read through
+`dflash_guard.fileio`. Heavy libraries (modelscan, jinja2, gguf, numpy) load only when a file
 needs them, and importing one detector does not load the runner (`scan_paths` and `ScanReport`
 load on first use).
 """

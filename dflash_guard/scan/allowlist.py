@@ -20,19 +20,19 @@ import re
 from pathlib import Path
 from typing import IO, Any
 
-from dflash_guard.scan.regular import open_regular
+from dflash_guard import fileio
+from dflash_guard.fileio import open_binary
 
-MAX_TEXT_BYTES = 256 * 1024 * 1024  # over this a file is not read as text (a tokenizer is ~30 MB)
 # Control bytes no text format needs; \t \n \f \r and ESC (terminal colours in logs) are text.
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f]")
 
 
 def text_problem(path: Path) -> str | None:
     """Why `path` is not plain UTF-8 text, or None when it is."""
-    with open_regular(path) as handle:
-        data = handle.read(MAX_TEXT_BYTES + 1)
-    if len(data) > MAX_TEXT_BYTES:
-        return f"over {MAX_TEXT_BYTES} bytes, not read as text"
+    with open_binary(path) as handle:
+        data = handle.read(fileio.MAX_TEXT_BYTES + 1)
+    if len(data) > fileio.MAX_TEXT_BYTES:
+        return f"over {fileio.MAX_TEXT_BYTES} bytes, not read as text"
     if (match := _CONTROL.search(data)) is not None:
         return f"binary: control byte 0x{match.group(0)[0]:02x} at offset {match.start()}"
     try:
@@ -86,5 +86,5 @@ def npy_problem(stream: IO[bytes], size: int) -> str | None:
 
 def npy_file_problem(path: Path) -> str | None:
     """`npy_problem` of the file at `path`."""
-    with open_regular(path) as handle:
+    with open_binary(path) as handle:
         return npy_problem(handle, os.fstat(handle.fileno()).st_size)

@@ -30,10 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dflash_guard import rules
+from dflash_guard import fileio, rules
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
-from dflash_guard.scan import jsonfile
 from dflash_guard.scan.weights.finite import nonfinite_tensors
 from dflash_guard.scan.weights.safetensors import Header
 from dflash_guard.severity import Severity
@@ -72,7 +71,7 @@ def _load(path: Path) -> tuple[Config | None, str | None]:
     if not path.is_file():
         return None, None
     try:
-        value = jsonfile.read(path)
+        value = fileio.read_json(path)
     except (OSError, UnicodeDecodeError, ValueError) as error:
         return None, f"{path.name} is not readable JSON: {error}"
     return (value if isinstance(value, dict) else None), None
@@ -484,7 +483,7 @@ def read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        value = jsonfile.read(path)
+        value = fileio.read_json(path)
     except (OSError, UnicodeDecodeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -15,16 +15,16 @@ import hashlib
 import posixpath
 from pathlib import Path, PurePosixPath
 
-from dflash_guard import rules
+from dflash_guard import fileio, rules
 from dflash_guard.errors import InputError
+from dflash_guard.fileio import loads_json, open_binary, read_json, read_regular
 from dflash_guard.findings import Finding
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.pins.loaded import EVERY_ENGINE, DeployEngine, partition
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
-from dflash_guard.scan import allowlist, drafter, jsonfile
+from dflash_guard.scan import allowlist, drafter
 from dflash_guard.scan.code import channels, reach, remote_code, tokenizer_regex
-from dflash_guard.scan.regular import open_regular, read_regular
 from dflash_guard.scan.report import RemoteCodeFile, ScanReport
 from dflash_guard.scan.sniff import (
     GGUF_SUFFIXES,
@@ -162,7 +162,7 @@ class _Run:
         an ONNX model: "" when it parses whole as that format and holds no pickle stream, else
         why not; None when it is shaped like none of them (`weights.binformats`,
         `weights.flax_msgpack`, `weights.onnx`)."""
-        with open_regular(path) as handle:
+        with open_binary(path) as handle:
             head = handle.read(12)
         kind = binformats.image_kind(head)
         if fmt is Format.zip:
@@ -223,7 +223,7 @@ class _Run:
 
     def python_file(self, path: Path, display: str) -> None:
         try:
-            source = read_regular(path, allowlist.MAX_TEXT_BYTES)
+            source = read_regular(path, fileio.MAX_TEXT_BYTES)
         except (OSError, ValueError) as error:  # unreadable, or over the limit
             self.unscannable(display, f"cannot read: {error}", remote_code.DETECTOR)
             return
@@ -242,7 +242,7 @@ class _Run:
     def code_channels(self, path: Path, display: str) -> None:
         """The code references of a config file (`channels.CHANNELS`)."""
         try:
-            config = jsonfile.read(path)
+            config = read_json(path)
         except (OSError, UnicodeDecodeError, ValueError) as error:
             self.add(
                 Finding(
@@ -335,7 +335,7 @@ class _Run:
 
     def executable(self, path: Path, display: str, suffix: str) -> None:
         try:
-            with open_regular(path) as handle:
+            with open_binary(path) as handle:
                 head = handle.read(4)
         except OSError as error:
             self.unscannable(display, f"cannot read: {error}")
@@ -519,12 +519,12 @@ def _json_problem(path: Path, *, lines: bool) -> str | None:
     """Why `path` is not JSON (or, for `lines`, JSON Lines), or None."""
     try:
         if not lines:
-            jsonfile.read(path)
+            read_json(path)
             return None
-        text = read_regular(path, allowlist.MAX_TEXT_BYTES).decode("utf-8")
+        text = read_regular(path, fileio.MAX_TEXT_BYTES).decode("utf-8")
         for line in text.splitlines():
             if line.strip():
-                jsonfile.loads(line)
+                loads_json(line)
     except (UnicodeDecodeError, ValueError) as error:
         return f"not valid JSON: {error}"
     return None
@@ -532,6 +532,6 @@ def _json_problem(path: Path, *, lines: bool) -> str | None:
 
 def _read_json(path: Path) -> object:
     try:
-        return jsonfile.read(path)
+        return read_json(path)
     except (OSError, UnicodeDecodeError, ValueError):
         return None

@@ -7,7 +7,7 @@ import os
 import struct
 from pathlib import Path
 
-from dflash_guard.scan.regular import open_regular
+from dflash_guard.fileio import open_binary
 
 PICKLE_SUFFIXES = frozenset(
     {".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".dill", ".npy", ".npz"}
@@ -57,7 +57,7 @@ def sniff_bytes(head: bytes, size: int, *, protocol0: bool = False) -> Format:
 
 def sniff(path: Path) -> Format:
     """The format of the file at `path`, read from its first bytes (and its extension)."""
-    with open_regular(path) as handle:
+    with open_binary(path) as handle:
         head = handle.read(16)
         size = os.fstat(handle.fileno()).st_size
     protocol0 = path.suffix.lower() in PICKLE_SUFFIXES

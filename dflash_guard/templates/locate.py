@@ -10,10 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dflash_guard import rules
+from dflash_guard import fileio, rules
+from dflash_guard.fileio import read_json, read_regular
 from dflash_guard.findings import Finding
-from dflash_guard.scan import allowlist, jsonfile
-from dflash_guard.scan.regular import read_regular
 from dflash_guard.severity import Severity
 
 ADDITIONAL_TEMPLATES = "additional_chat_templates"  # transformers' CHAT_TEMPLATE_DIR
@@ -46,7 +45,7 @@ def template_files(folder: Path) -> dict[str, Path]:
 def read_jinja(path: Path) -> str:
     """The text of a `.jinja` template, read up to the scan's text limit: `OSError` when it
     cannot be read, `ValueError` when it is larger or not UTF-8."""
-    return read_regular(path, allowlist.MAX_TEXT_BYTES).decode("utf-8")
+    return read_regular(path, fileio.MAX_TEXT_BYTES).decode("utf-8")
 
 
 def scan_jinja_file(path: Path, display: str,
@@ -93,7 +92,7 @@ def scan_config_templates(path: Path, display: str,
                           reviewed: frozenset[str] = frozenset()) -> list[Finding]:
     """Chat templates inside `tokenizer_config.json` or `chat_template.json`."""
     try:
-        config = jsonfile.read(path)
+        config = read_json(path)
     except (OSError, UnicodeDecodeError, ValueError) as error:
         from dflash_guard.templates.grammar import DETECTOR
 

@@ -88,10 +88,10 @@ def is_serving_record(path: Path) -> bool:
 
 def read_serving(path: Path) -> Statement:
     """Read a serving record; `InputError` when it is missing or not one."""
-    text = read_input_text(path, "serving record", SERVING_MAX_BYTES)
+    document = loads_json(read_input_text(path, "serving record", SERVING_MAX_BYTES),
+                          f"serving record {path}")
     try:
-        return Statement.from_json(loads_json(text, f"serving record {path}"), PREDICATE_TYPE,
-                                   "a dflash-guard serving record")
+        return Statement.from_json(document, PREDICATE_TYPE, "a dflash-guard serving record")
     except ValueError as error:
         raise InputError(f"{path}: {error}") from None
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.scan import jsonfile, scan_paths
+from dflash_guard import fileio
+from dflash_guard.scan import scan_paths
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -39,10 +40,11 @@ def test_deeply_nested_safetensors_header_is_a_finding(tmp_path: Path) -> None:
 def test_json_file_over_the_size_limit_is_not_parsed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jsonfile, "MAX_JSON_BYTES", 64)
+    monkeypatch.setattr(fileio, "MAX_JSON_BYTES", 64)
     (tmp_path / "config.json").write_text('{"architectures": ["DFlashDraftModel"]}' + " " * 64)
     findings = scan_paths([tmp_path]).findings
-    assert any(f.rule_id == "DG-CONFIG-INVALID" and "over the 64" in f.message for f in findings)
+    assert any(f.rule_id == "DG-CONFIG-INVALID" and "larger than 64 bytes" in f.message
+               for f in findings)
 
 
 def test_cli_reports_a_deep_config_without_an_internal_error(cli, tmp_path: Path) -> None:

@@ -220,8 +220,8 @@ def test_oversized_metadata_is_a_limit_finding(tmp_path: Path, monkeypatch) -> N
 
 def test_duplicate_keys_are_found_in_linear_time() -> None:
     """`keys.count` per key was quadratic on a hostile header (no timing asserted here)."""
-    from dflash_guard.scan import jsonfile
+    from dflash_guard.fileio import DuplicateKeyError, loads_json
 
     document = "{" + ",".join(f'"k{i}":1' for i in range(50_000)) + ',"k0":2}'
-    with pytest.raises(jsonfile.DuplicateKey, match="'k0'"):
-        jsonfile.loads(document, strict=True)
+    with pytest.raises(DuplicateKeyError, match="'k0'"):
+        loads_json(document, strict=True)

@@ -68,12 +68,12 @@ def test_fifo_named_config_json_is_reported_not_read(tmp_path: Path) -> None:
 
 
 def test_open_regular_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
-    from dflash_guard.scan import jsonfile
+    from dflash_guard.fileio import read_json
 
     fifo = tmp_path / "tokenizer_config.json"
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
-        jsonfile.read(fifo)
+        read_json(fifo)
 
 
 @pytest.mark.parametrize("name", ["chat_template.jinja", "modeling_drafter.py"])
@@ -81,13 +81,13 @@ def test_a_text_file_over_the_limit_is_unscannable_not_read_whole(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """Templates and remote code are read up to `MAX_TEXT_BYTES` (a 10 GB `.jinja` would fill
     memory): past it the file is not scanned, and says so."""
-    from dflash_guard.scan import allowlist
+    from dflash_guard import fileio
 
-    monkeypatch.setattr(allowlist, "MAX_TEXT_BYTES", 1024)
+    monkeypatch.setattr(fileio, "MAX_TEXT_BYTES", 1024)
     (tmp_path / name).write_text("x = 1\n" * 400)
     report = scan_paths([tmp_path])
     unscannable = [f.message for f in report.findings if f.rule_id == "DG-UNSCANNABLE"]
-    assert unscannable == ["cannot read: over the 1024 bytes this kind of file may have"]
+    assert unscannable == [f"cannot read: {tmp_path / name}: larger than 1,024 bytes"]
     assert report.fails()
 
 

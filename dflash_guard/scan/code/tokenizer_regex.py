@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from dflash_guard import rules
+from dflash_guard.fileio import read_json
 from dflash_guard.findings import Finding
-from dflash_guard.scan import jsonfile
 from dflash_guard.severity import Severity
 
 DETECTOR = "tokenizer"
@@ -99,7 +99,7 @@ def check_tokenizer_json(path: Path, display: str) -> list[Finding]:
     """Findings for the regexes of one tokenizer file (none when it has no regex or is not a
     tokenizer; a file that is not JSON is reported by the format allowlist)."""
     try:
-        document = jsonfile.read(path)
+        document = read_json(path)
     except (OSError, UnicodeDecodeError, ValueError):
         return []
     if not is_tokenizer(path.name, document):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from dflash_guard import rules
+from dflash_guard.fileio import open_binary
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
 from dflash_guard.scan.allowlist import npy_header
@@ -33,7 +34,6 @@ from dflash_guard.scan.pickle import containers
 from dflash_guard.scan.pickle.globals import classify_global
 from dflash_guard.scan.pickle.modelscan_pass import MODELSCAN_SUFFIXES, modelscan_findings
 from dflash_guard.scan.pickle.stream import PickleGlobal, StreamResult, read_stream
-from dflash_guard.scan.regular import open_regular
 from dflash_guard.scan.sniff import PICKLE_SUFFIXES, Format, sniff_bytes
 from dflash_guard.severity import Severity
 
@@ -449,7 +449,7 @@ def scan_pickle_file(path: Path, display: str, *, probe: bool = False) -> list[F
     from_extension = path.suffix.lower() in PICKLE_SUFFIXES
     scan = _Scan(display)
     try:
-        with open_regular(path) as handle:
+        with open_binary(path) as handle:
             size = os.fstat(handle.fileno()).st_size
             scan.blob(handle, size, None, 0, from_extension=from_extension, probe=probe)
     except OSError as error:

@@ -28,9 +28,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from dflash_guard.fileio import open_binary
 from dflash_guard.scan.allowlist import npy_problem
 from dflash_guard.scan.pickle import containers
-from dflash_guard.scan.regular import open_regular
 
 MAX_IMAGE_BYTES = 256 * 1024 * 1024
 MAX_SPM_BYTES = 64 * 1024 * 1024
@@ -55,7 +55,7 @@ def image_kind(head: bytes) -> str | None:
 
 
 def _read(path: Path, limit: int) -> bytes | str:
-    with open_regular(path) as handle:
+    with open_binary(path) as handle:
         data = handle.read(limit + 1)
     return data if len(data) <= limit else f"over {limit} bytes"
 
@@ -65,7 +65,7 @@ def npz_problem(path: Path) -> str | None:
     """Why the zip at `path` is not a numeric `.npz`, or None."""
     import numpy as np
 
-    with open_regular(path) as handle:
+    with open_binary(path) as handle:
         try:
             archive = zipfile.ZipFile(handle)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:

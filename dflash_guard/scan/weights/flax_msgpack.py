@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dflash_guard.scan.regular import open_regular
+from dflash_guard.fileio import open_binary
 
 MAX_FILE = 64 * 1024**3  # a few billion parameters in float32
 MAX_OBJECT = 1024**3 + 1024**2  # one array chunk (flax chunks larger arrays) plus its header
@@ -44,7 +44,7 @@ def msgpack_problem(path: Path) -> str | None:
     """Why `path` is not a flax msgpack checkpoint parsed whole, or None."""
     import msgpack
 
-    with open_regular(path) as handle:
+    with open_binary(path) as handle:
         size = handle.seek(0, 2)
         handle.seek(0)
         if size > MAX_FILE:

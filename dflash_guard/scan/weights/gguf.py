@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dflash_guard import rules
+from dflash_guard.fileio import open_binary
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
-from dflash_guard.scan.regular import open_regular
 from dflash_guard.severity import Severity
 from kernels_ref.gguf_reader import ARRAY, GGUF, STRING, GGUFError, GGUFLimit, read_gguf
 
@@ -46,7 +46,7 @@ def scan_gguf_file(path: Path, display: str,
         )
 
     try:
-        with open_regular(path) as handle, read_gguf(handle) as gguf:
+        with open_binary(path) as handle, read_gguf(handle) as gguf:
             return _findings(gguf, display, finding, reviewed)
     except GGUFLimit as error:
         return [finding(rules.UNSCANNABLE, Severity.high, f"GGUF header over a limit: {error}")]

@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from dflash_guard.scan.regular import open_regular
+from dflash_guard.fileio import open_binary
 
 MAX_BYTES = 2**31 - 1  # protobuf's limit, and onnx.checker.MAXIMUM_PROTOBUF
 MAX_MESSAGES = 10_000_000  # messages walked for unknown fields (a 70B graph has ~100k)
@@ -54,7 +54,7 @@ def check_onnx(path: Path, relative: str | None, listing: frozenset[str]) -> Onn
     import onnx
     from google.protobuf import message  # type: ignore[import-untyped]
 
-    with open_regular(path) as handle:
+    with open_binary(path) as handle:
         data = handle.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         return OnnxModel(f"over {MAX_BYTES} bytes (protobuf's limit)")

@@ -16,12 +16,11 @@ from pathlib import Path, PurePosixPath
 from typing import TypedDict, cast
 
 from dflash_guard import rules
+from dflash_guard.fileio import DuplicateKeyError, loads_json, read_json, read_regular
 from dflash_guard.findings import Finding
 from dflash_guard.pins.folder import IGNORED_DIRS
 from dflash_guard.rules import Rule
-from dflash_guard.scan import jsonfile
 from dflash_guard.scan.pickle.payloads import MAX_CHECKED, serialized_payload, too_large
-from dflash_guard.scan.regular import read_regular
 from dflash_guard.severity import Severity
 
 DETECTOR = "safetensors"
@@ -138,8 +137,8 @@ def _read_header(path: Path, check: _Checker) -> Header | None:
         raw = handle.read(length)
         _polyglot(raw, "header", check, _HEADER_SIGNATURES)
         try:
-            parsed = jsonfile.loads(raw.decode("utf-8"), strict=True)
-        except jsonfile.DuplicateKey as error:
+            parsed = loads_json(raw, strict=True)
+        except DuplicateKeyError as error:
             check.add(
                 rules.ST_DUPLICATE_KEY,
                 Severity.high,
@@ -285,7 +284,7 @@ def check_index(index_path: Path, display: str) -> list[Finding]:
     """
     check = _Checker(display)
     try:
-        index = jsonfile.read(index_path, strict=True)
+        index = read_json(index_path, strict=True)
     except OSError as error:
         check.add(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}")
         return check.findings
