@@ -94,7 +94,7 @@ def test_difftest_reference_refuses_the_oversized_gguf(cli, builtin_pair, tmp_pa
     """The finding's command: a refusal (exit 1) before any prompt goes to the candidate."""
     target, _ = builtin_pair.target, builtin_pair.drafter
     path = write_gguf(tmp_path / "vocab.gguf", ["a"] * 100_000)
-    result = cli("difftest", "--reference", target, "--candidate", "http://127.0.0.1:9",
+    result = cli("difftest", "reference", "--target", target, "--candidate", "http://127.0.0.1:9",
                  "--gguf", path, "--max-new-tokens", "2", "--format", "json")
     assert result.exit_code == 1, result.stderr
     report = json.loads(result.stdout)

@@ -42,7 +42,7 @@ def test_difftest_on_an_oversized_vocab_is_an_input_error(
         config["vocab_size"] = vocab  # both agree, so the scan finds them consistent
         (folder / "config.json").write_text(json.dumps(config))
     result = subprocess.run(
-        [sys.executable, "-m", "dflash_guard", "difftest", "--target", str(pair["target"]),
+        [sys.executable, "-m", "dflash_guard", "difftest", "local", "--target", str(pair["target"]),
          "--drafter", str(pair["drafter"]), "--max-new-tokens", "4"],
         capture_output=True, text=True, check=False, timeout=300, preexec_fn=_limit_memory,
         env={**os.environ, "OMP_NUM_THREADS": "1", "DFLASH_GUARD_DEBUG": ""},
