@@ -27,6 +27,7 @@ from dflash_guard.launch.landlock import (
     ALL_FS,
     READ,
     READ_EXEC,
+    BuiltRuleset,
     Fs,
     LandlockError,
     Net,
@@ -169,6 +170,49 @@ def program_path(name: str, environ: Mapping[str, str]) -> Path | None:
     return Path(os.path.abspath(found)) if found else None
 
 
+@dataclasses.dataclass
+class ConfinedStart:
+    """A confinement built for one engine start: `built.enforce` restricts the engine's
+    process before it execs, `confinement.env` goes into its environment last."""
+
+    confinement: Confinement
+    built: BuiltRuleset
+
+    @property
+    def digest(self) -> str:
+        """The ruleset's digest, as a serving record names it."""
+        return self.confinement.ruleset.digest
+
+    def close(self) -> None:
+        """Close the ruleset and remove the scratch folder (after the engine stopped)."""
+        self.built.close()
+        shutil.rmtree(self.confinement.scratch, ignore_errors=True)
+
+
+def prepare_confinement(plan: LaunchPlan, program: Path, files: Iterable[Path], *,
+                        required: bool, flag: str,
+                        say: Callable[[str], None]) -> ConfinedStart | Outcome | None:
+    """The built confinement of the engine `plan` runs as `program`, reading `files`: the
+    refusal where the engine cannot be confined (`unconfinable`) and `required`, or where the
+    ruleset cannot be built (an approved file gone); None, after a loud warning, where it runs
+    unconfined. `flag` names the option the refusal is about (`--exec`, `--verify-served`)."""
+    why = unconfinable(plan)
+    if why is not None:
+        if required:
+            return Outcome.refused(f"{flag}: the policy requires confinement and {why}")
+        say(f"WARNING: the engine runs UNCONFINED, with every file and port this user has: {why}")
+        return None
+    confined = confinement(plan.options.engine, program, files, plan.options.port)
+    try:
+        built = confined.ruleset.build()
+    except LandlockError as error:
+        shutil.rmtree(confined.scratch, ignore_errors=True)
+        return Outcome.refused(f"{flag}: the engine's ruleset cannot be built: {error}")
+    say(f"dflash-guard: the engine runs confined (Landlock ABI {built.abi}, ruleset "
+        f"{confined.ruleset.digest}, scratch {confined.scratch})")
+    return ConfinedStart(confined, built)
+
+
 def exec_engine(command: LaunchCommand, plan: LaunchPlan, files: Iterable[Path],
                 required: bool, say: Callable[[str], None]) -> Outcome:
     """Replace this process with the engine of `command`, confined to reading `files`; what
@@ -179,21 +223,13 @@ def exec_engine(command: LaunchCommand, plan: LaunchPlan, files: Iterable[Path],
     program = program_path(argv[0], env)
     if program is None:
         raise InputError(f"cannot run {argv[0]}: not found on PATH")
-    why = unconfinable(plan)
-    if why is None:
-        confined = confinement(plan.options.engine, program, files, plan.options.port)
-        try:
-            built = confined.ruleset.build()
-        except LandlockError as error:
-            shutil.rmtree(confined.scratch, ignore_errors=True)
-            return Outcome.refused(f"--exec: the engine's ruleset cannot be built: {error}")
-        say(f"dflash-guard: the engine runs confined (Landlock ABI {built.abi}, ruleset "
-            f"{confined.ruleset.digest}, scratch {confined.scratch})")
-        built.enforce()
-        _exec(program, argv, {**env, **confined.env})
-    if required:
-        return Outcome.refused(f"--exec: the policy requires confinement and {why}")
-    say(f"WARNING: the engine runs UNCONFINED, with every file and port this user has: {why}")
+    started = prepare_confinement(plan, program, files, required=required, flag="--exec",
+                                  say=say)
+    if isinstance(started, Outcome):
+        return started
+    if started is not None:
+        started.built.enforce()
+        env = {**env, **started.confinement.env}
     _exec(program, argv, env)
 
 
