@@ -14,7 +14,7 @@ from dflash_guard.cli.options import Json, Quiet, chosen_format, parse_roots
 from dflash_guard.errors import InputError
 from dflash_guard.formats import FindingsReport, OutputFormat, PlainFormat
 from dflash_guard.formats.text.launch import render_launch
-from dflash_guard.pins.lockfile import load_lockfile
+from dflash_guard.pins.lockfile import lockfile_from_bytes, read_lockfile_bytes
 from dflash_guard.trust.policy import load_policy
 
 
@@ -139,7 +139,8 @@ def launch(
                              "launch --check omlx SETTINGS, its image with verify-app")
         _finish_findings(check_settings(list(command or [])), fmt)
 
-    lock = load_lockfile(lock_path)
+    lock_data = read_lockfile_bytes(lock_path)  # read once: planned from, and approved
+    lock = lockfile_from_bytes(lock_data, lock_path)
     loaded_policy = load_policy(policy)
     roots = parse_roots(root or [])
     if check:
@@ -171,7 +172,8 @@ def launch(
         api_key_env=api_key_env, trust_remote_code=trust_remote_code, baseline=baseline,
         num_speculative_tokens=tokens, program=program, extra=tuple(command or []))
     approved = None if approval is None else Approval(
-        approval, Path(lock_path), trust_root, tuple(candidate_wheels((), wheelhouse)))
+        approval, Path(lock_path), lock_data, trust_root,
+        tuple(candidate_wheels((), wheelhouse)))
     if verify_served and serving_record.resolve() in {Path(lock_path).resolve(),
                                                       (approval or Path(lock_path)).resolve()}:
         raise InputError("--serving-record: the record would replace the lockfile or the "
