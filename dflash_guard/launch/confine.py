@@ -14,6 +14,7 @@ range, and bind on port 0 for gloo's device probe).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 import tempfile
@@ -128,12 +129,14 @@ def file_rules(files: Iterable[Path]) -> list[PathRule]:
 
 
 def engine_ruleset(engine: str, program: Path, files: Iterable[Path], port: int,
-                   scratch: Path) -> Ruleset:
-    """The ruleset of `engine` run as `program`, reading `files`, serving on `port`."""
+                   scratch: Path, writable: Iterable[Path] = ()) -> Ruleset:
+    """The ruleset of `engine` run as `program`, reading `files`, serving on `port`, writing
+    `scratch` (and `writable`: folders launch made for it, as a fresh bytecode folder)."""
     rules = [PathRule(p, READ_EXEC) for p in SYSTEM if os.path.isdir(p)]
     rules += [PathRule(p, READ) for p in READ_ONLY if os.path.isdir(p)]
     rules += [PathRule(str(p), READ_EXEC) for p in install_folders(program)]
     rules += [PathRule(str(scratch), ALL_FS), PathRule("/dev/null", Fs.READ_FILE | Fs.WRITE_FILE)]
+    rules += [PathRule(str(p), ALL_FS) for p in writable]
     if os.path.isdir("/dev/shm"):
         rules.append(PathRule("/dev/shm", ALL_FS))
     rules += file_rules(files)
@@ -153,15 +156,29 @@ def internal_ports(engine: str, port: int) -> range:
     return range(base, base + VLLM_PORTS)
 
 
-def confinement(engine: str, program: Path, files: Iterable[Path], port: int) -> Confinement:
-    """A fresh scratch folder and the ruleset and variables of `engine` confined to it."""
+def confinement(engine: str, program: Path, files: Iterable[Path], port: int,
+                writable: Iterable[Path] = ()) -> Confinement:
+    """A fresh scratch folder and the ruleset and variables of `engine` confined to it (and to
+    writing `writable`)."""
     scratch = Path(tempfile.mkdtemp(prefix="dflash-guard-engine-"))
     (scratch / "tmp").mkdir()
     (scratch / "home").mkdir()
     env = {"TMPDIR": str(scratch / "tmp"), "HOME": str(scratch / "home")}
     if engine == "vllm":
         env["VLLM_PORT"] = str(internal_ports(engine, port).start)
-    return Confinement(engine_ruleset(engine, program, files, port, scratch), env, scratch)
+    return Confinement(engine_ruleset(engine, program, files, port, scratch, writable), env,
+                       scratch)
+
+
+def bytecode_folders(argv: Iterable[str]) -> list[Path]:
+    """The fresh bytecode folders a proved Python engine is given (`-X pycache_prefix=DIR`,
+    `engine_identity`): written by the engine, or every import would compile anew. Only the
+    interpreter's own options count (before `-m`), never an engine argument."""
+    args = list(argv)
+    options = args[1:args.index("-m")] if "-m" in args else []
+    return [Path(value.removeprefix("pycache_prefix="))
+            for flag, value in itertools.pairwise(options)
+            if flag == "-X" and value.startswith("pycache_prefix=")]
 
 
 def program_path(name: str, environ: Mapping[str, str]) -> Path | None:
@@ -190,9 +207,10 @@ class ConfinedStart:
 
 
 def prepare_confinement(plan: LaunchPlan, program: Path, files: Iterable[Path], *,
-                        required: bool, flag: str,
-                        say: Callable[[str], None]) -> ConfinedStart | Outcome | None:
-    """The built confinement of the engine `plan` runs as `program`, reading `files`: the
+                        required: bool, flag: str, say: Callable[[str], None],
+                        writable: Iterable[Path] = ()) -> ConfinedStart | Outcome | None:
+    """The built confinement of the engine `plan` runs as `program`, reading `files` (writing
+    `writable`, `bytecode_folders`): the
     refusal where the engine cannot be confined (`unconfinable`) and `required`, or where the
     ruleset cannot be built (an approved file gone); None, after a loud warning, where it runs
     unconfined. `flag` names the option the refusal is about (`--exec`, `--verify-served`)."""
@@ -202,7 +220,7 @@ def prepare_confinement(plan: LaunchPlan, program: Path, files: Iterable[Path], 
             return Outcome.refused(f"{flag}: the policy requires confinement and {why}")
         say(f"WARNING: the engine runs UNCONFINED, with every file and port this user has: {why}")
         return None
-    confined = confinement(plan.options.engine, program, files, plan.options.port)
+    confined = confinement(plan.options.engine, program, files, plan.options.port, writable)
     try:
         built = confined.ruleset.build()
     except LandlockError as error:
@@ -224,7 +242,7 @@ def exec_engine(command: LaunchCommand, plan: LaunchPlan, files: Iterable[Path],
     if program is None:
         raise InputError(f"cannot run {argv[0]}: not found on PATH")
     started = prepare_confinement(plan, program, files, required=required, flag="--exec",
-                                  say=say)
+                                  say=say, writable=bytecode_folders(argv))
     if isinstance(started, Outcome):
         return started
     if started is not None:

@@ -326,14 +326,20 @@ def serve_confined(lock: Lockfile, policy: Policy, plan: LaunchPlan, command: La
     applied in the child between fork and exec; the serving record names the ruleset by its
     digest. Where the engine cannot be confined, `required` refuses before anything starts,
     else it runs unconfined after a loud warning and the record says so (digest null)."""
-    from dflash_guard.launch.confine import approved_files, prepare_confinement, program_path
+    from dflash_guard.launch.confine import (
+        approved_files,
+        bytecode_folders,
+        prepare_confinement,
+        program_path,
+    )
 
     argv, env = command.resolved(os.environ)
     program = program_path(argv[0], env)
     if program is None:
         raise InputError(f"cannot run {argv[0]}: not found on PATH")
     started = prepare_confinement(plan, program, approved_files(lock, plan), required=required,
-                                  flag="--verify-served", say=say)
+                                  flag="--verify-served", say=say,
+                                  writable=bytecode_folders(argv))
     if isinstance(started, Outcome):
         return started, None
     if started is None:
