@@ -139,7 +139,7 @@ def test_the_approved_deploy_serves_confined_from_its_record(engine, deploy, tmp
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert process.returncode == 0, stderr[-3000:]  # llama-server's own status on SIGTERM
     assert not serving(port)
     statement = json.loads(record.read_text())
     body = statement["predicate"]

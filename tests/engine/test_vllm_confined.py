@@ -90,7 +90,8 @@ def test_the_approved_deploy_serves_confined_from_its_record(python, padded_pair
             process.communicate()
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 8
-    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    # launch exits with the engine's status: a clean shutdown on SIGTERM, or the signal
+    assert process.returncode in (0, 128 + signal.SIGTERM), stderr[-3000:]
     body = json.loads(record.read_text())["predicate"]
     assert body["passed"], body["reason"]
     assert body["served_diff"]["logprobs"]["passed"] and body["served_diff"]["drafter"]["passed"]
