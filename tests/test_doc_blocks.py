@@ -89,6 +89,9 @@ NOT_RUN = {
         "output, not a command",
     ("vllm.md", "dflash-guard launch vllm --lock pair64.lock --policy policy.yaml --program"):
         "runs vLLM in the foreground (tests/engine/test_vllm_confined.py runs this launch)",
+    ("vllm.md", "dflash-guard gate --lock pair64.lock --policy policy.yaml --root target"):
+        "serves vLLM in the foreground, supervised (tests/engine/test_vllm_confined.py runs "
+        "this chain: gate, launch --approval --exec --verify-served, the record monitor takes)",
 }
 
 

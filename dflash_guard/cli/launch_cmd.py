@@ -14,8 +14,7 @@ from dflash_guard.cli.options import Json, Quiet, chosen_format, parse_roots
 from dflash_guard.errors import InputError
 from dflash_guard.formats import FindingsReport, OutputFormat, PlainFormat
 from dflash_guard.formats.text.launch import render_launch
-from dflash_guard.outcome import Outcome
-from dflash_guard.pins.lockfile import load_lockfile
+from dflash_guard.pins.lockfile import lockfile_from_bytes, read_lockfile_bytes
 from dflash_guard.trust.policy import load_policy
 
 
@@ -84,7 +83,8 @@ def launch(
     ] = False,
     verify_served: Annotated[bool, typer.Option(
         "--verify-served",
-        help="Start the engine as a child, diff what it serves against kernels_ref on the "
+        help="Start the engine as a child, confined as --exec confines it (the serving record "
+             "names the ruleset by digest), diff what it serves against kernels_ref on the "
              "verified folders (logprobs, and the drafter's acceptance), write a serving record; "
              "a failed diff stops the engine (exit 1). With --exec the engine keeps serving, "
              "supervised; without, it is stopped after the check.")] = False,
@@ -139,7 +139,8 @@ def launch(
                              "launch --check omlx SETTINGS, its image with verify-app")
         _finish_findings(check_settings(list(command or [])), fmt)
 
-    lock = load_lockfile(lock_path)
+    lock_data = read_lockfile_bytes(lock_path)  # read once: planned from, and approved
+    lock = lockfile_from_bytes(lock_data, lock_path)
     loaded_policy = load_policy(policy)
     roots = parse_roots(root or [])
     if check:
@@ -171,7 +172,8 @@ def launch(
         api_key_env=api_key_env, trust_remote_code=trust_remote_code, baseline=baseline,
         num_speculative_tokens=tokens, program=program, extra=tuple(command or []))
     approved = None if approval is None else Approval(
-        approval, Path(lock_path), trust_root, tuple(candidate_wheels((), wheelhouse)))
+        approval, Path(lock_path), lock_data, trust_root,
+        tuple(candidate_wheels((), wheelhouse)))
     if verify_served and serving_record.resolve() in {Path(lock_path).resolve(),
                                                       (approval or Path(lock_path)).resolve()}:
         raise InputError("--serving-record: the record would replace the lockfile or the "
@@ -186,24 +188,16 @@ def launch(
         result = run_launch(lock, loaded_policy, options, shown, approved)
         if verify_served and result.passed and result.command is not None \
                 and result.plan is not None:
-            from dflash_guard.launch.served import ServedSettings, serve_verified
+            from dflash_guard.launch.served import ServedSettings, serve_confined
 
-            plan, engine_command = result.plan, result.command
             rules = loaded_policy.launch
-            if rules is not None and rules.confinement == "required":
-                # the supervised child is not put under confine's ruleset yet: fail closed
-                result = dataclasses.replace(result, outcome=Outcome.refused(
-                    "--verify-served: the policy requires confinement (launch.confinement), "
-                    "and the supervised engine is not confined yet"))
-                finish(result, PlainFormat(fmt.value), render_launch)
-            typer.echo("WARNING: --verify-served runs the engine UNCONFINED (its serving record "
-                       "says so: confinement.ruleset_digest null)", err=True)
             settings = ServedSettings(serving_record, Path(lock_path), key=key,
                                       approval=approval, keep_serving=execute,
                                       ready_timeout_s=ready_timeout)
-            verdict, code = serve_verified(lock, loaded_policy, plan, engine_command,
-                                           settings, shown,
-                                           say=lambda line: typer.echo(line, err=True))
+            verdict, code = serve_confined(
+                lock, loaded_policy, result.plan, result.command, settings, shown,
+                required=rules is not None and rules.confinement == "required",
+                say=lambda line: typer.echo(line, err=True))
             if code is not None:
                 raise typer.Exit(code)
             result = dataclasses.replace(result, outcome=verdict)

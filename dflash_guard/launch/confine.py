@@ -14,6 +14,7 @@ range, and bind on port 0 for gloo's device probe).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ from dflash_guard.launch.landlock import (
     ALL_FS,
     READ,
     READ_EXEC,
+    BuiltRuleset,
     Fs,
     LandlockError,
     Net,
@@ -127,12 +129,14 @@ def file_rules(files: Iterable[Path]) -> list[PathRule]:
 
 
 def engine_ruleset(engine: str, program: Path, files: Iterable[Path], port: int,
-                   scratch: Path) -> Ruleset:
-    """The ruleset of `engine` run as `program`, reading `files`, serving on `port`."""
+                   scratch: Path, writable: Iterable[Path] = ()) -> Ruleset:
+    """The ruleset of `engine` run as `program`, reading `files`, serving on `port`, writing
+    `scratch` (and `writable`: folders launch made for it, as a fresh bytecode folder)."""
     rules = [PathRule(p, READ_EXEC) for p in SYSTEM if os.path.isdir(p)]
     rules += [PathRule(p, READ) for p in READ_ONLY if os.path.isdir(p)]
     rules += [PathRule(str(p), READ_EXEC) for p in install_folders(program)]
     rules += [PathRule(str(scratch), ALL_FS), PathRule("/dev/null", Fs.READ_FILE | Fs.WRITE_FILE)]
+    rules += [PathRule(str(p), ALL_FS) for p in writable]
     if os.path.isdir("/dev/shm"):
         rules.append(PathRule("/dev/shm", ALL_FS))
     rules += file_rules(files)
@@ -152,21 +156,79 @@ def internal_ports(engine: str, port: int) -> range:
     return range(base, base + VLLM_PORTS)
 
 
-def confinement(engine: str, program: Path, files: Iterable[Path], port: int) -> Confinement:
-    """A fresh scratch folder and the ruleset and variables of `engine` confined to it."""
+def confinement(engine: str, program: Path, files: Iterable[Path], port: int,
+                writable: Iterable[Path] = ()) -> Confinement:
+    """A fresh scratch folder and the ruleset and variables of `engine` confined to it (and to
+    writing `writable`)."""
     scratch = Path(tempfile.mkdtemp(prefix="dflash-guard-engine-"))
     (scratch / "tmp").mkdir()
     (scratch / "home").mkdir()
     env = {"TMPDIR": str(scratch / "tmp"), "HOME": str(scratch / "home")}
     if engine == "vllm":
         env["VLLM_PORT"] = str(internal_ports(engine, port).start)
-    return Confinement(engine_ruleset(engine, program, files, port, scratch), env, scratch)
+    return Confinement(engine_ruleset(engine, program, files, port, scratch, writable), env,
+                       scratch)
+
+
+def bytecode_folders(argv: Iterable[str]) -> list[Path]:
+    """The fresh bytecode folders a proved Python engine is given (`-X pycache_prefix=DIR`,
+    `engine_identity`): written by the engine, or every import would compile anew. Only the
+    interpreter's own options count (before `-m`), never an engine argument."""
+    args = list(argv)
+    options = args[1:args.index("-m")] if "-m" in args else []
+    return [Path(value.removeprefix("pycache_prefix="))
+            for flag, value in itertools.pairwise(options)
+            if flag == "-X" and value.startswith("pycache_prefix=")]
 
 
 def program_path(name: str, environ: Mapping[str, str]) -> Path | None:
     """`name` as the exec would find it on the engine's PATH, absolute (None: not found)."""
     found = shutil.which(name, path=environ.get("PATH", os.defpath))
     return Path(os.path.abspath(found)) if found else None
+
+
+@dataclasses.dataclass
+class ConfinedStart:
+    """A confinement built for one engine start: `built.enforce` restricts the engine's
+    process before it execs, `confinement.env` goes into its environment last."""
+
+    confinement: Confinement
+    built: BuiltRuleset
+
+    @property
+    def digest(self) -> str:
+        """The ruleset's digest, as a serving record names it."""
+        return self.confinement.ruleset.digest
+
+    def close(self) -> None:
+        """Close the ruleset and remove the scratch folder (after the engine stopped)."""
+        self.built.close()
+        shutil.rmtree(self.confinement.scratch, ignore_errors=True)
+
+
+def prepare_confinement(plan: LaunchPlan, program: Path, files: Iterable[Path], *,
+                        required: bool, flag: str, say: Callable[[str], None],
+                        writable: Iterable[Path] = ()) -> ConfinedStart | Outcome | None:
+    """The built confinement of the engine `plan` runs as `program`, reading `files` (writing
+    `writable`, `bytecode_folders`): the
+    refusal where the engine cannot be confined (`unconfinable`) and `required`, or where the
+    ruleset cannot be built (an approved file gone); None, after a loud warning, where it runs
+    unconfined. `flag` names the option the refusal is about (`--exec`, `--verify-served`)."""
+    why = unconfinable(plan)
+    if why is not None:
+        if required:
+            return Outcome.refused(f"{flag}: the policy requires confinement and {why}")
+        say(f"WARNING: the engine runs UNCONFINED, with every file and port this user has: {why}")
+        return None
+    confined = confinement(plan.options.engine, program, files, plan.options.port, writable)
+    try:
+        built = confined.ruleset.build()
+    except LandlockError as error:
+        shutil.rmtree(confined.scratch, ignore_errors=True)
+        return Outcome.refused(f"{flag}: the engine's ruleset cannot be built: {error}")
+    say(f"dflash-guard: the engine runs confined (Landlock ABI {built.abi}, ruleset "
+        f"{confined.ruleset.digest}, scratch {confined.scratch})")
+    return ConfinedStart(confined, built)
 
 
 def exec_engine(command: LaunchCommand, plan: LaunchPlan, files: Iterable[Path],
@@ -179,21 +241,13 @@ def exec_engine(command: LaunchCommand, plan: LaunchPlan, files: Iterable[Path],
     program = program_path(argv[0], env)
     if program is None:
         raise InputError(f"cannot run {argv[0]}: not found on PATH")
-    why = unconfinable(plan)
-    if why is None:
-        confined = confinement(plan.options.engine, program, files, plan.options.port)
-        try:
-            built = confined.ruleset.build()
-        except LandlockError as error:
-            shutil.rmtree(confined.scratch, ignore_errors=True)
-            return Outcome.refused(f"--exec: the engine's ruleset cannot be built: {error}")
-        say(f"dflash-guard: the engine runs confined (Landlock ABI {built.abi}, ruleset "
-            f"{confined.ruleset.digest}, scratch {confined.scratch})")
-        built.enforce()
-        _exec(program, argv, {**env, **confined.env})
-    if required:
-        return Outcome.refused(f"--exec: the policy requires confinement and {why}")
-    say(f"WARNING: the engine runs UNCONFINED, with every file and port this user has: {why}")
+    started = prepare_confinement(plan, program, files, required=required, flag="--exec",
+                                  say=say, writable=bytecode_folders(argv))
+    if isinstance(started, Outcome):
+        return started
+    if started is not None:
+        started.built.enforce()
+        env = {**env, **started.confinement.env}
     _exec(program, argv, env)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import os
@@ -94,9 +95,13 @@ class _NetPortAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    """libc, loaded once with its two functions looked up: `enforce` may run in a child
+    between fork and exec (a `preexec_fn`), where loading a library could deadlock."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
+    libc.prctl.restype = ctypes.c_int
     return libc
 
 

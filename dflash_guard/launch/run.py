@@ -24,10 +24,13 @@ from dflash_guard.trust.provenance import ApprovalVerdict, check_approval
 
 @dataclasses.dataclass(frozen=True)
 class Approval:
-    """Launch from this approval record of the lockfile at `lock_path`."""
+    """Launch from this approval record of the lockfile at `lock_path`, whose bytes launch
+    read once (`lock_data`): the record is checked against the same bytes the command is
+    planned from, never a second read of the path."""
 
     record: Path
     lock_path: Path
+    lock_data: bytes
     trust_root: Path | None = None
     wheels: tuple[Path, ...] = ()  # where the locked wheel of a package engine may be
 
@@ -90,7 +93,8 @@ def run_launch(lock: Lockfile, policy: Policy, options: LaunchOptions,
                 "--approval: an ollama binary cannot be proved against the lock yet (its "
                 "engine entry pins a source commit; docs/limits.md)"))
         verdict = check_approval(approval.record, policy, roots=options.roots,
-                                 lock_path=approval.lock_path, trust_root=approval.trust_root)
+                                 lock_path=approval.lock_path, trust_root=approval.trust_root,
+                                 lock_data=approval.lock_data)
         if (problem := approval_problem(verdict)) is not None:
             return LaunchReport(options.engine, Outcome.refused(
                 f"approval {approval.record} not verified: {problem}"))

@@ -129,16 +129,21 @@ def with_metrics(command: LaunchCommand) -> LaunchCommand:
 
 
 def start_engine(command: LaunchCommand, environ: Mapping[str, str],
-                 preexec: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
+                 preexec: Callable[[], None] | None = None,
+                 engine_env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start the engine in its own session (so its whole group can be stopped), its stdout on
     launch's stderr (launch's stdout is its report); `preexec` runs in the child before exec
-    (where a confinement ruleset is applied)."""
+    (where a confinement ruleset is applied: launch itself stays unconfined), and `engine_env`
+    is set last, after the engine's own setting variables were removed (`resolved`), so the
+    confinement's pinned ports and scratch folders hold."""
     argv, env = command.resolved(environ)
     try:
-        return subprocess.Popen(argv, env=env, stdout=2, start_new_session=True,
-                                preexec_fn=preexec)
+        return subprocess.Popen(argv, env={**env, **(engine_env or {})}, stdout=2,
+                                start_new_session=True, preexec_fn=preexec)
     except OSError as error:
         raise InputError(f"cannot run {argv[0]}: {error.strerror}") from None
+    except subprocess.SubprocessError as error:  # `preexec` failed in the child
+        raise InputError(f"cannot start {argv[0]} confined: {error}") from None
 
 
 def wait_ready(process: subprocess.Popen[bytes], endpoint: EngineEndpoint,
@@ -275,10 +280,11 @@ def serve_verified(lock: Lockfile, policy: Policy, plan: LaunchPlan, command: La
                    settings: ServedSettings, progress: Progress = NO_PROGRESS, *,
                    environ: Mapping[str, str] | None = None,
                    preexec: Callable[[], None] | None = None,
+                   engine_env: Mapping[str, str] | None = None,
                    say: Callable[[str], None] = lambda _line: None) -> tuple[Outcome, int | None]:
-    """Start the engine, diff it, write the serving record; stop the engine unless the diff
-    passed and `keep_serving`, then supervise it. Returns the verdict and, when supervised,
-    the engine's exit status."""
+    """Start the engine (`start_engine`: `preexec` and `engine_env` are its confinement), diff
+    it, write the serving record; stop the engine unless the diff passed and `keep_serving`,
+    then supervise it. Returns the verdict and, when supervised, the engine's exit status."""
     environ = os.environ if environ is None else environ
     options = plan.options
     inputs = served_inputs(lock, plan, progress)
@@ -288,7 +294,7 @@ def serve_verified(lock: Lockfile, policy: Policy, plan: LaunchPlan, command: La
     if not options.baseline:
         command = with_metrics(command)
     previous = {sig: signal.signal(sig, _stop_launch) for sig in FORWARDED}
-    process = start_engine(command, environ, preexec)
+    process = start_engine(command, environ, preexec, engine_env)
     try:
         with stage(progress, f"waiting for the engine at {endpoint.shown_url}"):
             verdict: Outcome | None = wait_ready(process, endpoint, settings.ready_timeout_s)
@@ -309,6 +315,44 @@ def serve_verified(lock: Lockfile, policy: Policy, plan: LaunchPlan, command: La
             stop_engine(process)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def serve_confined(lock: Lockfile, policy: Policy, plan: LaunchPlan, command: LaunchCommand,
+                   settings: ServedSettings, progress: Progress = NO_PROGRESS, *,
+                   required: bool, say: Callable[[str], None] = lambda _line: None
+                   ) -> tuple[Outcome, int | None]:
+    """`serve_verified` with the engine child under the ruleset `launch --exec` builds
+    (`confine.prepare_confinement`: the approved files, the engine's install, its ports),
+    applied in the child between fork and exec; the serving record names the ruleset by its
+    digest. Where the engine cannot be confined, `required` refuses before anything starts,
+    else it runs unconfined after a loud warning and the record says so (digest null)."""
+    from dflash_guard.launch.confine import (
+        approved_files,
+        bytecode_folders,
+        prepare_confinement,
+        program_path,
+    )
+
+    argv, env = command.resolved(os.environ)
+    program = program_path(argv[0], env)
+    if program is None:
+        raise InputError(f"cannot run {argv[0]}: not found on PATH")
+    started = prepare_confinement(plan, program, approved_files(lock, plan), required=required,
+                                  flag="--verify-served", say=say,
+                                  writable=bytecode_folders(argv))
+    if isinstance(started, Outcome):
+        return started, None
+    if started is None:
+        return serve_verified(lock, policy, plan, command,
+                              dataclasses.replace(settings, ruleset_digest=None), progress,
+                              say=say)
+    try:
+        return serve_verified(lock, policy, plan, command,
+                              dataclasses.replace(settings, ruleset_digest=started.digest),
+                              progress, preexec=started.built.enforce,
+                              engine_env=started.confinement.env, say=say)
+    finally:
+        started.close()
 
 
 def _stop_launch(signum: int, _frame: FrameType | None) -> None:

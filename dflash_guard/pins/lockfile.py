@@ -599,13 +599,17 @@ def _validate_lock(lock: Lockfile, source: str) -> None:
 
 def load_lockfile(path: str | Path) -> Lockfile:
     """Read and validate a lockfile; raise `InputError` naming the file and the bad field."""
+    return lockfile_from_bytes(read_lockfile_bytes(path), str(path))
+
+
+def read_lockfile_bytes(path: str | Path) -> bytes:
+    """A lockfile's bytes, read once (bounded) for a caller that also hashes them."""
     try:
-        data = read_regular(path, MAX_DOCUMENT_CHARS)
+        return read_regular(path, MAX_DOCUMENT_CHARS)
     except InputError as error:
         raise InputError(f"cannot read lockfile {error}") from None
     except OSError as error:
         raise InputError(f"cannot read lockfile {path}: {error}") from None
-    return lockfile_from_bytes(data, str(path))
 
 
 def lockfile_from_bytes(data: bytes, source: str) -> Lockfile:

