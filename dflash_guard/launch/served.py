@@ -211,31 +211,6 @@ def engine_identity(command: LaunchCommand, environ: Mapping[str, str]) -> dict[
             "module": module, "argv": argv}
 
 
-def served_verdict(report: ReferenceDiffReport) -> Outcome:
-    """The served diff's verdict (`ReferenceDiffReport`), worded as the gate's reference diff."""
-    if not report.results:
-        return Outcome.refused(report.refused or "cannot tell: no prompt was compared")
-    if report.wrong_model:
-        return Outcome.refused(f"the engine does not serve the locked target: "
-                               f"{report.wrong_model}")
-    if report.wrong_drafter:
-        return Outcome.refused(f"the engine does not draft with the locked drafter: "
-                               f"{report.wrong_drafter}")
-    if not report.passed:
-        first = report.hard_divergences[0].prompt_id if report.hard_divergences else None
-        where = f" (first: {first})" if first else ""
-        return Outcome.refused(f"the engine diverges from kernels_ref on the locked target: "
-                               f"{report.verdict}{where}")
-    check, drafter = report.logprobs, report.drafter
-    figures = (f"; largest logprob difference {check.worst.delta:.2g} <= {check.tolerance:g} "
-               "nats" if check is not None and check.worst is not None else "")
-    drafted = (f"; drafter: tau {drafter.engine_tau:.2f} against kernels_ref's "
-               f"{drafter.reference_tau:.2f}" if drafter is not None
-               and drafter.engine_tau is not None else "; no drafter (--baseline)")
-    return Outcome.passed(f"{len(report.results)} prompts match kernels_ref on the locked "
-                          f"target{figures}{drafted}")
-
-
 def diff_served(inputs: ServedInputs, endpoint: EngineEndpoint, policy: Policy,
                 threads: int | None, progress: Progress = NO_PROGRESS
                 ) -> tuple[Outcome, ReferenceDiffReport | None]:
@@ -254,7 +229,7 @@ def diff_served(inputs: ServedInputs, endpoint: EngineEndpoint, policy: Policy,
             max_logprob_delta_from="policy difftest.max_logprob_delta"), progress)
     except EndpointError as error:
         return Outcome.refused(f"{error} (a served diff that cannot check does not pass)"), None
-    return served_verdict(report), report
+    return report.outcome("the engine", "; no drafter (--baseline)"), report
 
 
 def write_record(settings: ServedSettings, lock: Lockfile, policy: Policy, command: LaunchCommand,
