@@ -180,4 +180,4 @@ def run_policy_audit(
     feed_rules = FeedRules(rules.signers, rules.allow_unsigned,
                            dt.timedelta(days=rules.max_age_days), trust_root)
     return run_audit(lock_path, [*rules.feeds, *extra_sources], rules=feed_rules, clones=clones,
-                     fail_on=Severity.parse(rules.fail_on), now=now, engines=engines)
+                     fail_on=rules.fail_on, now=now, engines=engines)

@@ -221,7 +221,8 @@ def check_advisories(inputs: GateInputs) -> Checked:
         return _refused(problems)
     below = len(report.findings)
     return (Outcome.passed(f"{len(report.feeds)} feed(s), {report.advisories} advisories; none at "
-                           f"or above {rules.fail_on}" + (f" ({below} below it)" if below else "")),
+                           f"or above {rules.fail_on.name}"
+                           + (f" ({below} below it)" if below else "")),
             AdvisoryEvidence(report.record_section()))
 
 

@@ -60,7 +60,7 @@ class Judge:
     @property
     def fail_on(self) -> Severity:
         """The scan severity at and above which a finding fails (the policy's `fail_on`)."""
-        return Severity.parse(self.policy.fail_on)
+        return self.policy.fail_on
 
     def waived(self, kind: str, target: str) -> bool:
         """Whether an unexpired waiver covers `kind:target` (its id is added to `used`)."""

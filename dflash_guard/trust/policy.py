@@ -253,7 +253,7 @@ class AdvisoryRules:
     feeds: tuple[str, ...]  # URLs, or paths resolved against the policy's folder
     signers: Signers
     allow_unsigned: bool
-    fail_on: str
+    fail_on: Severity
     max_age_days: int
 
 
@@ -275,7 +275,7 @@ class Policy:
     gguf_requires_comparison: bool
     allow_pr_head: bool
     require_release: bool
-    fail_on: str
+    fail_on: Severity
     difftest: DifftestRules
     drafter_max_params: int
     lockfile_signature_required: bool
@@ -600,7 +600,7 @@ def _advisory_rules(field: Field, base: Path) -> AdvisoryRules:
                                 "nothing could pass")
     return AdvisoryRules(
         feeds=feeds, signers=signers, allow_unsigned=allow_unsigned,
-        fail_on=f["fail_on"].choice(Severity.names()),
+        fail_on=Severity.parse(f["fail_on"].choice(Severity.names())),
         max_age_days=f["max_age_days"].typed(int, lambda v: v > 0, "a number of days > 0"),
     )
 
@@ -906,7 +906,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         require_engine="require_pinned" in engines and engines["require_pinned"].flag(),
         engine_rules=parse_engine_rules(engines.optional("repositories"), base),
         omlx=_app_pins(engines["omlx"], base) if "omlx" in engines else AppPins(),
-        fail_on=scan["fail_on"].choice(Severity.names()),
+        fail_on=Severity.parse(scan["fail_on"].choice(Severity.names())),
         difftest=rules,
         drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),
         lockfile_signature_required=lockfile_required,

@@ -167,7 +167,7 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
             files.append(CodeToReview(artifact.role, code.path, sha256, found, scanned))
             if rule.remote_code is RemoteCode.deny and artifact.role not in denied:
                 denied.append(artifact.role)
-    return Review(base, tuple(files), fail_on=Severity.parse(policy.fail_on),
+    return Review(base, tuple(files), fail_on=policy.fail_on,
                   denied=tuple(denied), templates=tuple(templates))
 
 

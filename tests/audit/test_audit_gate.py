@@ -13,6 +13,7 @@ import pytest
 from dflash_guard.errors import InputError
 from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.pins.lockfile import Engine, write_lockfile
+from dflash_guard.severity import Severity
 from dflash_guard.trust.policy import builtin_policy_path, load_policy
 from dflash_guard.trust.signing import sign_with_key
 from tests.support.audit import ENGINE_URL, git_range, osv, write_feed
@@ -79,7 +80,7 @@ def test_policy_advisories_section_is_read(tmp_path):
     policy = load_policy(_policy(tmp_path, _section(fail_on="critical", max_age_days=7)))
     assert policy.advisories is not None
     assert policy.advisories.feeds == (str(tmp_path / "feed.json"),)
-    assert policy.advisories.fail_on == "critical" and policy.advisories.max_age_days == 7
+    assert policy.advisories.fail_on is Severity.critical and policy.advisories.max_age_days == 7
     assert load_policy(builtin_policy_path("default")).advisories is None
 
 

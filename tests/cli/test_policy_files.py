@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_guard.severity import Severity
 from dflash_guard.trust.policy import load_policy
 from tests.support.trust import write_lock
 
@@ -38,7 +39,7 @@ def test_extends_takes_a_policy_file(cli, tmp_path, monkeypatch):
     result = cli("policy", "check", "mine.yaml")
     assert result.exit_code == 0, result.stderr
     policy = load_policy("mine.yaml")
-    assert policy.name == "mine" and policy.fail_on == "high"
+    assert policy.name == "mine" and policy.fail_on is Severity.high
     assert policy.extends == "./org/base.yaml"
     Path("org/base.yaml").write_text("extends: dev\nname: org-base\nscan:\n  fail_onn: high\n")
     broken = cli("policy", "check", "mine.yaml")  # the base's own error, at the base's line
