@@ -28,7 +28,7 @@ from dflash_guard.trust.evidence import (
     served_gguf_problems,
 )
 from dflash_guard.trust.model_card import card_problems
-from dflash_guard.trust.policy import Policy, RemoteCode, Templates
+from dflash_guard.trust.policy import Policy, RemoteCode, Templates, TrustTier
 
 MAX_LISTED = 3
 # How a reviewer gets past an unreviewed-code refusal (`dflash_guard/trust/review.py`).
@@ -53,7 +53,7 @@ class Judge:
     provenance_trusted: bool
     used: list[str] = dataclasses.field(default_factory=list)
 
-    def tier(self, artifact: Artifact) -> str:
+    def tier(self, artifact: Artifact) -> TrustTier:
         """The artifact's trust tier under the policy, given what the signature check found."""
         return self.policy.artifact_tier(artifact, self.provenance_trusted)
 

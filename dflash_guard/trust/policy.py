@@ -266,11 +266,11 @@ class Policy:
     name: str
     official_orgs: tuple[str, ...]
     community_orgs: tuple[str, ...]
-    local_tier: str
-    tiers: Mapping[str, TierRule]
+    local_tier: TrustTier
+    tiers: Mapping[TrustTier, TierRule]
     # An HF-cache snapshot no Hub answer confirmed: the org in a cache path is a label, so it
     # is trusted neither as that org nor as a folder built in house.
-    cache_tier: str
+    cache_tier: TrustTier
     require_full_sha: bool
     gguf_requires_comparison: bool
     allow_pr_head: bool
@@ -315,7 +315,7 @@ class Policy:
     def tier_of(self, source: str, repo: str | None) -> TrustTier:
         """The trust tier of an artifact: by Hub organisation, or `local_tier` for local ones."""
         if source != "hub" or not repo:
-            return TrustTier(self.local_tier)
+            return self.local_tier
         org = repo.split("/", 1)[0].casefold()
         if org in {o.casefold() for o in self.official_orgs}:
             return TrustTier.official
@@ -330,7 +330,7 @@ class Policy:
         as a local folder; a `cache-unconfirmed` snapshot (the org in a path proves nothing)
         gets `cache_tier`."""
         if artifact.source == "hub" and artifact.provenance == CACHE_UNCONFIRMED:
-            return TrustTier(self.cache_tier)
+            return self.cache_tier
         confirmed = artifact.hub_confirmed and provenance_trusted
         return self.tier_of("hub" if confirmed else "local", artifact.repo)
 
@@ -355,7 +355,7 @@ class Policy:
                 named.append(("difftest.prompts", Path(prompts)))
         return named
 
-    def rule(self, tier: str) -> TierRule:
+    def rule(self, tier: TrustTier) -> TierRule:
         return self.tiers[tier]
 
     @property
@@ -829,7 +829,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
             if "max_logprob_delta" in difftest else None),
     )
 
-    tiers = {name: _tier_rule(tiers_f[name]) for name in TIERS}
+    tiers = {TrustTier(name): _tier_rule(tiers_f[name]) for name in TIERS}
     lockfile_signers = _signers(sigs["lockfile"], base)
     model_signers = _signers(sigs["models"], base)
     approval_signers = _signers(sigs["approvals"], base)
@@ -895,9 +895,9 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         name=name,
         official_orgs=_orgs(orgs["official"]),
         community_orgs=_orgs(orgs["community"]),
-        local_tier=f["local_tier"].choice(TIERS),
-        cache_tier=(cached.choice(TIERS) if (cached := f.optional("cache_tier")) is not None
-                    else TrustTier.unknown.value),
+        local_tier=TrustTier(f["local_tier"].choice(TIERS)),
+        cache_tier=(TrustTier(cached.choice(TIERS))
+                    if (cached := f.optional("cache_tier")) is not None else TrustTier.unknown),
         tiers=tiers,
         require_full_sha=artifacts["require_full_sha"].flag(),
         gguf_requires_comparison=artifacts["gguf_requires_comparison"].flag(),
