@@ -22,6 +22,8 @@ from dflash_guard.scan.weights.gguf import scan_gguf_file
 from dflash_guard.severity import Severity
 from tests.support.llamacpp import EngineUnavailable, build_server, convert, llama_server
 
+pytestmark = pytest.mark.slow  # a llama-server start per layout, and the engine build
+
 T = gguf.GGUFValueType
 Edit = Callable[[dict[str, Any], dict[str, np.ndarray]], None]
 

@@ -9,6 +9,7 @@ conftest sets: the build takes minutes the first time and nothing afterwards.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import subprocess
@@ -45,13 +46,17 @@ def _script(*args: str, timeout: float) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@functools.cache
 def build_server(timeout: float = 3600.0) -> Path:
-    """The pinned llama-server (built once, then cached; waits for a build in progress)."""
+    """The pinned llama-server (built once, then cached; waits for a build in progress); the
+    script runs once per test process (it costs seconds: a Python start and a lockfile read)."""
     return Path(_script("build", timeout=timeout))
 
 
+@functools.cache
 def source_tree(timeout: float = 1200.0) -> Path:
-    """The pinned llama.cpp source tree (its `models/` has vocab GGUFs, vectors, templates)."""
+    """The pinned llama.cpp source tree (its `models/` has vocab GGUFs, vectors, templates);
+    the script runs once per test process."""
     return Path(_script("tree", timeout=timeout))
 
 

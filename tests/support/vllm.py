@@ -9,6 +9,7 @@ first time, nothing afterwards. A failed install fails the tests that need it (n
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -43,9 +44,11 @@ def gate_endpoints(baseline: str, candidate: str, max_new_tokens: int) -> str:
             f"    max_new_tokens: {max_new_tokens}\n    metrics: true\n")
 
 
+@functools.cache
 def install(timeout: float = 3600.0) -> Path:
     """The pinned vLLM venv's python (installed once, then cached; waits for an install in
-    progress); `EngineUnavailable` when the install fails."""
+    progress); `EngineUnavailable` when the install fails (never remembered). The script runs
+    once per test process (it costs seconds: a Python start and a lockfile read)."""
     env = {**os.environ, "PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("DFLASH_GUARD_CACHE_DIR", None)
