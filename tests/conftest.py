@@ -18,16 +18,17 @@ VECTORS = Path(__file__).resolve().parent / "vectors"  # third-party test data, 
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest work first: the vLLM modules (each starts 3-GB servers), the other engine
-    modules, the other slow tests, then the rest (each group in collection order). `make test`
-    runs two pytest-xdist workers that take a module at a time in this order (`--dist loadfile
-    --no-loadscope-reorder`), so the long modules overlap instead of one worker running them
-    alone at the end."""
+    """Longest work first: the modules marked `vllm` (each starts 3-GB vLLM servers, a minute or
+    more each), the other engine modules, the other slow tests, then the rest (each group in
+    collection order). `make test` runs two pytest-xdist workers that take a module at a time in
+    this order (`--dist loadfile --no-loadscope-reorder`), so the long modules overlap instead of
+    one worker running them alone at the end."""
 
     def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::", 1)[0]
-        if path.startswith("tests/engine/"):
-            return 0 if "vllm" in path else 1
+        if item.get_closest_marker("vllm"):
+            return 0
+        if item.nodeid.startswith("tests/engine/"):
+            return 1
         return 2 if item.get_closest_marker("slow") else 3
 
     items.sort(key=rank)  # stable: the collection order within each group

@@ -20,7 +20,7 @@ from tests.engine.test_real_vocab_llamacpp import CHAT, cli_json, lossy_copy
 from tests.support.llamacpp import session_cache_dir, source_tree
 from tests.support.vllm import install, vllm_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from tests.support.llamacpp import free_port
 from tests.support.trust import recorded, write_policy
 from tests.support.vllm import GATE_DIFFTEST, gate_endpoints, install, vllm_servers
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_NEW_TOKENS = 32

@@ -42,7 +42,7 @@ from tests.support.llamacpp import EngineUnavailable, free_port
 from tests.support.trust import write_lock
 from tests.support.vllm import SERVE_ARGS, SERVE_ENV, install, vllm_servers
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 

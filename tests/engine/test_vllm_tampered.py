@@ -33,7 +33,7 @@ from tests.support.vllm import (
     vllm_servers,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 

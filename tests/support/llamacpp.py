@@ -8,9 +8,12 @@ conftest sets: the build takes minutes the first time and nothing afterwards.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -69,10 +72,45 @@ def session_cache_dir() -> Path:
 
 def convert(model_dir: Path, out: Path, target_dir: Path | None = None,
             outtype: str = "f32") -> Path:
-    """`model_dir` converted to an `outtype` (f32) GGUF at `out` (+ `out.conversion.json`)."""
-    extra = ("--target-model-dir", str(target_dir)) if target_dir is not None else ()
-    return Path(_script("convert", str(model_dir), str(out), "--outtype", outtype, *extra,
-                        timeout=600))
+    """`model_dir` converted to an `outtype` (f32) GGUF at `out` (+ `out.conversion.json`).
+
+    The converter runs once per test process for the same input: folders with the same path
+    and contents, the same outtype and output name (the record names the output); a second
+    request gets copies of the first conversion's two files (many modules convert the shared
+    built-in pair, about 10 s each)."""
+    key = (_contents(model_dir), _contents(target_dir) if target_dir is not None else "",
+           outtype, out.name)
+    done = _CONVERTED.get(key)
+    if done is None:
+        extra = ("--target-model-dir", str(target_dir)) if target_dir is not None else ()
+        done = Path(_script("convert", str(model_dir), str(out), "--outtype", outtype, *extra,
+                            timeout=600))
+        kept = Path(tempfile.mkdtemp(prefix="dflash-guard-conversion-")) / done.name
+        atexit.register(shutil.rmtree, kept.parent, True)
+        shutil.copyfile(done, kept)
+        shutil.copyfile(_record(done), _record(kept))
+        _CONVERTED[key] = kept
+        return done
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(done, out)
+    shutil.copyfile(_record(done), _record(out))
+    return out
+
+
+_CONVERTED: dict[tuple[str, str, str, str], Path] = {}  # this process's conversions: a copy each
+
+
+def _record(gguf: Path) -> Path:
+    return gguf.with_name(gguf.name + ".conversion.json")
+
+
+def _contents(folder: Path) -> str:
+    """The folder's path and every file's relative name and bytes, as one sha256."""
+    digest = hashlib.sha256(str(Path(folder).resolve()).encode() + b"\0")
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def free_port() -> int:
