@@ -74,10 +74,10 @@ def convert(model_dir: Path, out: Path, target_dir: Path | None = None,
             outtype: str = "f32") -> Path:
     """`model_dir` converted to an `outtype` (f32) GGUF at `out` (+ `out.conversion.json`).
 
-    The converter runs once per test process for the same input: folders with the same path
-    and contents, the same outtype and output name (the record names the output); a second
-    request gets copies of the first conversion's two files (many modules convert the shared
-    built-in pair, about 10 s each)."""
+    The converter runs once per test process for the same input: folders with the same name
+    and contents (the output does not depend on where they are), the same outtype and output
+    name (the record names the output); a second request gets copies of the first conversion's
+    two files (many modules convert the built-in pair, about 10 s each)."""
     key = (_contents(model_dir), _contents(target_dir) if target_dir is not None else "",
            outtype, out.name)
     done = _CONVERTED.get(key)
@@ -105,8 +105,8 @@ def _record(gguf: Path) -> Path:
 
 
 def _contents(folder: Path) -> str:
-    """The folder's path and every file's relative name and bytes, as one sha256."""
-    digest = hashlib.sha256(str(Path(folder).resolve()).encode() + b"\0")
+    """The folder's name and every file's relative name and bytes, as one sha256."""
+    digest = hashlib.sha256(Path(folder).resolve().name.encode() + b"\0")
     for path in sorted(Path(folder).rglob("*")):
         if path.is_file():
             digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
