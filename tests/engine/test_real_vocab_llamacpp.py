@@ -30,6 +30,7 @@ from dflash_guard.lossless.prompt_match import engine_prompt_ids, first_mismatch
 from dflash_guard.lossless.prompts import load_prompts, read_prompts
 from kernels_ref.fixtures_vocab import make_vocab_pair
 from kernels_ref.tokenizer import load_tokenizer
+from tests.support.gguf_py import new_metadata
 from tests.support.llamacpp import (
     build_server,
     convert,
@@ -108,10 +109,8 @@ def test_chat_endpoint_diff_baseline_vs_dflash_is_identical(servers):
 
 def test_a_gguf_with_the_default_pre_tokenizer_is_refused(pair, servers, tmp_path):
     target, _, target_gguf, _ = pair
-    damaged = tmp_path / "default-pre.gguf"
-    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(target_gguf),
-                    str(damaged), "--pre-tokenizer", "default", "--force"],
-                   check=True, capture_output=True)
+    damaged = new_metadata(target_gguf, tmp_path / "default-pre.gguf", "--pre-tokenizer",
+                           "default")
     code, report = cli_json("difftest", "reference", "--target", str(target), "--candidate",
                             servers[0].url, "--gguf", str(damaged), "--prompts", str(CHAT))
     assert code == 1 and report["verdict"] == "refused" and report["prompts"] == 0

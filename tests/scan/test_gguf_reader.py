@@ -24,27 +24,13 @@ from dflash_guard.lossless.gguf_vocab import tokenizer_mismatch
 from dflash_guard.scan.weights.gguf import scan_gguf_file
 from dflash_guard.severity import Severity
 from kernels_ref.gguf_reader import ARRAY, GGUFError, GGUFLimit, read_gguf
+from tests.support.gguf_py import GGUFPyReader
 from tests.support.hostile import n24_gguf
 from tests.support.llamacpp import source_tree
 from tests.support.scan_builders import write_vocab_gguf
 from tests.support.trust import REPO
 
 SYNTHETIC = 3  # gguf-py's reader lists GGUF.version, GGUF.tensor_count, GGUF.kv_count first
-
-
-class GGUFPyReader(gguf.GGUFReader):
-    """gguf-py's reader, its parse unchanged, over a plain ndarray view of the mapped file: it
-    slices the file once per item, and numpy's `memmap` subclass made each slice cost about
-    three times as much (the vocabulary GGUFs' 150k-token arrays took minutes). The bytes and
-    every value read are the same."""
-
-    @property
-    def data(self) -> np.ndarray:
-        return self._plain
-
-    @data.setter
-    def data(self, mapped: np.ndarray) -> None:
-        self._plain = np.asarray(mapped)  # a view of the same mapping, not a memmap
 
 
 def assert_same_as_gguf_py(path: Path) -> int:
