@@ -100,7 +100,7 @@ def difftest(*args: str) -> dict:
 
 def test_the_launched_candidate_matches_the_launched_baseline(servers):
     baseline, candidate = servers
-    report = difftest("--baseline", baseline.url, "--candidate", candidate.url,
+    report = difftest("endpoint", "--baseline", baseline.url, "--candidate", candidate.url,
                       "--metrics", candidate.metrics)
     assert report["identical"] and report["prompts"] == 12
     assert report["hard"] == 0
@@ -166,7 +166,7 @@ def test_monitor_reads_vllm_tau_over_an_interval_of_traffic(servers):
 
 def test_vllm_matches_kernels_ref_on_the_head_dim_16_target(pair, servers):
     small_target = pair[4]
-    report = difftest("--reference", str(small_target), "--candidate", servers[1].url)
+    report = difftest("reference", "--target", str(small_target), "--candidate", servers[1].url)
     assert report["identical"] and report["prompts"] == 12
     logprobs = report["logprobs"]  # the served model is the locked one, with room to spare
     assert logprobs["passed"] and logprobs["values"] > 0
@@ -201,7 +201,7 @@ def test_the_gate_approves_the_locked_pair_with_its_largest_logprob_difference(p
 
 
 def test_vllm_output_does_not_depend_on_other_requests(servers):
-    report = difftest("--isolation", "--candidate", servers[1].url, "--concurrency", "4")
+    report = difftest("isolation", "--candidate", servers[1].url, "--concurrency", "4")
     assert report["identical"] and report["tenants"] >= 2
 
 
