@@ -411,6 +411,15 @@ DRAFTER_WEIGHTS = Rule(
     "is high (a drafter that loads everywhere and accepts nothing); medium: a float format torch "
     "cannot view (F4, F6_*, F8_E8M0), left unchecked; the file unreadable to its end is high",
 )
+WEIGHTS_NONFINITE = Rule(
+    "DG-WEIGHTS-NONFINITE", Severity.high,
+    "A tensor of the target (or another model scanned with the finite check) holds NaN or "
+    "infinity.",
+    "with `scan.target_finite` (strict) or `scan --target-finite`: every float of the loaded "
+    "safetensors read as for DG-DRAFTER-WEIGHTS; a NaN or an infinity is high (a target's NaN "
+    "rows decode alike with and without the drafter, so the lossless diff cannot see them); "
+    "medium: a float format torch cannot view; the file unreadable to its end is high",
+)
 DRAFTER_PARAMS = Rule(
     "DG-DRAFTER-PARAMS", Severity.medium,
     "The drafter's parameter count exceeds the budget.",

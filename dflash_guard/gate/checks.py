@@ -145,6 +145,7 @@ def check_scan(inputs: GateInputs) -> Checked:
             reviewed_templates=inputs.policy.reviewed_template_sha256,
             param_budget=inputs.policy.drafter_max_params if is_drafter else None,
             engines=deploy_engines(inputs.lock),
+            finite_weights=artifact.role == "target" and inputs.policy.target_finite,
             progress=inputs.progress,
         )
         failed, found = judge.scan(artifact, report)

@@ -33,7 +33,7 @@ from typing import Any
 from dflash_guard import fileio, rules
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
-from dflash_guard.scan.weights.finite import nonfinite_tensors
+from dflash_guard.scan.weights.finite import finite_findings
 from dflash_guard.scan.weights.safetensors import Header
 from dflash_guard.severity import Severity
 from kernels_ref.compat import compatibility_problems, dflash_field
@@ -135,7 +135,8 @@ def check_drafter(
         for rule, severity, message in _weight_problems(config, shapes or {})
         + _head_problems(config, shapes or {})
     )
-    findings += _finite_problems(weights or [])
+    findings += finite_findings(weights or [], rules.DRAFTER_WEIGHTS, DETECTOR,
+                                "the drafter accepts nothing wherever it loads")
     budget = DEFAULT_PARAM_BUDGET if param_budget is None else param_budget
     if param_count is not None and param_count > budget:
         findings.append(
@@ -201,31 +202,6 @@ def check_drafter(
         finding(rule, severity, message)
         for rule, severity, message in _shape_problems(config, target_config)
     )
-    return findings
-
-
-def _finite_problems(weights: list[tuple[Path, str, Header]]) -> list[Finding]:
-    """Each drafter weight file read in full: a tensor with NaN or infinity, or one whose float
-    format cannot be checked, is a finding on that file."""
-    findings = []
-    for path, display, header in weights:
-        def finding(severity: Severity, message: str, shown: str = display) -> Finding:
-            return Finding(rules.DRAFTER_WEIGHTS.id, severity, shown, message, detector=DETECTOR)
-
-        try:
-            bad, unchecked = nonfinite_tensors(path, header)
-        except OSError as error:
-            findings.append(finding(Severity.high, f"cannot read the weights to their end: "
-                                                   f"{error}"))
-            continue
-        if bad:
-            findings.append(finding(Severity.high, f"{len(bad)} tensor(s) hold NaN or infinity "
-                                                   f"(first: {bad[0]}): the drafter accepts "
-                                                   "nothing wherever it loads"))
-        if unchecked:
-            findings.append(finding(Severity.medium, f"{len(unchecked)} tensor(s) in a float "
-                                                     f"format torch cannot read (first: "
-                                                     f"{unchecked[0]}): not checked for NaN"))
     return findings
 
 

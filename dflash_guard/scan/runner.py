@@ -33,7 +33,7 @@ from dflash_guard.scan.sniff import (
     Format,
     sniff,
 )
-from dflash_guard.scan.weights import binformats, flax_msgpack, gguf, onnx, safetensors
+from dflash_guard.scan.weights import binformats, finite, flax_msgpack, gguf, onnx, safetensors
 from dflash_guard.scan.weights.safetensors import Header
 from dflash_guard.severity import Severity
 from dflash_guard.templates import locate as templates
@@ -388,6 +388,7 @@ def scan_paths(
     reviewed_templates: frozenset[str] = frozenset(),
     param_budget: int | None = None,
     engines: tuple[DeployEngine, ...] = (),
+    finite_weights: bool = False,
     progress: Progress = NO_PROGRESS,
 ) -> ScanReport:
     """Scan files and folders (a checkpoint, an HF cache snapshot, a locked role).
@@ -397,7 +398,9 @@ def scan_paths(
     templates (the catalog's published ones need none); `engines` the deploy's (the lock's:
     `pins.loaded.deploy_engines`; none: every modelled engine), which decide the files of each
     folder that are loaded (judged by every check) and those no engine opens (scanned, reported
-    apart at low, blocking nothing, left out of the inventories); each folder is a stage of
+    apart at low, blocking nothing, left out of the inventories); `finite_weights`: every float
+    of each folder's loaded safetensors is read, a NaN or an infinity being DG-WEIGHTS-NONFINITE
+    (a drafter's always are, as DG-DRAFTER-WEIGHTS); each folder is a stage of
     `progress` (`scanning PATH`, in files). Raises `InputError` when a path (or the target)
     does not exist.
     """
@@ -468,6 +471,11 @@ def scan_paths(
                 shapes=shapes,
                 weights=weights,
             )
+        elif finite_weights:  # a target's NaN rows decode alike with and without a drafter
+            run.findings += finite.finite_findings(
+                weights, rules.WEIGHTS_NONFINITE, safetensors.DETECTOR,
+                "every engine loads it and computes NaN wherever it is used, with or without "
+                "the drafter alike, so the lossless diff test cannot see it")
     findings = sorted(
         {_not_loaded(f) if f.file in not_loaded else f for f in [*run.findings, *aside.findings]},
         key=lambda f: (f.file, -f.severity, f.rule_id, f.member or "", f.line or 0, f.message),

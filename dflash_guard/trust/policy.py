@@ -302,6 +302,9 @@ class Policy:
     require_engine: bool = False  # `engines.require_pinned`: a lock pinning no engine is refused
     engine_rules: EngineRules = NO_RULES  # engines.repositories: mirrors, releases, tag signers
     omlx: AppPins = AppPins()  # engines.omlx: the team (and roots) `verify-app` checks against
+    # `scan.target_finite`: the gate reads every float of the target's loaded safetensors (a
+    # target's NaN rows decode alike with and without the drafter: the diff test cannot see them)
+    target_finite: bool = False
 
     def accepting(self, signers: Signers) -> Policy:
         """This policy with `signers` (given by the operator) also accepted for lockfiles,
@@ -806,7 +809,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         ("allow_pr_head", "require_release", "require_pinned", "repositories", "omlx"),
         ("allow_pr_head", "require_release")
     )
-    scan = f["scan"].mapping(("fail_on",), ("fail_on",))
+    scan = f["scan"].mapping(("fail_on", "target_finite"), ("fail_on",))
     difftest_names = ("prompts", "max_new_tokens", "near_tie_allowance", "min_tau")
     difftest = f["difftest"].mapping((*difftest_names, "endpoints", "max_logprob_delta"),
                                      difftest_names)
@@ -907,6 +910,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         engine_rules=parse_engine_rules(engines.optional("repositories"), base),
         omlx=_app_pins(engines["omlx"], base) if "omlx" in engines else AppPins(),
         fail_on=Severity.parse(scan["fail_on"].choice(Severity.names())),
+        target_finite="target_finite" in scan and scan["target_finite"].flag(),
         difftest=rules,
         drafter_max_params=drafter["max_params"].typed(int, lambda v: v > 0, "an integer > 0"),
         lockfile_signature_required=lockfile_required,

@@ -43,6 +43,8 @@ def test_policy_strict_is_stricter_than_default():
     assert strict.local_tier == "unknown"
     assert not any(rule.pickle_allowed for rule in strict.tiers.values())
     assert strict.tiers["unknown"].remote_code is RemoteCode.deny
+    assert strict.target_finite and not default.target_finite
+    assert not load_policy("dev").target_finite
 
 
 def test_policy_tiers_by_org():
@@ -67,7 +69,7 @@ def _line_of(text: str, needle: str) -> int:
 def test_policy_unknown_field_names_file_line_and_field():
     text = policy_text(("  fail_on: high\n", "  fail_on: high\n  fail_open: true\n"))
     assert _error(text) == (f"p.yaml:{_line_of(text, 'fail_open')}: scan.fail_open: "
-                            "unknown field (allowed: fail_on)")
+                            "unknown field (allowed: fail_on, target_finite)")
 
 
 @pytest.mark.parametrize(
@@ -80,6 +82,7 @@ def test_policy_unknown_field_names_file_line_and_field():
          "a finite number of nats >= 0"),
         ("max_params: 4000000000", "max_params: -1", "drafter.max_params", "integer > 0"),
         ("fail_on: high", "fail_on: severe", "scan.fail_on", "one of low, medium, high"),
+        ("target_finite: false", "target_finite: 1", "scan.target_finite", "true or false"),
         ("remote_code: deny", "remote_code: maybe", "tiers.unknown.remote_code", "reviewed-only"),
         ("allow_pr_head: true", "allow_pr_head: 1", "engines.allow_pr_head", "true or false"),
         ("local_tier: official", "local_tier: trusted", "local_tier", "one of official"),

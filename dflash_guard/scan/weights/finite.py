@@ -1,5 +1,7 @@
 """Every float of a safetensors file read and held to be finite: a drafter of NaN weights passes
-every header check, loads in every engine, and accepts nothing.
+every header check, loads in every engine, and accepts nothing; a target with NaN rows decodes
+alike with and without the drafter, so the lossless diff cannot see them (`finite_findings`
+reports both, under the rule each caller names).
 
 The bytes are read with bounded `pread`s, a window at a time, never memory-mapped (a file
 truncated while it is read is an `OSError`, not a SIGBUS), and judged by torch's `isfinite` in
@@ -15,7 +17,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dflash_guard.findings import Finding
+from dflash_guard.rules import Rule
 from dflash_guard.scan.weights.safetensors import DTYPE_BITS, Header
+from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
     import torch
@@ -58,6 +63,32 @@ def nonfinite_tensors(path: Path, header: Header) -> tuple[list[str], list[str]]
     finally:
         os.close(descriptor)
     return bad, unchecked
+
+
+def finite_findings(weights: list[tuple[Path, str, Header]], rule: Rule, detector: str,
+                    consequence: str) -> list[Finding]:
+    """Each complete safetensors file (path, display, header) read in full: a tensor with NaN
+    or infinity (high: `consequence` says what it does), one whose float format cannot be
+    checked (medium), or a file unreadable to its end (high) is a finding of `rule` on it."""
+    findings = []
+    for path, display, header in weights:
+        def finding(severity: Severity, message: str, shown: str = display) -> Finding:
+            return Finding(rule.id, severity, shown, message, detector=detector)
+
+        try:
+            bad, unchecked = nonfinite_tensors(path, header)
+        except OSError as error:
+            findings.append(finding(Severity.high, f"cannot read the weights to their end: "
+                                                   f"{error}"))
+            continue
+        if bad:
+            findings.append(finding(Severity.high, f"{len(bad)} tensor(s) hold NaN or infinity "
+                                                   f"(first: {bad[0]}): {consequence}"))
+        if unchecked:
+            findings.append(finding(Severity.medium, f"{len(unchecked)} tensor(s) in a float "
+                                                     f"format torch cannot read (first: "
+                                                     f"{unchecked[0]}): not checked for NaN"))
+    return findings
 
 
 def _finite(descriptor: int, start: int, end: int, dtype: torch.dtype, width: int) -> bool:
