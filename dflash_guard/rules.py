@@ -415,7 +415,7 @@ WEIGHTS_NONFINITE = Rule(
     "DG-WEIGHTS-NONFINITE", Severity.high,
     "A tensor of the target (or another model scanned with the finite check) holds NaN or "
     "infinity.",
-    "with `scan.target_finite` (strict) or `scan --target-finite`: every float of the loaded "
+    "with `scan.target_finite` (strict) or `scan --finite-weights`: every float of the loaded "
     "safetensors read as for DG-DRAFTER-WEIGHTS; a NaN or an infinity is high (a target's NaN "
     "rows decode alike with and without the drafter, so the lossless diff cannot see them); "
     "medium: a float format torch cannot view; the file unreadable to its end is high",

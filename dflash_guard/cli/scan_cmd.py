@@ -61,6 +61,13 @@ def register(app: typer.Typer) -> None:
             typer.Option("--param-budget", metavar="N",
                          help="Most parameters a drafter may have (3e9)."),
         ] = None,
+        finite_weights: Annotated[
+            bool,
+            typer.Option("--finite-weights",
+                         help="Read every float of the loaded safetensors of each PATH: a NaN "
+                              "or an infinity is DG-WEIGHTS-NONFINITE (a drafter's are always "
+                              "read)."),
+        ] = False,
         lock: Annotated[
             Path | None,
             typer.Option("--lock", metavar="LOCK",
@@ -90,6 +97,7 @@ def register(app: typer.Typer) -> None:
                 reviewed_templates=frozenset(digest.lower() for digest in reviewed or []),
                 param_budget=param_budget,
                 engines=engines,
+                finite_weights=finite_weights,
                 progress=shown,
             )
         report = dataclasses.replace(report, fail_on=fail_on)

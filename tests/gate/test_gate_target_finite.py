@@ -7,25 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
-
 from dflash_guard.gate import GateOptions, run_gate
 from dflash_guard.pins.resolve import build_lock
-from dflash_guard.scan import scan_paths
-from tests.support.trust import REPO, copy_folder, make_key_pair, write_lock, write_policy
+from tests.support.poisoned import poisoned_target
+from tests.support.trust import REPO, make_key_pair, write_lock, write_policy
 
-POISONED = "model.embed_tokens.weight"
 ON = ("  target_finite: false\n", "  target_finite: true\n")
-
-
-def _poisoned_target(target: Path, folder: Path) -> Path:
-    """A copy of the target with one NaN in the embedding row of its last (unused) token."""
-    copy = copy_folder(target, folder)
-    path = copy / "model.safetensors"
-    tensors = load_file(path)
-    tensors[POISONED][-1, 0] = float("nan")
-    save_file(tensors, path, metadata={"format": "pt"})
-    return copy
 
 
 def _gate(tmp_path: Path, target: Path, drafter: Path, policy: Path):
@@ -48,19 +35,9 @@ def _strict_policy(tmp_path: Path) -> Path:
         base=base.replace("max_new_tokens: 64", "max_new_tokens: 32"))
 
 
-def test_the_scan_reads_the_target_only_when_asked(builtin_pair, tmp_path: Path) -> None:
-    target = _poisoned_target(builtin_pair.target, tmp_path / "target")
-    asked = scan_paths([target], finite_weights=True).findings
-    assert [(f.rule_id, f.severity.name, f.file) for f in asked] == [
-        ("DG-WEIGHTS-NONFINITE", "high", "model.safetensors")]
-    assert asked[0].message.startswith(f"1 tensor(s) hold NaN or infinity (first: {POISONED})")
-    assert not scan_paths([target]).findings
-    assert not scan_paths([builtin_pair.target], finite_weights=True).findings
-
-
 def test_a_nan_target_is_refused_with_the_field_on_and_approved_without(
         builtin_pair, tmp_path: Path) -> None:
-    target = _poisoned_target(builtin_pair.target, tmp_path / "target")
+    target = poisoned_target(builtin_pair.target, tmp_path / "target")
     off = _gate(tmp_path / "off", target, builtin_pair.drafter,
                 write_policy(tmp_path / "off" / "policy"))
     assert off.approved, off.reason  # the diff test cannot tell: this read is the only check
@@ -71,7 +48,7 @@ def test_a_nan_target_is_refused_with_the_field_on_and_approved_without(
 
 
 def test_strict_refuses_a_nan_target(builtin_pair, tmp_path: Path) -> None:
-    target = _poisoned_target(builtin_pair.target, tmp_path / "target")
+    target = poisoned_target(builtin_pair.target, tmp_path / "target")
     result = _gate(tmp_path, target, builtin_pair.drafter, _strict_policy(tmp_path))
     assert not result.approved
     assert result.checks[-1].name == "scan", result.reason
