@@ -16,7 +16,7 @@ from tests.support.trust import write_lock
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("extends: dev\nname: typo\nscan:\n  fail_onn: high\n",
-     "typo.yaml:4: scan.fail_onn: unknown field (allowed: fail_on)"),
+     "typo.yaml:4: scan.fail_onn: unknown field (allowed: fail_on, target_finite)"),
     ("extends: dev\nname: typo\ndifftest: {min_tau: \"1.5\"}\n",
      "typo.yaml:3: difftest.min_tau: expected a number"),
     ("extends: dev\nname: typo\ndifftest:\n  endpoints: {metrics: maybe}\n",
