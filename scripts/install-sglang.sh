@@ -42,37 +42,12 @@ CACHE_ROOT="${DFLASH_GUARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dflash-gua
 CACHE="$CACHE_ROOT/sglang/$DIGEST"
 VENV_PYTHON="$CACHE/venv/bin/python"
 
-ready() { [ -f "$CACHE/install.rc" ] && [ "$(cat "$CACHE/install.rc")" = 0 ] && [ -x "$VENV_PYTHON" ]; }
-
-wait_for_install() {
-    local waited=0
-    while [ ! -f "$CACHE/install.rc" ]; do
-        if [ -f "$CACHE/install.pid" ]; then
-            kill -0 "$(cat "$CACHE/install.pid")" 2>/dev/null || return 1  # the installer died
-        elif [ "$waited" -ge 10 ]; then
-            return 1  # nobody claimed the folder it made
-        fi
-        [ "$waited" -lt "$WAIT_S" ] || die "waited ${WAIT_S}s for the install in $CACHE"
-        [ "$waited" -eq 0 ] && echo "install-sglang: waiting for the install in progress in $CACHE" >&2
-        sleep 5
-        waited=$((waited + 5))
-    done
-}
+TOOL=install-sglang
+# shellcheck source=scripts/cache-install.sh
+. "$ROOT/scripts/cache-install.sh"
 
 install() {
-    mkdir -p "$CACHE_ROOT/sglang"
-    # whoever creates the folder installs; the others wait for install.rc
-    if ! mkdir "$CACHE" 2>/dev/null; then
-        if wait_for_install; then
-            ready && return 0
-            tail -n 20 "$CACHE/install.log" >&2 || true
-            die "the cached install in $CACHE failed (install.rc $(cat "$CACHE/install.rc")); delete it to retry"
-        fi
-        echo "install-sglang: removing the stale install in $CACHE" >&2
-        rm -rf "$CACHE"
-        mkdir "$CACHE" || die "another install claimed $CACHE; run again to wait for it"
-    fi
-    echo $$ >"$CACHE/install.pid"
+    claim_cache || return 0
     cp "$REQS" "$CACHE/requirements.txt"
     echo "install-sglang: installing the pinned SGLang into $CACHE/venv (about a minute, 256 MB)" >&2
     local rc=0 start=$SECONDS
