@@ -35,18 +35,25 @@ class EngineUnavailable(RuntimeError):
     """The pinned llama.cpp could not be built or converted with: a failure, never a skip."""
 
 
-def _script(*args: str, timeout: float) -> str:
+def engine_script(script: Path, *args: str, timeout: float) -> str:
+    """The last line `script` (scripts/build-llamacpp.sh, install-vllm.sh, install-sglang.sh)
+    prints, run with this Python and the session's engine cache; `EngineUnavailable` when it
+    fails."""
     env = {**os.environ, "PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("DFLASH_GUARD_CACHE_DIR", None)
     if SESSION_CACHE_DIR:
         env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
-    done = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
+    done = subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
     if done.returncode != 0:
-        raise EngineUnavailable(f"build-llamacpp.sh {args[0]} failed ({done.returncode}):\n"
+        raise EngineUnavailable(f"{script.name} {args[0]} failed ({done.returncode}):\n"
                                 f"{done.stderr[-3000:]}")
     return done.stdout.strip().splitlines()[-1]
+
+
+def _script(*args: str, timeout: float) -> str:
+    return engine_script(SCRIPT, *args, timeout=timeout)
 
 
 @functools.cache

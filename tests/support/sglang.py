@@ -9,12 +9,10 @@ skip). Serving SGLang needs a GPU: no test starts it.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.llamacpp import SESSION_CACHE_DIR, EngineUnavailable
+from tests.support.llamacpp import engine_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install-sglang.sh"
@@ -25,17 +23,7 @@ METRICS_SOURCE = Path("sglang", "srt", "observability", "metrics_collector.py")
 def install(timeout: float = 3600.0) -> Path:
     """The SGLang venv's python (installed once with the vLLM venv it needs, then cached;
     waits for an install in progress); `EngineUnavailable` when the install fails."""
-    env = {**os.environ, "PYTHON": sys.executable,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("DFLASH_GUARD_CACHE_DIR", None)
-    if SESSION_CACHE_DIR:
-        env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
-    done = subprocess.run(["bash", str(SCRIPT), "install"], env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise EngineUnavailable(f"install-sglang.sh failed ({done.returncode}):\n"
-                                f"{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    return Path(engine_script(SCRIPT, "install", timeout=timeout))
 
 
 def site_packages(python: Path) -> Path:

@@ -22,7 +22,12 @@ from pathlib import Path
 
 import httpx2
 
-from tests.support.llamacpp import SESSION_CACHE_DIR, EngineUnavailable, Server, free_port
+from tests.support.llamacpp import (
+    EngineUnavailable,
+    Server,
+    engine_script,
+    free_port,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install-vllm.sh"
@@ -49,17 +54,7 @@ def install(timeout: float = 3600.0) -> Path:
     """The pinned vLLM venv's python (installed once, then cached; waits for an install in
     progress); `EngineUnavailable` when the install fails (never remembered). The script runs
     once per test process (it costs seconds: a Python start and a lockfile read)."""
-    env = {**os.environ, "PYTHON": sys.executable,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("DFLASH_GUARD_CACHE_DIR", None)
-    if SESSION_CACHE_DIR:
-        env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
-    done = subprocess.run(["bash", str(SCRIPT), "install"], env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise EngineUnavailable(f"install-vllm.sh failed ({done.returncode}):\n"
-                                f"{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    return Path(engine_script(SCRIPT, "install", timeout=timeout))
 
 
 def launch_argv(*args: str) -> list[str]:
