@@ -56,6 +56,8 @@ def _env() -> dict[str, str]:
     # is llama.cpp's own environment spelling of -t, so the block runs as the page writes it).
     env = clean_env(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", LLAMA_ARG_THREADS="1")
     env.pop("DFLASH_GUARD_CACHE_DIR", None)  # the engines' and tokenizers' cache of the session
+    for name in ("COLUMNS", "LINES"):  # the pages show output off a terminal: tables not folded
+        env.pop(name, None)
     if SESSION_CACHE_DIR:
         env["DFLASH_GUARD_CACHE_DIR"] = SESSION_CACHE_DIR
     return env
