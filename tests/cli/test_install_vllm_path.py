@@ -18,6 +18,7 @@ def _checkout(tmp_path: Path, with_venv: bool) -> Path:
     (repo / "scripts").mkdir(parents=True)
     (repo / "lockfiles").mkdir()
     shutil.copy(ROOT / "scripts" / "install-vllm.sh", repo / "scripts")
+    shutil.copy(ROOT / "scripts" / "cache-install.sh", repo / "scripts")
     shutil.copy(ROOT / "lockfiles" / "vllm.lock", repo / "lockfiles")
     if with_venv:  # the venv `make` builds: a python that has dflash-guard
         python = repo / ".venv" / "bin" / "python"
