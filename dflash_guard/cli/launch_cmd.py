@@ -98,7 +98,8 @@ def launch(
              "monitor --record checks it against the policy's approval signers).")] = None,
     ready_timeout: Annotated[float, typer.Option(
         "--ready-timeout", metavar="SECONDS", min=1.0,
-        help="With --verify-served: how long the engine may take to serve.")] = 600.0,
+        help="With --verify-served: how long the engine may take to serve, and to "
+             "answer each request of the served diff.")] = 600.0,
     template: Annotated[Path | None, typer.Option(
         "--template", metavar="FILE",
         help="ollama: the Go template the Modelfile's TEMPLATE carries (its sha256 must be on "

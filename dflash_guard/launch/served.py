@@ -103,14 +103,16 @@ def served_inputs(lock: Lockfile, plan: LaunchPlan,
     return ServedInputs(target, drafter, gguf)
 
 
-def served_endpoint(options: LaunchOptions) -> EngineEndpoint:
+def served_endpoint(options: LaunchOptions, timeout: float) -> EngineEndpoint:
     """The endpoint launch started: its port on loopback (a wildcard or outside bind is reached
-    on 127.0.0.1), with the key from --api-key-env, its `/metrics` for the drafter check."""
+    on 127.0.0.1), with the key from --api-key-env, its `/metrics` for the drafter check, each
+    answer awaited up to `timeout` seconds (the engine's --ready-timeout: a CPU engine on a busy
+    machine can take minutes an answer)."""
     host = options.host if is_loopback(options.host) else "127.0.0.1"
     host = f"[{host}]" if ":" in host else host
     url = f"http://{host}:{options.port}"
     key_env = options.api_key_env if not is_loopback(options.host) else None
-    return EngineEndpoint.from_env(url, api_key_env=key_env,
+    return EngineEndpoint.from_env(url, api_key_env=key_env, timeout=timeout,
                                    metrics_url=None if options.baseline else url + "/metrics")
 
 
@@ -265,7 +267,7 @@ def serve_verified(lock: Lockfile, policy: Policy, plan: LaunchPlan, command: La
     inputs = served_inputs(lock, plan, progress)
     if isinstance(inputs, Outcome):
         return inputs, None
-    endpoint = served_endpoint(options)
+    endpoint = served_endpoint(options, settings.ready_timeout_s)
     if not options.baseline:
         command = with_metrics(command)
     previous = {sig: signal.signal(sig, _stop_launch) for sig in FORWARDED}
