@@ -86,7 +86,9 @@ def test_the_approved_deploy_serves_confined_from_its_record(python, padded_pair
                 pytest.xfail("the target matched kernels_ref, but vLLM CPU drafted too little "
                              "beside the other worker's engine (test_vllm's monitor xfail, "
                              f"undiagnosed): {served['reason']}")
-            pytest.fail(served["reason"])
+            process.send_signal(signal.SIGTERM)
+            pytest.fail(f"{served['reason']}\nlaunch's and the engine's stderr, the end:\n"
+                        f"{process.communicate(timeout=120)[1][-8000:]}")
         url = f"http://127.0.0.1:{port}"
         # a liveness read, not a timing: the engine answers it after the served diff, slowly
         # beside the other xdist worker
