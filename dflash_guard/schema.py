@@ -9,12 +9,16 @@ constructors run: a `!!python/...` tag is an error, never code. Hostile document
 line too: anchors and aliases (a 400-byte alias bomb expands to gigabytes) are refused before any
 value is built, so are documents over `MAX_DOCUMENT_CHARS` and nesting too deep to compose, and a
 value quoted in a message is shortened (`errors.shorten`).
+
+`merged` lays one document over another (a policy over the one it `extends`) as node trees, so
+every value keeps the file and line it came from, and a path is read relative to its own file.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import yaml
@@ -34,10 +38,14 @@ MAX_DOCUMENT_CHARS = 256 * 1024 * 1024
 
 
 class Document:
-    """A parsed document: its source name and the loader that builds values from its nodes."""
+    """A parsed document: its source name, the folder its relative paths are read from, and
+    the loader that builds values from its nodes. A merged document (`merged`) also knows which
+    document each node it took from another came from (`owner`)."""
 
-    def __init__(self, text: str, source: str) -> None:
+    def __init__(self, text: str, source: str, folder: Path = Path(".")) -> None:
         self.source = source
+        self.folder = folder
+        self._owners: dict[int, Document] = {}
         if len(text) > MAX_DOCUMENT_CHARS:
             raise InputError(f"{source}: larger than {MAX_DOCUMENT_CHARS:,} characters")
         self._loader = SafeLoader(text)
@@ -61,6 +69,10 @@ class Document:
             return None
         _refuse_aliases(node, self.source)
         return Field(self, node, "")
+
+    def owner(self, node: yaml.Node) -> Document:
+        """The document `node` came from: this one, or one a merge took it from."""
+        return self._owners.get(id(node), self)
 
     def construct(self, node: yaml.Node, where: str) -> Any:
         """The Python value of a node (safe constructors only: no tag runs code)."""
@@ -101,9 +113,39 @@ def _refuse_aliases(root: yaml.Node, source: str) -> None:
             stack.extend(node.value)
 
 
-def read_document(text: str, source: str) -> Field | None:
-    """Parse `text` (YAML or JSON) named `source`; None when it holds nothing."""
-    return Document(text, source).root()
+def read_document(text: str, source: str, folder: Path = Path(".")) -> Field | None:
+    """Parse `text` (YAML or JSON) named `source`, its relative paths read from `folder`;
+    None when it holds nothing."""
+    return Document(text, source, folder).root()
+
+
+def merged(base: Field, over: Field) -> Field:
+    """`over` laid on `base`: mappings merge key by key, anything else (lists too) is replaced.
+    Both keep their nodes: a value names the file and line it came from, and its paths are read
+    from that file's folder (`Field.path`)."""
+    if not (isinstance(base.node, yaml.MappingNode) and isinstance(over.node, yaml.MappingNode)):
+        return over
+    document = over.document
+    theirs = {_key(key): value for key, value in base.node.value}
+    ours = {_key(key) for key, _ in over.node.value}
+    pairs: list[tuple[yaml.Node, yaml.Node]] = []
+    for key, value in base.node.value:
+        if _key(key) not in ours:
+            for node in (key, value):
+                document._owners[id(node)] = base.document.owner(node)
+            pairs.append((key, value))
+    for key, value in over.node.value:
+        if (inherited := theirs.get(_key(key))) is not None:
+            value = merged(Field(base.document.owner(inherited), inherited, ""),
+                           Field(document, value, "")).node
+        pairs.append((key, value))
+    node = yaml.MappingNode(over.node.tag, pairs, over.node.start_mark, over.node.end_mark)
+    return Field(document, node, over.where)
+
+
+def _key(node: yaml.Node) -> str | None:
+    """A mapping key's text (None for a key that is not a scalar: the reader refuses it)."""
+    return node.value if isinstance(node, yaml.ScalarNode) else None
 
 
 class Field:
@@ -117,6 +159,10 @@ class Field:
     @property
     def line(self) -> int:
         return int(self.node.start_mark.line) + 1
+
+    def path(self) -> Path:
+        """The path this field names, relative to the folder of the file that holds it."""
+        return self.document.folder / self.text()
 
     def fail(self, message: str) -> InputError:
         """The error for this field: `FILE:LINE: FIELD: MESSAGE`."""
@@ -140,12 +186,12 @@ class Field:
             key = self.document.construct(key_node, self.where)
             name = key if isinstance(key, str) and len(key) <= 80 else shorten(key)
             here = f"{self.where}.{name}" if self.where else name
-            key_field = Field(self.document, key_node, here)
+            key_field = Field(self.document.owner(key_node), key_node, here)
             if not isinstance(key, str) or key not in allowed:
                 raise key_field.fail(f"unknown field (allowed: {', '.join(allowed)})")
             if key in fields:
                 raise key_field.fail("field given twice")
-            fields[key] = Field(self.document, value_node, here)
+            fields[key] = Field(self.document.owner(value_node), value_node, here)
         for key in required:
             if key not in fields:
                 raise self.fail(f"missing required field {key!r}")
@@ -155,7 +201,7 @@ class Field:
         """The entries of a list, each named `FIELD[i]`."""
         if not isinstance(self.node, yaml.SequenceNode):
             raise self.fail(f"expected a list, got {_kind(self.node)}")
-        return [Field(self.document, node, f"{self.where}[{i}]")
+        return [Field(self.document.owner(node), node, f"{self.where}[{i}]")
                 for i, node in enumerate(self.node.value)]
 
     @overload

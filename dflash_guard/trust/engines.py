@@ -107,7 +107,7 @@ class EngineRules:
 NO_RULES = EngineRules()
 
 
-def parse_engine_rules(field: Field | None, base: Path) -> EngineRules:
+def parse_engine_rules(field: Field | None) -> EngineRules:
     """`engines.repositories`: a list of `{upstream: URL, mirrors: [URL], releases: {NAME:
     COMMIT}, tag_signers: [KEY FILE]}` (upstream required)."""
     if field is None or field.is_null:
@@ -134,7 +134,7 @@ def parse_engine_rules(field: Field | None, base: Path) -> EngineRules:
                 releases[name] = commit
         keys = []
         for key in f["tag_signers"].items() if "tag_signers" in f else []:
-            path = base / key.text()
+            path = key.path()
             if not path.is_file():
                 raise key.fail(f"public key file {path} not found")
             keys.append(path)

@@ -42,7 +42,7 @@ from dflash_guard.fileio import read_input_text
 from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN
 from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
 from dflash_guard.pins.lockfile import CACHE_UNCONFIRMED
-from dflash_guard.schema import Field, Fields, read_document
+from dflash_guard.schema import Field, merged, read_document
 from dflash_guard.severity import Severity
 from dflash_guard.trust.apple.image import AppPins
 from dflash_guard.trust.engines import NO_RULES, EngineRules, parse_engine_rules
@@ -465,7 +465,7 @@ def is_builtin(policy: Policy) -> bool:
 # --- reading ---------------------------------------------------------------------------------
 
 
-def _signers(field: Field, base: Path) -> Signers:
+def _signers(field: Field) -> Signers:
     f = field.mapping(("identities", "public_keys"), ("identities", "public_keys"))
     identities = []
     for item in f["identities"].items():
@@ -474,7 +474,7 @@ def _signers(field: Field, base: Path) -> Signers:
             lambda v: v.startswith("https://"), "an https:// issuer URL")))
     keys = []
     for item in f["public_keys"].items():
-        key = base / item.text()
+        key = item.path()
         if not key.is_file():
             raise item.fail(f"public key file {key} not found")
         keys.append(key)
@@ -508,13 +508,13 @@ def _orgs(field: Field) -> tuple[str, ...]:
 TEAM_ID_RE = re.compile(r"^[A-Z0-9]{10}$")  # an Apple Developer team identifier
 
 
-def _app_pins(field: Field, base: Path) -> AppPins:
+def _app_pins(field: Field) -> AppPins:
     """`engines.omlx`: the Apple team that must have signed the image (required), its code
     identifier, and roots (certificate files) trusted instead of Apple's."""
     f = field.mapping(("team_id", "identifier", "roots"), ("team_id",))
     roots = []
     for item in f.entries("roots"):
-        path = base / item.text()
+        path = item.path()
         if not path.is_file():
             raise item.fail(f"root certificate file {path} not found")
         roots.append(path)
@@ -525,12 +525,12 @@ def _app_pins(field: Field, base: Path) -> AppPins:
         roots=tuple(roots))
 
 
-def _prompt_file(field: Field, base: Path) -> str | None:
+def _prompt_file(field: Field) -> str | None:
     """`builtin` (or nothing) is None; else a JSONL path relative to the policy, which exists."""
     prompts = field.value()
     if prompts is None or prompts == "builtin":
         return None
-    path = base / field.text()
+    path = field.path()
     if not path.is_file():
         raise field.fail(f"prompt file {path} not found")
     return str(path)
@@ -540,7 +540,7 @@ ENDPOINT_FIELDS = ("baseline", "candidate", "model", "api_key_env", "prompts", "
                    "max_near_ties", "near_tie_margin", "metrics", "concurrency", "timeout_s")
 
 
-def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRules:
+def _endpoint_rules(field: Field, max_new_tokens: int) -> EndpointRules:
     """`difftest.endpoints`: its URLs may be left to the gate's --baseline and --candidate
     (an empty URL: the gate refuses to start without them; it fails closed)."""
     f = field.mapping(ENDPOINT_FIELDS, ())
@@ -557,7 +557,7 @@ def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRu
         model=f["model"].text() if "model" in f else None,
         api_key_env=(f["api_key_env"].text(ENV_NAME_RE.match, "an environment variable name")
                      if "api_key_env" in f else None),
-        prompts=_prompt_file(f["prompts"], base) if "prompts" in f else None,
+        prompts=_prompt_file(f["prompts"]) if "prompts" in f else None,
         max_new_tokens=get("max_new_tokens", int, lambda v: v > 0, "an integer > 0"),
         max_near_ties=get("max_near_ties", int, lambda v: v >= 0, "an integer >= 0"),
         near_tie_margin=float(get("near_tie_margin", (int, float), lambda v: v >= 0,
@@ -571,7 +571,7 @@ def _endpoint_rules(field: Field, base: Path, max_new_tokens: int) -> EndpointRu
 ADVISORY_FIELDS = ("feeds", "signers", "allow_unsigned", "fail_on", "max_age_days")
 
 
-def _advisory_feed(field: Field, base: Path) -> str:
+def _advisory_feed(field: Field) -> str:
     """An https:// URL without credentials (normalised), or a file or folder relative to the
     policy. Anything written as a URL is a URL: another scheme is an error, never a path."""
     value = field.text()
@@ -583,20 +583,20 @@ def _advisory_feed(field: Field, base: Path) -> str:
         if parts.scheme != "https":
             raise field.fail("expected an https:// URL without credentials, or a path")
         return parts.geturl()
-    path = base / value
+    path = field.path()
     if not path.exists():
         raise field.fail(f"advisory feed {path} not found")
     return str(path)
 
 
-def _advisory_rules(field: Field, base: Path) -> AdvisoryRules:
+def _advisory_rules(field: Field) -> AdvisoryRules:
     """`advisories`: every field required; no feed, or signatures required from nobody, is an
     error (it fails closed)."""
     f = field.mapping(ADVISORY_FIELDS, ADVISORY_FIELDS)
-    feeds = tuple(_advisory_feed(item, base) for item in f["feeds"].items())
+    feeds = tuple(_advisory_feed(item) for item in f["feeds"].items())
     if not feeds:
         raise f["feeds"].fail("names no feed: an audit against nothing never means clean")
-    signers = _signers(f["signers"], base)
+    signers = _signers(f["signers"])
     allow_unsigned = f["allow_unsigned"].flag()
     if not allow_unsigned and signers.empty:
         raise f["signers"].fail("allow_unsigned is false but no identity or key is accepted: "
@@ -709,32 +709,37 @@ MAX_EXTENDS_DEPTH = 8  # a chain of policy files extending each other (a cycle e
 def parse_policy(text: str, source: str = "<policy>", base: Path | None = None,
                  *, depth: int = 0) -> Policy:
     """Parse and validate policy text; raise `InputError` naming `source`, line and field.
-    `extends` names a built-in policy or a policy file (relative to `base`, the file's folder);
-    an error in the merged document is reported at the line of the user's own file."""
-    top = read_document(text, source)
+    `extends` names a built-in policy or a policy file (relative to `base`, the file's folder):
+    the policy is the file laid over the one it extends (`schema.merged`), so an error names the
+    file and line that hold the field, and a path is read from the folder of its own file."""
+    top, extends = _policy_document(text, source, base if base is not None else Path("."),
+                                    depth)
+    return _parse_policy(top, text, source, extends)
+
+
+def _policy_document(text: str, source: str, base: Path, depth: int
+                     ) -> tuple[Field, str | None]:
+    """The policy's document, laid over the one it extends, and what it extends."""
+    top = read_document(text, source, base)
     if top is None:
         raise InputError(f"{source}: the policy is empty (an empty policy never means allow)")
-    base = base if base is not None else Path(".")
     own = top.mapping((*TOP_LEVEL, "extends"), ())
     if "extends" not in own:
-        return _parse_policy(top, text, source, base, None)
-    extends, document = _base_document(own["extends"], base, depth)
-    merged = _extended(own, document, source, extends)
-    try:
-        return _parse_policy(merged, text, source, base, extends)
-    except InputError as error:
-        raise _in_own_lines(error, top, source, extends) from None
+        return top, None
+    spec = own["extends"].text()
+    return merged(_base_document(own["extends"], base, depth), top), spec
 
 
-def _base_document(field: Field, base: Path, depth: int) -> tuple[str, Any]:
-    """What `extends` names (a built-in, or a policy file relative to `base`, validated with
-    its own lines first) and its document, `extends` resolved."""
+def _base_document(field: Field, base: Path, depth: int) -> Field:
+    """The document of what `extends` names: a built-in, or a policy file relative to `base`
+    (validated with its own lines first)."""
     spec = field.text()
     if spec in BUILTIN_POLICIES:
-        builtin = read_document(read_input_text(builtin_policy_path(spec), "policy",
-                                                POLICY_MAX_BYTES), spec)
+        path = builtin_policy_path(spec)
+        builtin = read_document(read_input_text(path, "policy", POLICY_MAX_BYTES), spec,
+                                path.parent)
         assert builtin is not None
-        return spec, builtin.value()
+        return builtin
     if not spec.endswith((".yaml", ".yml", ".json")) and "/" not in spec:
         raise field.fail(f"expected one of {', '.join(BUILTIN_POLICIES)} or a policy file "
                          f"(./base.yaml), got {spec!r}")
@@ -743,56 +748,15 @@ def _base_document(field: Field, base: Path, depth: int) -> tuple[str, Any]:
     path = base / Path(spec).expanduser()
     if not path.is_file():
         raise field.fail(f"{spec}: no such policy file (relative to {base})")
-    parent = parse_policy(read_input_text(path, "policy", POLICY_MAX_BYTES), str(path),
-                          base=path.parent, depth=depth + 1)
-    return spec, {k: v for k, v in parent.document.items() if k != "extends"}
+    text = read_input_text(path, "policy", POLICY_MAX_BYTES)
+    parent, extends = _policy_document(text, str(path), path.parent, depth + 1)
+    _parse_policy(parent, text, str(path), extends)  # the base is valid on its own
+    return parent
 
 
-def _in_own_lines(error: InputError, own: Field, source: str, extends: str) -> InputError:
-    """`error` about the merged document (`SOURCE (extends X):LINE: FIELD: MESSAGE`) at the
-    line of the user's file that holds FIELD (or its nearest enclosing key); a field the user's
-    file does not hold keeps no line."""
-    prefix = f"{source} (extends {extends}):"
-    message = str(error)
-    if not message.startswith(prefix):
-        return error
-    _, _, rest = message[len(prefix):].partition(": ")
-    where, _, problem = rest.partition(": ")
-    line = _own_line(own.node, where)
-    at = f"{source}:{line}" if line is not None else f"{source} (extends {extends})"
-    return InputError(f"{at}: {where}: {problem}")
-
-
-def _own_line(node: Any, where: str) -> int | None:
-    """The line of the deepest key of the dotted path `where` (`scan.fail_on`,
-    `reviewed_code[0].sha256`) that the node tree `node` holds."""
-    import re
-
-    import yaml
-
-    line = None
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", where):
-        if isinstance(node, yaml.SequenceNode) and part.startswith("["):
-            index = int(part[1:-1])
-            if index >= len(node.value):
-                return line
-            node = node.value[index]
-            line = node.start_mark.line + 1
-        elif isinstance(node, yaml.MappingNode):
-            found = [(k, v) for k, v in node.value if getattr(k, "value", None) == part]
-            if not found:
-                return line
-            key, node = found[-1]
-            line = key.start_mark.line + 1
-        else:
-            return line
-    return line
-
-
-def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str | None
-                  ) -> Policy:
+def _parse_policy(top: Field, text: str, source: str, extends: str | None) -> Policy:
     """The policy of a document with `extends` resolved (see `parse_policy`)."""
-    f = top.mapping(TOP_LEVEL, REQUIRED)
+    f = top.mapping((*TOP_LEVEL, "extends"), REQUIRED)
 
     name = f["name"].text()
     version = f["policy_version"].typed(int)
@@ -819,13 +783,13 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
 
     max_new_tokens = difftest["max_new_tokens"].typed(int, lambda v: v > 0, "an integer > 0")
     rules = DifftestRules(
-        prompts=_prompt_file(difftest["prompts"], base),
+        prompts=_prompt_file(difftest["prompts"]),
         max_new_tokens=max_new_tokens,
         near_tie_allowance=float(difftest["near_tie_allowance"].typed(
             (int, float), lambda v: v >= 0, "a logit margin >= 0"
         )),
         min_tau=float(difftest["min_tau"].typed((int, float), lambda v: v >= 1, "a number >= 1")),
-        endpoints=(_endpoint_rules(difftest["endpoints"], base, max_new_tokens)
+        endpoints=(_endpoint_rules(difftest["endpoints"], max_new_tokens)
                    if "endpoints" in difftest else None),
         max_logprob_delta=(float(difftest["max_logprob_delta"].typed(
             (int, float), lambda v: 0 <= v < math.inf, "a finite number of nats >= 0"))
@@ -833,9 +797,9 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
     )
 
     tiers = {TrustTier(name): _tier_rule(tiers_f[name]) for name in TIERS}
-    lockfile_signers = _signers(sigs["lockfile"], base)
-    model_signers = _signers(sigs["models"], base)
-    approval_signers = _signers(sigs["approvals"], base)
+    lockfile_signers = _signers(sigs["lockfile"])
+    model_signers = _signers(sigs["models"])
+    approval_signers = _signers(sigs["approvals"])
     lockfile_required = sigs["lockfile_required"].flag()
     needs_models = [t for t, r in tiers.items() if r.signature_required]
     unsatisfiable = []
@@ -866,7 +830,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
     for item in f["gguf_comparisons"].items() if "gguf_comparisons" in f else []:
         if isinstance(item.value(), dict) and "record" in item.value():
             record = item.mapping(("record",), ("record",))["record"]
-            path = base / record.text()
+            path = record.path()
             if not path.is_file():
                 raise record.fail(f"GGUF comparison record {path} not found")
             records.append(path)
@@ -907,8 +871,8 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         allow_pr_head=engines["allow_pr_head"].flag(),
         require_release=engines["require_release"].flag(),
         require_engine="require_pinned" in engines and engines["require_pinned"].flag(),
-        engine_rules=parse_engine_rules(engines.optional("repositories"), base),
-        omlx=_app_pins(engines["omlx"], base) if "omlx" in engines else AppPins(),
+        engine_rules=parse_engine_rules(engines.optional("repositories")),
+        omlx=_app_pins(engines["omlx"]) if "omlx" in engines else AppPins(),
         fail_on=Severity.parse(scan["fail_on"].choice(Severity.names())),
         target_finite="target_finite" in scan and scan["target_finite"].flag(),
         difftest=rules,
@@ -924,7 +888,7 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         waivers=tuple(waivers),
         document=raw,
         gguf_comparison_records=tuple(records),
-        advisories=_advisory_rules(f["advisories"], base) if "advisories" in f else None,
+        advisories=_advisory_rules(f["advisories"]) if "advisories" in f else None,
         rollout=_rollout_rules(f["rollout"]) if "rollout" in f else None,
         launch=launch_rules(f["launch"]) if "launch" in f else None,
         unsatisfiable=tuple(unsatisfiable),
@@ -932,23 +896,6 @@ def _parse_policy(top: Field, text: str, source: str, base: Path, extends: str |
         model_card=(_model_card_rules(f["model_card"]) if "model_card" in f
                     else ModelCardRules()),
     )
-
-
-def _merged(base: Any, child: Any) -> Any:
-    """`child` over `base`: mappings merge key by key, anything else (lists too) is replaced."""
-    if isinstance(base, dict) and isinstance(child, dict):
-        return {**base, **{k: _merged(base.get(k), v) for k, v in child.items()}}
-    return child
-
-
-def _extended(fields: Fields, base: Any, source: str, name: str) -> Field:
-    """The document of a policy that `extends` another (`base`, its document): the base's,
-    with the file's sections merged over it (mappings key by key, lists replaced)."""
-    own = {k: fields[k].value() for k in fields if k != "extends"}
-    merged = yaml.safe_dump(_merged(base, own), sort_keys=False)
-    document = read_document(merged, f"{source} (extends {name})")
-    assert document is not None
-    return document
 
 
 POLICY_MAX_BYTES = 4 * 1024 * 1024  # a policy is a few KB; long review lists stay far below

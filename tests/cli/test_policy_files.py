@@ -5,10 +5,12 @@ pass."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from dflash_guard.errors import InputError
 from dflash_guard.severity import Severity
 from dflash_guard.trust.policy import load_policy
 from tests.support.trust import write_lock
@@ -50,6 +52,34 @@ def test_extends_takes_a_policy_file(cli, tmp_path, monkeypatch):
     Path("nope.yaml").write_text("extends: devv\nname: x\n")
     typo = cli("policy", "check", "nope.yaml")
     assert typo.exit_code == 2 and "expected one of default, strict, dev" in typo.stderr
+
+
+def test_a_base_policy_reads_its_paths_from_its_own_folder(tmp_path, monkeypatch):
+    """A path in a policy another one extends is relative to its own file, as `policy check` of
+    that file alone reads it: a file of the same name planted beside the extending policy (a
+    team's folder) never stands in for the organisation's prompt set or signer key; the team's
+    own paths are read from the team's folder, and an error in the base names the base's line."""
+    monkeypatch.chdir(tmp_path)
+    prompts = (Path(__file__).resolve().parents[2] / "kernels_ref/prompts/default.jsonl")
+    for folder in ("org", "teams/a"):
+        Path(folder).mkdir(parents=True)
+        shutil.copyfile(prompts, f"{folder}/prompts.jsonl")
+        Path(f"{folder}/team.pub").write_text(f"{folder}'s key")
+    Path("org/base.yaml").write_text(
+        "extends: dev\nname: org-base\ndifftest: {prompts: ./prompts.jsonl}\nsignatures:\n"
+        "  lockfile: {identities: [], public_keys: [./team.pub]}\n")
+    Path("teams/a/mine.yaml").write_text("extends: ../../org/base.yaml\nname: mine\n")
+    policy = load_policy("teams/a/mine.yaml")
+    assert Path(policy.difftest.prompts or "").resolve() == (tmp_path / "org/prompts.jsonl")
+    assert [key.resolve() for key in policy.lockfile_signers.public_keys] == [
+        tmp_path / "org/team.pub"]
+    Path("teams/a/mine.yaml").write_text("extends: ../../org/base.yaml\nname: mine\n"
+                                         "difftest: {prompts: ./prompts.jsonl}\n")
+    assert Path(load_policy("teams/a/mine.yaml").difftest.prompts or "").resolve() == (
+        tmp_path / "teams/a/prompts.jsonl")
+    Path("org/team.pub").unlink()
+    with pytest.raises(InputError, match=r"org/base\.yaml:5: signatures\.lockfile\.public_keys"):
+        load_policy("teams/a/mine.yaml")
 
 
 def test_policy_check_fails_a_policy_the_gate_can_never_pass(cli, tmp_path, monkeypatch):

@@ -192,7 +192,7 @@ def test_a_bad_section_is_an_input_error(tmp_path, entry, error):
 
 
 def test_no_section_is_no_evidence():
-    assert parse_engine_rules(None, Path()) == NO_RULES
+    assert parse_engine_rules(None) == NO_RULES
 
 
 def test_an_ollama_pr_branch_build_is_identified_but_unproven():
