@@ -120,25 +120,28 @@ def test_the_approved_deploy_serves_confined_from_its_record(engine, deploy, tmp
         deploy[0], "llama.cpp", {"target": target, "drafter": drafter}, tmp_path / "approved",
         ("gguf_requires_comparison: true", "gguf_requires_comparison: false")))
     port, record = free_port(), tmp_path / "serving.json"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dflash_guard", "launch", "llama.cpp", "--lock", str(lock),
-         "--policy", str(policy), "--approval", str(approval), "--root", f"target={target}",
-         "--root", f"drafter={drafter}", "--program", str(engine), "--port", str(port),
-         "--exec", "--verify-served", "--serving-record", str(record), "--key", str(key),
-         "--ready-timeout", "300", "--quiet", "--", "--threads", "1", "--parallel", "1"],
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "launch.log"  # a file, not a pipe: a full pipe nobody reads blocks the engine
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dflash_guard", "launch", "llama.cpp", "--lock", str(lock),
+             "--policy", str(policy), "--approval", str(approval), "--root", f"target={target}",
+             "--root", f"drafter={drafter}", "--program", str(engine), "--port", str(port),
+             "--exec", "--verify-served", "--serving-record", str(record), "--key", str(key),
+             "--ready-timeout", "300", "--quiet", "--", "--threads", "1", "--parallel", "1"],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=sink, stderr=subprocess.STDOUT,
+            text=True)
     try:
         while not Path(f"{record}.sig").exists() and process.poll() is None:
             time.sleep(0.5)
-        assert process.poll() is None, process.communicate()
+        assert process.poll() is None, log.read_text()[-5000:]
         assert serving(port)  # the diff passed: the engine keeps serving, supervised
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=120)
+        process.wait(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate()
+            process.wait()
+    stderr = log.read_text()
     assert process.returncode == 0, stderr[-3000:]  # llama-server's own status on SIGTERM
     assert not serving(port)
     statement = json.loads(record.read_text())

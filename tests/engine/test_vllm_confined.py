@@ -64,20 +64,22 @@ def test_the_approved_deploy_serves_confined_from_its_record(python, padded_pair
     approved = gate_approved(lock, "vllm", roots, tmp_path / "approved")
     port, record = free_port(), tmp_path / "serving.json"
     wheelhouse = python.parents[2] / "wheels"  # install-vllm.sh keeps the locked wheel there
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dflash_guard", "launch", "vllm", "--lock", str(approved.lock),
-         "--policy", str(approved.policy), "--approval", str(approved.record),
-         *[a for role, root in roots.items() for a in ("--root", f"{role}={root}")],
-         "--program", str(python), "--wheelhouse", str(wheelhouse), "--port", str(port),
-         "--exec", "--verify-served", "--serving-record", str(record), "--key",
-         str(approved.key), "--ready-timeout", "900", "--quiet", "--", *SERVE_ARGS,
-         "--max-model-len", "256"],
-        env={**os.environ, **SERVE_ENV, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "launch.log"  # a file, not a pipe: nothing reads a pipe while vLLM logs,
+    with log.open("w") as sink:    # and a full one blocked the engine mid-answer (CI, 900 s)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dflash_guard", "launch", "vllm", "--lock", str(approved.lock),
+             "--policy", str(approved.policy), "--approval", str(approved.record),
+             *[a for role, root in roots.items() for a in ("--root", f"{role}={root}")],
+             "--program", str(python), "--wheelhouse", str(wheelhouse), "--port", str(port),
+             "--exec", "--verify-served", "--serving-record", str(record), "--key",
+             str(approved.key), "--ready-timeout", "900", "--quiet", "--", *SERVE_ARGS,
+             "--max-model-len", "256"],
+            env={**os.environ, **SERVE_ENV, "PYTHONPATH": str(ROOT)}, stdout=sink,
+            stderr=subprocess.STDOUT, text=True)
     try:
         while not Path(f"{record}.sig").exists() and process.poll() is None:
             time.sleep(0.5)
-        assert process.poll() is None, process.communicate()[1][-5000:]
+        assert process.poll() is None, log.read_text()[-5000:]
         served = json.loads(record.read_text())["predicate"]
         if not served["passed"]:  # launch stops the engine after a refused served diff
             checks = served.get("served_diff") or {}
@@ -86,9 +88,9 @@ def test_the_approved_deploy_serves_confined_from_its_record(python, padded_pair
                 pytest.xfail("the target matched kernels_ref, but vLLM CPU drafted too little "
                              "beside the other worker's engine (test_vllm's monitor xfail, "
                              f"undiagnosed): {served['reason']}")
-            process.send_signal(signal.SIGTERM)
-            pytest.fail(f"{served['reason']}\nlaunch's and the engine's stderr, the end:\n"
-                        f"{process.communicate(timeout=120)[1][-8000:]}")
+            process.wait(timeout=120)
+            pytest.fail(f"{served['reason']}\nlaunch's and the engine's output, the end:\n"
+                        f"{log.read_text()[-8000:]}")
         url = f"http://127.0.0.1:{port}"
         # a liveness read, not a timing: the engine answers it after the served diff, slowly
         # beside the other xdist worker
@@ -96,11 +98,12 @@ def test_the_approved_deploy_serves_confined_from_its_record(python, padded_pair
         answer = httpx2.post(url + "/v1/completions", timeout=300.0, json={
             "model": model, "prompt": "def f(x):", "max_tokens": 8, "temperature": 0})
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=120)
+        process.wait(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate()
+            process.wait()
+    stderr = log.read_text()
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 8
     # launch exits with the engine's status: a clean shutdown on SIGTERM, or the signal
