@@ -203,7 +203,16 @@ GGUF_METADATA = Rule(
     "DG-GGUF-METADATA", Severity.high,
     "GGUF metadata missing or of the wrong type.",
     "unreadable or non-string chat template field; token scores or types of the wrong type or "
-    "shorter than the tokens, tokens or merges not strings; medium: no `general.architecture`",
+    "shorter than the tokens, tokens or merges not strings; a tokenizer model or BPE "
+    "pre-tokenizer llama.cpp does not know, BPE without merges (its loader refuses each); "
+    "medium: no `general.architecture`",
+)
+GGUF_TOKENS = Rule(
+    "DG-GGUF-TOKENS", Severity.high,
+    "GGUF token metadata that makes llama.cpp end or cut answers on ordinary text.",
+    "an end-of-generation id (`eos`, `eot`, `eom`, FIM pad/repo/separator) or a CONTROL token "
+    "type on ordinary text: a BPE merge's product, one character, or a piece with none of the "
+    "marker characters every real special token has (`<`, `>`, `[`, `]`, the vertical bar)",
 )
 TPL_SYNTAX = Rule(
     "DG-TPL-SYNTAX", Severity.medium,

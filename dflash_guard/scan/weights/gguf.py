@@ -19,6 +19,7 @@ from dflash_guard import rules
 from dflash_guard.fileio import open_binary
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
+from dflash_guard.scan.weights.gguf_tokens import loader_refusals, token_problems
 from dflash_guard.severity import Severity
 from kernels_ref.gguf_reader import ARRAY, GGUF, STRING, GGUFError, GGUFLimit, read_gguf
 
@@ -61,7 +62,9 @@ def _findings(gguf: GGUF, display: str, finding: Callable[..., Finding],
     findings = [finding(rules.GGUF_TENSORS, Severity.high, message)
                 for message in layout_problems(gguf) + declared_problems(gguf)]
     findings += [finding(rules.GGUF_METADATA, Severity.high, message)
-                 for message in vocab_problems(gguf)]
+                 for message in vocab_problems(gguf) + loader_refusals(gguf)]
+    findings += [finding(rules.GGUF_TOKENS, Severity.high, message)
+                 for message in token_problems(gguf)]
     if gguf.find("general.architecture") is None:
         findings.append(
             finding(rules.GGUF_METADATA, Severity.medium, "no general.architecture key")
