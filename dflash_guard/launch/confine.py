@@ -4,7 +4,9 @@ The engine may read exactly the approved files (one rule per file, on the file t
 resolves to: an HF-cache snapshot's links point at blobs) and list their folders; read and
 execute its own install (the program's folder, the venv it is in, the Python install the venv's
 interpreter links to) and the system's folders; read `/proc`, `/sys` and `/dev`; write only to
-a scratch folder made for it (its `TMPDIR` and `HOME`), `/dev/shm` and `/dev/null`; bind TCP on
+a scratch folder made for it (its `TMPDIR`, `HOME` and every cache folder the engines' libraries
+take from the environment: `CACHE_VARIABLES`, so an inherited `TORCHINDUCTOR_CACHE_DIR` never
+points the engine at a folder it may not write), `/dev/shm` and `/dev/null`; bind TCP on
 its serving port and its internal ports, which are pinned through the engine's own settings, and
 connect only to those internal ports. Measured on this project's machine:
 ../shared/docs/engine-confinement.md (vLLM needs `/dev/null` writable, a pinned `VLLM_PORT`
@@ -45,6 +47,12 @@ from dflash_guard.pins.lockfile import Lockfile
 
 SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc")
 READ_ONLY = ("/proc", "/sys", "/dev")
+# Where the engines' libraries write, read from the environment the engine inherits; each is
+# pointed into the scratch folder. torch's inductor sets `TORCHINDUCTOR_CACHE_DIR` process-wide
+# the first time it compiles (`/tmp/torchinductor_USER`), so a launch from a process that ever
+# compiled handed the engine that folder, and its first compile at serving time failed (EACCES).
+CACHE_VARIABLES = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TORCHINDUCTOR_CACHE_DIR",
+                   "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME")
 VLLM_PORTS = 16  # internal ports from VLLM_PORT on (API server, engine core, gloo, ...)
 PROFILES = ("vllm", "llama.cpp")  # engines whose confinement was measured
 
@@ -164,6 +172,7 @@ def confinement(engine: str, program: Path, files: Iterable[Path], port: int,
     (scratch / "tmp").mkdir()
     (scratch / "home").mkdir()
     env = {"TMPDIR": str(scratch / "tmp"), "HOME": str(scratch / "home")}
+    env |= {name: str(scratch / "home" / "cache" / name.lower()) for name in CACHE_VARIABLES}
     if engine == "vllm":
         env["VLLM_PORT"] = str(internal_ports(engine, port).start)
     return Confinement(engine_ruleset(engine, program, files, port, scratch, writable), env,

@@ -74,7 +74,10 @@ def test_the_approved_deploy_serves_confined_from_its_record(python, padded_pair
              "--exec", "--verify-served", "--serving-record", str(record), "--key",
              str(approved.key), "--ready-timeout", "900", "--quiet", "--", *SERVE_ARGS,
              "--max-model-len", "256"],
-            env={**os.environ, **SERVE_ENV, "PYTHONPATH": str(ROOT)}, stdout=sink,
+            # a cache folder outside the ruleset, as torch leaves in any process that compiled:
+            # launch gives the engine one in its scratch folder instead
+            env={**os.environ, **SERVE_ENV, "PYTHONPATH": str(ROOT),
+                 "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}, stdout=sink,
             stderr=subprocess.STDOUT, text=True)
     try:
         while not Path(f"{record}.sig").exists() and process.poll() is None:

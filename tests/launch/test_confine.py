@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 
 from dflash_guard.launch.confine import (
     bytecode_folders,
+    confinement,
     engine_ruleset,
     file_rules,
     install_folders,
@@ -172,6 +174,33 @@ for path in sys.argv[1:]:
     done = run_child(ruleset_for(folder, []), code, str(folder / "scratch" / "f"),
                      str(folder / "model" / "f"), "/dev/null")
     assert done.stdout.split() == ["ok", str(errno.EACCES), "ok"], done.stderr
+
+
+def test_an_inherited_cache_folder_is_replaced_by_one_in_the_scratch_folder(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's inductor sets `TORCHINDUCTOR_CACHE_DIR` process-wide the first time it compiles;
+    a vLLM launched from such a process inherited `/tmp/torchinductor_USER`, outside its
+    ruleset, and died at its first compile while serving (the full suite saw it). torch's own
+    `cache_dir()`, run under the ruleset, writes in the scratch folder given instead."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder / "model" / "inductor"))
+    confined = confinement("vllm", Path(sys.executable), [], free_port())
+    built = confined.ruleset.build()
+    code = ("import os; from torch._inductor.runtime.cache_dir_utils import cache_dir; "
+            "d = cache_dir(); open(os.path.join(d, 'x'), 'w').write('x'); print(d)")
+
+    def confined_run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", code], env=env, preexec_fn=built.enforce,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    try:
+        given = confined_run({**os.environ, **confined.env})
+        inherited = confined_run(dict(os.environ))
+    finally:
+        built.close()
+        shutil.rmtree(confined.scratch)
+    assert given.returncode == 0, given.stderr[-2000:]
+    assert Path(given.stdout.strip()).is_relative_to(confined.scratch)
+    assert inherited.returncode != 0 and "Permission denied" in inherited.stderr
 
 
 def test_the_proved_pythons_bytecode_folder_is_writable(folder: Path) -> None:
