@@ -17,9 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_ctrl_c_in_a_gate_is_not_done(locked_pair, tmp_path):
     lock = write_lock(locked_pair.lock, tmp_path / "dflash.lock")
     record = tmp_path / "approval.json"
+    # the built-in prompts 30 times over: the diff lasts long enough for the signal to land in
+    # it on a loaded machine (12 prompts took 1.4 s, and a full run's Ctrl-C came after them)
+    prompts = (ROOT / "kernels_ref" / "prompts" / "default.jsonl").read_text()
+    (tmp_path / "many.jsonl").write_text(prompts * 30)
+    (tmp_path / "slow.yaml").write_text("extends: dev\nname: slow-diff\n"
+                                        "difftest: {prompts: ./many.jsonl}\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     gate = subprocess.Popen(
-        [sys.executable, "-m", "dflash_guard", "gate", "--lock", str(lock), "--policy", "dev",
+        [sys.executable, "-m", "dflash_guard", "gate", "--lock", str(lock), "--policy", "slow.yaml",
          "--root", f"target={locked_pair.target}", "--root", f"drafter={locked_pair.drafter}",
          "-o", str(record)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
