@@ -18,6 +18,11 @@ upstream file, and not judged here.
 
 from __future__ import annotations
 
+import array
+import struct
+import sys
+from collections.abc import Iterator
+
 from kernels_ref.gguf_reader import ARRAY, GGUF, STRING
 
 # `tokenizer_model == "..."` in the loader; the four after "gpt2" load as BPE
@@ -44,6 +49,8 @@ PRE_TOKENIZERS = frozenset({
 END_IDS = ("eos", "eot", "eom", "fim_pad", "fim_rep", "fim_sep")
 CONTROL = 3  # llama_token_type LLAMA_TOKEN_TYPE_CONTROL
 MARKERS = frozenset("<>[]|")  # every real special token holds one of these
+TOKENS = "tokenizer.ggml.tokens"
+INT32 = 5  # the GGUF value type of token types
 
 
 def loader_refusals(gguf: GGUF) -> list[str]:
@@ -68,38 +75,45 @@ def loader_refusals(gguf: GGUF) -> list[str]:
 
 
 def token_problems(gguf: GGUF) -> list[str]:
-    """End-of-generation ids and CONTROL tokens that are ordinary text (see the module)."""
-    tokens = _strings(gguf, "tokenizer.ggml.tokens")
-    if not tokens:
-        return []
-    types = _array(gguf, "tokenizer.ggml.token_type")
-    control = {i for i, kind in enumerate(types[:len(tokens)]) if kind == CONTROL}
+    """End-of-generation ids and CONTROL tokens that are ordinary text (see the module). Only
+    their texts are decoded: the other tokens and the merges are walked as bytes, and a file
+    with neither CONTROL types nor end-of-generation ids reads no token at all."""
+    count = _string_count(gguf, TOKENS)
+    control = {i for i, kind in enumerate(_int32s(gguf, "tokenizer.ggml.token_type"))
+               if kind == CONTROL and i < count}
     ends: dict[int, str] = {}
     for name in END_IDS:
         value = _number(gguf, f"tokenizer.ggml.{name}_token_id")
-        if value is not None and 0 <= value < len(tokens):
+        if value is not None and 0 <= value < count:
             ends.setdefault(value, name)
-    texts = {tokens[i] for i in control | ends.keys()}
-    produced = {merge.replace(" ", "", 1) for merge in _strings(gguf, "tokenizer.ggml.merges")
-                if merge.replace(" ", "", 1) in texts}
+    if not control and not ends:
+        return []
+    wanted = control | ends.keys()
+    texts = {i: raw.decode("utf-8", "replace") for i, raw in enumerate(_strings(gguf, TOKENS))
+             if i in wanted}
+    encoded = {text.encode() for text in texts.values()}
+    produced = {merge.replace(b" ", b"", 1).decode("utf-8", "replace")
+                for merge in _strings(gguf, "tokenizer.ggml.merges")
+                if merge.replace(b" ", b"", 1) in encoded}
+
+    def ordinary(token: int) -> bool:
+        """Text plain input encodes to: a BPE merge's product, one character, or no marker."""
+        text = texts[token]
+        return text in produced or len(text) <= 1 or not MARKERS & set(text)
+
     problems = []
     for token, name in sorted(ends.items()):
-        if _ordinary(tokens[token], produced):
+        if ordinary(token):
             problems.append(f"the end-of-generation id tokenizer.ggml.{name}_token_id = {token} "
-                            f"is the ordinary text {tokens[token]!r}: llama.cpp ends every "
-                            "answer where the model writes it")
-    ordinary = [i for i in sorted(control) if _ordinary(tokens[i], produced)]
-    if ordinary:
-        shown = ", ".join(f"{i} {tokens[i]!r}" for i in ordinary[:5])
-        problems.append(f"{len(ordinary)} CONTROL token(s) are ordinary text ({shown}): "
-                        "llama.cpp never writes a CONTROL token into an answer, so that text "
-                        "silently disappears from every answer")
+                            f"is the ordinary text {texts[token]!r}: llama.cpp ends every answer "
+                            "where the model writes it")
+    cut = [token for token in sorted(control) if ordinary(token)]
+    if cut:
+        listed = ", ".join(f"{token} {texts[token]!r}" for token in cut[:5])
+        problems.append(f"{len(cut)} CONTROL token(s) are ordinary text ({listed}): llama.cpp "
+                        "never writes a CONTROL token into an answer, so that text silently "
+                        "disappears from every answer")
     return problems
-
-
-def _ordinary(text: str, produced: set[str]) -> bool:
-    """Text plain input encodes to: a BPE merge's product, one character, or no marker."""
-    return text in produced or len(text) <= 1 or not MARKERS & set(text)
 
 
 def _number(gguf: GGUF, key: str) -> int | None:
@@ -118,15 +132,33 @@ def _text(gguf: GGUF, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _array(gguf: GGUF, key: str) -> list[object]:
-    field = gguf.find(key)
-    if field is None or field.type != ARRAY:
-        return []
-    return gguf.array(key) or []
-
-
-def _strings(gguf: GGUF, key: str) -> list[str]:
+def _string_count(gguf: GGUF, key: str) -> int:
     field = gguf.find(key)
     if field is None or field.type != ARRAY or field.item_type != STRING:
-        return []
-    return [item for item in _array(gguf, key) if isinstance(item, str)]
+        return 0
+    return field.count
+
+
+def _strings(gguf: GGUF, key: str) -> Iterator[bytes]:
+    """The items of a string array, one at a time, as bytes."""
+    field = gguf.find(key)
+    if field is None or not _string_count(gguf, key):
+        return
+    data, position = gguf.raw(field), 0
+    length_of = struct.Struct(gguf.order + "Q").unpack_from
+    for _ in range(field.count):
+        (length,) = length_of(data, position)
+        yield data[position + 8:position + 8 + length]
+        position += 8 + length
+
+
+def _int32s(gguf: GGUF, key: str) -> array.array[int]:
+    """An int32 array's items, 4 bytes each; empty when the key holds anything else."""
+    field = gguf.find(key)
+    items = array.array("i")
+    if field is None or field.type != ARRAY or field.item_type != INT32:
+        return items
+    items.frombytes(gguf.raw(field))
+    if (gguf.order == "<") != (sys.byteorder == "little"):
+        items.byteswap()
+    return items
