@@ -288,6 +288,14 @@ TOKENIZER_REGEX = Rule(
     "a pattern the real library, in a child with a deadline and a memory cap, cannot compile "
     "or panics or runs past the deadline on a probe (medium: the library refuses the file)",
 )
+TOKENS_MEANING = Rule(
+    "DG-TOKENS-MEANING", Severity.high,
+    "Token metadata that makes engines end or cut answers on ordinary text.",
+    "an `eos_token_id` (generation_config.json, config.json, `text_config`) that is an ordinary "
+    "vocabulary entry; an added token marked special whose text is one character or holds none "
+    "of the marker characters every real special token has (`<`, `>`, `[`, `]`, the vertical "
+    "bar)",
+)
 RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,
     "Remote code runs processes.",

@@ -33,6 +33,7 @@ from typing import Any
 from dflash_guard import fileio, rules
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
+from dflash_guard.scan.tokens import int_ids, ordinary_token, read_json, token_table, token_text
 from dflash_guard.scan.weights.finite import finite_findings
 from dflash_guard.scan.weights.safetensors import Header
 from dflash_guard.severity import Severity
@@ -188,7 +189,8 @@ def check_drafter(
                     "acceptance erodes and engines may stop on it",
                 )
             )
-        elif (ordinary := ordinary_token(target, mask)) is not None:
+        elif (ordinary := ordinary_token(read_json(target / "tokenizer.json"),
+                                         mask)) is not None:
             findings.append(
                 finding(
                     rules.DRAFTER_MASK,
@@ -454,76 +456,11 @@ _MASK_TOKEN = re.compile(r"(?:<\|?|\[)\s*(?:[a-z0-9]+_)?mask(?:_token)?\s*(?:\|?
 _FREE_RESERVED = re.compile(r"<\|reserved_special_token_\d+\|>")
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file, or {} when absent or unreadable (the caller reports unreadable ones)."""
-    if not path.is_file():
-        return {}
-    try:
-        value = fileio.read_json(path)
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _is_mask(content: str | None) -> bool:
     """A token whose whole text is a mask token's (`<|mask|>`, `<mask>`, `[MASK]`,
     `<|dflash_mask|>`, `<|mask_token|>`) is the one meant for the drafter's mask; one whose text
     merely contains "mask" (GLM's `[gMASK]`/`[sMASK]`, which its template writes) is not."""
     return content is not None and _MASK_TOKEN.fullmatch(content) is not None
-
-
-def _content(value: object) -> str | None:
-    value = value.get("content") if isinstance(value, dict) else value
-    return value if isinstance(value, str) else None
-
-
-def _int_ids(value: object) -> list[int]:
-    items = value if isinstance(value, list) else [value]
-    return [v for v in items if isinstance(v, int) and not isinstance(v, bool)]
-
-
-def token_table(folder: Path) -> tuple[dict[str, int], set[int]]:
-    """`content -> id` of every added token in `folder`, and the ids marked special."""
-    by_content: dict[str, int] = {}
-    special: set[int] = set()
-    decoder = read_json(folder / "tokenizer_config.json").get("added_tokens_decoder")
-    for token_id, entry in (decoder or {}).items() if isinstance(decoder, dict) else []:
-        content = _content(entry)
-        if content is not None and str(token_id).isdigit():
-            by_content[content] = int(token_id)
-            if isinstance(entry, dict) and entry.get("special"):
-                special.add(int(token_id))
-    added = read_json(folder / "tokenizer.json").get("added_tokens")
-    for entry in added if isinstance(added, list) else []:
-        if isinstance(entry, dict) and _int_ids(entry.get("id")) and _content(entry):
-            by_content[_content(entry) or ""] = entry["id"]
-            if entry.get("special"):
-                special.add(entry["id"])
-    for content, token_id in read_json(folder / "added_tokens.json").items():
-        if _int_ids(token_id):
-            by_content.setdefault(content, token_id)
-    return by_content, special
-
-
-def ordinary_token(folder: Path, token_id: int) -> str | None:
-    """The text of `token_id` when it is an ordinary entry of the model vocabulary in `folder`'s
-    `tokenizer.json` (one that text encodes to: BPE/WordPiece/WordLevel `vocab`, Unigram's
-    pieces) and not also an added token; None for added, special or unused ids, and when there
-    is no `tokenizer.json` to tell."""
-    tokenizer = read_json(folder / "tokenizer.json")
-    added = tokenizer.get("added_tokens")
-    if any(isinstance(entry, dict) and entry.get("id") == token_id
-           for entry in (added if isinstance(added, list) else [])):
-        return None
-    model = tokenizer.get("model")
-    vocab = model.get("vocab") if isinstance(model, dict) else None
-    if isinstance(vocab, dict):
-        return next((text for text, value in vocab.items() if value == token_id
-                     and not isinstance(value, bool)), None)
-    if isinstance(vocab, list) and 0 <= token_id < len(vocab):  # Unigram: [piece, score]
-        piece = vocab[token_id]
-        return piece[0] if isinstance(piece, list) and piece and isinstance(piece[0], str) else None
-    return None
 
 
 def resolve_token(text: str, folders: list[Path]) -> int | None:
@@ -544,7 +481,7 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
             if not isinstance(source, dict):
                 continue
             for key in _ID_KEYS:
-                for token in _int_ids(source.get(key)):
+                for token in int_ids(source.get(key)):
                     reserved.setdefault(token, f"{filename} {key}")
     by_content, special = token_table(target_dir)
     tokenizer = read_json(target_dir / "tokenizer_config.json")
@@ -552,10 +489,10 @@ def reserved_token_ids(target_dir: Path) -> dict[int, str]:
         ("tokenizer_config.json", tokenizer),
         ("special_tokens_map.json", read_json(target_dir / "special_tokens_map.json")),
     ):
-        named = [(key, _content(config.get(key))) for key in _SPECIAL_KEYS]
+        named = [(key, token_text(config.get(key))) for key in _SPECIAL_KEYS]
         extra = config.get("additional_special_tokens")
-        named += [("additional_special_tokens", _content(v)) for v in extra or []
-                  if isinstance(extra, list) and not _is_mask(_content(v))]
+        named += [("additional_special_tokens", token_text(v)) for v in extra or []
+                  if isinstance(extra, list) and not _is_mask(token_text(v))]
         for key, content in named:
             if content in by_content:
                 reserved.setdefault(by_content[content], f"{filename} {key} {content!r}")

@@ -23,7 +23,7 @@ from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.pins.loaded import EVERY_ENGINE, DeployEngine, partition
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
-from dflash_guard.scan import allowlist, drafter
+from dflash_guard.scan import allowlist, drafter, tokens
 from dflash_guard.scan.code import channels, reach, remote_code, tokenizer_regex
 from dflash_guard.scan.report import RemoteCodeFile, ScanReport
 from dflash_guard.scan.sniff import (
@@ -460,6 +460,7 @@ def scan_paths(
     for root, display, shapes, weights in folders:
         config_path = root / "config.json"
         config = _read_json(config_path)
+        run.findings += tokens.meaning_findings(root, display.removesuffix("config.json"))
         if target is not None or drafter.is_drafter_config(config):
             # check_drafter reports a missing config.json itself: --target needs one to compare
             run.findings += drafter.check_drafter(
