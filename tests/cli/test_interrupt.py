@@ -3,6 +3,7 @@ the last line says the command stopped; exit 130, nothing written."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,8 +20,11 @@ def test_ctrl_c_in_a_gate_is_not_done(locked_pair, tmp_path):
     record = tmp_path / "approval.json"
     # the built-in prompts 30 times over: the diff lasts long enough for the signal to land in
     # it on a loaded machine (12 prompts took 1.4 s, and a full run's Ctrl-C came after them)
-    prompts = (ROOT / "kernels_ref" / "prompts" / "default.jsonl").read_text()
-    (tmp_path / "many.jsonl").write_text(prompts * 30)
+    rows = [json.loads(line) for line in
+            (ROOT / "kernels_ref" / "prompts" / "default.jsonl").read_text().splitlines()]
+    (tmp_path / "many.jsonl").write_text("".join(
+        json.dumps({**row, "id": f"{row['id']}-{copy}"}) + "\n"  # ids stay unique
+        for copy in range(30) for row in rows))
     (tmp_path / "slow.yaml").write_text("extends: dev\nname: slow-diff\n"
                                         "difftest: {prompts: ./many.jsonl}\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}

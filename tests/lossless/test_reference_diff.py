@@ -46,7 +46,11 @@ def tokenizer_gguf(target: Path, out: Path, *, swap: tuple[int, int] | None = No
     if swap is not None:
         a, b = swap
         vocab[a], vocab[b] = vocab[b], vocab[a]
-    return write_vocab_gguf(out, vocab)
+    # llama.cpp refuses BPE without merges: the never-applicable merge of two added tokens
+    # that scripts/llamacpp.py writes for a vocabulary with none
+    added = [entry["content"] for entry in document["added_tokens"]]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in document["model"]["merges"]]
+    return write_vocab_gguf(out, vocab, merges=merges or [" ".join(added[:2])])
 
 
 @pytest.fixture(scope="module")
