@@ -296,6 +296,13 @@ TOKENS_MEANING = Rule(
     "of the marker characters every real special token has (`<`, `>`, `[`, `]`, the vertical "
     "bar)",
 )
+TOKENIZER_REWRITE = Rule(
+    "DG-TOKENIZER-REWRITE", Severity.high,
+    "A tokenizer whose pipeline gives back other text than it was given.",
+    "the real `tokenizers` library, in the regex check's child, decodes its own encoding of an "
+    "ordinary text (the built-in prompts; code, whitespace, accents, CJK, emoji) to other text: "
+    "a normalizer, pre-tokenizer, model or decoder rewrites what the model reads or writes",
+)
 RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,
     "Remote code runs processes.",

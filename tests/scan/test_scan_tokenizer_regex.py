@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+from dflash_guard import rules
+from dflash_guard.findings import Finding
 from dflash_guard.scan import scan_paths
 from dflash_guard.scan.code.tokenizer_regex import check_tokenizer_json, patterns
 from dflash_guard.severity import Severity
@@ -29,6 +31,13 @@ def _tokenizer_json(pre: list[str], normalizer: str | None = None) -> dict[str, 
                   "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]},
     }
+
+
+def regex_findings(path: Path) -> list[Finding]:
+    """The regex check's findings alone: these three-token vocabularies drop most characters of
+    ordinary text, which the round trip (tests/vocab/test_tokenizer_rewrite.py) reports."""
+    return [f for f in check_tokenizer_json(path, path.name)
+            if f.rule_id == rules.TOKENIZER_REGEX.id]
 
 
 def _published_patterns() -> list[str]:
@@ -57,7 +66,7 @@ def test_every_published_pretokenizer_regex_is_quiet(tmp_path: Path) -> None:
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(_tokenizer_json(published)), encoding="utf-8")
     assert patterns(json.loads(path.read_text())) != []
-    assert check_tokenizer_json(path, "tokenizer.json") == []
+    assert regex_findings(path) == []
 
 
 def test_catastrophic_and_invalid_regexes_are_high(tmp_path: Path) -> None:
@@ -76,12 +85,12 @@ def test_catastrophic_and_invalid_regexes_are_high(tmp_path: Path) -> None:
         assert loud and loud[0].severity >= Severity.medium, label
 
 
-def test_a_tokenizer_without_regexes_is_not_run(tmp_path: Path) -> None:
+def test_a_tokenizer_without_regexes_has_none_to_judge(tmp_path: Path) -> None:
     document = _tokenizer_json([])
     document["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False,
                                  "trim_offsets": True, "use_regex": True}
     (tmp_path / "tokenizer.json").write_text(json.dumps(document))
-    assert check_tokenizer_json(tmp_path / "tokenizer.json", "tokenizer.json") == []
+    assert regex_findings(tmp_path / "tokenizer.json") == []
 
 
 def test_a_child_that_dies_or_runs_out_of_time_is_high(tmp_path: Path, monkeypatch) -> None:
@@ -91,7 +100,7 @@ def test_a_child_that_dies_or_runs_out_of_time_is_high(tmp_path: Path, monkeypat
 
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(_tokenizer_json(["\\s+"])))
-    assert check_tokenizer_json(path, "tokenizer.json") == []
+    assert regex_findings(path) == []
     monkeypatch.setattr(tokenizer_regex, "MAX_MEMORY", 16 << 20)
     died = check_tokenizer_json(path, "tokenizer.json")
     assert [f.severity for f in died] == [Severity.high] and "died" in died[0].message

@@ -10,6 +10,14 @@ strings built from the pattern's own characters and the usual character classes,
 `PROBE_CHARS` times with a non-matching tail. A panic, a crash, the memory cap or the deadline
 is a finding. The probes are a bounded search, not a proof: a pattern slow only on an input no
 probe resembles passes (docs/scan-boundary.md).
+
+The same child then encodes and decodes ordinary text (`ROUND_TRIP`: the built-in prompts and a
+few lines of code, whitespace, accents, CJK and emoji) with the loaded tokenizer: a normalizer,
+pre-tokenizer, model or decoder that gives back other text than it was given rewrites every
+prompt the model reads or every answer the user gets, without code (DG-TOKENIZER-REWRITE).
+Byte-level and byte-fallback tokenizers give every such text back exactly (the real Qwen3 and
+Llama 3 ones in the tests); a text holding the unknown token is not judged, and no probe starts
+with whitespace (SentencePiece decoders strip the prefix space they add).
 """
 
 from __future__ import annotations
@@ -21,27 +29,37 @@ import sys
 from pathlib import Path
 
 from dflash_guard import rules
+from dflash_guard.errors import shorten
 from dflash_guard.fileio import read_json
 from dflash_guard.findings import Finding
+from dflash_guard.rules import Rule
 from dflash_guard.severity import Severity
+from kernels_ref.prompts import DEFAULT_PROMPTS, read_prompt_set
 
 DETECTOR = "tokenizer"
 MAX_SECONDS = 30.0  # the child's whole run: load, compile, every probe
 MAX_MEMORY = 4 << 30  # address space of the child (Rust reserves thread stacks up front)
 PROBE_CHARS = 1024
 MAX_PATTERNS = 256
+ROUND_TRIP = (
+    "The quick brown fox jumps over the lazy dog. 1234567890 + 3.14 = ?",
+    "def area(r):\n\treturn 3.14159 * r ** 2  # circle\n\nprint(area(2.0))\r\n",
+    "Caf\u00e9 na\u00efve r\u00e9sum\u00e9, \u00fcber Stra\u00dfe; \u4e2d\u6587\u6d4b\u8bd5 "
+    "\u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 \U0001F600\U0001F680",
+    "yes, no; YES/NO: true != false  (brackets) [list] {dict} <tag> | pipes |",
+)
 
 _CHILD = r"""
 import json, resource, sys
 
-path, patterns, length, memory = json.loads(sys.stdin.read())
+path, patterns, texts, unk, length, memory = json.loads(sys.stdin.read())
 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))  # before the library allocates
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
 def say(*parts):
     print(json.dumps(parts), flush=True)
 try:
-    Tokenizer.from_file(path)
+    tokenizer = Tokenizer.from_file(path)
 except BaseException as error:  # a PanicException is a BaseException
     say("load", -1, f"{type(error).__name__}: {error}"[:300])
     sys.exit(0)
@@ -67,8 +85,23 @@ for index, pattern in enumerate(patterns):
             except BaseException as error:
                 say("match", index, f"{type(error).__name__}: {error}"[:300], repr(unit))
                 break
+say("pattern", len(patterns))  # the round trip runs the whole pipeline, its regexes too
+unknown = tokenizer.token_to_id(unk) if isinstance(unk, str) else None
+for text in texts:
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    back = tokenizer.decode(ids, skip_special_tokens=False)
+    if unknown not in ids and back != text:
+        say("rewrite", -1, text, back)
+        break
 say("done")
 """
+
+
+def round_trip_texts() -> list[str]:
+    """The ordinary texts a tokenizer must give back: the built-in prompts, then `ROUND_TRIP`."""
+    prompts = [spec.prompt for spec in read_prompt_set(DEFAULT_PROMPTS)]
+    return [text.lstrip() for text in [*prompts, *ROUND_TRIP]
+            if isinstance(text, str) and text.strip()]
 
 
 def patterns(document: object) -> list[str]:
@@ -96,8 +129,8 @@ def is_tokenizer(name: str, document: object) -> bool:
 
 
 def check_tokenizer_json(path: Path, display: str) -> list[Finding]:
-    """Findings for the regexes of one tokenizer file (none when it has no regex or is not a
-    tokenizer; a file that is not JSON is reported by the format allowlist)."""
+    """Findings for one tokenizer file, its regexes and its round trip of ordinary text (none
+    when it is not a tokenizer; a file that is not JSON is reported by the format allowlist)."""
     try:
         document = read_json(path)
     except (OSError, UnicodeDecodeError, ValueError):
@@ -105,18 +138,19 @@ def check_tokenizer_json(path: Path, display: str) -> list[Finding]:
     if not is_tokenizer(path.name, document):
         return []
     found = patterns(document)
-    if not found:
-        return []
 
-    def finding(message: str, severity: Severity = Severity.high) -> list[Finding]:
-        return [Finding.of(rules.TOKENIZER_REGEX, display, message, severity=severity,
-                           detector=DETECTOR)]
+    def finding(message: str, severity: Severity = Severity.high,
+                rule: Rule = rules.TOKENIZER_REGEX) -> list[Finding]:
+        return [Finding.of(rule, display, message, severity=severity, detector=DETECTOR)]
 
     if len(found) > MAX_PATTERNS:
         return finding(f"{len(found)} regexes, over the {MAX_PATTERNS} the check runs")
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1",
            "RUST_BACKTRACE": "0"}
-    request = json.dumps([str(path.resolve()), found, PROBE_CHARS, MAX_MEMORY])
+    model = document.get("model") if isinstance(document, dict) else None
+    unknown = model.get("unk_token") if isinstance(model, dict) else None
+    request = json.dumps([str(path.resolve()), found, round_trip_texts(), unknown, PROBE_CHARS,
+                          MAX_MEMORY])
     try:
         done = subprocess.run([sys.executable, "-c", _CHILD], input=request.encode(),
                               capture_output=True, timeout=MAX_SECONDS, env=env, check=False)
@@ -128,12 +162,20 @@ def check_tokenizer_json(path: Path, display: str) -> list[Finding]:
     current = next((e[1] for e in reversed(events) if e[0] == "pattern"), None)
 
     def shown(index: int | None) -> str:
-        return "loading the file" if index is None else f"regex {found[index][:80]!r}"
+        if index is None:
+            return "loading the file"
+        if index == len(found):
+            return "the round trip of ordinary text"
+        return f"regex {found[index][:80]!r}"
 
     problems: list[Finding] = []
     for event in events:
         if event[0] == "load":
             return finding(f"the tokenizers library refuses it: {event[2]}", Severity.medium)
+        if event[0] == "rewrite":
+            problems += finding(f"the tokenizers library gives {shorten(event[3])} back for "
+                                f"{shorten(event[2])}: its pipeline rewrites ordinary text",
+                                rule=rules.TOKENIZER_REWRITE)
         if event[0] in ("compile", "match"):
             where = "compiling" if event[0] == "compile" else f"matching {event[3]} repeated"
             problems += finding(f"{shown(event[1])}: the tokenizers library fails {where} "
