@@ -22,6 +22,7 @@ with whitespace (SentencePiece decoders strip the prefix space they add).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -97,11 +98,13 @@ say("done")
 """
 
 
-def round_trip_texts() -> list[str]:
-    """The ordinary texts a tokenizer must give back: the built-in prompts, then `ROUND_TRIP`."""
+@functools.cache
+def round_trip_texts() -> tuple[str, ...]:
+    """The ordinary texts a tokenizer must give back: the built-in prompts, then `ROUND_TRIP`
+    (read once per process: every tokenizer file of every scan sends them)."""
     prompts = [spec.prompt for spec in read_prompt_set(DEFAULT_PROMPTS)]
-    return [text.lstrip() for text in [*prompts, *ROUND_TRIP]
-            if isinstance(text, str) and text.strip()]
+    return tuple(text.lstrip() for text in [*prompts, *ROUND_TRIP]
+                 if isinstance(text, str) and text.strip())
 
 
 def patterns(document: object) -> list[str]:

@@ -19,7 +19,14 @@ from dflash_guard import rules
 from dflash_guard.fileio import open_binary
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
-from dflash_guard.scan.weights.gguf_tokens import loader_refusals, token_problems
+from dflash_guard.scan.weights.gguf_tokens import (
+    FLOAT32,
+    INT32,
+    TOKENS,
+    loader_refusals,
+    number,
+    token_problems,
+)
 from dflash_guard.severity import Severity
 from kernels_ref.gguf_reader import ARRAY, GGUF, STRING, GGUFError, GGUFLimit, read_gguf
 
@@ -27,8 +34,6 @@ DETECTOR = "gguf"
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
 _ATTENTION = re.compile(r"attn_(q|k|v|qkv|output)\.weight")
 TEMPLATE_KEY = "tokenizer.chat_template"
-TOKENS = "tokenizer.ggml.tokens"
-INT32, FLOAT32 = 5, 6  # GGUF value types
 # Architectures whose every block has the same tensors (llama.cpp's src/models/<arch>.cpp
 # creates each block's tensors in one loop); hybrids and interleaved MoE are not in it.
 UNIFORM_BLOCKS = frozenset({"llama", "qwen2", "qwen3"})
@@ -118,14 +123,6 @@ def layout_problems(gguf: GGUF) -> list[str]:
     return problems
 
 
-def _number(gguf: GGUF, key: str) -> int | None:
-    field = gguf.find(key)
-    if field is None or field.type == ARRAY or field.type == STRING:
-        return None
-    value = gguf.value(key)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _text(gguf: GGUF, key: str) -> str | None:
     field = gguf.find(key)
     if field is None or field.type != STRING:
@@ -156,7 +153,7 @@ def declared_problems(gguf: GGUF) -> list[str]:
         if match := _BLOCK.match(tensor.name):
             by_block.setdefault(int(match.group(1)), set()).add(match.group(2))
     blocks = sorted(by_block)
-    declared = _number(gguf, f"{arch}.block_count")
+    declared = number(gguf, f"{arch}.block_count")
     if blocks and declared is None:
         problems.append(f"the tensors hold {len(blocks)} blocks but {arch}.block_count is "
                         "missing: loaders size the model from it")
@@ -170,8 +167,8 @@ def declared_problems(gguf: GGUF) -> list[str]:
             if missing:
                 problems.append(f"block {index} lacks {', '.join(missing[:4])}, which the other "
                                 f"blocks have: llama.cpp's loader refuses a missing tensor")
-    width = _number(gguf, f"{arch}.embedding_length")
-    heads, kv_heads = (_number(gguf, f"{arch}.attention.{k}") for k in ("head_count",
+    width = number(gguf, f"{arch}.embedding_length")
+    heads, kv_heads = (number(gguf, f"{arch}.attention.{k}") for k in ("head_count",
                                                                         "head_count_kv"))
     attention = any(_ATTENTION.fullmatch(name) for names in by_block.values() for name in names)
     per_layer = any((f := gguf.find(f"{arch}.attention.{k}")) is not None and f.type == ARRAY
@@ -212,8 +209,8 @@ def _attention_shapes(gguf: GGUF, arch: str, width: int, heads: int, kv_heads: i
     """Each block's separate q/k/v/output projections against the shapes llama.cpp creates them
     with (`src/models/{llama,qwen2,qwen3}.cpp`): head sizes from `key_length`/`value_length`,
     else the embedding over the heads; qwen2's query and output are square."""
-    head_k = _number(gguf, f"{arch}.attention.key_length") or width // heads
-    head_v = _number(gguf, f"{arch}.attention.value_length") or width // heads
+    head_k = number(gguf, f"{arch}.attention.key_length") or width // heads
+    head_v = number(gguf, f"{arch}.attention.value_length") or width // heads
     query = width if arch == "qwen2" else head_k * heads
     expected = {"attn_q.weight": [width, query], "attn_k.weight": [width, head_k * kv_heads],
                 "attn_v.weight": [width, head_v * kv_heads], "attn_output.weight": [query, width]}

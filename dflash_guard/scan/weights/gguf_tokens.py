@@ -50,7 +50,7 @@ END_IDS = ("eos", "eot", "eom", "fim_pad", "fim_rep", "fim_sep")
 CONTROL = 3  # llama_token_type LLAMA_TOKEN_TYPE_CONTROL
 MARKERS = frozenset("<>[]|")  # every real special token holds one of these
 TOKENS = "tokenizer.ggml.tokens"
-INT32 = 5  # the GGUF value type of token types
+INT32, FLOAT32 = 5, 6  # GGUF value types
 
 
 def loader_refusals(gguf: GGUF) -> list[str]:
@@ -83,7 +83,7 @@ def token_problems(gguf: GGUF) -> list[str]:
                if kind == CONTROL and i < count}
     ends: dict[int, str] = {}
     for name in END_IDS:
-        value = _number(gguf, f"tokenizer.ggml.{name}_token_id")
+        value = number(gguf, f"tokenizer.ggml.{name}_token_id")
         if value is not None and 0 <= value < count:
             ends.setdefault(value, name)
     if not control and not ends:
@@ -116,7 +116,8 @@ def token_problems(gguf: GGUF) -> list[str]:
     return problems
 
 
-def _number(gguf: GGUF, key: str) -> int | None:
+def number(gguf: GGUF, key: str) -> int | None:
+    """The integer under `key`; None when it is absent, an array, a string or not an integer."""
     field = gguf.find(key)
     if field is None or field.type in (ARRAY, STRING):
         return None
