@@ -81,10 +81,11 @@ SGLANG_FLAGS: Mapping[str, int] = {
     "--enable-metrics": 0, "--chunked-prefill-size": 1,
 }
 
-# vLLM variables kept when launch execs the engine: resources, telemetry opt-outs, logging
+# vLLM variables kept when launch execs the engine: resources, process layout (the CPU
+# model running in the engine core's process), telemetry opt-outs, logging
 VLLM_ENV_KEEP = frozenset({
-    "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_NO_USAGE_STATS",
-    "VLLM_DO_NOT_TRACK", "VLLM_LOGGING_LEVEL",
+    "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "VLLM_NO_USAGE_STATS", "VLLM_DO_NOT_TRACK", "VLLM_LOGGING_LEVEL",
 })
 LLAMACPP_ENV = frozenset(env for *_, env in LLAMACPP_OPTIONS if env)
 
