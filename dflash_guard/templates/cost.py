@@ -16,7 +16,9 @@ budget) on representative conversations, plus a static look at constant loop and
   conversation there.
 
 The trial sees the paths the trial conversations take; a cost or text behind a condition on
-other content (a trigger word, a long conversation, computed sizes) is not seen.
+other content (a trigger word, a long conversation, computed sizes) is not seen. The first render
+past the budget ends the trial (a hostile template costs the scan one budget, not one per
+conversation), so what the later conversations would have shown is not reported beside it.
 """
 
 from __future__ import annotations
@@ -91,8 +93,9 @@ def cost_problems(source: str, tree: nodes.Template) -> list[Problem]:
             text = render_template(source, "template", {"messages": messages, **_VARIABLES,
                                                         **extra})
         except TemplateRenderError as error:
-            if error.over_budget and worst is None:
+            if error.over_budget:  # one spent budget is the finding: the trial ends there
                 worst = str(error).removeprefix("template: ")
+                break
             continue
         problems += _exfil_problems(text)
         if any(m["content"] == _SYSTEM for m in messages) and not is_known(source):
