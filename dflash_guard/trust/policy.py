@@ -706,8 +706,8 @@ TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "cache_tier", "tiers",
     "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "reviewed_templates",
-    "reviewed_files", "staging_approvals", "gguf_comparisons", "waivers", "advisories", "rollout", "launch",
-    "model_card",
+    "reviewed_files", "staging_approvals", "gguf_comparisons", "waivers", "advisories", "rollout",
+    "launch", "model_card",
 )
 OPTIONAL_LISTS = ("reviewed_code", "reviewed_templates", "reviewed_files", "staging_approvals",
                   "gguf_comparisons", "waivers")

@@ -43,8 +43,8 @@ BAD = [
     ("a-float-top-k", '{"top_k": 20.0}', Severity.high, "top_k 20.0"),
     ("a-json-array", "[1, 2]", Severity.high, "not a JSON object"),
     # the published Qwen3 file with one default changed is no longer the published file
-    ("qwen3-with-a-penalty", QWEN3.read_text().replace('"top_k": 20,',
-                                                       '"top_k": 20,\n    "repetition_penalty": 1.3,'),
+    ("qwen3-with-a-penalty",
+     QWEN3.read_text().replace('"top_k": 20,', '"top_k": 20,\n    "repetition_penalty": 1.3,'),
      Severity.high, "repetition_penalty 1.3"),
 ]
 
