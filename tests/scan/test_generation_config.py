@@ -136,6 +136,7 @@ def test_the_field_list_is_the_pinned_vllm_one():
         source.read_text(), method)
 
 
+@pytest.mark.slow  # a Python start importing transformers: seconds
 def test_the_pinned_engine_carries_each_crafted_value(tmp_path):
     """The pinned vLLM's transformers reads each crafted file into the defaults vLLM applies
     (`to_diff_dict`, what `try_get_generation_config` returns); without a generation config,
