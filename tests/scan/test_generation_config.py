@@ -23,7 +23,7 @@ from dflash_guard.pins.loaded import DeployEngine
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.scan import generation, scan_paths
 from dflash_guard.severity import Severity
-from tests.support import vllm
+from tests.support import sglang, vllm
 from tests.support.trust import copy_folder, write_lock, write_policy
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "generation-config"
@@ -120,20 +120,32 @@ def test_config_json_max_new_tokens_counts_without_a_generation_config(tmp_path)
     assert finding.file == "config.json" and "max_new_tokens 2" in finding.message
 
 
-def test_the_field_list_is_the_pinned_vllm_one():
-    """A vLLM bump that changes the fields it applies fails here."""
-    venv = vllm.install().parent.parent
-    [source] = venv.glob("lib/python3*/site-packages/vllm/config/model.py")
+def _available_params(source: Path, function: str) -> tuple[str, ...]:
+    """The `available_params = [...]` list of `function` in an engine's source file."""
     tree = ast.parse(source.read_text())
     method = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
-                  and node.name == "get_diff_sampling_param")
+                  and node.name == function)
     [listed] = [ast.literal_eval(node.value) for node in ast.walk(method)
                 if isinstance(node, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == "available_params"
                         for t in node.targets)]
-    assert tuple(listed) == generation.APPLIED
-    assert '"max_new_tokens" in diff_sampling_param' in ast.get_source_segment(
-        source.read_text(), method)
+    return tuple(listed)
+
+
+def test_the_field_list_is_the_pinned_vllm_one():
+    """A vLLM bump that changes the fields it applies fails here."""
+    venv = vllm.install().parent.parent
+    [source] = venv.glob("lib/python3*/site-packages/vllm/config/model.py")
+    assert _available_params(source, "get_diff_sampling_param") == generation.APPLIED
+    assert 'diff_sampling_param["max_tokens"] = diff_sampling_param.pop(' in source.read_text()
+
+
+def test_the_pinned_sglang_applies_a_subset_of_the_fields():
+    """SGLang (`--sampling-defaults model`, its default) applies fewer fields of the file
+    (`ModelConfig.get_default_sampling_params`): each is judged here."""
+    source = sglang.site_packages(sglang.install()) / "sglang/srt/configs/model_config.py"
+    fields = _available_params(source, "get_default_sampling_params")
+    assert fields and set(fields) <= set(generation.APPLIED)
 
 
 @pytest.mark.slow  # a Python start importing transformers: seconds
