@@ -60,7 +60,9 @@ def canonical_sha256(document: object) -> str:
 def _bad_type(name: str, value: object) -> bool:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return True
-    return (name in INTEGERS and not isinstance(value, int)) or not math.isfinite(value)
+    if isinstance(value, int):  # exact, however large (math.isfinite overflows on a huge one)
+        return False
+    return name in INTEGERS or not math.isfinite(value)
 
 
 def judge(document: object, display: str) -> list[Finding]:
@@ -102,7 +104,7 @@ def judge(document: object, display: str) -> list[Finding]:
 
 
 def _shown(fields: dict[str, object]) -> str:
-    return ", ".join(f"{name} {json.dumps(value)}" for name, value in fields.items())
+    return ", ".join(f"{name} {json.dumps(value)[:40]}" for name, value in fields.items())
 
 
 def file_findings(path: Path, display: str, reviewed: frozenset[str]) -> list[Finding]:

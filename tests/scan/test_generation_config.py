@@ -42,6 +42,7 @@ BAD = [
     ("nan", '{"top_p": NaN}', Severity.high, "top_p NaN"),
     ("a-float-top-k", '{"top_k": 20.0}', Severity.high, "top_k 20.0"),
     ("a-json-array", "[1, 2]", Severity.high, "not a JSON object"),
+    ("a-huge-top-k", '{"top_k": 1' + "0" * 400 + "}", Severity.medium, "top_k 1000"),
     # the published Qwen3 file with one default changed is no longer the published file
     ("qwen3-with-a-penalty",
      QWEN3.read_text().replace('"top_k": 20,', '"top_k": 20,\n    "repetition_penalty": 1.3,'),
