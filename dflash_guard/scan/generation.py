@@ -98,8 +98,8 @@ def judge(document: object, display: str) -> list[Finding]:
         findings.append(Finding.of(
             rules.GENERATION_DEFAULTS, display,
             f"{_shown(sampling)}: sampling defaults vLLM applies to every request that does not "
-            "set them, in a file no published model of the catalog ships (review its sha256: "
-            "the policy's reviewed_files)", detector=DETECTOR, severity=Severity.medium))
+            "set them, in a file no published model of the catalog ships",
+            detector=DETECTOR, severity=Severity.medium))
     return findings
 
 
@@ -116,10 +116,12 @@ def file_findings(path: Path, display: str, reviewed: frozenset[str]) -> list[Fi
         document = fileio.loads_json(data)
     except (OSError, ValueError):
         return []
-    if hashlib.sha256(data).hexdigest() in reviewed or (
-            canonical_sha256(document) in known_files()):
+    digest = hashlib.sha256(data).hexdigest()
+    if digest in reviewed or canonical_sha256(document) in known_files():
         return []
-    return judge(document, display)
+    return [dataclasses.replace(f, message=f"{f.message} (sha256 {digest}: once read, the "
+                                           "policy's reviewed_files clears it)")
+            for f in judge(document, display)]
 
 
 def folder_findings(folder: Path, prefix: str, reviewed: frozenset[str]) -> list[Finding]:
@@ -134,10 +136,12 @@ def folder_findings(folder: Path, prefix: str, reviewed: frozenset[str]) -> list
         document = fileio.loads_json(data)
     except (OSError, ValueError):
         return []  # the scan reports it
+    digest = hashlib.sha256(data).hexdigest()
     if (not isinstance(document, dict) or document.get("max_new_tokens") is None
-            or hashlib.sha256(data).hexdigest() in reviewed):
+            or digest in reviewed):
         return []
     return [dataclasses.replace(f, message=f"no {NAME}, so transformers builds the defaults "
-                                           f"from config.json: {f.message}")
+                                           f"from config.json: {f.message} (sha256 {digest}: "
+                                           "once read, the policy's reviewed_files clears it)")
             for f in judge({"max_new_tokens": document["max_new_tokens"]},
                            prefix + "config.json")]

@@ -200,8 +200,8 @@ def test_the_gate_refuses_a_penalty_and_approves_it_once_reviewed(tmp_path, lock
     text = json.dumps({**config, "repetition_penalty": 1.3}, indent=2)
     result = _gate(tmp_path / "bad", locked_pair, text)
     assert not result.approved and result.checks[-1].name == "scan", result.reason
-    assert "repetition_penalty 1.3" in result.reason
     digest = hashlib.sha256(text.encode()).hexdigest()
+    assert "repetition_penalty 1.3" in result.reason and digest in result.reason
     reviewed = ("reviewed_files: []\n",
                 f"reviewed_files:\n  - {{sha256: {digest}, note: read by test@example.com}}\n")
     result = _gate(tmp_path / "reviewed", locked_pair, text, reviewed)
