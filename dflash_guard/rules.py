@@ -296,6 +296,16 @@ TOKENS_MEANING = Rule(
     "of the marker characters every real special token has (`<`, `>`, `[`, `]`, the vertical "
     "bar)",
 )
+GENERATION_DEFAULTS = Rule(
+    "DG-GENERATION-DEFAULTS", Severity.high,
+    "A generation_config.json whose defaults change or cut every answer the engine gives.",
+    "a loaded `generation_config.json` (or, without one, `config.json`'s `max_new_tokens`) that "
+    "vLLM applies to every request: a penalty other than neutral, a `max_new_tokens`, a value of "
+    "the wrong type or not finite, a file that is not a JSON object (medium: a sampling default, "
+    "`temperature`, `top_k`, `top_p`, `min_p`, in a file that is not a published one of "
+    "`scan/generation_known.json`); a file whose sha256 is on the policy's `reviewed_files` is "
+    "quiet",
+)
 TOKENIZER_REWRITE = Rule(
     "DG-TOKENIZER-REWRITE", Severity.high,
     "A tokenizer whose pipeline gives back other text than it was given.",

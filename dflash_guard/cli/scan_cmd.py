@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         reviewed: Annotated[
             list[str] | None,
             typer.Option("--reviewed", metavar="SHA256",
-                         help="sha256 of a reviewed code file or chat template (repeatable)."),
+                         help="sha256 of a reviewed code file, chat template or generation config "
+                              "(repeatable)."),
         ] = None,
         param_budget: Annotated[
             int | None,
@@ -95,6 +96,7 @@ def register(app: typer.Typer) -> None:
                 target=target,
                 reviewed_sha256=frozenset(digest.lower() for digest in reviewed or []),
                 reviewed_templates=frozenset(digest.lower() for digest in reviewed or []),
+                reviewed_files=frozenset(digest.lower() for digest in reviewed or []),
                 param_budget=param_budget,
                 engines=engines,
                 finite_weights=finite_weights,

@@ -143,6 +143,7 @@ def check_scan(inputs: GateInputs) -> Checked:
             target=locations.get("target") if is_drafter else None,
             reviewed_sha256=inputs.policy.reviewed_sha256,
             reviewed_templates=inputs.policy.reviewed_template_sha256,
+            reviewed_files=inputs.policy.reviewed_file_sha256,
             param_budget=inputs.policy.drafter_max_params if is_drafter else None,
             engines=deploy_engines(inputs.lock),
             finite_weights=artifact.role == "target" and inputs.policy.target_finite,

@@ -23,7 +23,7 @@ from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.pins.loaded import EVERY_ENGINE, DeployEngine, partition
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
-from dflash_guard.scan import allowlist, drafter, tokens
+from dflash_guard.scan import allowlist, drafter, generation, tokens
 from dflash_guard.scan.code import channels, reach, remote_code, tokenizer_regex
 from dflash_guard.scan.report import RemoteCodeFile, ScanReport
 from dflash_guard.scan.sniff import (
@@ -386,6 +386,7 @@ def scan_paths(
     target: Path | None = None,
     reviewed_sha256: frozenset[str] = frozenset(),
     reviewed_templates: frozenset[str] = frozenset(),
+    reviewed_files: frozenset[str] = frozenset(),
     param_budget: int | None = None,
     engines: tuple[DeployEngine, ...] = (),
     finite_weights: bool = False,
@@ -395,7 +396,8 @@ def scan_paths(
 
     `target` is the target model's folder, against which every drafter config found is checked;
     `reviewed_sha256` the digests of reviewed code files, `reviewed_templates` of reviewed chat
-    templates (the catalog's published ones need none); `engines` the deploy's (the lock's:
+    templates (the catalog's published ones need none), `reviewed_files` of reviewed generation
+    configs (`generation`); `engines` the deploy's (the lock's:
     `pins.loaded.deploy_engines`; none: every modelled engine), which decide the files of each
     folder that are loaded (judged by every check) and those no engine opens (scanned, reported
     apart at low, blocking nothing, left out of the inventories); `finite_weights`: every float
@@ -426,6 +428,8 @@ def scan_paths(
         root = Path(raw)
         if root.is_file():
             run.scan_file(root, str(raw))
+            if root.name == generation.NAME:
+                run.findings += generation.file_findings(root, str(raw), reviewed_files)
             run.place_code_findings(whole=True)
             roots.append((str(raw), str(raw)))
             loaded_files.append(str(raw))  # a file given alone is judged whole
@@ -452,6 +456,10 @@ def scan_paths(
                 progress.advanced()
         run.place_code_findings(whole=False)
         aside.place_code_findings(whole=False)
+        # a generation config no engine of the deploy reads is not judged for its content
+        run.findings += [f for f in generation.folder_findings(
+            root, f"{prefix}/" if prefix else "", frozenset(reviewed_files))
+            if f.file not in not_loaded]
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")

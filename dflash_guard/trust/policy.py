@@ -160,6 +160,15 @@ class ReviewedTemplate:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReviewedFile:
+    """A file whose meaning someone reviewed (a `generation_config.json` whose defaults are not
+    a published model's), known by the sha256 of its bytes, as the lock records it."""
+
+    sha256: str
+    note: str
+
+
+@dataclasses.dataclass(frozen=True)
 class StagingApproval:
     """A community or unknown artifact that ran in staging and was approved for production."""
 
@@ -288,6 +297,7 @@ class Policy:
     waivers: tuple[Waiver, ...]
     document: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
     reviewed_templates: tuple[ReviewedTemplate, ...] = ()
+    reviewed_files: tuple[ReviewedFile, ...] = ()
     # `gguf_comparisons` entries given as `record: PATH`: GGUF comparison records
     # (`difftest reference --record`), checked against the lock by the gate
     gguf_comparison_records: tuple[Path, ...] = ()
@@ -368,6 +378,10 @@ class Policy:
     @property
     def reviewed_template_sha256(self) -> frozenset[str]:
         return frozenset(r.sha256 for r in self.reviewed_templates)
+
+    @property
+    def reviewed_file_sha256(self) -> frozenset[str]:
+        return frozenset(r.sha256 for r in self.reviewed_files)
 
     def staging_approved(self, repo: str | None, commit: str | None) -> StagingApproval | None:
         return next(
@@ -692,11 +706,11 @@ TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "cache_tier", "tiers",
     "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "reviewed_templates",
-    "staging_approvals", "gguf_comparisons", "waivers", "advisories", "rollout", "launch",
-    "model_card",
+    "reviewed_files", "staging_approvals", "gguf_comparisons", "waivers", "advisories", "rollout",
+    "launch", "model_card",
 )
-OPTIONAL_LISTS = ("reviewed_code", "reviewed_templates", "staging_approvals", "gguf_comparisons",
-                  "waivers")
+OPTIONAL_LISTS = ("reviewed_code", "reviewed_templates", "reviewed_files", "staging_approvals",
+                  "gguf_comparisons", "waivers")
 REQUIRED = (
     "policy_version", "name", "orgs", "local_tier", "tiers", "artifacts", "engines", "scan",
     "difftest", "drafter", "signatures",
@@ -821,6 +835,11 @@ def _parse_policy(top: Field, text: str, source: str, extends: str | None) -> Po
         t = item.mapping(("sha256", "note"), ("sha256", "note"))
         templates.append(ReviewedTemplate(t["sha256"].text(SHA256_RE.match, "a 64-hex sha256"),
                                           t["note"].text()))
+    files = []
+    for item in f["reviewed_files"].items() if "reviewed_files" in f else []:
+        r = item.mapping(("sha256", "note"), ("sha256", "note"))
+        files.append(ReviewedFile(r["sha256"].text(SHA256_RE.match, "a 64-hex sha256"),
+                                  r["note"].text()))
     staging = []
     for item in f["staging_approvals"].items() if "staging_approvals" in f else []:
         s = item.mapping(("artifact", "approver", "date"), ("artifact", "approver", "date"))
@@ -883,6 +902,7 @@ def _parse_policy(top: Field, text: str, source: str, extends: str | None) -> Po
         approval_signers=approval_signers,
         reviewed_code=tuple(reviewed),
         reviewed_templates=tuple(templates),
+        reviewed_files=tuple(files),
         staging_approvals=tuple(staging),
         gguf_comparisons=tuple(comparisons),
         waivers=tuple(waivers),

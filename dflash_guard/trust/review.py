@@ -147,6 +147,7 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
         report = scan_paths([folder], target=locations.get("target") if is_drafter else None,
                             reviewed_sha256=policy.reviewed_sha256,
                             reviewed_templates=policy.reviewed_template_sha256,
+                            reviewed_files=policy.reviewed_file_sha256,
                             engines=deploy_engines(lock), progress=progress)
         if rule.templates is Templates.reviewed_only:  # as the gate judges: loaded files only
             templates += [TemplateToReview(artifact.role, f.file, f.member, digest)
