@@ -1,5 +1,5 @@
 """`dflash-guard review`: the capability report of each unreviewed remote-code file, the
-unreviewed chat templates, and the policy that records the review
+unreviewed chat templates and generation configs, and the policy that records the review
 (`dflash_guard/trust/review.py`)."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def review(
     if found is None:  # nothing is reviewed off a disk that is not the lock: report the mismatch
         typer.echo("MISMATCH: the files differ from the lock; review what is locked", err=True)
         finish(VerifiedLock(str(lock_path), lock.digest(), verified, ()), fmt, render_verify)
-    if output is not None and (found.reviewable or found.templates):
+    if output is not None and (found.reviewable or found.templates or found.configs):
         assert reviewer is not None
         extends_as = None
         if extends not in BUILTIN_POLICIES:  # a file: as the written policy's folder sees it

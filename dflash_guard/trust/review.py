@@ -1,7 +1,9 @@
 """The reviewer's way past `reviewed_code`: the remote code the gate would refuse as unreviewed,
 each file with what the scan found it can do (its capability report), the chat templates it
-would refuse as unreviewed (`reviewed_templates`), and the policy file that records the review:
-a built-in policy extended with the reviewed sha256s, commented.
+would refuse as unreviewed (`reviewed_templates`), the loaded generation configs whose defaults
+it refuses at the policy's `fail_on` (DG-GENERATION-DEFAULTS, cleared by `reviewed_files`), and
+the policy file that records the review: a built-in policy extended with the reviewed sha256s,
+commented.
 
 The files are verified against the lock first (every byte hashed, no stat cache), so a digest
 written here is the locked one; a policy only ever names code by sha256, so a file changed
@@ -14,24 +16,27 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
-from dflash_guard import rules
+from dflash_guard import fileio, rules
 from dflash_guard.errors import InputError
 from dflash_guard.findings import Finding
-from dflash_guard.pins.lockfile import Lockfile
+from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan.code import remote_code
 from dflash_guard.scan.code.capabilities import RULE_LABELS
+from dflash_guard.scan.report import ScanReport
 from dflash_guard.severity import Severity
 from dflash_guard.templates.locate import unreviewed_digest
 from dflash_guard.trust.judge import locked_code_sha256
 from dflash_guard.trust.policy import (
     BUILTIN_POLICIES,
     RemoteCode,
+    ReviewedFile,
     ReviewedTemplate,
     Templates,
     load_policy,
@@ -90,6 +95,26 @@ class TemplateToReview:
 
 
 @dataclasses.dataclass(frozen=True)
+class FileToReview:
+    """A loaded file whose meaning the gate refuses until its sha256 is on `reviewed_files`: a
+    generation config whose defaults change every answer (DG-GENERATION-DEFAULTS)."""
+
+    role: str
+    path: str  # the file inside the role's folder
+    sha256: str  # of its bytes, as the lock records them; "" when they could not be read
+    findings: tuple[Finding, ...]  # the scan's DG-GENERATION-DEFAULTS findings on it
+
+    @property
+    def name(self) -> str:
+        """`ROLE/PATH`, as the gate's refusal names it."""
+        return f"{self.role}/{self.path}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"role": self.role, "path": self.path, "sha256": self.sha256 or None,
+                "findings": [f.to_json() for f in self.findings]}
+
+
+@dataclasses.dataclass(frozen=True)
 class Review:
     """What `review` found and, once written, where the policy that records it is."""
 
@@ -99,6 +124,7 @@ class Review:
     fail_on: Severity = Severity.high  # the base's scan.fail_on: a finding at it still fails
     denied: tuple[str, ...] = ()  # roles whose tier denies remote code, reviewed or not
     templates: tuple[TemplateToReview, ...] = ()
+    configs: tuple[FileToReview, ...] = ()  # for `reviewed_files`
 
     @property
     def reviewable(self) -> tuple[CodeToReview, ...]:
@@ -109,14 +135,16 @@ class Review:
     def passed(self) -> bool:
         """Nothing is left unreviewed: there was nothing, or the policy covering it is written
         (and no file lacked the bytes to review)."""
-        return not (self.files or self.templates) or (
-            self.written is not None and len(self.reviewable) == len(self.files))
+        return not (self.files or self.templates or self.configs) or (
+            self.written is not None and len(self.reviewable) == len(self.files)
+            and all(c.sha256 for c in self.configs))
 
     def to_json(self) -> dict[str, object]:
         return {"passed": self.passed, "extends": self.base, "written": self.written,
                 "fail_on": self.fail_on.name, "denied_roles": list(self.denied),
                 "unreviewed": [f.to_json() for f in self.files],
-                "unreviewed_templates": [t.to_json() for t in self.templates]}
+                "unreviewed_templates": [t.to_json() for t in self.templates],
+                "unreviewed_files": [c.to_json() for c in self.configs]}
 
     def still_failing(self, code: CodeToReview) -> list[str]:
         """The rules of the file's findings the gate refuses even once it is reviewed (at
@@ -128,27 +156,34 @@ class Review:
 def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
                     progress: Progress = NO_PROGRESS) -> Review:
     """The remote code of every located artifact that the built-in policy `base` does not list
-    in `reviewed_code`, with the scan's capability findings for each file."""
+    in `reviewed_code`, with the scan's capability findings for each file, the chat templates
+    it does not list in `reviewed_templates` where the tier wants them reviewed, and the
+    generation configs the gate refuses at its `fail_on` (unwaived) that `reviewed_files` does
+    not list."""
     from dflash_guard.pins.loaded import deploy_engines
     from dflash_guard.scan import scan_paths
 
     policy = load_policy(_builtin(base))
     files: list[CodeToReview] = []
     templates: list[TemplateToReview] = []
+    configs: list[FileToReview] = []
     denied: list[str] = []
+    waived = policy.waiver("scan", rules.GENERATION_DEFAULTS.id,
+                           dt.datetime.now(dt.UTC).date()) is not None
     for artifact in lock.artifacts:
         folder = locations.get(artifact.role)
+        if folder is None:
+            continue
         # The tier an unsigned lock gives (a signed one may give a Hub artifact its org's).
         rule = policy.rule(policy.artifact_tier(artifact, provenance_trusted=False))
-        if folder is None or (rule.remote_code is RemoteCode.allow
-                              and rule.templates is Templates.allow):
-            continue
         is_drafter = artifact.role == "drafter"
         report = scan_paths([folder], target=locations.get("target") if is_drafter else None,
                             reviewed_sha256=policy.reviewed_sha256,
                             reviewed_templates=policy.reviewed_template_sha256,
                             reviewed_files=policy.reviewed_file_sha256,
                             engines=deploy_engines(lock), progress=progress)
+        if not waived:  # a finding at fail_on refuses on every tier
+            configs += _configs(artifact, folder, report, policy.fail_on)
         if rule.templates is Templates.reviewed_only:  # as the gate judges: loaded files only
             templates += [TemplateToReview(artifact.role, f.file, f.member, digest)
                           for f in filter(report.loaded, report.findings)
@@ -169,7 +204,33 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
             if rule.remote_code is RemoteCode.deny and artifact.role not in denied:
                 denied.append(artifact.role)
     return Review(base, tuple(files), fail_on=policy.fail_on,
-                  denied=tuple(denied), templates=tuple(templates))
+                  denied=tuple(denied), templates=tuple(templates), configs=tuple(configs))
+
+
+def _configs(artifact: Artifact, folder: Path, report: ScanReport,
+             fail_on: Severity) -> list[FileToReview]:
+    """The loaded files of `report` with a DG-GENERATION-DEFAULTS finding at `fail_on`+, each
+    with all its findings of the rule (the review clears them all) and the sha256 of its bytes:
+    the lock's, else of the bytes on disk (never a field of the file)."""
+    found: dict[str, list[Finding]] = {}
+    for finding in filter(report.loaded, report.findings):
+        if finding.rule_id == rules.GENERATION_DEFAULTS.id:
+            found.setdefault(finding.file, []).append(finding)
+    configs = []
+    for path, findings in found.items():
+        if max(f.severity for f in findings) < fail_on:
+            continue
+        locked = artifact.file(path)
+        sha256 = locked.sha256 if locked is not None else _sha256(folder / path)
+        configs.append(FileToReview(artifact.role, path, sha256, tuple(findings)))
+    return configs
+
+
+def _sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(fileio.read_regular(path, fileio.MAX_JSON_BYTES)).hexdigest()
+    except OSError:
+        return ""  # nothing to review: listed, never written
 
 
 def _builtin(name: str) -> str:
@@ -221,13 +282,14 @@ def policy_text(review: Review, reviewer: str, today: dt.date, name: str,
     lines = [
         _comment(f"Written by `{REVIEW_COMMAND}` on {today.isoformat()}: "
                  f"{_what(review.base)}"),
-        "# plus the remote code reviewed below, by sha256 (a changed file is unreviewed again).",
+        "# plus the code, templates and files reviewed below, by sha256 (a changed file is "
+        "unreviewed again).",
         "# Check it with `dflash-guard policy check FILE`; gate with `--policy ./FILE`.",
         *(_comment(f"Note: `{review.base}` denies remote code for the {role}'s tier: the gate "
                    "refuses it, reviewed or not (see local_tier)") for role in review.denied),
         yaml.safe_dump({"extends": extends_as or review.base, "name": name},
                        sort_keys=False).rstrip("\n"),
-        "reviewed_code:",
+        "reviewed_code:" if base.reviewed_code or review.reviewable else "reviewed_code: []",
     ]
     kept = [{"sha256": r.sha256, "path": r.path, "reviewer": r.reviewer, "date": r.date}
             for r in base.reviewed_code]
@@ -239,8 +301,8 @@ def policy_text(review: Review, reviewer: str, today: dt.date, name: str,
         lines += _capabilities(review, code)
         lines += _entries([{"sha256": code.sha256, "path": code.name, "reviewer": reviewer,
                             "date": today}])
-    return "\n".join(lines + _template_lines(review, base.reviewed_templates, reviewer,
-                                             today)) + "\n"
+    return "\n".join(lines + _template_lines(review, base.reviewed_templates, reviewer, today)
+                     + _file_lines(review, base.reviewed_files, reviewer, today)) + "\n"
 
 
 def _template_lines(review: Review, kept: tuple[ReviewedTemplate, ...], reviewer: str,
@@ -260,6 +322,28 @@ def _template_lines(review: Review, kept: tuple[ReviewedTemplate, ...], reviewer
                             "note": f"{template.name}, reviewed by {reviewer} on "
                                     f"{today.isoformat()}"}])
     return ["reviewed_templates:" if lines else "reviewed_templates: []", *lines]
+
+
+def _file_lines(review: Review, kept: tuple[ReviewedFile, ...], reviewer: str,
+                today: dt.date) -> list[str]:
+    """`reviewed_files:` with the base's entries and one per file reviewed now, commented with
+    what the scan found (its messages quote the untrusted file: `_comment` escapes them)."""
+    lines = []
+    if kept:
+        lines.append(_comment(f"  kept from {_what(review.base)}"))
+        lines += _entries([{"sha256": f.sha256, "note": f.note} for f in kept])
+    written = {f.sha256 for f in kept}
+    for config in review.configs:
+        if not config.sha256 or config.sha256 in written:
+            continue
+        written.add(config.sha256)
+        lines.append(_comment(f"{config.name}: generation defaults (sha256 {config.sha256})"))
+        lines += [_comment(f"  {f.severity.name} {f.rule_id}: {f.message}")
+                  for f in config.findings]
+        lines += _entries([{"sha256": config.sha256,
+                            "note": f"{config.name}, reviewed by {reviewer} on "
+                                    f"{today.isoformat()}"}])
+    return ["reviewed_files:" if lines else "reviewed_files: []", *lines]
 
 
 def _entries(entries: list[dict[str, object]]) -> list[str]:

@@ -1,5 +1,6 @@
 """Text view of `review`: each unreviewed remote-code file with its full sha256 and capability
-report, then what was written or what to do next."""
+report, each unreviewed chat template and generation config, then what was written or what to do
+next."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ if TYPE_CHECKING:
 
 
 def render_review(review: Review, console: Console) -> None:
-    """One block per file (name, sha256, one line per capability), then the verdict line."""
-    if not review.files and not review.templates:
-        console.print(f"[green]OK[/]: no unreviewed remote code or chat template under "
-                      f"`{review.base}`", highlight=False)
+    """One block per file (name, sha256, one line per capability or finding), then the verdict
+    line."""
+    if not (review.files or review.templates or review.configs):
+        console.print(f"[green]OK[/]: no unreviewed remote code, chat template or generation "
+                      f"config under `{review.base}`", highlight=False)
         return
     for code in review.files:
         digest = code.sha256 or "no bytes to review (missing)"
@@ -43,6 +45,14 @@ def render_review(review: Review, console: Console) -> None:
         console.print(f"[bold]{markup_safe(template.name)}[/]  chat template sha256 "
                       f"{template.sha256}: not a published template of the catalog; read it "
                       "as code (it runs on every request)", highlight=False, soft_wrap=True)
+    for config in review.configs:
+        digest = config.sha256 or "no bytes to review (unreadable)"
+        console.print(f"[bold]{markup_safe(config.name)}[/]  generation config sha256 {digest}: "
+                      "defaults the engine applies to every request; read them", highlight=False,
+                      soft_wrap=True)
+        for finding in config.findings:
+            console.print(f"  {finding.severity.name} {finding.rule_id}: "
+                          f"{markup_safe(finding.message)}", highlight=False, soft_wrap=True)
     for role in review.denied:
         console.print(f"[yellow]note[/]: `{review.base}` denies remote code for the {role}'s "
                       "tier: reviewed or not, the gate refuses it (the tier comes from "
@@ -50,14 +60,18 @@ def render_review(review: Review, console: Console) -> None:
                       soft_wrap=True)
     count = len(review.files)
     files = "file" if count == 1 else "files"
+    configs = f"generation config{'s' if len(review.configs) != 1 else ''}"
     listed = f"{count} remote-code {files}" + (
         f", {len(review.templates)} chat template{'s' if len(review.templates) != 1 else ''}"
-        if review.templates else "")
+        if review.templates else "") + (
+        f", {len(review.configs)} {configs}" if review.configs else "")
     if review.written is not None:
         console.print(f"[green]WRITTEN[/]: {markup_safe(review.written)} extends "
-                      f"`{review.base}` with {len(review.reviewable)} reviewed {files} and "
-                      f"{len(review.templates)} reviewed templates; gate with "
-                      f"--policy ./{markup_safe(review.written)}", highlight=False,
+                      f"`{review.base}` with {len(review.reviewable)} reviewed remote-code "
+                      f"{files}, "
+                      f"{len(review.templates)} reviewed templates and "
+                      f"{sum(bool(c.sha256) for c in review.configs)} reviewed {configs}; "
+                      f"gate with --policy ./{markup_safe(review.written)}", highlight=False,
                       soft_wrap=True)
     if not review.passed:
         console.print(f"[red]UNREVIEWED[/]: {listed}; read each, then run "
