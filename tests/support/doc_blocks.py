@@ -71,9 +71,12 @@ def run_block(name: str, cwd: Path, *, ports: tuple[str, ...] | Mapping[str, int
     outcome)."""
     script = RUN[name].text
     mapping = ports if isinstance(ports, Mapping) else {port: free_port() for port in ports}
-    for port, replacement in mapping.items():
+    for port in mapping:
         assert port in script
-        script = script.replace(port, str(replacement))
+    # one pass: a free port for 8080 (48081) must not be rewritten again as if it were 8081
+    if mapping:
+        script = re.sub("|".join(map(re.escape, mapping)), lambda m: str(mapping[m.group()]),
+                        script)
     flags = "-euo" if strict else "-uo"
     process = subprocess.Popen(["bash", flags, "pipefail", "-c", script], cwd=cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
