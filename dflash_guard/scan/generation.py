@@ -42,6 +42,7 @@ PENALTIES = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_pena
 SAMPLING = {"temperature": (1.0,), "top_k": (0, -1), "top_p": (1.0,), "min_p": (0.0,)}
 INTEGERS = frozenset({"top_k", "max_new_tokens"})
 KNOWN = Path(__file__).with_name("generation_known.json")
+REVIEWED = "an entry of the policy's reviewed_files clears it: `dflash-guard review` writes one"
 
 
 @cache
@@ -119,8 +120,8 @@ def file_findings(path: Path, display: str, reviewed: frozenset[str]) -> list[Fi
     digest = hashlib.sha256(data).hexdigest()
     if digest in reviewed or canonical_sha256(document) in known_files():
         return []
-    return [dataclasses.replace(f, message=f"{f.message} (sha256 {digest}: once read, the "
-                                           "policy's reviewed_files clears it)")
+    return [dataclasses.replace(f, message=f"{f.message} (sha256 {digest}: once read, "
+                                           f"{REVIEWED})")
             for f in judge(document, display)]
 
 
@@ -142,6 +143,6 @@ def folder_findings(folder: Path, prefix: str, reviewed: frozenset[str]) -> list
         return []
     return [dataclasses.replace(f, message=f"no {NAME}, so transformers builds the defaults "
                                            f"from config.json: {f.message} (sha256 {digest}: "
-                                           "once read, the policy's reviewed_files clears it)")
+                                           f"once read, {REVIEWED})")
             for f in judge({"max_new_tokens": document["max_new_tokens"]},
                            prefix + "config.json")]
