@@ -18,14 +18,13 @@ from pathlib import Path, PurePosixPath
 from dflash_guard import fileio, rules
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import loads_json, open_binary, read_json, read_regular
-from dflash_guard.findings import Finding
+from dflash_guard.findings import Finding, RemoteCodeFile, ScanReport
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.pins.loaded import EVERY_ENGINE, DeployEngine, partition
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
 from dflash_guard.scan import allowlist, drafter, generation, tokens
 from dflash_guard.scan.code import channels, reach, remote_code, tokenizer_regex
-from dflash_guard.scan.report import RemoteCodeFile, ScanReport
 from dflash_guard.scan.sniff import (
     GGUF_SUFFIXES,
     PICKLE_SUFFIXES,

@@ -13,11 +13,10 @@ import datetime as dt
 from collections.abc import Mapping
 from pathlib import Path
 
-from dflash_guard.findings import Finding
+from dflash_guard.findings import Finding, ScanReport
 from dflash_guard.pins.engine_pins import pinned_engines
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.rules import RC_REMOTE_REPO
-from dflash_guard.scan.report import ScanReport
 from dflash_guard.severity import Severity
 from dflash_guard.templates.locate import unreviewed_digest
 from dflash_guard.trust.engines import engine_build

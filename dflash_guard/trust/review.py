@@ -24,12 +24,11 @@ import yaml
 
 from dflash_guard import fileio, rules
 from dflash_guard.errors import InputError
-from dflash_guard.findings import Finding
+from dflash_guard.findings import Finding, ScanReport
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan.code import remote_code
 from dflash_guard.scan.code.capabilities import RULE_LABELS
-from dflash_guard.scan.report import ScanReport
 from dflash_guard.severity import Severity
 from dflash_guard.templates.locate import unreviewed_digest
 from dflash_guard.trust.judge import locked_code_sha256

@@ -105,9 +105,8 @@ def test_a_review_of_one_repo_does_not_clear_another_named_in_its_message(
     that spells out the reviewed one's name)."""
     import datetime as dt
 
-    from dflash_guard.findings import Finding
+    from dflash_guard.findings import Finding, ScanReport
     from dflash_guard.rules import RC_REMOTE_REPO
-    from dflash_guard.scan.report import ScanReport
     from dflash_guard.trust.judge import Judge
     from dflash_guard.trust.policy import load_policy
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
+from dflash_guard.findings import ScanReport
 from dflash_guard.formats.interface import FindingsReport
 from dflash_guard.formats.terminal import (
     OFF_TERMINAL_WIDTH,
@@ -19,7 +20,6 @@ from dflash_guard.formats.terminal import (
     safe_console,
     terminal_safe,
 )
-from dflash_guard.scan.report import ScanReport
 from dflash_guard.severity import Severity
 
 if TYPE_CHECKING:
