@@ -63,9 +63,11 @@ _CODE_CONFIGS = channels.AUTO_MAP_CONFIGS | {"adapter_config.json", "modules.jso
 
 
 class _Run:
-    def __init__(self, reviewed: frozenset[str], reviewed_templates: frozenset[str]) -> None:
+    def __init__(self, reviewed: frozenset[str], reviewed_templates: frozenset[str],
+                 reviewed_files: frozenset[str] = frozenset()) -> None:
         self.reviewed = reviewed
         self.reviewed_templates = reviewed_templates
+        self.reviewed_files = reviewed_files  # generation configs' and GGUFs' (sampling)
         self.findings: list[Finding] = []
         self.remote_code: dict[str, RemoteCodeFile] = {}
         self.pickle_files: list[str] = []
@@ -133,7 +135,8 @@ class _Run:
                 fmt is Format.safetensors):
             return self.safetensors(path, display, fmt)
         if suffix in GGUF_SUFFIXES or fmt is Format.gguf:
-            findings = gguf.scan_gguf_file(path, display, self.reviewed_templates)
+            findings = gguf.scan_gguf_file(path, display, self.reviewed_templates,
+                                           self.reviewed_files)
             self.findings += findings
             broken = {rules.GGUF_MALFORMED.id, rules.UNSCANNABLE.id}
             return "not a valid GGUF file" if any(f.rule_id in broken for f in findings) else None
@@ -396,14 +399,14 @@ def scan_paths(
     `target` is the target model's folder, against which every drafter config found is checked;
     `reviewed_sha256` the digests of reviewed code files, `reviewed_templates` of reviewed chat
     templates (the catalog's published ones need none), `reviewed_files` of reviewed generation
-    configs (`generation`); `engines` the deploy's (the lock's:
-    `pins.loaded.deploy_engines`; none: every modelled engine), which decide the files of each
-    folder that are loaded (judged by every check) and those no engine opens (scanned, reported
-    apart at low, blocking nothing, left out of the inventories); `finite_weights`: every float
-    of each folder's loaded safetensors is read, a NaN or an infinity being DG-WEIGHTS-NONFINITE
-    (a drafter's always are, as DG-DRAFTER-WEIGHTS); each folder is a stage of
-    `progress` (`scanning PATH`, in files). Raises `InputError` when a path (or the target)
-    does not exist.
+    configs (`generation`) and GGUFs (their sampling metadata: `gguf_sampling`); `engines` the
+    deploy's (the lock's: `pins.loaded.deploy_engines`; none: every modelled engine), which
+    decide the files of each folder that are loaded (judged by every check) and those no engine
+    opens (scanned, reported apart at low, blocking nothing, left out of the inventories);
+    `finite_weights`: every float of each folder's loaded safetensors is read, a NaN or an
+    infinity being DG-WEIGHTS-NONFINITE (a drafter's always are, as DG-DRAFTER-WEIGHTS); each
+    folder is a stage of `progress` (`scanning PATH`, in files). Raises `InputError` when a
+    path (or the target) does not exist.
     """
     for path in [*paths, *([target] if target is not None else [])]:
         if not Path(path).exists():
@@ -412,10 +415,11 @@ def scan_paths(
             raise InputError(f"{path}: not a regular file or folder")
     if target is not None and not Path(target).is_dir():
         raise InputError(f"{target}: --target must be a model folder")
-    run = _Run(frozenset(reviewed_sha256), frozenset(reviewed_templates))
+    run = _Run(frozenset(reviewed_sha256), frozenset(reviewed_templates),
+               frozenset(reviewed_files))
     # the files no engine of the deploy opens: scanned by a run of their own, whose inventories
     # (pickle files, remote code, parameters, shapes) are dropped and whose findings block nothing
-    aside = _Run(run.reviewed, run.reviewed_templates)
+    aside = _Run(run.reviewed, run.reviewed_templates, run.reviewed_files)
     aside.onnx, aside.onnx_data = run.onnx, run.onnx_data
     judged: tuple[str, ...] = tuple(e.label for e in engines)
     loaded_files: list[str] = []

@@ -1,9 +1,9 @@
 """The reviewer's way past `reviewed_code`: the remote code the gate would refuse as unreviewed,
 each file with what the scan found it can do (its capability report), the chat templates it
-would refuse as unreviewed (`reviewed_templates`), the loaded generation configs whose defaults
-it refuses at the policy's `fail_on` (DG-GENERATION-DEFAULTS, cleared by `reviewed_files`), and
-the policy file that records the review: a built-in policy extended with the reviewed sha256s,
-commented.
+would refuse as unreviewed (`reviewed_templates`), the loaded generation configs and GGUFs whose
+defaults it refuses at the policy's `fail_on` (DG-GENERATION-DEFAULTS, cleared by
+`reviewed_files`), and the policy file that records the review: a built-in policy extended with
+the reviewed sha256s, commented.
 
 The files are verified against the lock first (every byte hashed, no stat cache), so a digest
 written here is the locked one; a policy only ever names code by sha256, so a file changed
@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
-from dflash_guard import fileio, rules
+from dflash_guard import rules
 from dflash_guard.errors import InputError
 from dflash_guard.findings import Finding, ScanReport
+from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan.code import remote_code
@@ -96,7 +96,7 @@ class TemplateToReview:
 @dataclasses.dataclass(frozen=True)
 class FileToReview:
     """A loaded file whose meaning the gate refuses until its sha256 is on `reviewed_files`: a
-    generation config whose defaults change every answer (DG-GENERATION-DEFAULTS)."""
+    generation config or a GGUF whose defaults change every answer (DG-GENERATION-DEFAULTS)."""
 
     role: str
     path: str  # the file inside the role's folder
@@ -157,8 +157,8 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
     """The remote code of every located artifact that the built-in policy `base` does not list
     in `reviewed_code`, with the scan's capability findings for each file, the chat templates
     it does not list in `reviewed_templates` where the tier wants them reviewed, and the
-    generation configs the gate refuses at its `fail_on` (unwaived) that `reviewed_files` does
-    not list."""
+    generation configs and GGUFs the gate refuses at its `fail_on` (unwaived) that
+    `reviewed_files` does not list."""
     from dflash_guard.pins.loaded import deploy_engines
     from dflash_guard.scan import scan_paths
 
@@ -226,9 +226,10 @@ def _configs(artifact: Artifact, folder: Path, report: ScanReport,
 
 
 def _sha256(path: Path) -> str:
+    """The sha256 of the file's bytes, read in chunks (a GGUF may be many GB)."""
     try:
-        return hashlib.sha256(fileio.read_regular(path, fileio.MAX_JSON_BYTES)).hexdigest()
-    except OSError:
+        return sha256_file(path)
+    except InputError:
         return ""  # nothing to review: listed, never written
 
 

@@ -1,6 +1,6 @@
 """GGUF files: the header and tensor table as llama.cpp's loader reads them
-(`kernels_ref.gguf_reader`, one bounded walk of bounded reads), and the chat templates in
-its metadata (checked by `templates`).
+(`kernels_ref.gguf_reader`, one bounded walk of bounded reads), the chat templates in
+its metadata (checked by `templates`) and its sampling defaults (`gguf_sampling`).
 
 Past what the format reader refuses, each check here is one llama.cpp's model loader makes
 before a model serves (the pinned tree's `src/llama-vocab.cpp` and `src/llama-model.cpp`):
@@ -11,14 +11,18 @@ others carry, and `token_embd`/`output` rows matching the vocabulary.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from dflash_guard import rules
 from dflash_guard.fileio import open_binary
 from dflash_guard.findings import Finding
 from dflash_guard.rules import Rule
+from dflash_guard.scan.generation import REVIEWED
+from dflash_guard.scan.weights import gguf_sampling
 from dflash_guard.scan.weights.gguf_tokens import (
     FLOAT32,
     INT32,
@@ -39,10 +43,12 @@ TEMPLATE_KEY = "tokenizer.chat_template"
 UNIFORM_BLOCKS = frozenset({"llama", "qwen2", "qwen3"})
 
 
-def scan_gguf_file(path: Path, display: str,
-                   reviewed: frozenset[str] = frozenset()) -> list[Finding]:
+def scan_gguf_file(path: Path, display: str, reviewed: frozenset[str] = frozenset(),
+                   reviewed_files: frozenset[str] = frozenset()) -> list[Finding]:
     """Findings for one GGUF file; a header llama.cpp's reader refuses is one; `reviewed`:
-    the sha256 of the chat templates a reviewer accepted."""
+    the sha256 of the chat templates a reviewer accepted; `reviewed_files`: of the files whose
+    sampling defaults a reviewer accepted (`gguf_sampling`). The file is hashed only when its
+    sampling metadata has a finding, from the handle its header was read from."""
 
     def finding(
         rule: Rule, severity: Severity, message: str, member: str | None = None
@@ -53,13 +59,30 @@ def scan_gguf_file(path: Path, display: str,
 
     try:
         with open_binary(path) as handle, read_gguf(handle) as gguf:
-            return _findings(gguf, display, finding, reviewed)
+            findings = _findings(gguf, display, finding, reviewed)
+            sampling = gguf_sampling.problems(gguf)
+            if sampling:
+                digest = _sha256(handle)
+                if digest not in reviewed_files:
+                    findings += [finding(rules.GENERATION_DEFAULTS, severity,
+                                         f"{message} (sha256 {digest}: once read, {REVIEWED})")
+                                 for severity, message in sampling]
+            return findings
     except GGUFLimit as error:
         return [finding(rules.UNSCANNABLE, Severity.high, f"GGUF header over a limit: {error}")]
     except GGUFError as error:
         return [finding(rules.GGUF_MALFORMED, Severity.high, f"GGUF header refused: {error}")]
     except OSError as error:
         return [finding(rules.UNSCANNABLE, Severity.high, f"cannot read: {error}")]
+
+
+def _sha256(handle: BinaryIO) -> str:
+    """The sha256 of the whole file open in `handle`, read in chunks from its start."""
+    handle.seek(0)
+    digest = hashlib.sha256()
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _findings(gguf: GGUF, display: str, finding: Callable[..., Finding],
