@@ -298,13 +298,17 @@ TOKENS_MEANING = Rule(
 )
 GENERATION_DEFAULTS = Rule(
     "DG-GENERATION-DEFAULTS", Severity.high,
-    "A generation_config.json whose defaults change or cut every answer the engine gives.",
+    "A generation_config.json or GGUF whose defaults change or cut every answer the engine "
+    "gives.",
     "a loaded `generation_config.json` (or, without one, `config.json`'s `max_new_tokens`) that "
     "vLLM applies to every request: a penalty other than neutral, a `max_new_tokens`, a value of "
     "the wrong type or not finite, a file that is not a JSON object (medium: a sampling default, "
     "`temperature`, `top_k`, `top_p`, `min_p`, in a file that is not a published one of "
-    "`scan/generation_known.json`); a file whose sha256 is on the policy's `reviewed_files` is "
-    "quiet",
+    "`scan/generation_known.json`); a GGUF's `general.sampling.*` that llama.cpp applies to "
+    "every request: what changes a temperature-0 answer (a repeat penalty or XTC before the "
+    "temperature, a sequence without it or with infill before it), a mirostat llama.cpp aborts "
+    "on, a key of the wrong GGUF type or not finite (medium: any other value that is not "
+    "llama.cpp's default); a file whose sha256 is on the policy's `reviewed_files` is quiet",
 )
 TOKENIZER_REWRITE = Rule(
     "DG-TOKENIZER-REWRITE", Severity.high,

@@ -29,6 +29,7 @@ from dflash_guard.pins.lockfile import Artifact, Lockfile
 from dflash_guard.progress import NO_PROGRESS, Progress
 from dflash_guard.scan.code import remote_code
 from dflash_guard.scan.code.capabilities import RULE_LABELS
+from dflash_guard.scan.weights import gguf
 from dflash_guard.severity import Severity
 from dflash_guard.templates.locate import unreviewed_digest
 from dflash_guard.trust.judge import locked_code_sha256
@@ -107,6 +108,12 @@ class FileToReview:
     def name(self) -> str:
         """`ROLE/PATH`, as the gate's refusal names it."""
         return f"{self.role}/{self.path}"
+
+    @property
+    def kind(self) -> str:
+        """What the file is: a GGUF (its sampling metadata) or a generation config."""
+        return ("GGUF" if any(f.detector == gguf.DETECTOR for f in self.findings)
+                else "generation config")
 
     def to_json(self) -> dict[str, object]:
         return {"role": self.role, "path": self.path, "sha256": self.sha256 or None,

@@ -47,7 +47,7 @@ def render_review(review: Review, console: Console) -> None:
                       "as code (it runs on every request)", highlight=False, soft_wrap=True)
     for config in review.configs:
         digest = config.sha256 or "no bytes to review (unreadable)"
-        console.print(f"[bold]{markup_safe(config.name)}[/]  generation config sha256 {digest}: "
+        console.print(f"[bold]{markup_safe(config.name)}[/]  {config.kind} sha256 {digest}: "
                       "defaults the engine applies to every request; read them", highlight=False,
                       soft_wrap=True)
         for finding in config.findings:

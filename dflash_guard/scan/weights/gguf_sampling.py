@@ -85,7 +85,8 @@ def sequence_of(raw: bytes) -> tuple[str, ...]:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
+    """A value bounded: a float32 to its 7 significant digits, anything else by `repr`."""
+    text = f"{value:.7g}" if isinstance(value, float) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
