@@ -196,3 +196,43 @@ def test_a_tier_that_denies_remote_code_is_named(cli, tmp_path, locked_pair):
     assert "# Note: `strict` denies remote code for the drafter's tier" in policy.read_text()
     assert load_policy(policy).extends == "strict"
     assert cli("review", "--lock", lock, *roots, "--extends", "dev", "-q").exit_code == 0
+
+
+def test_review_offers_a_gguf_whose_sampling_defaults_the_gate_refuses(cli, tmp_path,
+                                                                       locked_pair):
+    """A GGUF's `general.sampling.penalty_repeat` is DG-GENERATION-DEFAULTS (high): the review
+    lists the GGUF with the lock's sha256 and writes it to `reviewed_files`, which clears it."""
+    import gguf
+
+    target = copy_folder(locked_pair.target, tmp_path / "target")
+    writer = gguf.GGUFWriter(str(target / "model.gguf"), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(["<unk>", "<s>", "</s>", "a", "b"])
+    writer.add_sampling_penalty_repeat(1.3)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    lock = build_lock({"target": str(target), "drafter": str(locked_pair.drafter)}).lock
+    locked = lock.artifact("target").file("model.gguf")
+    assert locked is not None
+    lock_path = write_lock(lock, tmp_path / "dflash.lock")
+    roots = _roots(target, locked_pair.drafter)
+
+    shown = cli("review", "--lock", lock_path, *roots, "--format", "json", "-q")
+    assert shown.exit_code == 1
+    (entry,) = json.loads(shown.stdout)["unreviewed_files"]
+    assert (entry["role"], entry["path"], entry["sha256"]) == (
+        "target", "model.gguf", locked.sha256)
+    assert "general.sampling.penalty_repeat 1.3" in entry["findings"][0]["message"]
+    text = " ".join(cli("review", "--lock", lock_path, *roots, "-q").stdout.split())
+    assert f"target/model.gguf GGUF sha256 {locked.sha256}" in text
+
+    policy = tmp_path / "reviewed.yaml"
+    written = cli("review", "--lock", lock_path, *roots, "--reviewer", "me@example.com",
+                  "-o", policy, "-q")
+    assert written.exit_code == 0, written.stdout + written.stderr
+    assert load_policy(policy).reviewed_file_sha256 == {locked.sha256}
+    again = cli("review", "--lock", lock_path, *roots, "--extends", str(policy), "--format",
+                "json", "-q")
+    assert json.loads(again.stdout)["unreviewed_files"] == []
