@@ -182,6 +182,7 @@ class GGUF:
                 raise GGUFError(f"key {key!r} appears twice")
             self.fields[key] = field = self._field(key, end)
             pos = field.end
+        self._nul_keys = any("\0" in key for key in self.fields)  # C strings: `find`
         self.alignment = DEFAULT_ALIGNMENT
         alignment = self.fields.get("general.alignment")
         if alignment is not None:
@@ -293,12 +294,13 @@ class GGUF:
     # -- values ------------------------------------------------------------------------------
 
     def find(self, key: str) -> Field | None:
-        """The field llama.cpp's `gguf_find_key` finds for `key`: the first whose key equals it
-        as a C string (up to its first NUL)."""
-        field = self.fields.get(key)
-        if field is not None:
-            return field
-        return next((f for k, f in self.fields.items() if k.split("\0", 1)[0] == key), None)
+        """The field llama.cpp's `gguf_find_key` finds for `key`: the first in file order whose
+        key equals it as a C string (up to its first NUL), even where a later key is `key`
+        exactly (llama.cpp's reader refuses only byte-identical keys)."""
+        first = self.fields.get(key)
+        if first is None or self._nul_keys:
+            first = next((f for k, f in self.fields.items() if k.split("\0", 1)[0] == key), None)
+        return first
 
     def value(self, key: str) -> int | float | bool | str | None:
         """The scalar or string under `key` (None when absent); `GGUFError` for an array or a

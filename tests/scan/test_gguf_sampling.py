@@ -92,6 +92,10 @@ BAD: list[tuple[str, Callable[[W], None], Severity, str]] = [
     ("penalty-over-no-tokens",
      lambda w: (w.add_sampling_penalty_repeat(1.5), w.add_sampling_penalty_last_n(0)),
      Severity.medium, f"{K}penalty_last_n 0, {K}penalty_repeat 1.5"),
+    # llama.cpp reads keys as C strings, the first in file order: the later exact key is unread
+    ("a-penalty-behind-a-nul",
+     lambda w: (w.add_float32(K + "penalty_repeat\0x", 1.3), w.add_sampling_penalty_repeat(1.0)),
+     Severity.high, f"{K}penalty_repeat 1.3"),
     ("penalty-after-the-temperature",
      lambda w: (w.add_sampling_penalty_repeat(1.5),
                 w.add_sampling_sequence("Top-K;TEMP;penalties")),
