@@ -70,7 +70,7 @@ BAD: list[tuple[str, Callable[[W], None], Severity, str]] = [
     ("infill-first", lambda w: w.add_sampling_sequence("infill;temperature"), Severity.high,
      "runs infill before the temperature"),
     ("mirostat-3", lambda w: w.add_sampling_mirostat(3), Severity.high,
-     f"{K}mirostat 3: llama-server aborts"),
+     f"{K}mirostat 3: llama.cpp aborts"),
     ("a-string-temp", lambda w: w.add_string(K + "temp", "0.6"), Severity.high,
      f"{K}temp is string, not float32"),
     ("a-uint32-top-k", lambda w: w.add_uint32(K + "top_k", 20), Severity.high,
@@ -228,7 +228,7 @@ def test_llama_server_applies_the_penalty_to_a_greedy_request(conversions):
     """The oracle: temperature 0 and no other field, the penalised GGUF answers otherwise; a
     request that sends its own `repeat_penalty` overrides the file's."""
     plain, penalised = conversions
-    prompt = "The the the the the the the the"
+    prompt = 'class Stack:\n    """A last-in first-out stack."""\n\n    def __init__(self):\n'
     with llama_server(build_server(), plain) as server:
         greedy = _complete(server.url, prompt)
     with llama_server(build_server(), penalised) as server:

@@ -20,7 +20,7 @@ temperature makes a temperature-0 request sample. `top_k`, `top_p` and `min_p` k
 token. `mirostat` 1 or 2 replaces the chain with the temperature and mirostat, which at
 temperature 0 has one candidate left (the greedy answer holds) but drops the other samplers from
 every sampled answer; any other value aborts the server (`GGML_ASSERT` "unknown mirostat
-version") when it builds a request's sampler.
+version") where it builds a sampler from the defaults.
 
 - HIGH: what changes a greedy answer as above, a mirostat llama.cpp aborts on, a key of another
   GGUF type than the converter writes (`KEYS`), a value that is not finite.
@@ -116,9 +116,9 @@ def problems(gguf: GGUF) -> list[tuple[Severity, str]]:
         (number,) = struct.unpack_from(gguf.order + SCALARS[kind], raw)
         values[name] = _as_read(number) if kind == FLOAT32 else number
     if wrong:
-        found.append((Severity.high, f"{'; '.join(wrong[:4])}: llama.cpp reads the value as "
-                                     "text all the same (an array not at all), and converters "
-                                     "write these types"))
+        found.append((Severity.high, f"{'; '.join(wrong[:4])}: not the type the converter "
+                                     "writes, yet llama.cpp reads a scalar of any type as text "
+                                     "and applies what parses (an array it skips)"))
     infinite = {name: value for name, value in values.items() if not math.isfinite(value)}
     if infinite:
         found.append((Severity.high, f"{_settings(infinite)}: not finite, yet llama.cpp applies "
@@ -129,9 +129,9 @@ def problems(gguf: GGUF) -> list[tuple[Severity, str]]:
     mirostat = params["mirostat"]
     if mirostat not in (0, 1, 2):
         judged.add("mirostat")
-        found.append((Severity.high, f"{PREFIX}mirostat {mirostat}: llama-server aborts "
-                                     "(GGML_ASSERT unknown mirostat version) at the first request "
-                                     "that does not set mirostat"))
+        found.append((Severity.high, f"{PREFIX}mirostat {mirostat}: llama.cpp aborts "
+                                     "(GGML_ASSERT unknown mirostat version) wherever it builds a "
+                                     "sampler from the defaults"))
     elif mirostat == 0:
         chain = sequence if sequence is not None else DEFAULT_SEQUENCE
         if "temperature" not in chain:
@@ -142,7 +142,7 @@ def problems(gguf: GGUF) -> list[tuple[Severity, str]]:
             sequence = None  # judged
         else:
             before = chain[:chain.index("temperature")]
-            if sequence is not None and sequence != DEFAULT_SEQUENCE and "infill" in before:
+            if "infill" in before:  # never in the default sequence
                 found.append((Severity.high, f"{PREFIX}sequence {shown_sequence} runs infill "
                                              "before the temperature: it changes even greedy "
                                              "(temperature 0) answers"))
