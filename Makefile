@@ -80,7 +80,7 @@ engine-sglang: engine-vllm
 # The wheelhouse download and the npm install go beside the engines too; each is a no-op once done.
 test: install
 	$(MAKE) --no-print-directory -j3 wheelhouse interop-js engine-llamacpp engine-vllm engine-sglang
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 lint: install
 	$(BIN)/ruff check .

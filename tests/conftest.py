@@ -20,7 +20,7 @@ VECTORS = Path(__file__).resolve().parent / "vectors"  # third-party test data, 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest work first: the modules marked `vllm` (each starts 3-GB vLLM servers, a minute or
     more each), the other engine modules, the other slow tests, then the rest (each group in
-    collection order). `make test` runs two pytest-xdist workers that take a module at a time in
+    collection order). `make test` runs three pytest-xdist workers that take a module at a time in
     this order (`--dist loadfile --no-loadscope-reorder`), so the long modules overlap instead of
     one worker running them alone at the end."""
 
