@@ -4,21 +4,18 @@ part 2, the llama.cpp side): DG-GENERATION-DEFAULTS.
 The benign side is the 19 real vocabularies the pinned llama.cpp tree ships and a real
 conversion of the built-in pair; each bad case is a crafted GGUF written with gguf-py's writer.
 The key list, their value kinds, llama.cpp's defaults and the sampler names are read back from
-the pinned tree's source, and the pinned llama-server is the oracle: a conversion of the built-in
-target whose generation config sets `repetition_penalty` (the converter writes it as
-`general.sampling.penalty_repeat`) answers a temperature-0 request otherwise than the plain one.
+the pinned tree's source; the pinned llama-server is the oracle in
+tests/engine/test_gguf_sampling_served.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import gguf
-import httpx2
 import pytest
 
 from dflash_guard import rules
@@ -26,8 +23,7 @@ from dflash_guard.scan import scan_paths
 from dflash_guard.scan.weights import gguf_sampling
 from dflash_guard.scan.weights.gguf import scan_gguf_file
 from dflash_guard.severity import Severity
-from tests.support.llamacpp import build_server, convert, llama_server, source_tree
-from tests.support.trust import copy_folder
+from tests.support.llamacpp import source_tree
 
 RULE = rules.GENERATION_DEFAULTS.id
 W = gguf.GGUFWriter
@@ -192,47 +188,3 @@ def test_the_keys_and_defaults_are_the_pinned_trees():
 def test_every_real_vocabulary_is_quiet(name):
     path = source_tree() / "models" / f"ggml-vocab-{name}.gguf"
     assert _found(path) == []
-
-
-@pytest.fixture(scope="module")
-def conversions(builtin_pair, tmp_path_factory):
-    """(plain, penalised): the built-in target converted by the pinned converter, as it is and
-    with `repetition_penalty: 1.5` in its generation config."""
-    folder = tmp_path_factory.mktemp("sampling")
-    penalised = copy_folder(builtin_pair.target, folder / "penalised-target")
-    config = json.loads((penalised / "generation_config.json").read_text())
-    (penalised / "generation_config.json").write_text(
-        json.dumps({**config, "repetition_penalty": 1.5}))
-    return (convert(builtin_pair.target, folder / "plain" / "target.gguf"),
-            convert(penalised, folder / "penalised" / "target.gguf"))
-
-
-@pytest.mark.slow  # two conversions: about 10 s each
-def test_a_real_conversion_is_quiet_and_its_penalty_is_a_finding(conversions):
-    plain, penalised = conversions
-    assert _found(plain) == []
-    [finding] = _found(penalised)
-    assert finding.severity is Severity.high
-    assert f"{K}penalty_repeat 1.5:" in finding.message
-
-
-def _complete(url: str, prompt: str, **fields: object) -> str:
-    answer = httpx2.post(url + "/completion", json={"prompt": prompt, "n_predict": 48,
-                                                    "temperature": 0, **fields}, timeout=120)
-    assert answer.status_code == 200, answer.text
-    return str(answer.json()["content"])
-
-
-@pytest.mark.slow
-def test_llama_server_applies_the_penalty_to_a_greedy_request(conversions):
-    """The oracle: temperature 0 and no other field, the penalised GGUF answers otherwise; a
-    request that sends its own `repeat_penalty` overrides the file's."""
-    plain, penalised = conversions
-    prompt = 'class Stack:\n    """A last-in first-out stack."""\n\n    def __init__(self):\n'
-    with llama_server(build_server(), plain) as server:
-        greedy = _complete(server.url, prompt)
-    with llama_server(build_server(), penalised) as server:
-        applied = _complete(server.url, prompt)
-        overridden = _complete(server.url, prompt, repeat_penalty=1.0)
-    assert greedy and applied != greedy
-    assert overridden == greedy
