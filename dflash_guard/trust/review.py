@@ -315,42 +315,40 @@ def policy_text(review: Review, reviewer: str, today: dt.date, name: str,
 def _template_lines(review: Review, kept: tuple[ReviewedTemplate, ...], reviewer: str,
                     today: dt.date) -> list[str]:
     """`reviewed_templates:` with the base's entries and one per template reviewed now."""
-    lines = []
-    if kept:
-        lines.append(_comment(f"  kept from {_what(review.base)}"))
-        lines += _entries([{"sha256": t.sha256, "note": t.note} for t in kept])
-    written = {t.sha256 for t in kept}
-    for template in review.templates:
-        if template.sha256 in written:
-            continue
-        written.add(template.sha256)
-        lines.append(_comment(f"{template.name}: chat template (sha256 {template.sha256})"))
-        lines += _entries([{"sha256": template.sha256,
-                            "note": f"{template.name}, reviewed by {reviewer} on "
-                                    f"{today.isoformat()}"}])
-    return ["reviewed_templates:" if lines else "reviewed_templates: []", *lines]
+    return _digest_section("reviewed_templates", review, [(t.sha256, t.note) for t in kept], [
+        (t.sha256, t.name, [_comment(f"{t.name}: chat template (sha256 {t.sha256})")])
+        for t in review.templates], reviewer, today)
 
 
 def _file_lines(review: Review, kept: tuple[ReviewedFile, ...], reviewer: str,
                 today: dt.date) -> list[str]:
     """`reviewed_files:` with the base's entries and one per file reviewed now, commented with
     what the scan found (its messages quote the untrusted file: `_comment` escapes them)."""
+    return _digest_section("reviewed_files", review, [(f.sha256, f.note) for f in kept], [
+        (c.sha256, c.name, [_comment(f"{c.name}: generation defaults (sha256 {c.sha256})"),
+                            *(_comment(f"  {f.severity.name} {f.rule_id}: {f.message}")
+                              for f in c.findings)])
+        for c in review.configs], reviewer, today)
+
+
+def _digest_section(key: str, review: Review, kept: list[tuple[str, str]],
+                    new: list[tuple[str, str, list[str]]], reviewer: str,
+                    today: dt.date) -> list[str]:
+    """A policy list of `{sha256, note}`: the base's entries (`kept`: a list in an extending
+    policy replaces the base's), then each `(sha256, name, comments)` reviewed now, once per
+    digest (none without one)."""
     lines = []
     if kept:
         lines.append(_comment(f"  kept from {_what(review.base)}"))
-        lines += _entries([{"sha256": f.sha256, "note": f.note} for f in kept])
-    written = {f.sha256 for f in kept}
-    for config in review.configs:
-        if not config.sha256 or config.sha256 in written:
+        lines += _entries([{"sha256": sha256, "note": note} for sha256, note in kept])
+    written = {sha256 for sha256, _ in kept}
+    for sha256, name, comments in new:
+        if not sha256 or sha256 in written:
             continue
-        written.add(config.sha256)
-        lines.append(_comment(f"{config.name}: generation defaults (sha256 {config.sha256})"))
-        lines += [_comment(f"  {f.severity.name} {f.rule_id}: {f.message}")
-                  for f in config.findings]
-        lines += _entries([{"sha256": config.sha256,
-                            "note": f"{config.name}, reviewed by {reviewer} on "
-                                    f"{today.isoformat()}"}])
-    return ["reviewed_files:" if lines else "reviewed_files: []", *lines]
+        written.add(sha256)
+        note = f"{name}, reviewed by {reviewer} on {today.isoformat()}"
+        lines += comments + _entries([{"sha256": sha256, "note": note}])
+    return [f"{key}:" if lines else f"{key}: []", *lines]
 
 
 def _entries(entries: list[dict[str, object]]) -> list[str]:
