@@ -18,6 +18,7 @@ from dflash_guard.findings import Finding
 from dflash_guard.pins.resolve import build_lock
 from dflash_guard.trust.policy import load_policy, parse_policy
 from dflash_guard.trust.review import CodeToReview, FileToReview, Review, policy_text
+from tests.support.scan_builders import write_gguf
 from tests.support.trust import copy_folder, fixture_code_sha256, relock, write_lock
 
 QWEN3 = Path(__file__).resolve().parents[1] / "vectors" / "generation-config" / "qwen3-8b.json"
@@ -202,17 +203,14 @@ def test_review_offers_a_gguf_whose_sampling_defaults_the_gate_refuses(cli, tmp_
                                                                        locked_pair):
     """A GGUF's `general.sampling.penalty_repeat` is DG-GENERATION-DEFAULTS (high): the review
     lists the GGUF with the lock's sha256 and writes it to `reviewed_files`, which clears it."""
-    import gguf
-
     target = copy_folder(locked_pair.target, tmp_path / "target")
-    writer = gguf.GGUFWriter(str(target / "model.gguf"), "llama")
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(["<unk>", "<s>", "</s>", "a", "b"])
-    writer.add_sampling_penalty_repeat(1.3)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+
+    def penalised(writer) -> None:
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(["<unk>", "<s>", "</s>", "a", "b"])
+        writer.add_sampling_penalty_repeat(1.3)
+
+    write_gguf(target / "model.gguf", penalised)
     lock = build_lock({"target": str(target), "drafter": str(locked_pair.drafter)}).lock
     locked = lock.artifact("target").file("model.gguf")
     assert locked is not None

@@ -27,7 +27,7 @@ from kernels_ref.gguf_reader import ARRAY, GGUFError, GGUFLimit, read_gguf
 from tests.support.gguf_py import GGUFPyReader
 from tests.support.hostile import n24_gguf
 from tests.support.llamacpp import source_tree
-from tests.support.scan_builders import write_vocab_gguf
+from tests.support.scan_builders import write_gguf, write_vocab_gguf
 from tests.support.trust import REPO
 
 SYNTHETIC = 3  # gguf-py's reader lists GGUF.version, GGUF.tensor_count, GGUF.kv_count first
@@ -94,16 +94,6 @@ def test_each_vocabulary_gguf_of_the_pinned_tree_reads_as_gguf_py_reads_it(name:
     assert scan_gguf_file(path, name) == []
 
 
-def _write(path: Path, build: Callable[[gguf.GGUFWriter], None], **options: object) -> Path:
-    writer = gguf.GGUFWriter(str(path), "llama", **options)  # type: ignore[arg-type]
-    build(writer)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def _every_value_type(writer: gguf.GGUFWriter) -> None:
     writer.add_uint8("t.u8", 200)
     writer.add_int8("t.i8", -100)
@@ -156,7 +146,7 @@ WRITTEN: dict[str, tuple[Callable[[gguf.GGUFWriter], None], dict[str, object]]] 
 @pytest.mark.parametrize("case", WRITTEN)
 def test_written_ggufs_read_as_gguf_py_reads_them(tmp_path: Path, case: str) -> None:
     build, options = WRITTEN[case]
-    assert assert_same_as_gguf_py(_write(tmp_path / f"{case}.gguf", build, **options)) >= 1
+    assert assert_same_as_gguf_py(write_gguf(tmp_path / f"{case}.gguf", build, **options)) >= 1
 
 
 def test_the_suites_vocabulary_builder_reads_the_same(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from dflash_guard.scan.weights import gguf_sampling
 from dflash_guard.scan.weights.gguf import scan_gguf_file
 from dflash_guard.severity import Severity
 from tests.support.llamacpp import source_tree
+from tests.support.scan_builders import write_gguf
 
 RULE = rules.GENERATION_DEFAULTS.id
 W = gguf.GGUFWriter
@@ -35,15 +36,13 @@ K = "general.sampling."
 
 def _write(path: Path, build: Callable[[gguf.GGUFWriter], None]) -> Path:
     """A small vocabulary GGUF (no tensors) with the keys `build` adds."""
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(["<unk>", "<s>", "</s>", "a", "b"])
-    build(writer)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+
+    def vocabulary_then_build(writer: gguf.GGUFWriter) -> None:
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(["<unk>", "<s>", "</s>", "a", "b"])
+        build(writer)
+
+    return write_gguf(path, vocabulary_then_build)
 
 
 def _found(path: Path, **options: frozenset[str]) -> list:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dflash_guard.findings import Finding
 from dflash_guard.severity import Severity
@@ -234,22 +236,33 @@ def _drafter_tensors(config: dict) -> dict[str, tuple[int, ...]]:
     return tensors
 
 
-def write_vocab_gguf(out: Path, tokens: list[str], *, arch: str = "qwen3",
-                     merges: list[str] | None = None, pre: str | None = None,
-                     eos: int = 257) -> Path:
-    """A vocabulary-only GGUF at `out` (byte-level BPE, no tensors), as a converter writes one."""
+def write_gguf(out: Path, build: Callable[[Any], None], arch: str = "llama",
+               **options: Any) -> Path:
+    """A GGUF at `out` written by gguf-py's writer (`options` its constructor's) with what
+    `build` adds to it."""
     import gguf
 
-    writer = gguf.GGUFWriter(str(out), arch)
-    writer.add_tokenizer_model("gpt2")
-    if pre is not None:
-        writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    if merges is not None:
-        writer.add_token_merges(merges)
-    writer.add_eos_token_id(eos)
+    writer = gguf.GGUFWriter(str(out), arch, **options)
+    build(writer)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def write_vocab_gguf(out: Path, tokens: list[str], *, arch: str = "qwen3",
+                     merges: list[str] | None = None, pre: str | None = None,
+                     eos: int = 257) -> Path:
+    """A vocabulary-only GGUF at `out` (byte-level BPE, no tensors), as a converter writes one."""
+
+    def vocabulary(writer: Any) -> None:
+        writer.add_tokenizer_model("gpt2")
+        if pre is not None:
+            writer.add_tokenizer_pre(pre)
+        writer.add_token_list(tokens)
+        if merges is not None:
+            writer.add_token_merges(merges)
+        writer.add_eos_token_id(eos)
+
+    return write_gguf(out, vocabulary, arch)
