@@ -317,6 +317,23 @@ TOKENIZER_REWRITE = Rule(
     "ordinary text (the built-in prompts; code, whitespace, accents, CJK, emoji) to other text: "
     "a normalizer, pre-tokenizer, model or decoder rewrites what the model reads or writes",
 )
+UPSTREAM_DIFF = Rule(
+    "DG-UPSTREAM-DIFF", Severity.high,
+    "A loaded tokenizer, generation-config or chat-template file that is not the upstream's.",
+    "the policy names the model's upstream for its role (`upstream:`, locked as `ROLE-upstream`) "
+    "and a loaded file of `pins.lockfile.UPSTREAM_FILES` differs from the upstream's in what the "
+    "engine reads (the canonical JSON of a `.json` file, the bytes of others), or the upstream "
+    "ships no such file; each difference is spelled out (medium: the upstream ships a compared "
+    "file the folder lacks); a file whose sha256 is on the policy's `reviewed_files` is quiet",
+)
+UPSTREAM_NONE = Rule(
+    "DG-UPSTREAM-NONE", Severity.medium,
+    "A loaded tokenizer file that no upstream vouches for.",
+    "a loaded tokenizer file (of `pins.lockfile.UPSTREAM_FILES`, or the one "
+    "`fast_tokenizer_files` selects) that is not a published file of "
+    "the catalog (`scan/upstream_known.json`), of a model whose role has no upstream in the "
+    "policy; a file whose sha256 is on the policy's `reviewed_files` is quiet",
+)
 RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,
     "Remote code runs processes.",

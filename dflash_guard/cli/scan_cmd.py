@@ -69,6 +69,13 @@ def register(app: typer.Typer) -> None:
                               "or an infinity is DG-WEIGHTS-NONFINITE (a drafter's are always "
                               "read)."),
         ] = False,
+        upstream: Annotated[
+            Path | None,
+            typer.Option("--upstream", metavar="DIR",
+                         help="The model's upstream folder: each PATH's tokenizer, generation "
+                              "and template files are compared with its (default: the catalog "
+                              "of published files)."),
+        ] = None,
         lock: Annotated[
             Path | None,
             typer.Option("--lock", metavar="LOCK",
@@ -84,7 +91,7 @@ def register(app: typer.Typer) -> None:
         output_format = chosen_format(output_format, as_json)
         refuse_outputs_over_inputs([("--output", output)],
                                    [*(("PATH", Path(p)) for p in paths), ("--target", target),
-                                    ("--lock", lock)])
+                                    ("--upstream", upstream), ("--lock", lock)])
         engines: tuple[DeployEngine, ...] = ()
         if lock is not None:
             from dflash_guard.pins.lockfile import load_lockfile
@@ -100,6 +107,7 @@ def register(app: typer.Typer) -> None:
                 param_budget=param_budget,
                 engines=engines,
                 finite_weights=finite_weights,
+                upstream_folder=upstream,
                 progress=shown,
             )
         report = dataclasses.replace(report, fail_on=fail_on)

@@ -165,7 +165,9 @@ def fast_tokenizer_file(files: object, version: str = TRANSFORMERS_PINNED) -> st
     return chosen
 
 
-def _tokenizer_file(folder: Path) -> str:
+def loaded_tokenizer_file(folder: Path) -> str:
+    """The tokenizer file transformers loads from `folder`: `tokenizer.json`, or the one its
+    `tokenizer_config.json` selects by `fast_tokenizer_files` (`FileSetError`: it fails)."""
     config = folder / "tokenizer_config.json"
     if not config.is_file():
         return FULL_TOKENIZER_FILE
@@ -262,7 +264,7 @@ def vllm_files(folder: Path, *, tokenizer: bool = True,
     one the mirror decides. `FileSetError` when vLLM would not load the folder."""
     if engine is None:
         weights = vllm_weights_mirror(folder)
-        tokenizer_file = _tokenizer_file(folder) if tokenizer else FULL_TOKENIZER_FILE
+        tokenizer_file = loaded_tokenizer_file(folder) if tokenizer else FULL_TOKENIZER_FILE
         source = f"mirror of {VLLM_PINNED} and transformers {TRANSFORMERS_PINNED}"
     else:
         answer_weights, answer_tokenizer = engine

@@ -41,7 +41,16 @@ from dflash_guard.urls import check_recorded_url
 LOCKFILE_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 TABLE_VERSION = 3  # the first version whose `files` are a table (a block scalar)
-ROLES = ("target", "drafter", "gguf")
+DEPLOYED = ("target", "drafter", "gguf")  # the roles an engine of the deploy loads
+# A model's upstream (`ROLE-upstream`, named by the policy's `upstream:`): only its files that
+# decide what the engine reads and writes without code are locked, to compare the deployed
+# role's with (`scan.upstream`); no engine loads them.
+UPSTREAM = {"target-upstream": "target", "drafter-upstream": "drafter"}
+UPSTREAM_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                  "added_tokens.json", "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model",
+                  "spiece.model", "tekken.json", "generation_config.json",
+                  "chat_template.jinja", "chat_template.json")
+ROLES = (*DEPLOYED, *UPSTREAM)
 SOURCES = ("hub", "local")
 HUB_CONFIRMED = "hub-confirmed"
 CACHE_UNCONFIRMED = "cache-unconfirmed"
@@ -152,6 +161,11 @@ class Lockfile:
     def artifact(self, role: str) -> Artifact | None:
         """The artifact locked for `role`, or None."""
         return next((a for a in self.artifacts if a.role == role), None)
+
+    @property
+    def deployed(self) -> tuple[Artifact, ...]:
+        """The artifacts an engine of the deploy loads (upstreams are only compared with)."""
+        return tuple(a for a in self.artifacts if a.role in DEPLOYED)
 
     def digest(self) -> str:
         """`sha256:<hex>` of the canonical JSON of the content (everything but the digest),

@@ -23,7 +23,7 @@ from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.pins.loaded import EVERY_ENGINE, DeployEngine, partition
 from dflash_guard.progress import NO_PROGRESS, Progress, stage
-from dflash_guard.scan import allowlist, drafter, generation, tokens
+from dflash_guard.scan import allowlist, drafter, generation, tokens, upstream
 from dflash_guard.scan.code import channels, reach, remote_code, tokenizer_regex
 from dflash_guard.scan.sniff import (
     GGUF_SUFFIXES,
@@ -392,6 +392,7 @@ def scan_paths(
     param_budget: int | None = None,
     engines: tuple[DeployEngine, ...] = (),
     finite_weights: bool = False,
+    upstream_folder: Path | None = None,
     progress: Progress = NO_PROGRESS,
 ) -> ScanReport:
     """Scan files and folders (a checkpoint, an HF cache snapshot, a locked role).
@@ -404,7 +405,9 @@ def scan_paths(
     decide the files of each folder that are loaded (judged by every check) and those no engine
     opens (scanned, reported apart at low, blocking nothing, left out of the inventories);
     `finite_weights`: every float of each folder's loaded safetensors is read, a NaN or an
-    infinity being DG-WEIGHTS-NONFINITE (a drafter's always are, as DG-DRAFTER-WEIGHTS); each
+    infinity being DG-WEIGHTS-NONFINITE (a drafter's always are, as DG-DRAFTER-WEIGHTS);
+    `upstream_folder` the model's upstream (the policy's, verified), against which each folder's
+    tokenizer, generation and template files are compared (none: the catalog; `upstream`); each
     folder is a stage of `progress` (`scanning PATH`, in files). Raises `InputError` when a
     path (or the target) does not exist.
     """
@@ -415,6 +418,8 @@ def scan_paths(
             raise InputError(f"{path}: not a regular file or folder")
     if target is not None and not Path(target).is_dir():
         raise InputError(f"{target}: --target must be a model folder")
+    if upstream_folder is not None and not Path(upstream_folder).is_dir():
+        raise InputError(f"{upstream_folder}: --upstream must be a model folder")
     run = _Run(frozenset(reviewed_sha256), frozenset(reviewed_templates),
                frozenset(reviewed_files))
     # the files no engine of the deploy opens: scanned by a run of their own, whose inventories
@@ -463,6 +468,9 @@ def scan_paths(
         run.findings += [f for f in generation.folder_findings(
             root, f"{prefix}/" if prefix else "", frozenset(reviewed_files))
             if f.file not in not_loaded]
+        run.findings += upstream.upstream_findings(
+            root, f"{prefix}/" if prefix else "", loading.loaded, upstream_folder,
+            frozenset(reviewed_files))
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")
