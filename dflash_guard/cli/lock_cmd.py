@@ -15,7 +15,7 @@ from dflash_guard.formats import PlainFormat
 from dflash_guard.formats.text.lock import render_lock
 from dflash_guard.outputs import refuse_outputs_over_inputs, refuse_unwritable
 from dflash_guard.pins.hub import cached_snapshot
-from dflash_guard.pins.lockfile import load_lockfile, write_lockfile
+from dflash_guard.pins.lockfile import UPSTREAM, load_lockfile, write_lockfile
 from dflash_guard.pins.resolve import LockReport, build_lock, requirements_text
 from dflash_guard.pins.roles import refuse_swapped_roles
 
@@ -34,6 +34,13 @@ def lock(
     gguf: Annotated[
         str | None, typer.Option("--gguf", metavar="SOURCE",
                                  help="Optional GGUF source, same forms.")
+    ] = None,
+    upstream: Annotated[
+        list[str] | None, typer.Option(
+            "--upstream", metavar="ROLE=SOURCE",
+            help="The upstream of the target or drafter (same forms), repeatable: its "
+                 "tokenizer, generation and template files are locked to compare with "
+                 "(the policy's `upstream:` names it).")
     ] = None,
     engine: Annotated[
         list[str] | None, typer.Option("--engine", metavar="NAME=URL@SHA",
@@ -79,6 +86,14 @@ def lock(
     sources = {"target": target, "drafter": drafter}
     if gguf:
         sources["gguf"] = gguf
+    for spec in upstream or []:
+        role, sep, source = spec.partition("=")
+        if not sep or f"{role}-upstream" not in UPSTREAM or not source:
+            raise InputError(f"--upstream {spec!r}: expected ROLE=SOURCE with ROLE target or "
+                             "drafter")
+        if f"{role}-upstream" in sources:
+            raise InputError(f"--upstream {role}=: given twice")
+        sources[f"{role}-upstream"] = source
     refuse_swapped_roles({role: Path(src).expanduser() for role, src in sources.items()
                           if Path(src).expanduser().is_dir()})
     refuse_outputs_over_inputs(

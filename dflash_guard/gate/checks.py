@@ -114,7 +114,7 @@ def check_verify(inputs: GateInputs) -> Checked:
     if not report.passed:
         return _refused([p.describe() for p in report.problems])
     problems = []
-    for artifact in inputs.lock.artifacts:
+    for artifact in inputs.lock.deployed:
         folder = report.locations.get(artifact.role)
         if folder is not None and Path(folder).is_dir():
             problems += approval_problems(artifact.role, Path(folder),
@@ -133,11 +133,12 @@ def check_scan(inputs: GateInputs) -> Checked:
     locations = inputs.get(VerifiedFiles).locations
     judge, problems = inputs.judge(), []
     roles, findings, failing, remote_code, pickle_files, aside = {}, 0, 0, 0, 0, 0
-    for artifact in inputs.lock.artifacts:
+    for artifact in inputs.lock.deployed:
         folder = locations.get(artifact.role)
         if folder is None:
             continue
         is_drafter = artifact.role == "drafter"
+        upstream = judge.upstream(artifact.role, inputs.lock)[0]  # check_policy says why not
         report = scan_paths(
             [folder],
             target=locations.get("target") if is_drafter else None,
@@ -147,6 +148,7 @@ def check_scan(inputs: GateInputs) -> Checked:
             param_budget=inputs.policy.drafter_max_params if is_drafter else None,
             engines=deploy_engines(inputs.lock),
             finite_weights=artifact.role == "target" and inputs.policy.target_finite,
+            upstream_folder=locations.get(upstream.role) if upstream is not None else None,
             progress=inputs.progress,
         )
         failed, found = judge.scan(artifact, report)
@@ -198,7 +200,7 @@ def check_policy(inputs: GateInputs) -> Checked:
                           inputs.options.trust_root, tolerances)
     if problems:
         return _refused(problems)
-    tiers = {artifact.role: str(judge.tier(artifact)) for artifact in lock.artifacts}
+    tiers = {artifact.role: str(judge.tier(artifact)) for artifact in lock.deployed}
     named = ", ".join(f"{role}: {tier}" for role, tier in sorted(tiers.items()))
     waivers = tuple(dict.fromkeys((*inputs.waivers_used, *judge.used)))
     listed = f"; waivers used: {', '.join(waivers)}" if waivers else ""

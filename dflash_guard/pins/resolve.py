@@ -30,6 +30,8 @@ from dflash_guard.pins.hashing import StatCache, digest_files, git_blob_id, sha2
 from dflash_guard.pins.lockfile import (
     CACHE_UNCONFIRMED,
     HUB_CONFIRMED,
+    UPSTREAM,
+    UPSTREAM_FILES,
     Artifact,
     CodeRef,
     Engine,
@@ -97,20 +99,21 @@ def lock_source(role: str, src: str, confirmed_by: Lockfile | None = None,
     `confirmed_by`: an earlier lock whose `hub-confirmed` artifacts can confirm a snapshot; a
     folder's hashing is a stage of `progress` (`hashing ROLE`), answered and recorded by the
     stat `cache` when one is given (its caller saves it)."""
+    flag = f"--upstream {UPSTREAM[role]}=" if role in UPSTREAM else f"--{role} "
     path = Path(src).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise InputError(f"--{role} {src}: not a folder")
+            raise InputError(f"{flag}{src}: not a folder")
         if (identity := hub.snapshot_identity(path)) is not None:
             repo, commit = identity
             return _lock_folder(role, path, repo=repo, commit=commit, revision=commit,
                                 confirmed_by=confirmed_by, progress=progress, cache=cache)
         return _lock_folder(role, path, progress=progress, cache=cache)
     if src.startswith((".", "/", "~")):
-        raise InputError(f"--{role} {src}: no such folder")
+        raise InputError(f"{flag}{src}: no such folder")
     parsed = hub.parse_hub_source(src)
     if parsed is None:
-        raise InputError(f"--{role} {src}: neither an existing folder nor ORG/NAME[@REV]")
+        raise InputError(f"{flag}{src}: neither an existing folder nor ORG/NAME[@REV]")
     repo, revision = parsed
     if hub.is_offline():
         cached = hub.cached_commit(repo, revision)
@@ -140,11 +143,16 @@ def _lock_folder(
     in_cache = repo is not None
     boundary = hub.snapshot_boundary(folder) if in_cache else None
     files, unsafe = list_folder(absolute_root(folder), boundary)
+    if role in UPSTREAM:
+        files = {rel: path for rel, path in files.items() if rel in UPSTREAM_FILES}
+        unsafe = [u for u in unsafe if u.path in UPSTREAM_FILES]
     if unsafe:
         first = unsafe[0]
         raise _Refused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
     if not files:
-        raise InputError(f"{folder}: the folder has no files to lock")
+        raise InputError(f"{folder}: the folder has no files to lock"
+                         + (f" (an upstream locks only {', '.join(UPSTREAM_FILES)})"
+                            if role in UPSTREAM else ""))
     digests = digest_files(files.values(), cache=cache, progress=progress,
                            stage_name=f"hashing {role}")
     rows = []
@@ -153,8 +161,8 @@ def _lock_folder(
         rows.append(LockedFile(rel, size, sha256,
                                hub.cached_blob_id(Path(path)) if in_cache else None))
     locked = tuple(rows)
-    code_refs = _lock_code_refs(role, {rel: Path(files[rel]) for rel in AUTO_MAP_FILES
-                                       if rel in files})
+    code_refs = () if role in UPSTREAM else _lock_code_refs(
+        role, {rel: Path(files[rel]) for rel in AUTO_MAP_FILES if rel in files})
     if in_cache:
         assert repo is not None and commit is not None
         provenance = _snapshot_provenance(role, repo, commit, locked, confirmed_by)
@@ -164,8 +172,15 @@ def _lock_folder(
 
 
 def _lock_hub(role: str, repo: str, revision: str | None) -> Artifact:
-    """Resolve a Hub repo at `revision` and lock every file at the commit it names."""
+    """Resolve a Hub repo at `revision` and lock every file at the commit it names (an
+    upstream's `UPSTREAM_FILES` only)."""
     state = hub.resolve_repo(repo, revision)
+    if role in UPSTREAM:
+        state = dataclasses.replace(state, files=tuple(f for f in state.files
+                                                       if f.path in UPSTREAM_FILES))
+        if not state.files:
+            raise InputError(f"--upstream {UPSTREAM[role]}={repo}: the repo has none of "
+                             f"{', '.join(UPSTREAM_FILES)} at {state.commit[:12]}")
     for f in state.files:
         if not is_safe_relpath(f.path):
             raise _Refused(f"hub: {repo}@{state.commit}: unsafe file path {f.path!r}")
@@ -180,9 +195,8 @@ def _lock_hub(role: str, repo: str, revision: str | None) -> Artifact:
             else LockedFile(path=f.path, size=f.size, sha256=f.lfs_sha256, blob_id=f.blob_id)
             for f in sorted(state.files, key=lambda f: f.path)
         )
-        code_refs = _lock_code_refs(
-            role, {p: fetched[p][0] for p in AUTO_MAP_FILES if p in fetched}
-        )
+        code_refs = () if role in UPSTREAM else _lock_code_refs(
+            role, {p: fetched[p][0] for p in AUTO_MAP_FILES if p in fetched})
     return Artifact(role, "hub", repo, revision, state.commit, locked, code_refs,
                     provenance=HUB_CONFIRMED)
 

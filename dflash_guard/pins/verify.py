@@ -18,7 +18,14 @@ from dflash_guard.pins import hub
 from dflash_guard.pins.folder import absolute_root, list_folder
 from dflash_guard.pins.gcpause import paused_gc
 from dflash_guard.pins.hashing import StatCache, hash_files, stat_key
-from dflash_guard.pins.lockfile import Artifact, CodeRef, LockedFile, Lockfile, is_safe_relpath
+from dflash_guard.pins.lockfile import (
+    UPSTREAM,
+    Artifact,
+    CodeRef,
+    LockedFile,
+    Lockfile,
+    is_safe_relpath,
+)
 from dflash_guard.progress import NO_PROGRESS, Progress
 
 
@@ -207,7 +214,8 @@ def _compare(
     for are read."""
     role = target.role
     on_disk, unsafe = list_folder(absolute_root(target.folder), target.boundary)
-    code_only = ":code:" in role
+    # a code repo or an upstream: only the files locked matter, the rest are not loaded
+    listed_only = ":code:" in role or role in UPSTREAM
     for entry in unsafe:
         report.problems.append(FileProblem(role, entry.path, entry.kind, None, entry.detail))
     unsafe_paths = {u.path for u in unsafe}
@@ -244,7 +252,7 @@ def _compare(
             found[path] = hit
         else:
             stats[path] = st
-    if not code_only and len(on_disk) > listed:  # else every file listed is a locked one
+    if not listed_only and len(on_disk) > listed:  # else every file listed is a locked one
         locked_paths = {f.path for f in target.files}
         for rel in sorted(set(on_disk) - locked_paths):
             report.problems.append(FileProblem(role, rel, "extra", None, "not in the lockfile"))

@@ -52,6 +52,25 @@ class Judge:
     provenance_trusted: bool
     used: list[str] = dataclasses.field(default_factory=list)
 
+    def upstream(self, role: str, lock: Lockfile) -> tuple[Artifact | None, str | None]:
+        """The locked upstream the policy names for `role` (`upstream:`), or why it does not
+        count: it must be locked as `ROLE-upstream` at the repo and commit the policy names,
+        confirmed by the Hub, in a signed lock (the policy names the Hub's bytes, and only such
+        a lock's digests are the Hub's). (None, None): the policy names none."""
+        named = self.policy.upstream_of(role)
+        if named is None:
+            return None, None
+        locked = lock.artifact(f"{role}-upstream")
+        wanted = f"the policy's upstream for the {role}, {named.repo}@{named.commit[:12]},"
+        if locked is None or (locked.repo, locked.commit) != (named.repo, named.commit):
+            return None, (f"{wanted} is not locked: lock it with --upstream "
+                          f"{role}={named.repo}@{named.commit}")
+        if not (locked.hub_confirmed and self.provenance_trusted):
+            return None, (f"{wanted} is not proven the Hub's ({locked.provenance}"
+                          f"{'' if self.provenance_trusted else ', in an unsigned lock'}): "
+                          "lock it online and sign the lock")
+        return locked, None
+
     def tier(self, artifact: Artifact) -> TrustTier:
         """The artifact's trust tier under the policy, given what the signature check found."""
         return self.policy.artifact_tier(artifact, self.provenance_trusted)
@@ -130,7 +149,10 @@ class Judge:
         for waiver in policy.expired_waivers(self.today):
             problems.append(f"waiver {waiver.id} ({waiver.covers}) expired on "
                             f"{waiver.expires.isoformat()}")
-        for artifact in lock.artifacts:
+        for role in (u.role for u in policy.upstream):
+            if (why := self.upstream(role, lock)[1]) is not None:
+                problems.append(why)
+        for artifact in lock.deployed:
             tier, key = self.tier(artifact), artifact_key(artifact)
             # A record keyed on `repo@commit` is about the Hub's bytes: it counts only for an
             # artifact whose Hub provenance is trusted (confirmed, in a signed lock).

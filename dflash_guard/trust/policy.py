@@ -41,7 +41,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.fileio import read_input_text
 from dflash_guard.near_tie import ENGINE, NEAR_TIE_MARGIN
 from dflash_guard.patterns import ORG_RE, REPO_AT_COMMIT_RE, SHA256_RE
-from dflash_guard.pins.lockfile import CACHE_UNCONFIRMED
+from dflash_guard.pins.lockfile import CACHE_UNCONFIRMED, UPSTREAM
 from dflash_guard.schema import Field, merged, read_document
 from dflash_guard.severity import Severity
 from dflash_guard.trust.apple.image import AppPins
@@ -78,6 +78,7 @@ class WaiverKind(StrEnum):
 TIERS = tuple(t.value for t in TrustTier)
 WAIVER_KINDS = tuple(k.value for k in WaiverKind)
 
+UPSTREAM_ROLES = tuple(UPSTREAM.values())  # the roles `upstream:` may name
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -166,6 +167,17 @@ class ReviewedFile:
 
     sha256: str
     note: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Upstream:
+    """The upstream of a deployed role (`upstream:`): the Hub repo and commit whose tokenizer,
+    generation and template files the role's are compared with (`scan.upstream`), locked beside
+    the deploy as `ROLE-upstream`."""
+
+    role: str
+    repo: str
+    commit: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,6 +310,7 @@ class Policy:
     document: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
     reviewed_templates: tuple[ReviewedTemplate, ...] = ()
     reviewed_files: tuple[ReviewedFile, ...] = ()
+    upstream: tuple[Upstream, ...] = ()
     # `gguf_comparisons` entries given as `record: PATH`: GGUF comparison records
     # (`difftest reference --record`), checked against the lock by the gate
     gguf_comparison_records: tuple[Path, ...] = ()
@@ -382,6 +395,10 @@ class Policy:
     @property
     def reviewed_file_sha256(self) -> frozenset[str]:
         return frozenset(r.sha256 for r in self.reviewed_files)
+
+    def upstream_of(self, role: str) -> Upstream | None:
+        """The upstream the policy names for `role` (target, drafter), or None."""
+        return next((u for u in self.upstream if u.role == role), None)
 
     def staging_approved(self, repo: str | None, commit: str | None) -> StagingApproval | None:
         return next(
@@ -706,8 +723,8 @@ TOP_LEVEL = (
     "policy_version", "name", "description", "orgs", "local_tier", "cache_tier", "tiers",
     "artifacts",
     "engines", "scan", "difftest", "drafter", "signatures", "reviewed_code", "reviewed_templates",
-    "reviewed_files", "staging_approvals", "gguf_comparisons", "waivers", "advisories", "rollout",
-    "launch", "model_card",
+    "reviewed_files", "upstream", "staging_approvals", "gguf_comparisons", "waivers",
+    "advisories", "rollout", "launch", "model_card",
 )
 OPTIONAL_LISTS = ("reviewed_code", "reviewed_templates", "reviewed_files", "staging_approvals",
                   "gguf_comparisons", "waivers")
@@ -840,6 +857,10 @@ def _parse_policy(top: Field, text: str, source: str, extends: str | None) -> Po
         r = item.mapping(("sha256", "note"), ("sha256", "note"))
         files.append(ReviewedFile(r["sha256"].text(SHA256_RE.match, "a 64-hex sha256"),
                                   r["note"].text()))
+    upstream = []
+    if (named := f.optional("upstream")) is not None:
+        for role, field in named.mapping(UPSTREAM_ROLES).items():
+            upstream.append(Upstream(role, *_repo_at_commit(field)))
     staging = []
     for item in f["staging_approvals"].items() if "staging_approvals" in f else []:
         s = item.mapping(("artifact", "approver", "date"), ("artifact", "approver", "date"))
@@ -903,6 +924,7 @@ def _parse_policy(top: Field, text: str, source: str, extends: str | None) -> Po
         reviewed_code=tuple(reviewed),
         reviewed_templates=tuple(templates),
         reviewed_files=tuple(files),
+        upstream=tuple(upstream),
         staging_approvals=tuple(staging),
         gguf_comparisons=tuple(comparisons),
         waivers=tuple(waivers),

@@ -1,8 +1,9 @@
 """The reviewer's way past `reviewed_code`: the remote code the gate would refuse as unreviewed,
 each file with what the scan found it can do (its capability report), the chat templates it
-would refuse as unreviewed (`reviewed_templates`), the loaded generation configs and GGUFs whose
-defaults it refuses at the policy's `fail_on` (DG-GENERATION-DEFAULTS, cleared by
-`reviewed_files`), and the policy file that records the review: a built-in policy extended with
+would refuse as unreviewed (`reviewed_templates`), the loaded files whose meaning it refuses at
+the policy's `fail_on` (`REVIEWED_FILE_RULES`: generation configs and GGUFs whose defaults change
+every answer, tokenizer files that are not the upstream's; cleared by `reviewed_files`), and the
+policy file that records the review: a built-in policy extended with
 the reviewed sha256s, commented.
 
 The files are verified against the lock first (every byte hashed, no stat cache), so a digest
@@ -35,6 +36,7 @@ from dflash_guard.templates.locate import unreviewed_digest
 from dflash_guard.trust.judge import locked_code_sha256
 from dflash_guard.trust.policy import (
     BUILTIN_POLICIES,
+    Policy,
     RemoteCode,
     ReviewedFile,
     ReviewedTemplate,
@@ -94,15 +96,20 @@ class TemplateToReview:
                 "sha256": self.sha256}
 
 
+UPSTREAM_RULES = frozenset({rules.UPSTREAM_DIFF.id, rules.UPSTREAM_NONE.id})
+# the rules whose findings a `reviewed_files` entry (the file's sha256) clears
+REVIEWED_FILE_RULES = UPSTREAM_RULES | {rules.GENERATION_DEFAULTS.id}
+
+
 @dataclasses.dataclass(frozen=True)
 class FileToReview:
-    """A loaded file whose meaning the gate refuses until its sha256 is on `reviewed_files`: a
-    generation config or a GGUF whose defaults change every answer (DG-GENERATION-DEFAULTS)."""
+    """A loaded file whose meaning the gate refuses until its sha256 is on `reviewed_files`
+    (`REVIEWED_FILE_RULES`)."""
 
     role: str
     path: str  # the file inside the role's folder
     sha256: str  # of its bytes, as the lock records them; "" when they could not be read
-    findings: tuple[Finding, ...]  # the scan's DG-GENERATION-DEFAULTS findings on it
+    findings: tuple[Finding, ...]  # the scan's `REVIEWED_FILE_RULES` findings on it
 
     @property
     def name(self) -> str:
@@ -111,9 +118,12 @@ class FileToReview:
 
     @property
     def kind(self) -> str:
-        """What the file is: a GGUF (its sampling metadata) or a generation config."""
-        return ("GGUF" if any(f.detector == gguf.DETECTOR for f in self.findings)
-                else "generation config")
+        """What is to be read: a GGUF's sampling metadata, a generation config's defaults, or
+        a file that is not the upstream's."""
+        if any(f.rule_id in UPSTREAM_RULES for f in self.findings):
+            return "not the upstream's"
+        return ("GGUF defaults" if any(f.detector == gguf.DETECTOR for f in self.findings)
+                else "generation defaults")
 
     def to_json(self) -> dict[str, object]:
         return {"role": self.role, "path": self.path, "sha256": self.sha256 or None,
@@ -174,9 +184,9 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
     templates: list[TemplateToReview] = []
     configs: list[FileToReview] = []
     denied: list[str] = []
-    waived = policy.waiver("scan", rules.GENERATION_DEFAULTS.id,
-                           dt.datetime.now(dt.UTC).date()) is not None
-    for artifact in lock.artifacts:
+    today = dt.datetime.now(dt.UTC).date()
+    waived = {rule for rule in REVIEWED_FILE_RULES if policy.waiver("scan", rule, today)}
+    for artifact in lock.deployed:
         folder = locations.get(artifact.role)
         if folder is None:
             continue
@@ -187,9 +197,11 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
                             reviewed_sha256=policy.reviewed_sha256,
                             reviewed_templates=policy.reviewed_template_sha256,
                             reviewed_files=policy.reviewed_file_sha256,
-                            engines=deploy_engines(lock), progress=progress)
-        if not waived:  # a finding at fail_on refuses on every tier
-            configs += _configs(artifact, folder, report, policy.fail_on)
+                            engines=deploy_engines(lock),
+                            upstream_folder=_upstream(policy, lock, artifact.role, locations),
+                            progress=progress)
+        # a finding at fail_on refuses on every tier
+        configs += _configs(artifact, folder, report, policy.fail_on, waived)
         if rule.templates is Templates.reviewed_only:  # as the gate judges: loaded files only
             templates += [TemplateToReview(artifact.role, f.file, f.member, digest)
                           for f in filter(report.loaded, report.findings)
@@ -213,14 +225,25 @@ def find_unreviewed(lock: Lockfile, locations: Mapping[str, Path], base: str,
                   denied=tuple(denied), templates=tuple(templates), configs=tuple(configs))
 
 
+def _upstream(policy: Policy, lock: Lockfile, role: str,
+              locations: Mapping[str, Path]) -> Path | None:
+    """The folder of the upstream the policy names for `role`, when the lock locks that repo
+    and commit (whether its provenance is proven is the gate's to judge)."""
+    named, locked = policy.upstream_of(role), lock.artifact(f"{role}-upstream")
+    if named is None or locked is None or (locked.repo, locked.commit) != (named.repo,
+                                                                            named.commit):
+        return None
+    return locations.get(locked.role)
+
+
 def _configs(artifact: Artifact, folder: Path, report: ScanReport,
-             fail_on: Severity) -> list[FileToReview]:
-    """The loaded files of `report` with a DG-GENERATION-DEFAULTS finding at `fail_on`+, each
-    with all its findings of the rule (the review clears them all) and the sha256 of its bytes:
-    the lock's, else of the bytes on disk (never a field of the file)."""
+             fail_on: Severity, waived: set[str]) -> list[FileToReview]:
+    """The loaded files of `report` with a finding of `REVIEWED_FILE_RULES` (not `waived`) at
+    `fail_on`+, each with all its findings of those rules (the review clears them all) and the
+    sha256 of its bytes: the lock's, else of the bytes on disk (never a field of the file)."""
     found: dict[str, list[Finding]] = {}
     for finding in filter(report.loaded, report.findings):
-        if finding.rule_id == rules.GENERATION_DEFAULTS.id:
+        if finding.rule_id in REVIEWED_FILE_RULES and finding.rule_id not in waived:
             found.setdefault(finding.file, []).append(finding)
     configs = []
     for path, findings in found.items():
@@ -325,7 +348,7 @@ def _file_lines(review: Review, kept: tuple[ReviewedFile, ...], reviewer: str,
     """`reviewed_files:` with the base's entries and one per file reviewed now, commented with
     what the scan found (its messages quote the untrusted file: `_comment` escapes them)."""
     return _digest_section("reviewed_files", review, [(f.sha256, f.note) for f in kept], [
-        (c.sha256, c.name, [_comment(f"{c.name}: generation defaults (sha256 {c.sha256})"),
+        (c.sha256, c.name, [_comment(f"{c.name}: {c.kind} (sha256 {c.sha256})"),
                             *(_comment(f"  {f.severity.name} {f.rule_id}: {f.message}")
                               for f in c.findings)])
         for c in review.configs], reviewer, today)

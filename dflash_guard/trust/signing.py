@@ -683,7 +683,7 @@ def verify_model_signatures(lock: Lockfile, locations: Mapping[str, Path], polic
     is a refusal. `lock` is a `dflash_guard.pins.lockfile.Lockfile`; `provenance_trusted`: whether
     its `hub-confirmed` claims count (see `trust.evidence`)."""
     checks = []
-    for artifact in lock.artifacts:
+    for artifact in lock.deployed:
         folder = locations.get(artifact.role)
         if folder is None:
             continue

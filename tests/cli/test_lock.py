@@ -73,6 +73,37 @@ def test_hub_sources_pin_commit_and_hash_every_file(cli, hub, hf_env, tmp_path):
     assert again.read_bytes() == out.read_bytes()
 
 
+def test_an_upstream_locks_only_the_files_compared_with_it(cli, hub, local_pair, tmp_path):
+    """`--upstream target=SOURCE`: the Hub repo at its commit, confirmed, with only the files
+    the target's are compared with: no weights are listed, fetched or verified."""
+    out = tmp_path / "dflash.lock"
+    r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,
+            "--upstream", f"target={TARGET_REPO}@v1.0", "-o", out, "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["provenance"]["target-upstream"] == "hub-confirmed"
+    upstream = load_lockfile(out).artifact("target-upstream")
+    assert (upstream.repo, upstream.commit) == (TARGET_REPO, hub.commits[TARGET_REPO])
+    assert [f.path for f in upstream.files] == [
+        "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+    assert not [line for line in hub.requests if "model.safetensors" in line]
+    # a folder beside the upstream's files holds its weights too: only the locked files count
+    folder = write_folder(tmp_path / "upstream", target_files())
+    r = cli("verify", "--lock", out, "--root", f"target={local_pair.target}", "--root",
+            f"drafter={local_pair.drafter}", "--root", f"target-upstream={folder}")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    (folder / "tokenizer.json").write_text("{}")
+    r = cli("verify", "--lock", out, "--root", f"target={local_pair.target}", "--root",
+            f"drafter={local_pair.drafter}", "--root", f"target-upstream={folder}")
+    assert r.exit_code == 1 and "tokenizer.json" in r.stdout
+
+
+@pytest.mark.parametrize("spec", ["gguf=acme/x", "target", "target=", "drafter-upstream=x"])
+def test_an_upstream_names_the_target_or_the_drafter(cli, local_pair, tmp_path, spec):
+    r = cli("lock", "--target", local_pair.target, "--drafter", local_pair.drafter,
+            "--upstream", spec, "-o", tmp_path / "dflash.lock")
+    assert r.exit_code == 2 and "expected ROLE=SOURCE with ROLE target or drafter" in r.stderr
+
+
 def test_remote_auto_map_repo_is_pinned(cli, hub, tmp_path):
     drafter = "acme/remote-code-drafter"
     make_repo(hub.root, drafter, drafter_files(f"{CODE_REPO}--dflash.DFlashDraftModel"))

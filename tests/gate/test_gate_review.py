@@ -143,8 +143,8 @@ def test_review_offers_a_generation_config_the_gate_refuses(cli, tmp_path, locke
         "target", "generation_config.json", digest)
     assert "repetition_penalty 1.3" in entry["findings"][0]["message"]
     text = " ".join(cli("review", "--lock", lock, *roots, "-q").stdout.split())
-    assert f"target/generation_config.json generation config sha256 {digest}" in text
-    assert "UNREVIEWED: 1 remote-code file, 1 generation config;" in text
+    assert f"target/generation_config.json generation defaults sha256 {digest}" in text
+    assert "UNREVIEWED: 1 remote-code file, 1 defaults or tokenizer file;" in text
 
     policy = tmp_path / "reviewed.yaml"
     written = cli("review", "--lock", lock, *roots, "--reviewer", "me@example.com",

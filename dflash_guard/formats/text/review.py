@@ -48,7 +48,7 @@ def render_review(review: Review, console: Console) -> None:
     for config in review.configs:
         digest = config.sha256 or "no bytes to review (unreadable)"
         console.print(f"[bold]{markup_safe(config.name)}[/]  {config.kind} sha256 {digest}: "
-                      "defaults the engine applies to every request; read them", highlight=False,
+                      "what it makes the engine do to every request; read it", highlight=False,
                       soft_wrap=True)
         for finding in config.findings:
             console.print(f"  {finding.severity.name} {finding.rule_id}: "
@@ -60,7 +60,7 @@ def render_review(review: Review, console: Console) -> None:
                       soft_wrap=True)
     count = len(review.files)
     files = "file" if count == 1 else "files"
-    configs = f"generation config{'s' if len(review.configs) != 1 else ''}"
+    configs = f"defaults or tokenizer file{'s' if len(review.configs) != 1 else ''}"
     listed = f"{count} remote-code {files}" + (
         f", {len(review.templates)} chat template{'s' if len(review.templates) != 1 else ''}"
         if review.templates else "") + (
