@@ -471,6 +471,12 @@ def scan_paths(
         run.findings += upstream.upstream_findings(
             root, f"{prefix}/" if prefix else "", loading.loaded, upstream_folder,
             frozenset(reviewed_files))
+        if upstream_folder is not None:  # the vocabulary of each GGUF llama.cpp loads
+            run.findings += [finding for relative in loading.loaded
+                             if relative.endswith(".gguf")
+                             for finding in upstream.gguf_findings(
+                                 root / relative, shown_as[relative], upstream_folder,
+                                 frozenset(reviewed_files))]
         for entry in unsafe:
             shown = f"{prefix}/{entry.path}" if prefix else entry.path
             run.unscannable(shown, f"not scanned: {entry.detail}")

@@ -13,6 +13,9 @@ templates) are compared with the model's upstream:
   in none of them has no upstream at all, MEDIUM (generation configs and chat templates have
   catalogs of their own: `generation`, `templates`).
 The tokenizer file `fast_tokenizer_files` selects is compared too, under its own name.
+A GGUF that llama.cpp loads is held against the upstream's `tokenizer.json` as the pinned
+tree's `convert_hf_to_gguf.py` writes it (`gguf_findings`): each token's text, the CONTROL type
+of special tokens, the merges and the end-of-generation id.
 A file whose sha256 is on the policy's `reviewed_files` is quiet either way.
 """
 
@@ -25,19 +28,25 @@ import json
 from collections.abc import Collection
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from dflash_guard import fileio, rules
+from dflash_guard.errors import InputError
 from dflash_guard.findings import Finding
 from dflash_guard.pins.fileset import FileSetError, loaded_tokenizer_file
+from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import UPSTREAM_FILES
 from dflash_guard.scan.generation import REVIEWED, canonical_sha256
+from dflash_guard.scan.weights import gguf_tokens
 from dflash_guard.severity import Severity
+from kernels_ref.gguf_reader import GGUF, read_gguf
 
 DETECTOR = "upstream"
 # files judged by catalogs of their own without an upstream (`generation`, `templates`)
 OWN_CATALOGS = frozenset({"generation_config.json", "chat_template.jinja", "chat_template.json"})
 KNOWN = Path(__file__).with_name("upstream_known.json")
 SHOWN = 6  # differences spelled out per file
+NORMAL, UNUSED = 1, 5  # llama_token_type (CONTROL: gguf_tokens.CONTROL)
 
 
 @cache
@@ -115,6 +124,132 @@ def _diff_message(ours: _Read, theirs: _Read) -> str:
     shown = "; ".join(found[:SHOWN]) + (f"; and {len(found) - SHOWN} more" if len(found) > SHOWN
                                          else "")
     return f"{len(found)} difference(s): {shown}" if found else "the bytes differ"
+
+
+def _upstream_vocabulary(tokenizer: dict[str, Any]) -> tuple[dict[int, str], set[int], set[int]]:
+    """A parsed `tokenizer.json`'s `id -> text` (the model's vocabulary, then its added tokens),
+    and the ids of its added tokens and of those marked special."""
+    model = tokenizer.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    texts: dict[int, str] = {}
+    if isinstance(vocab, dict):
+        texts = {value: text for text, value in vocab.items()
+                 if isinstance(value, int) and not isinstance(value, bool)}
+    elif isinstance(vocab, list):  # Unigram: [piece, score] by id
+        texts = {i: entry[0] for i, entry in enumerate(vocab)
+                 if isinstance(entry, list) and entry and isinstance(entry[0], str)}
+    added, special = set(), set()
+    for entry in tokenizer.get("added_tokens") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("id"), int) and isinstance(
+                entry.get("content"), str):
+            texts[entry["id"]] = entry["content"]
+            added.add(entry["id"])
+            if entry.get("special") is True:
+                special.add(entry["id"])
+    return texts, added, special
+
+
+def _merges(tokenizer: dict[str, Any]) -> list[bytes]:
+    """A parsed `tokenizer.json`'s BPE merges as the GGUF writes them (`a b`, UTF-8)."""
+    model = tokenizer.get("model")
+    merges = model.get("merges") if isinstance(model, dict) else None
+    return [(merge if isinstance(merge, str) else " ".join(map(str, merge))).encode()
+            for merge in (merges if isinstance(merges, list) else [])]
+
+
+def _end_ids(upstream: Path) -> set[int]:
+    """The upstream's end-of-generation ids: `generation_config.json`'s `eos_token_id`."""
+    try:
+        config = fileio.read_json(upstream / "generation_config.json")
+    except (OSError, ValueError):
+        return set()
+    value = config.get("eos_token_id") if isinstance(config, dict) else None
+    items = value if isinstance(value, list) else [value]
+    return {v for v in items if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _between(merge: bytes, marked: set[bytes]) -> bool:
+    """Whether the merge `a b` joins two of the `marked` tokens (at any of its spaces)."""
+    return any(merge[:i] in marked and merge[i + 1:] in marked
+               for i, byte in enumerate(merge) if byte == 0x20)
+
+
+def gguf_differences(gguf: GGUF, tokenizer: dict[str, Any], end_ids: set[int]) -> list[str]:
+    """How the vocabulary llama.cpp reads from `gguf` differs from the upstream's parsed
+    `tokenizer.json` as `convert_hf_to_gguf.py` (`get_vocab_base`) writes it: each id's text
+    (ids past the upstream's vocabulary only as the converter's `[PADn]` UNUSED padding), a
+    CONTROL type on an ordinary upstream token or an upstream special token the GGUF leaves
+    NORMAL, the merges in order (but for a merge of two special tokens, which never applies),
+    and an end-of-generation id (`tokenizer.ggml.eos_token_id`)
+    that is none of the upstream's (`end_ids`, when it has any)."""
+    texts, added, special = _upstream_vocabulary(tokenizer)
+    types = gguf_tokens.int32s(gguf, "tokenizer.ggml.token_type")
+    found, count = [], 0
+    for token, raw in enumerate(gguf_tokens.strings(gguf, gguf_tokens.TOKENS)):
+        count += 1
+        text, theirs = raw.decode("utf-8", "replace"), texts.get(token)
+        kind = types[token] if token < len(types) else None
+        if theirs is None:
+            if kind != UNUSED:
+                found.append(f"token {token} {text!r} (upstream none)")
+        elif text != theirs:
+            found.append(f"token {token} {text!r} (upstream {theirs!r})")
+        elif kind == gguf_tokens.CONTROL and token not in added:
+            found.append(f"token {token} {text!r} is CONTROL, which llama.cpp never writes "
+                         "into an answer (upstream an ordinary token)")
+        elif kind == NORMAL and token in special:
+            found.append(f"token {token} {text!r} is NORMAL (upstream special)")
+    missing = sorted(token for token in texts if token >= count)
+    if missing:
+        found.append(f"{len(missing)} upstream token(s) past the GGUF's {count:,}, from id "
+                     f"{missing[0]}")
+    # a merge of two special tokens never applies (they are split out before BPE): what a
+    # converter adds where the upstream has no merges, since llama.cpp refuses BPE without any
+    marked = {texts[token].encode() for token in special}
+    ours = [merge for merge in gguf_tokens.strings(gguf, "tokenizer.ggml.merges")
+            if not _between(merge, marked)]
+    theirs_merges = _merges(tokenizer)
+    if ours != theirs_merges:
+        first = next((i for i, (a, b) in enumerate(zip(ours, theirs_merges, strict=False))
+                      if a != b), min(len(ours), len(theirs_merges)))
+        found.append(f"merges: {len(ours):,} (upstream {len(theirs_merges):,}), first "
+                     f"different at {first}")
+    end = gguf_tokens.number(gguf, "tokenizer.ggml.eos_token_id")
+    if end is not None and end_ids and end not in end_ids:
+        found.append(f"tokenizer.ggml.eos_token_id {end} (upstream {sorted(end_ids)})")
+    return found
+
+
+def gguf_findings(path: Path, display: str, upstream: Path,
+                  reviewed: frozenset[str]) -> list[Finding]:
+    """`rules.UPSTREAM_DIFF` for a GGUF llama.cpp loads, against the upstream folder's
+    `tokenizer.json` (`gguf_differences`); a header the scan refuses is its to report."""
+    tokenizer_path = upstream / "tokenizer.json"
+    if not tokenizer_path.is_file():
+        return [Finding.of(rules.UPSTREAM_DIFF, display,
+                           "the upstream ships no tokenizer.json to hold the GGUF's vocabulary "
+                           "against", severity=Severity.medium, detector=DETECTOR)]
+    try:
+        tokenizer = fileio.read_json(tokenizer_path, limit=fileio.MAX_TEXT_BYTES)
+        with fileio.open_binary(path) as handle, read_gguf(handle) as gguf:
+            found = gguf_differences(gguf, tokenizer if isinstance(tokenizer, dict) else {},
+                                     _end_ids(upstream))
+    except (OSError, ValueError):
+        return []
+    if not found:
+        return []
+    try:
+        digest = sha256_file(path)
+    except InputError as error:  # changed under the scan
+        digest = f"unknown: {error}"
+    if digest in reviewed:
+        return []
+    shown = "; ".join(found[:SHOWN]) + (f"; and {len(found) - SHOWN} more"
+                                         if len(found) > SHOWN else "")
+    return [Finding.of(rules.UPSTREAM_DIFF, display,
+                       f"its vocabulary differs from the upstream's tokenizer.json as llama.cpp "
+                       f"reads it: {len(found)} difference(s): {shown} (sha256 {digest}: once "
+                       f"read, {REVIEWED})", detector=DETECTOR)]
 
 
 def _compared(folder: Path) -> list[str]:

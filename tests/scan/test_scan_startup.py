@@ -55,7 +55,7 @@ def _scan_imports(folder: Path) -> tuple[int, list[str]]:
 def test_safetensors_and_json_folder_imports_no_heavy_library(tmp_path: Path) -> None:
     write_safetensors(tmp_path / "model.safetensors")
     write_json(tmp_path / "config.json", {"architectures": ["LlamaForCausalLM"]})
-    write_json(tmp_path / "tokenizer_config.json", {"model_max_length": 2048})
+    write_json(tmp_path / "generation_config.json", {"do_sample": False})
     assert _scan_imports(tmp_path) == (0, [])
 
 

@@ -193,3 +193,77 @@ def test_the_tokenizer_file_transformers_selects_is_compared_too(builtin_pair, c
         found["tokenizer_config.json"].message)
     alone = {f.file: f.rule_id for f in _upstream_findings(scan_paths([copy]))}
     assert alone == {chosen: NONE, "tokenizer_config.json": NONE}
+
+
+def _vocab_gguf(out: Path, target: Path, *, text: dict[int, str] | None = None,
+                types: dict[int, int] | None = None, extra: tuple[tuple[str, int], ...] = (),
+                eos: int | None = None, merges: tuple[str, ...] = ()) -> Path:
+    """The built-in target's vocabulary as `convert_hf_to_gguf.py` writes it (tokens by id,
+    CONTROL for its special added tokens, its eos id), with planted changes."""
+    from tests.support.scan_builders import write_gguf
+
+    tokenizer = json.loads((target / "tokenizer.json").read_text())
+    by_id = {i: t for t, i in tokenizer["model"]["vocab"].items()}
+    by_id.update({a["id"]: a["content"] for a in tokenizer["added_tokens"]})
+    special = {a["id"] for a in tokenizer["added_tokens"] if a["special"]}
+    tokens = [(text or {}).get(i, by_id[i]) for i in range(len(by_id))] + [t for t, _ in extra]
+    kinds = [(types or {}).get(i, upstream.gguf_tokens.CONTROL if i in special else
+                               upstream.NORMAL) for i in range(len(by_id))]
+    kinds += [kind for _, kind in extra]
+    config = json.loads((target / "generation_config.json").read_text())
+
+    def vocabulary(writer) -> None:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_list(tokens)
+        writer.add_token_types(kinds)
+        if merges:
+            writer.add_token_merges(list(merges))
+        writer.add_eos_token_id(config["eos_token_id"] if eos is None else eos)
+
+    return write_gguf(out, vocabulary, "qwen3")
+
+
+def _gguf_differences(path: Path, target: Path) -> list[str]:
+    from kernels_ref.gguf_reader import read_gguf
+
+    tokenizer = json.loads((target / "tokenizer.json").read_text())
+    end = json.loads((target / "generation_config.json").read_text())["eos_token_id"]
+    with path.open("rb") as handle, read_gguf(handle) as gguf:
+        return upstream.gguf_differences(gguf, tokenizer, {end})
+
+
+def test_a_gguf_vocabulary_as_the_converter_writes_it_is_the_upstream(builtin_pair, tmp_path):
+    same = _vocab_gguf(tmp_path / "same.gguf", builtin_pair.target,
+                       extra=(("[PAD260]", upstream.UNUSED),),  # the converter's padding
+                       merges=("<|bos|> <|pad|>",))  # two special tokens: it never applies
+    assert _gguf_differences(same, builtin_pair.target) == []
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"text": {65: "B"}}, "token 65 'B' (upstream 'A')"),
+    ({"types": {65: 3}}, "token 65 'A' is CONTROL"),
+    ({"types": {257: 1}}, "token 257 '<|endoftext|>' is NORMAL (upstream special)"),
+    ({"eos": 65}, "tokenizer.ggml.eos_token_id 65 (upstream [257])"),
+    ({"extra": (("[PAD260]", 1),)}, "token 260 '[PAD260]' (upstream none)"),
+    ({"merges": ("A B",)}, "merges: 1 (upstream 0), first different at 0"),
+], ids=["text", "control", "normal-special", "eos", "padding-not-unused", "merge"])
+def test_each_gguf_vocabulary_change_is_a_difference(builtin_pair, tmp_path, change, words):
+    changed = _vocab_gguf(tmp_path / "changed.gguf", builtin_pair.target, **change)
+    assert [line for line in _gguf_differences(changed, builtin_pair.target)
+            if words in line], _gguf_differences(changed, builtin_pair.target)
+
+
+def test_scan_holds_the_gguf_llamacpp_loads_against_the_upstream(builtin_pair, tmp_path):
+    folder = tmp_path / "gguf-target"
+    folder.mkdir()
+    changed = _vocab_gguf(folder / "target.gguf", builtin_pair.target, types={65: 3})
+    llamacpp = (DeployEngine("llama.cpp", "llama.cpp"),)
+    [finding] = _upstream_findings(scan_paths([folder], engines=llamacpp,
+                                              upstream_folder=builtin_pair.target))
+    assert (finding.rule_id, finding.severity, finding.file) == (DIFF, Severity.high,
+                                                                "target.gguf")
+    assert "its vocabulary differs from the upstream's tokenizer.json" in finding.message
+    digest = hashlib.sha256(changed.read_bytes()).hexdigest()
+    assert _upstream_findings(scan_paths([folder], engines=llamacpp,
+                                         upstream_folder=builtin_pair.target,
+                                         reviewed_files=frozenset({digest}))) == []

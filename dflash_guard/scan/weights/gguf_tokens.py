@@ -79,7 +79,7 @@ def token_problems(gguf: GGUF) -> list[str]:
     their texts are decoded: the other tokens and the merges are walked as bytes, and a file
     with neither CONTROL types nor end-of-generation ids reads no token at all."""
     count = _string_count(gguf, TOKENS)
-    control = {i for i, kind in enumerate(_int32s(gguf, "tokenizer.ggml.token_type"))
+    control = {i for i, kind in enumerate(int32s(gguf, "tokenizer.ggml.token_type"))
                if kind == CONTROL and i < count}
     ends: dict[int, str] = {}
     for name in END_IDS:
@@ -89,11 +89,11 @@ def token_problems(gguf: GGUF) -> list[str]:
     if not control and not ends:
         return []
     wanted = control | ends.keys()
-    texts = {i: raw.decode("utf-8", "replace") for i, raw in enumerate(_strings(gguf, TOKENS))
+    texts = {i: raw.decode("utf-8", "replace") for i, raw in enumerate(strings(gguf, TOKENS))
              if i in wanted}
     encoded = {text.encode() for text in texts.values()}
     produced = {merge.replace(b" ", b"", 1).decode("utf-8", "replace")
-                for merge in _strings(gguf, "tokenizer.ggml.merges")
+                for merge in strings(gguf, "tokenizer.ggml.merges")
                 if merge.replace(b" ", b"", 1) in encoded}
 
     def ordinary(token: int) -> bool:
@@ -140,7 +140,7 @@ def _string_count(gguf: GGUF, key: str) -> int:
     return field.count
 
 
-def _strings(gguf: GGUF, key: str) -> Iterator[bytes]:
+def strings(gguf: GGUF, key: str) -> Iterator[bytes]:
     """The items of a string array, one at a time, as bytes."""
     field = gguf.find(key)
     if field is None or not _string_count(gguf, key):
@@ -153,7 +153,7 @@ def _strings(gguf: GGUF, key: str) -> Iterator[bytes]:
         position += 8 + length
 
 
-def _int32s(gguf: GGUF, key: str) -> array.array[int]:
+def int32s(gguf: GGUF, key: str) -> array.array[int]:
     """An int32 array's items, 4 bytes each; empty when the key holds anything else."""
     field = gguf.find(key)
     items = array.array("i")
