@@ -49,7 +49,10 @@ UPSTREAM = {"target-upstream": "target", "drafter-upstream": "drafter"}
 UPSTREAM_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                   "added_tokens.json", "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model",
                   "spiece.model", "tekken.json", "generation_config.json",
-                  "chat_template.jinja", "chat_template.json")
+                  "chat_template.jinja", "chat_template.json",
+                  # its `chat_template` is the processor's, which vLLM 0.32 applies first
+                  # (`renderers/hf.py` `resolve_chat_template`)
+                  "processor_config.json")
 # transformers' CHAT_TEMPLATE_DIR: each `*.jinja` directly in it is a named template (`default`
 # replaces chat_template.jinja, `tool_use` serves prompts with tools): an upstream locks them too
 UPSTREAM_TEMPLATE_DIR = "additional_chat_templates"

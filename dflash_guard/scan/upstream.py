@@ -39,7 +39,8 @@ from dflash_guard.severity import Severity
 
 DETECTOR = "upstream"
 # files judged by catalogs of their own without an upstream (`generation`, `templates`)
-OWN_CATALOGS = frozenset({"generation_config.json", "chat_template.jinja", "chat_template.json"})
+OWN_CATALOGS = frozenset({"generation_config.json", "chat_template.jinja", "chat_template.json",
+                          "processor_config.json"})
 KNOWN = Path(__file__).with_name("upstream_known.json")
 SHOWN = 6  # differences spelled out per file
 # compared files whose absence hands what they decide to a file that is not compared (HIGH)

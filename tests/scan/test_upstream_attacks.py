@@ -140,3 +140,25 @@ def test_published_files_of_different_models_do_not_vouch_together(llama):
     assert _found(scan_paths([llama])) == []
     shutil.copyfile(LLAMA / "special_tokens_map.json", llama / "added_tokens.json")
     assert _found(scan_paths([llama])) == [(NONE, Severity.medium, "added_tokens.json")]
+
+
+def test_the_processor_template_is_held_against_the_upstream(target, builtin_pair, tmp_path):
+    """vLLM 0.32 applies the AutoProcessor's chat template before the tokenizer's
+    (`renderers/hf.py`), and a processor_config.json `chat_template` is the processor's: with a
+    processor class named beside it, a published template of another model there replaced the
+    compared ones with no finding. An upstream that ships the same file is quiet."""
+    from transformers import AutoProcessor, ProcessorMixin
+
+    template = QWEN35_TEMPLATE.read_text(encoding="utf-8")
+    (target / "processor_config.json").write_text(json.dumps(
+        {"processor_class": "LlavaProcessor", "chat_template": template}))
+    (target / "preprocessor_config.json").write_text(json.dumps(
+        {"image_processor_type": "CLIPImageProcessor", "processor_class": "LlavaProcessor"}))
+    processor = AutoProcessor.from_pretrained(target)
+    assert isinstance(processor, ProcessorMixin) and processor.chat_template == template
+    found = _found(scan_paths([target], upstream_folder=builtin_pair.target))
+    assert found == [(DIFF, Severity.high, "processor_config.json")]
+    assert _found(scan_paths([target])) == []  # without upstream: the templates catalog's
+
+    upstream = Path(shutil.copytree(target, tmp_path / "upstream"))
+    assert _found(scan_paths([target], upstream_folder=upstream)) == []
