@@ -224,7 +224,7 @@ def test_review_offers_a_gguf_whose_sampling_defaults_the_gate_refuses(cli, tmp_
         "target", "model.gguf", locked.sha256)
     assert "general.sampling.penalty_repeat 1.3" in entry["findings"][0]["message"]
     text = " ".join(cli("review", "--lock", lock_path, *roots, "-q").stdout.split())
-    assert f"target/model.gguf GGUF sha256 {locked.sha256}" in text
+    assert f"target/model.gguf GGUF defaults sha256 {locked.sha256}" in text
 
     policy = tmp_path / "reviewed.yaml"
     written = cli("review", "--lock", lock_path, *roots, "--reviewer", "me@example.com",
