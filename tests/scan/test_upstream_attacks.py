@@ -162,3 +162,15 @@ def test_the_processor_template_is_held_against_the_upstream(target, builtin_pai
 
     upstream = Path(shutil.copytree(target, tmp_path / "upstream"))
     assert _found(scan_paths([target], upstream_folder=upstream)) == []
+
+
+def test_a_lone_surrogate_in_a_generation_config_is_judged(target, builtin_pair):
+    """The generation check hashed the same canonical JSON and crashed the scan (an internal
+    error, no report); the file is judged like any other: its sampling default and its
+    difference from the upstream's."""
+    _with_note(target / "generation_config.json", temperature=0.01)
+    found = {(f.rule_id, f.severity) for f in scan_paths(
+        [target], upstream_folder=builtin_pair.target).findings
+        if f.file == "generation_config.json"}
+    assert found == {(DIFF, Severity.high),
+                     (rules.GENERATION_DEFAULTS.id, Severity.medium)}
