@@ -321,18 +321,23 @@ UPSTREAM_DIFF = Rule(
     "DG-UPSTREAM-DIFF", Severity.high,
     "A loaded tokenizer, generation-config or chat-template file that is not the upstream's.",
     "the policy names the model's upstream for its role (`upstream:`, locked as `ROLE-upstream`) "
-    "and a loaded file of `pins.lockfile.UPSTREAM_FILES` differs from the upstream's in what the "
-    "engine reads (the canonical JSON of a `.json` file, the bytes of others), or the upstream "
-    "ships no such file; each difference is spelled out (medium: the upstream ships a compared "
-    "file the folder lacks); a file whose sha256 is on the policy's `reviewed_files` is quiet",
+    "and a loaded file of `pins.lockfile.UPSTREAM_FILES` or `additional_chat_templates/*.jinja` "
+    "differs from the upstream's in what the engine reads (the canonical JSON of a `.json` file, "
+    "the bytes of others), cannot be read to compare, or the upstream ships no such file; each "
+    "difference is spelled out (medium: the upstream ships a compared file the folder lacks; "
+    "high for a missing generation_config.json, whose defaults vLLM then takes from "
+    "config.json); a GGUF llama.cpp loads whose vocabulary is not the upstream tokenizer.json's "
+    "as the converter writes it (a token's text, a CONTROL or NORMAL type, the merges, the eos "
+    "id); a file whose sha256 is on the policy's `reviewed_files` is quiet",
 )
 UPSTREAM_NONE = Rule(
     "DG-UPSTREAM-NONE", Severity.medium,
     "A loaded tokenizer file that no upstream vouches for.",
     "a loaded tokenizer file (of `pins.lockfile.UPSTREAM_FILES`, or the one "
     "`fast_tokenizer_files` selects) that is not a published file of "
-    "the catalog (`scan/upstream_known.json`), of a model whose role has no upstream in the "
-    "policy; a file whose sha256 is on the policy's `reviewed_files` is quiet",
+    "the catalog (`scan/upstream_known.json`) under that name, or cannot be read, or tokenizer "
+    "files that no one model of the catalog publishes together, of a model whose role has no "
+    "upstream in the policy; a file whose sha256 is on the policy's `reviewed_files` is quiet",
 )
 RC_PROCESS = Rule(
     "DG-RC-PROCESS", Severity.critical,

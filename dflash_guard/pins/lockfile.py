@@ -49,8 +49,21 @@ UPSTREAM = {"target-upstream": "target", "drafter-upstream": "drafter"}
 UPSTREAM_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                   "added_tokens.json", "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model",
                   "spiece.model", "tekken.json", "generation_config.json",
-                  "chat_template.jinja", "chat_template.json")
+                  "chat_template.jinja", "chat_template.json",
+                  # its `chat_template` is the processor's, which vLLM 0.32 applies first
+                  # (`renderers/hf.py` `resolve_chat_template`)
+                  "processor_config.json")
+# transformers' CHAT_TEMPLATE_DIR: each `*.jinja` directly in it is a named template (`default`
+# replaces chat_template.jinja, `tool_use` serves prompts with tools): an upstream locks them too
+UPSTREAM_TEMPLATE_DIR = "additional_chat_templates"
 ROLES = (*DEPLOYED, *UPSTREAM)
+
+
+def is_upstream_file(rel: str) -> bool:
+    """Whether an upstream locks the file `rel` (relative, POSIX): one of `UPSTREAM_FILES`, or a
+    named chat template (`additional_chat_templates/NAME.jinja`)."""
+    folder, _, name = rel.rpartition("/")
+    return rel in UPSTREAM_FILES or (folder == UPSTREAM_TEMPLATE_DIR and name.endswith(".jinja"))
 SOURCES = ("hub", "local")
 HUB_CONFIRMED = "hub-confirmed"
 CACHE_UNCONFIRMED = "cache-unconfirmed"

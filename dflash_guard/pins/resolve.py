@@ -32,6 +32,7 @@ from dflash_guard.pins.lockfile import (
     HUB_CONFIRMED,
     UPSTREAM,
     UPSTREAM_FILES,
+    UPSTREAM_TEMPLATE_DIR,
     Artifact,
     CodeRef,
     Engine,
@@ -39,6 +40,7 @@ from dflash_guard.pins.lockfile import (
     Lockfile,
     Package,
     is_safe_relpath,
+    is_upstream_file,
     package_problem,
 )
 from dflash_guard.progress import NO_PROGRESS, Progress
@@ -144,14 +146,15 @@ def _lock_folder(
     boundary = hub.snapshot_boundary(folder) if in_cache else None
     files, unsafe = list_folder(absolute_root(folder), boundary)
     if role in UPSTREAM:
-        files = {rel: path for rel, path in files.items() if rel in UPSTREAM_FILES}
-        unsafe = [u for u in unsafe if u.path in UPSTREAM_FILES]
+        files = {rel: path for rel, path in files.items() if is_upstream_file(rel)}
+        unsafe = [u for u in unsafe if is_upstream_file(u.path)]
     if unsafe:
         first = unsafe[0]
         raise _Refused(f"{folder}: refusing to lock: {first.path}: {first.detail}")
     if not files:
         raise InputError(f"{folder}: the folder has no files to lock"
-                         + (f" (an upstream locks only {', '.join(UPSTREAM_FILES)})"
+                         + (f" (an upstream locks only {', '.join(UPSTREAM_FILES)} and "
+                            f"{UPSTREAM_TEMPLATE_DIR}/*.jinja)"
                             if role in UPSTREAM else ""))
     digests = digest_files(files.values(), cache=cache, progress=progress,
                            stage_name=f"hashing {role}")
@@ -177,7 +180,7 @@ def _lock_hub(role: str, repo: str, revision: str | None) -> Artifact:
     state = hub.resolve_repo(repo, revision)
     if role in UPSTREAM:
         state = dataclasses.replace(state, files=tuple(f for f in state.files
-                                                       if f.path in UPSTREAM_FILES))
+                                                       if is_upstream_file(f.path)))
         if not state.files:
             raise InputError(f"--upstream {UPSTREAM[role]}={repo}: the repo has none of "
                              f"{', '.join(UPSTREAM_FILES)} at {state.commit[:12]}")

@@ -25,6 +25,7 @@ from dflash_guard.pins.lockfile import (
     LockedFile,
     Lockfile,
     is_safe_relpath,
+    is_upstream_file,
 )
 from dflash_guard.progress import NO_PROGRESS, Progress
 
@@ -252,10 +253,13 @@ def _compare(
             found[path] = hit
         else:
             stats[path] = st
-    if not listed_only and len(on_disk) > listed:  # else every file listed is a locked one
+    if len(on_disk) > listed:  # else every file listed is a locked one
         locked_paths = {f.path for f in target.files}
         for rel in sorted(set(on_disk) - locked_paths):
-            report.problems.append(FileProblem(role, rel, "extra", None, "not in the lockfile"))
+            # an upstream's file of a compared name is read as the reference: locked or refused
+            if not listed_only or (role in UPSTREAM and is_upstream_file(rel)):
+                report.problems.append(FileProblem(role, rel, "extra", None,
+                                                   "not in the lockfile"))
     report.cache_hits += len(found)
     report.bytes_hashed += sum(st.st_size for st in stats.values())
     hashes = {**found, **hash_files(stats, cache=cache, progress=progress,

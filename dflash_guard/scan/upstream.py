@@ -8,11 +8,15 @@ templates) are compared with the model's upstream:
   the deploy as `ROLE-upstream`), when there is one: a loaded file that differs from the
   upstream's (in the values the engine reads: canonical JSON for `.json` files, bytes for the
   others), or that the upstream does not ship, is HIGH, with the differences spelled out; a
-  compared file the upstream ships and the folder does not is MEDIUM (a default is gone);
+  compared file the upstream ships and the folder does not is MEDIUM (a default is gone), HIGH
+  where the engine then reads what it decides from a file not compared (`FALLBACK`);
 - else the catalog of published files the tool ships (`upstream_known.json`): a tokenizer file
-  in none of them has no upstream at all, MEDIUM (generation configs and chat templates have
-  catalogs of their own: `generation`, `templates`).
-The tokenizer file `fast_tokenizer_files` selects is compared too, under its own name.
+  in none of them (under its own name), or files published by no one model together, have no
+  upstream at all, MEDIUM (generation configs and chat templates have catalogs of their own:
+  `generation`, `templates`).
+The tokenizer file `fast_tokenizer_files` selects is compared too, under its own name, and so
+are the named chat templates (`additional_chat_templates/*.jinja`). A loaded file that cannot
+be read, or parses to JSON without a canonical form (a lone surrogate), is not quiet.
 A GGUF that llama.cpp loads is held against the upstream's `tokenizer.json` as the pinned
 tree's `convert_hf_to_gguf.py` writes it (`gguf_findings`): each token's text, the CONTROL type
 of special tokens, the merges and the end-of-generation id.
@@ -35,7 +39,7 @@ from dflash_guard.errors import InputError
 from dflash_guard.findings import Finding
 from dflash_guard.pins.fileset import FileSetError, loaded_tokenizer_file
 from dflash_guard.pins.hashing import sha256_file
-from dflash_guard.pins.lockfile import UPSTREAM_FILES
+from dflash_guard.pins.lockfile import UPSTREAM_FILES, UPSTREAM_TEMPLATE_DIR, is_upstream_file
 from dflash_guard.scan.generation import REVIEWED, canonical_sha256
 from dflash_guard.scan.weights import gguf_tokens
 from dflash_guard.severity import Severity
@@ -43,10 +47,18 @@ from kernels_ref.gguf_reader import GGUF, read_gguf
 
 DETECTOR = "upstream"
 # files judged by catalogs of their own without an upstream (`generation`, `templates`)
-OWN_CATALOGS = frozenset({"generation_config.json", "chat_template.jinja", "chat_template.json"})
+OWN_CATALOGS = frozenset({"generation_config.json", "chat_template.jinja", "chat_template.json",
+                          "processor_config.json"})
 KNOWN = Path(__file__).with_name("upstream_known.json")
 SHOWN = 6  # differences spelled out per file
 NORMAL, UNUSED = 1, 5  # llama_token_type (CONTROL: gguf_tokens.CONTROL)
+# compared files whose absence hands what they decide to a file that is not compared (HIGH)
+FALLBACK = {
+    # vllm 0.32 `transformers_utils/config.py` `try_get_generation_config`: without one,
+    # `GenerationConfig.from_model_config(config)` takes eos_token_id (stop ids) from config.json
+    "generation_config.json": "vLLM then builds the generation defaults (its stop ids among them) "
+                              "from config.json, which is not held against the upstream",
+}
 
 
 @cache
@@ -67,10 +79,14 @@ class _Read:
         self.sha256 = hashlib.sha256(self.data).hexdigest()
         self.document: object = None
         self.parsed = False
+        self.digest = self.sha256
         if path.suffix == ".json":
+            # a lone surrogate (`"\ud800"`) parses, and Python's transformers reads it, but has
+            # no canonical UTF-8: such a file is compared by its bytes (UnicodeEncodeError)
             with contextlib.suppress(ValueError):
-                self.document, self.parsed = fileio.loads_json(self.data, strict=True), True
-        self.digest = canonical_sha256(self.document) if self.parsed else self.sha256
+                document = fileio.loads_json(self.data, strict=True)
+                self.digest, self.document, self.parsed = (canonical_sha256(document),
+                                                           document, True)
 
 
 def differences(ours: object, theirs: object, where: str = "") -> list[str]:
@@ -252,14 +268,31 @@ def gguf_findings(path: Path, display: str, upstream: Path,
                        f"read, {REVIEWED})", detector=DETECTOR)]
 
 
-def _compared(folder: Path) -> list[str]:
-    """The files of `folder` held against an upstream: `UPSTREAM_FILES`, and the tokenizer
-    file `fast_tokenizer_files` makes transformers load instead of `tokenizer.json`."""
+def _own_catalog(name: str) -> bool:
+    """Whether the file is judged by a catalog of its own without an upstream (`OWN_CATALOGS`,
+    the named chat templates: `templates`)."""
+    return name in OWN_CATALOGS or name.startswith(f"{UPSTREAM_TEMPLATE_DIR}/")
+
+
+def _templates(folder: Path | None) -> list[str]:
+    """The named chat templates transformers loads from `folder` (`additional_chat_templates/
+    *.jinja`, its `Path.glob`)."""
+    found = folder / UPSTREAM_TEMPLATE_DIR if folder is not None else None
+    if found is None or not found.is_dir():
+        return []
+    return sorted(f"{UPSTREAM_TEMPLATE_DIR}/{p.name}" for p in found.glob("*.jinja"))
+
+
+def _compared(folder: Path, upstream: Path | None) -> list[str]:
+    """The files of `folder` held against an upstream: `UPSTREAM_FILES`, the named chat
+    templates of either folder, and the tokenizer file `fast_tokenizer_files` makes
+    transformers load instead of `tokenizer.json`."""
     try:
         chosen = loaded_tokenizer_file(folder)
     except FileSetError:  # transformers fails on the folder: the fileset check says so
         chosen = "tokenizer.json"
-    return [*UPSTREAM_FILES, *([chosen] if chosen not in UPSTREAM_FILES else [])]
+    named = sorted({*_templates(folder), *_templates(upstream)})
+    return [*UPSTREAM_FILES, *([chosen] if chosen not in UPSTREAM_FILES else []), *named]
 
 
 def upstream_findings(folder: Path, prefix: str, loaded: Collection[str],
@@ -267,30 +300,39 @@ def upstream_findings(folder: Path, prefix: str, loaded: Collection[str],
     """`rules.UPSTREAM_DIFF` and `rules.UPSTREAM_NONE` for the top-level compared files of
     `folder` that an engine of the deploy loads (`loaded`, relative paths), against the folder
     `upstream` (the policy's, verified) or, with none, the catalog; `prefix` is how the scan
-    shows the folder's files (`target/`). A file that cannot be read is the scan's to report."""
+    shows the folder's files (`target/`). A loaded file that cannot be read or compared is a
+    finding too (fail closed)."""
     findings, loaded = [], frozenset(loaded)
-    for name in _compared(folder):
+    vouched: dict[str, frozenset[str]] = {}  # shown -> the models that publish the file
+    for name in _compared(folder, upstream):
         path = folder / name
-        # only an upstream's UPSTREAM_FILES are locked (and verified): no other file of its
-        # folder is a reference
-        upstream_path = (upstream / name if upstream is not None and name in UPSTREAM_FILES
+        # only an upstream's files of these names are locked (and verified, an unlocked one
+        # refused): no other file of its folder is a reference
+        upstream_path = (upstream / name if upstream is not None and is_upstream_file(name)
                          else None)
         shown = prefix + name
         if name not in loaded or not path.is_file():
             # missed only where an engine loads the folder as a Hugging Face model
-            if (upstream_path is not None and upstream_path.is_file() and not path.exists()
+            if (upstream_path is not None and upstream_path.is_file()
                     and "config.json" in loaded):
                 findings.append(Finding.of(
                     rules.UPSTREAM_DIFF, shown,
-                    f"the upstream ships {name} and this folder does not: the engine falls back "
-                    "to its defaults where the upstream set them", severity=Severity.medium,
+                    f"the upstream ships {name} and the engine loads none from this folder: "
+                    + FALLBACK.get(name, "it falls back to its defaults where the upstream "
+                                         "set them"),
+                    severity=Severity.high if name in FALLBACK else Severity.medium,
                     detector=DETECTOR))
             continue
         try:
             ours = _Read(path)
             theirs = (_Read(upstream_path) if upstream_path is not None
                       and upstream_path.is_file() else None)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as error:  # fail closed: an engine may read what we cannot
+            if upstream is not None or not _own_catalog(name):
+                findings.append(Finding.of(
+                    rules.UPSTREAM_DIFF if upstream is not None else rules.UPSTREAM_NONE, shown,
+                    f"cannot be compared with {'the upstream' if upstream else 'the catalog'}"
+                    f"'s: {error}", detector=DETECTOR))
             continue
         if ours.sha256 in reviewed:
             continue
@@ -305,12 +347,32 @@ def upstream_findings(folder: Path, prefix: str, loaded: Collection[str],
                 rules.UPSTREAM_DIFF, shown,
                 f"differs from the upstream's: {_diff_message(ours, theirs)} {clear}",
                 detector=DETECTOR))
-        elif upstream is None and name not in OWN_CATALOGS and not known_files().keys() & {
-                ours.digest, ours.sha256}:
+        elif upstream is None and not _own_catalog(name):
+            if (models := _published_as(ours, name)) is not None:
+                vouched[shown] = models
+                continue
             findings.append(Finding.of(
                 rules.UPSTREAM_NONE, shown,
                 f"no upstream vouches for it: not a published file of the catalog, and no "
                 f"upstream is named for this model (the policy's `upstream:`, scan's "
                 f"--upstream) {clear}",
                 detector=DETECTOR))
+    if vouched and not frozenset.intersection(*vouched.values()):
+        # each file is some model's, but no model ships them together
+        findings.append(Finding.of(
+            rules.UPSTREAM_NONE, next(iter(vouched)),
+            "no upstream vouches for these files together: they are published files of "
+            "different models (" + "; ".join(f"{shown}: {', '.join(sorted(models))}"
+                                             for shown, models in vouched.items())
+            + "), and no upstream is named for this model", detector=DETECTOR))
     return findings
+
+
+def _published_as(read: _Read, name: str) -> frozenset[str] | None:
+    """The models whose published file `name` (the one `fast_tokenizer_files` selects stands
+    for tokenizer.json) is `read`, by the catalog; None when it is none's."""
+    entry = known_files().get(read.digest) or known_files().get(read.sha256)
+    kind = name if name in UPSTREAM_FILES else "tokenizer.json"
+    if entry is None or entry["file"] != kind:
+        return None
+    return frozenset(model.strip() for model in entry["name"].split(","))

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from dflash_guard.gate import GateOptions, run_gate
-from dflash_guard.pins.lockfile import UPSTREAM_FILES
+from dflash_guard.pins.lockfile import UPSTREAM_FILES, load_lockfile
 from dflash_guard.pins.resolve import build_lock
 from tests.support.trust import as_hub, signed_lock, with_artifact, write_lock, write_policy
 
@@ -86,3 +86,55 @@ def test_an_upstream_the_policy_names_must_be_locked_and_proven(builtin_pair, tm
     result = run_gate(GateOptions(lock, policy, roots))
     assert not result.approved
     assert "is not proven the Hub's (hub-confirmed, in an unsigned lock)" in result.reason
+
+
+# a published template of another model (the templates catalog knows it, so only the upstream
+# comparison can tell it is not the upstream's)
+OTHER_TEMPLATE = (Path(__file__).resolve().parents[1] / "vectors" / "tokenizer-upstream"
+                  / "Qwen--Qwen3.5-4B" / "chat_template.jinja")
+
+
+def test_a_file_beside_the_locked_upstream_is_no_reference(builtin_pair, tmp_path):
+    """The upstream folder is read where the gate is told it is: a compared file put beside the
+    locked ones (the Hub's upstream ships no chat_template.jinja) made the deploy's planted
+    template "the upstream's" and the gate approved. Files of other names beside it (a README,
+    a config) are not read and still approve."""
+    upstream = _upstream(builtin_pair.target, tmp_path / "upstream")
+    target = Path(shutil.copytree(builtin_pair.target, tmp_path / "target"))
+    (upstream / "README.md").write_text("not compared")
+    shutil.copyfile(builtin_pair.target / "config.json", upstream / "config.json")
+    lock, policy, roots = _deploy(tmp_path / "benign", target, builtin_pair.drafter, upstream)
+    assert run_gate(GateOptions(lock, policy, roots)).approved
+
+    shutil.copyfile(OTHER_TEMPLATE, target / "chat_template.jinja")
+    lock, policy, roots = _deploy(tmp_path / "planted", target, builtin_pair.drafter, upstream)
+    shutil.copyfile(OTHER_TEMPLATE, upstream / "chat_template.jinja")  # after the lock
+    result = run_gate(GateOptions(lock, policy, roots))
+    assert not result.approved
+    assert "verify: target-upstream/chat_template.jinja: not in the lock" in result.reason, (
+        result.reason)
+
+
+def test_named_templates_are_locked_with_the_upstream_and_compared(builtin_pair, tmp_path):
+    """`additional_chat_templates/*.jinja` (transformers applies `default`, and `tool_use` to
+    prompts with tools) are locked with the upstream: the upstream's own approves, a published
+    template of another model in their place refuses."""
+    upstream = _upstream(builtin_pair.target, tmp_path / "upstream")
+    (upstream / "additional_chat_templates").mkdir()
+    shutil.copyfile(OTHER_TEMPLATE.parents[1] / "openai--gpt-oss-20b" / "chat_template.jinja",
+                    upstream / "additional_chat_templates" / "tool_use.jinja")
+    target = Path(shutil.copytree(builtin_pair.target, tmp_path / "target"))
+    shutil.copytree(upstream / "additional_chat_templates",
+                    target / "additional_chat_templates")
+    lock, policy, roots = _deploy(tmp_path / "same", target, builtin_pair.drafter, upstream)
+    locked = load_lockfile(lock).artifact("target-upstream")
+    assert "additional_chat_templates/tool_use.jinja" in {f.path for f in locked.files}
+    result = run_gate(GateOptions(lock, policy, roots))
+    assert result.approved, result.reason
+
+    shutil.copyfile(OTHER_TEMPLATE, target / "additional_chat_templates" / "tool_use.jinja")
+    lock, policy, roots = _deploy(tmp_path / "other", target, builtin_pair.drafter, upstream)
+    result = run_gate(GateOptions(lock, policy, roots))
+    assert not result.approved
+    assert "target/additional_chat_templates/tool_use.jinja: DG-UPSTREAM-DIFF (high)" in (
+        result.reason), result.reason

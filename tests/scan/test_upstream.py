@@ -112,9 +112,10 @@ def test_each_difference_from_the_upstream_is_spelled_out(builtin_pair, copy):
     assert (config.rule_id, config.severity) == (DIFF, Severity.high)
     assert "clean_up_tokenization_spaces: true (upstream false)" in config.message
     assert "added_tokens[0].special: false (upstream true)" in found["tokenizer.json"].message
-    gone = found["generation_config.json"]
-    assert (gone.rule_id, gone.severity) == (DIFF, Severity.medium)
-    assert "the upstream ships generation_config.json and this folder does not" in gone.message
+    gone = found["generation_config.json"]  # vLLM then reads config.json's (test_upstream_attacks)
+    assert (gone.rule_id, gone.severity) == (DIFF, Severity.high)
+    assert ("the upstream ships generation_config.json and the engine loads none from this "
+            "folder") in gone.message
 
 
 def test_a_file_the_upstream_does_not_ship_is_a_difference(builtin_pair, copy):
