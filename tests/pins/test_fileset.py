@@ -148,6 +148,17 @@ def test_chat_templates_are_loaded_files(target):
     assert "additional_chat_templates/tool.jinja" in loaded
 
 
+def test_processor_files_are_loaded_files(target):
+    """vLLM 0.32 asks AutoProcessor for a chat template before the tokenizer's
+    (`renderers/hf.py` `_try_get_processor_chat_template`): the processor's files are read, so
+    the confined engine may read them and the scan judges them; the drafter's are not."""
+    for name in ("processor_config.json", "preprocessor_config.json"):
+        (target / name).write_text('{"chat_template": "{{ messages }}"}')
+    assert {"processor_config.json", "preprocessor_config.json"} <= set(
+        vllm_files(target).loaded)
+    assert "processor_config.json" not in vllm_files(target, tokenizer=False).loaded
+
+
 # --- llama.cpp -------------------------------------------------------------------------------
 
 
