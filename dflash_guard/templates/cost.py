@@ -75,8 +75,9 @@ def known_templates() -> frozenset[str]:
 
 
 def template_sha256(source: str) -> str:
-    """The digest a template is known and reviewed by: sha256 of its UTF-8 text."""
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+    """The digest a template is known and reviewed by: sha256 of its UTF-8 text (a lone
+    surrogate, which a JSON string can hold and Python's reader keeps, as its own bytes)."""
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def is_known(source: str) -> bool:

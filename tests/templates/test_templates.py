@@ -95,3 +95,14 @@ def test_string_template_in_tokenizer_config(tmp_path: Path) -> None:
 def test_deeply_nested_template_is_unscannable_not_a_crash(source: str) -> None:
     findings = check_template(source, "chat_template.jinja")
     assert [(f.rule_id, f.severity) for f in findings] == [("DG-UNSCANNABLE", Severity.high)]
+
+
+def test_a_template_with_a_lone_surrogate_is_judged_not_crashed_on(tmp_path: Path) -> None:
+    """JSON can hold a lone surrogate (`\\ud800`) and Python's reader keeps it, as transformers
+    does: the template is digested by its own bytes, unreviewed until that digest is."""
+    (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}\\ud800"}')
+    found = [f for f in scan_paths([tmp_path]).findings if f.detector != "upstream"]
+    assert [f.rule_id for f in found] == ["DG-TPL-UNREVIEWED"]
+    digest = hashlib.sha256("{{ messages }}\ud800".encode("utf-8", "surrogatepass")).hexdigest()
+    assert [f for f in scan_paths([tmp_path], reviewed_templates=frozenset({digest})).findings
+            if f.detector != "upstream"] == []
