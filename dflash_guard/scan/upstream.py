@@ -169,8 +169,8 @@ def _merges(tokenizer: dict[str, Any]) -> list[bytes]:
     """A parsed `tokenizer.json`'s BPE merges as the GGUF writes them (`a b`, UTF-8)."""
     model = tokenizer.get("model")
     merges = model.get("merges") if isinstance(model, dict) else None
-    return [(merge if isinstance(merge, str) else " ".join(map(str, merge))).encode()
-            for merge in (merges if isinstance(merges, list) else [])]
+    return [(merge if isinstance(merge, str) else " ".join(map(str, merge))).encode(
+        "utf-8", "surrogatepass") for merge in (merges if isinstance(merges, list) else [])]
 
 
 def _end_ids(upstream: Path) -> set[int]:
@@ -221,7 +221,7 @@ def gguf_differences(gguf: GGUF, tokenizer: dict[str, Any], end_ids: set[int]) -
                      f"{missing[0]}")
     # a merge of two special tokens never applies (they are split out before BPE): what a
     # converter adds where the upstream has no merges, since llama.cpp refuses BPE without any
-    marked = {texts[token].encode() for token in special}
+    marked = {texts[token].encode("utf-8", "surrogatepass") for token in special}
     ours = [merge for merge in gguf_tokens.strings(gguf, "tokenizer.ggml.merges")
             if not _between(merge, marked)]
     theirs_merges = _merges(tokenizer)
@@ -240,17 +240,18 @@ def gguf_findings(path: Path, display: str, upstream: Path,
                   reviewed: frozenset[str]) -> list[Finding]:
     """`rules.UPSTREAM_DIFF` for a GGUF llama.cpp loads, against the upstream folder's
     `tokenizer.json` (`gguf_differences`); a header the scan refuses is its to report."""
-    tokenizer_path = upstream / "tokenizer.json"
-    if not tokenizer_path.is_file():
-        return [Finding.of(rules.UPSTREAM_DIFF, display,
-                           "the upstream ships no tokenizer.json to hold the GGUF's vocabulary "
-                           "against", severity=Severity.medium, detector=DETECTOR)]
     try:
-        tokenizer = fileio.read_json(tokenizer_path, limit=fileio.MAX_TEXT_BYTES)
+        tokenizer = fileio.read_json(upstream / "tokenizer.json", limit=fileio.MAX_TEXT_BYTES)
+    except (OSError, ValueError) as error:  # fail closed: nothing to hold the GGUF against
+        return [Finding.of(rules.UPSTREAM_DIFF, display,
+                           "the GGUF's vocabulary cannot be held against the upstream's "
+                           f"tokenizer.json: {error}", severity=Severity.medium,
+                           detector=DETECTOR)]
+    try:
         with fileio.open_binary(path) as handle, read_gguf(handle) as gguf:
             found = gguf_differences(gguf, tokenizer if isinstance(tokenizer, dict) else {},
                                      _end_ids(upstream))
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # a header the scan refuses: it reports that
         return []
     if not found:
         return []

@@ -268,3 +268,20 @@ def test_scan_holds_the_gguf_llamacpp_loads_against_the_upstream(builtin_pair, t
     assert _upstream_findings(scan_paths([folder], engines=llamacpp,
                                          upstream_folder=builtin_pair.target,
                                          reviewed_files=frozenset({digest}))) == []
+
+
+def test_a_gguf_with_no_upstream_vocabulary_to_hold_it_against_is_not_quiet(builtin_pair,
+                                                                          tmp_path):
+    folder, bare = tmp_path / "gguf-target", tmp_path / "upstream"
+    folder.mkdir()
+    bare.mkdir()
+    _vocab_gguf(folder / "target.gguf", builtin_pair.target)
+    shutil.copyfile(builtin_pair.target / "tokenizer_config.json", bare / "tokenizer_config.json")
+    llamacpp = (DeployEngine("llama.cpp", "llama.cpp"),)
+    for upstream_tokenizer in (None, "{not json"):
+        if upstream_tokenizer is not None:
+            (bare / "tokenizer.json").write_text(upstream_tokenizer)
+        [finding] = _upstream_findings(scan_paths([folder], engines=llamacpp,
+                                                  upstream_folder=bare))
+        assert (finding.rule_id, finding.severity) == (DIFF, Severity.medium)
+        assert "cannot be held against the upstream's tokenizer.json" in finding.message
