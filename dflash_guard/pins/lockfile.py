@@ -57,6 +57,10 @@ UPSTREAM_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map
 # replaces chat_template.jinja, `tool_use` serves prompts with tools): an upstream locks them too
 UPSTREAM_TEMPLATE_DIR = "additional_chat_templates"
 ROLES = (*DEPLOYED, *UPSTREAM)
+SOURCES = ("hub", "local")
+HUB_CONFIRMED = "hub-confirmed"
+CACHE_UNCONFIRMED = "cache-unconfirmed"
+PROVENANCES = (HUB_CONFIRMED, CACHE_UNCONFIRMED)
 
 
 def is_upstream_file(rel: str) -> bool:
@@ -64,10 +68,7 @@ def is_upstream_file(rel: str) -> bool:
     named chat template (`additional_chat_templates/NAME.jinja`)."""
     folder, _, name = rel.rpartition("/")
     return rel in UPSTREAM_FILES or (folder == UPSTREAM_TEMPLATE_DIR and name.endswith(".jinja"))
-SOURCES = ("hub", "local")
-HUB_CONFIRMED = "hub-confirmed"
-CACHE_UNCONFIRMED = "cache-unconfirmed"
-PROVENANCES = (HUB_CONFIRMED, CACHE_UNCONFIRMED)
+
 
 # A PEP 440 version exactly (packaging's own pattern, which would also strip whitespace around it).
 _VERSION_RE = re.compile(VERSION_PATTERN, re.VERBOSE | re.IGNORECASE)
