@@ -34,10 +34,13 @@ SCRIPT = ROOT / "scripts" / "install-vllm.sh"
 STARTUP_TIMEOUT_S = 900.0  # about 45 s each on an idle 2-core machine; far more under load
 # CPU serving of the tiny pair: a 1 GiB KV cache, nothing fetched or reported; the model runs
 # in the engine core's process (no third process importing torch and vLLM: 10 s of a 30 s
-# start), its threads scheduled by the OS, not all pinned to CPU 0 by every server at once
+# start), its threads scheduled by the OS, not all pinned to CPU 0 by every server at once;
+# one OpenMP thread (the default, one per core, spun waiting at every step beside the other
+# workers' engines: test_vllm.py alone took 162 s of CPU instead of 108 s)
 SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-             "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+             "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+             "OMP_NUM_THREADS": "1"}
 # what the tiny pair needs beyond what launch sets (the policy caps max_model_len at 256)
 SERVE_ARGS = ("--enforce-eager", "--dtype", "float32")
 
