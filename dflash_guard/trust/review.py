@@ -3,8 +3,8 @@ each file with what the scan found it can do (its capability report), the chat t
 would refuse as unreviewed (`reviewed_templates`), the loaded files whose meaning it refuses at
 the policy's `fail_on` (`REVIEWED_FILE_RULES`: generation configs and GGUFs whose defaults change
 every answer, tokenizer files that are not the upstream's; cleared by `reviewed_files`), and the
-policy file that records the review: a built-in policy extended with
-the reviewed sha256s, commented.
+policy file that records the review: a built-in policy extended with the reviewed sha256s,
+commented.
 
 The files are verified against the lock first (every byte hashed, no stat cache), so a digest
 written here is the locked one; a policy only ever names code by sha256, so a file changed
