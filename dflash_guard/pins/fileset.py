@@ -363,11 +363,17 @@ def llamacpp_problems(role: str, gguf: Path, locked: Collection[str]) -> list[st
             "lock does not cover it" for name in files.uncovered(locked)]
 
 
+def gguf_models(paths: Iterable[str]) -> list[str]:
+    """The GGUFs among `paths` llama.cpp can be given: each but a split model's later parts
+    (they load through the first, which alone holds the model's metadata)."""
+    return [p for p in paths if p.endswith(".gguf")
+            and ((found := SPLIT_RE.search(p)) is None or int(found.group(1)) == 1)]
+
+
 def served_gguf(paths: Iterable[str]) -> str | None:
     """The one GGUF of an artifact's files that llama.cpp is given (a split model's first part;
     its other parts load through it), or None when there is not exactly one."""
-    firsts = [p for p in paths if p.endswith(".gguf")
-              and ((found := SPLIT_RE.search(p)) is None or int(found.group(1)) == 1)]
+    firsts = gguf_models(paths)
     return firsts[0] if len(firsts) == 1 else None
 
 

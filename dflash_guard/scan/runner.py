@@ -19,6 +19,7 @@ from dflash_guard import fileio, rules
 from dflash_guard.errors import InputError
 from dflash_guard.fileio import loads_json, open_binary, read_json, read_regular
 from dflash_guard.findings import Finding, RemoteCodeFile, ScanReport
+from dflash_guard.pins.fileset import gguf_models
 from dflash_guard.pins.folder import Unsafe, list_folder
 from dflash_guard.pins.hub import enclosing_repo_folder
 from dflash_guard.pins.loaded import EVERY_ENGINE, DeployEngine, partition
@@ -471,9 +472,8 @@ def scan_paths(
         run.findings += upstream.upstream_findings(
             root, f"{prefix}/" if prefix else "", loading.loaded, upstream_folder,
             frozenset(reviewed_files))
-        if upstream_folder is not None:  # the vocabulary of each GGUF llama.cpp loads
-            run.findings += [finding for relative in loading.loaded
-                             if relative.endswith(".gguf")
+        if upstream_folder is not None:  # the vocabulary of each GGUF llama.cpp is given
+            run.findings += [finding for relative in gguf_models(loading.loaded)
                              for finding in upstream.gguf_findings(
                                  root / relative, shown_as[relative], upstream_folder,
                                  frozenset(reviewed_files))]

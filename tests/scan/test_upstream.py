@@ -198,7 +198,8 @@ def test_the_tokenizer_file_transformers_selects_is_compared_too(builtin_pair, c
 
 def _vocab_gguf(out: Path, target: Path, *, text: dict[int, str] | None = None,
                 types: dict[int, int] | None = None, extra: tuple[tuple[str, int], ...] = (),
-                eos: int | None = None, merges: tuple[str, ...] = ()) -> Path:
+                eos: int | None = None, merges: tuple[str, ...] = (),
+                split: tuple[int, int] | None = None) -> Path:
     """The built-in target's vocabulary as `convert_hf_to_gguf.py` writes it (tokens by id,
     CONTROL for its special added tokens, its eos id), with planted changes."""
     from tests.support.scan_builders import write_gguf
@@ -214,6 +215,9 @@ def _vocab_gguf(out: Path, target: Path, *, text: dict[int, str] | None = None,
     config = json.loads((target / "generation_config.json").read_text())
 
     def vocabulary(writer) -> None:
+        if split is not None:  # llama.cpp's split keys (`split.no`, `split.count`)
+            writer.add_uint16("split.no", split[0])
+            writer.add_uint16("split.count", split[1])
         writer.add_tokenizer_model("gpt2")
         writer.add_token_list(tokens)
         writer.add_token_types(kinds)
@@ -285,3 +289,23 @@ def test_a_gguf_with_no_upstream_vocabulary_to_hold_it_against_is_not_quiet(buil
                                                   upstream_folder=bare))
         assert (finding.rule_id, finding.severity) == (DIFF, Severity.medium)
         assert "cannot be held against the upstream's tokenizer.json" in finding.message
+
+
+def test_a_split_ggufs_later_parts_are_not_held_against_the_vocabulary(builtin_pair, tmp_path):
+    """llama.cpp reads the vocabulary from a split model's first part only; the later parts
+    carry none (their tensors load through the first)."""
+    from tests.support.scan_builders import write_gguf
+
+    folder = tmp_path / "split-target"
+    folder.mkdir()
+    _vocab_gguf(folder / "target-00001-of-00002.gguf", builtin_pair.target, split=(0, 2))
+
+    def later_part(writer) -> None:
+        writer.add_uint16("split.no", 1)
+        writer.add_uint16("split.count", 2)
+
+    write_gguf(folder / "target-00002-of-00002.gguf", later_part, "qwen3")
+    llamacpp = (DeployEngine("llama.cpp", "llama.cpp"),)
+    report = scan_paths([folder], engines=llamacpp, upstream_folder=builtin_pair.target)
+    assert "target-00002-of-00002.gguf" in report.loaded_files
+    assert _upstream_findings(report) == []
