@@ -40,6 +40,7 @@ from dflash_guard.findings import Finding
 from dflash_guard.pins.fileset import FileSetError, loaded_tokenizer_file
 from dflash_guard.pins.hashing import sha256_file
 from dflash_guard.pins.lockfile import UPSTREAM_FILES, UPSTREAM_TEMPLATE_DIR, is_upstream_file
+from dflash_guard.scan import tokens
 from dflash_guard.scan.generation import REVIEWED, canonical_sha256
 from dflash_guard.scan.weights import gguf_tokens
 from dflash_guard.severity import Severity
@@ -137,9 +138,13 @@ def _diff_message(ours: _Read, theirs: _Read) -> str:
         found = differences(ours.document, theirs.document)
     else:
         found = _text_differences(ours.data, theirs.data)
-    shown = "; ".join(found[:SHOWN]) + (f"; and {len(found) - SHOWN} more" if len(found) > SHOWN
-                                         else "")
-    return f"{len(found)} difference(s): {shown}" if found else "the bytes differ"
+    return _listed(found) if found else "the bytes differ"
+
+
+def _listed(found: list[str]) -> str:
+    """`N difference(s): ` and the first `SHOWN` of them, the rest counted."""
+    more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    return f"{len(found)} difference(s): {'; '.join(found[:SHOWN])}{more}"
 
 
 def _upstream_vocabulary(tokenizer: dict[str, Any]) -> tuple[dict[int, str], set[int], set[int]]:
@@ -175,13 +180,8 @@ def _merges(tokenizer: dict[str, Any]) -> list[bytes]:
 
 def _end_ids(upstream: Path) -> set[int]:
     """The upstream's end-of-generation ids: `generation_config.json`'s `eos_token_id`."""
-    try:
-        config = fileio.read_json(upstream / "generation_config.json")
-    except (OSError, ValueError):
-        return set()
-    value = config.get("eos_token_id") if isinstance(config, dict) else None
-    items = value if isinstance(value, list) else [value]
-    return {v for v in items if isinstance(v, int) and not isinstance(v, bool)}
+    config = tokens.read_json(upstream / "generation_config.json")
+    return set(tokens.int_ids(config.get("eos_token_id")))
 
 
 def _between(merge: bytes, marked: set[bytes]) -> bool:
@@ -261,12 +261,10 @@ def gguf_findings(path: Path, display: str, upstream: Path,
         digest = f"unknown: {error}"
     if digest in reviewed:
         return []
-    shown = "; ".join(found[:SHOWN]) + (f"; and {len(found) - SHOWN} more"
-                                         if len(found) > SHOWN else "")
     return [Finding.of(rules.UPSTREAM_DIFF, display,
                        f"its vocabulary differs from the upstream's tokenizer.json as llama.cpp "
-                       f"reads it: {len(found)} difference(s): {shown} (sha256 {digest}: once "
-                       f"read, {REVIEWED})", detector=DETECTOR)]
+                       f"reads it: {_listed(found)} (sha256 {digest}: once read, {REVIEWED})",
+                       detector=DETECTOR)]
 
 
 def _own_catalog(name: str) -> bool:
